@@ -1,0 +1,230 @@
+package policy
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/storage/inmem"
+)
+
+// ExecQuery is the one rule the gateway asks for every run_code/execute.
+const ExecQuery = "data.sandgate.exec.decision"
+
+// unsafeBuiltins are refused at compile time: a policy must not reach the
+// network (http.send, DNS) or read the gateway's environment (opa.runtime
+// exposes env vars, where tokens live).
+var unsafeBuiltins = map[string]struct{}{
+	"http.send":          {},
+	"net.lookup_ip_addr": {},
+	"opa.runtime":        {},
+}
+
+// ErrInvalidPolicy wraps every reason a policy tree is rejected.
+var ErrInvalidPolicy = errors.New("invalid policy")
+
+// compiled is one prepared revision of the policy tree.
+type compiled struct {
+	exec     rego.PreparedEvalQuery
+	revision string
+	files    []string
+	loadedAt time.Time
+}
+
+// policyFile is one file of the tree, read once and used for both the
+// revision hash and compilation, so the hash always names what was compiled.
+type policyFile struct {
+	path    string
+	content []byte
+}
+
+// isTest reports whether a file is a Rego unit test. Tests are loaded by the
+// test runner only, never into the serving policy.
+func isTest(p string) bool { return strings.HasSuffix(p, "_test.rego") }
+
+// readTree reads the .rego files and data.json documents of fsys. Other files
+// are ignored on purpose: OPA would merge any stray JSON (an example input,
+// a schema) into data, which is a silent way to change decisions.
+func readTree(fsys fs.FS, withTests bool) ([]policyFile, error) {
+	var files []policyFile
+	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() || !(strings.HasSuffix(p, ".rego") || path.Base(p) == "data.json") {
+			return nil
+		}
+		if isTest(p) && !withTests {
+			return nil
+		}
+		b, err := fs.ReadFile(fsys, p)
+		if err != nil {
+			return err
+		}
+		files = append(files, policyFile{path: p, content: b})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read policy tree: %w", err)
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].path < files[j].path })
+	return files, nil
+}
+
+// revisionOf is a content hash over the served files (paths and bytes).
+func revisionOf(files []policyFile) string {
+	h := sha256.New()
+	for _, f := range files {
+		if isTest(f.path) {
+			continue
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00", f.path, len(f.content))
+		h.Write(f.content)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// parseTree turns files into modules and one data document. data.json at
+// a/b/data.json lands at data.a.b, as `opa eval -d` would place it.
+func parseTree(files []policyFile) (map[string]*ast.Module, map[string]any, error) {
+	modules := make(map[string]*ast.Module)
+	data := make(map[string]any)
+	var errs []error
+	popts := ast.ParserOptions{RegoVersion: ast.RegoV1, ProcessAnnotation: true}
+	for _, f := range files {
+		if strings.HasSuffix(f.path, ".rego") {
+			m, err := ast.ParseModuleWithOpts(f.path, string(f.content), popts)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			modules[f.path] = m
+			continue
+		}
+		if err := mergeData(data, f); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, nil, errors.Join(errs...)
+	}
+	return modules, data, nil
+}
+
+func mergeData(root map[string]any, f policyFile) error {
+	dec := json.NewDecoder(bytes.NewReader(f.content))
+	dec.UseNumber()
+	var doc map[string]any
+	if err := dec.Decode(&doc); err != nil {
+		return fmt.Errorf("%s: %w", f.path, err)
+	}
+	node := root
+	if dir := path.Dir(f.path); dir != "." {
+		for _, seg := range strings.Split(dir, "/") {
+			next, ok := node[seg].(map[string]any)
+			if !ok {
+				if _, taken := node[seg]; taken {
+					return fmt.Errorf("%s: data path %q conflicts with a value", f.path, seg)
+				}
+				next = make(map[string]any)
+				node[seg] = next
+			}
+			node = next
+		}
+	}
+	for k, v := range doc {
+		if _, dup := node[k]; dup {
+			return fmt.Errorf("%s: key %q is defined twice", f.path, k)
+		}
+		node[k] = v
+	}
+	return nil
+}
+
+// loadSchemas reads the input schemas shipped with the binary. A schema file
+// name.json is referenced from Rego METADATA as schema.name.
+func loadSchemas() (*ast.SchemaSet, error) {
+	ss := ast.NewSchemaSet()
+	entries, err := fs.ReadDir(schemaFiles, "schemas")
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		b, err := schemaFiles.ReadFile("schemas/" + e.Name())
+		if err != nil {
+			return nil, err
+		}
+		var doc any
+		if err := json.Unmarshal(b, &doc); err != nil {
+			return nil, fmt.Errorf("schema %s: %w", e.Name(), err)
+		}
+		name := strings.TrimSuffix(e.Name(), ".json")
+		ss.Put(ast.MustParseRef("schema."+name), doc)
+	}
+	return ss, nil
+}
+
+// compileTree reads, checks and prepares a policy tree. Any problem is an
+// ErrInvalidPolicy; the caller keeps its last good revision.
+func compileTree(ctx context.Context, fsys fs.FS, schemas *ast.SchemaSet) (*compiled, error) {
+	files, err := readTree(fsys, false)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidPolicy, err)
+	}
+	modules, data, err := parseTree(files)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidPolicy, err)
+	}
+	if !definesRule(modules, "sandgate.exec", "decision") {
+		return nil, fmt.Errorf("%w: no rule %s", ErrInvalidPolicy, ExecQuery)
+	}
+	opts := []func(*rego.Rego){
+		rego.Query(ExecQuery),
+		rego.Store(inmem.NewFromObject(data)),
+		rego.Strict(true),
+		rego.StrictBuiltinErrors(true),
+		rego.Schemas(schemas),
+		rego.UnsafeBuiltins(unsafeBuiltins),
+	}
+	for _, m := range modules {
+		opts = append(opts, rego.ParsedModule(m))
+	}
+	pq, err := rego.New(opts...).PrepareForEval(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidPolicy, err)
+	}
+	names := make([]string, len(files))
+	for i, f := range files {
+		names[i] = f.path
+	}
+	return &compiled{exec: pq, revision: revisionOf(files), files: names, loadedAt: time.Now()}, nil
+}
+
+// definesRule reports whether some module in package pkg has a rule name.
+// Checked at load so that deleting the decision rule is a rejected reload,
+// not a gateway that denies everything.
+func definesRule(modules map[string]*ast.Module, pkg, name string) bool {
+	want := ast.MustParseRef("data." + pkg)
+	for _, m := range modules {
+		if !m.Package.Path.Equal(want) {
+			continue
+		}
+		for _, r := range m.Rules {
+			if r.Head.Name.String() == name || r.Head.Ref().String() == name {
+				return true
+			}
+		}
+	}
+	return false
+}

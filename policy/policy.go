@@ -1,0 +1,181 @@
+// Package policy loads, hot-reloads and evaluates the Rego that decides what
+// happens to every request.
+//
+// The engine embeds OPA through its v1/rego API: the policy is compiled once
+// per revision with Strict(true), type-checked against an input schema that
+// ships with the binary (it describes what the manager sends, so it is not
+// admin-editable and lives outside the loaded tree), and prepared once. Each
+// request then only evaluates the prepared query. Network built-ins are
+// refused at compile time.
+//
+// Every failure path fails closed: an evaluation error, a timeout, an
+// undefined result or a result that does not match the decision document
+// all become a deny whose reason code says which.
+package policy
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+)
+
+// Actions of the decision document (DESIGN.md §4).
+const (
+	ActionAllow           = "allow"
+	ActionRequireApproval = "require_approval"
+	ActionDeny            = "deny"
+)
+
+// Reason codes the engine itself produces when it fails closed. Policy
+// authors produce their own codes (risk.high, executor_unavailable, ...).
+const (
+	ReasonNotLoaded       = "policy.not_loaded"
+	ReasonEvalError       = "policy.error"
+	ReasonTimeout         = "policy.timeout"
+	ReasonUndefined       = "policy.undefined"
+	ReasonInvalidDecision = "policy.invalid_decision"
+	// ReasonExecutorUnavailable is the code the default policy uses when the
+	// chosen executor is not in input.executors.available. The manager maps
+	// a deny made only of this reason to 503 executor_unavailable.
+	ReasonExecutorUnavailable = "executor_unavailable"
+)
+
+// Decision is the decision document of DESIGN.md §4.
+type Decision struct {
+	Action         string      `json:"action"`
+	Executor       string      `json:"executor"`
+	Reasons        []Reason    `json:"reasons"`
+	Obligations    Obligations `json:"obligations"`
+	PolicyRevision string      `json:"policy_revision"`
+}
+
+// Reason explains a decision with a stable code and a human message.
+type Reason struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Obligations are limits the policy attaches to an allowed run. Executors
+// must enforce them; they may only tighten them further.
+type Obligations struct {
+	Network  bool `json:"network"`
+	TimeoutS int  `json:"timeout_s"`
+	MemoryMB int  `json:"memory_mb"`
+}
+
+// Allowed reports whether the request may run without approval.
+func (d Decision) Allowed() bool { return d.Action == ActionAllow }
+
+// OnlyReason reports whether every reason of d has the given code (and there
+// is at least one).
+func (d Decision) OnlyReason(code string) bool {
+	if len(d.Reasons) == 0 {
+		return false
+	}
+	for _, r := range d.Reasons {
+		if r.Code != code {
+			return false
+		}
+	}
+	return true
+}
+
+// deny builds the fail-closed decision.
+func deny(revision, code, message string) Decision {
+	return Decision{
+		Action:         ActionDeny,
+		Executor:       "none",
+		Reasons:        []Reason{{Code: code, Message: message}},
+		PolicyRevision: revision,
+	}
+}
+
+// Input is what the policy sees about one request. The code itself is never
+// sent: only its size and hash (policy.md §0.4, and it keeps evaluation cost
+// independent of code size).
+type Input struct {
+	Mode      string
+	Request   Request
+	Risk      Risk
+	Principal Principal
+	// Executors lists the kinds whose Available probe succeeded.
+	Executors []string
+}
+
+// Request describes the would-be run.
+type Request struct {
+	Kind       string
+	SessionID  string
+	Language   string
+	CodeBytes  int
+	CodeSHA256 string
+	TimeoutS   int
+	Context    Context
+}
+
+// Context carries the routing flags of the request.
+type Context struct {
+	NeedsBrowser      bool
+	NeedsPersistentFS bool
+}
+
+// Risk is the static assessment, as plain strings so policy does not depend
+// on the risk package.
+type Risk struct {
+	Level      string
+	ProvenSafe bool
+	Patterns   []RiskPattern
+}
+
+// RiskPattern is one denylist hit.
+type RiskPattern struct {
+	ID    string
+	Level string
+	Line  int
+}
+
+// Principal is who asked.
+type Principal struct {
+	Role string
+	Name string
+}
+
+// SHA256Hex is a helper for building Request.CodeSHA256.
+func SHA256Hex(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// Map builds the OPA input as map[string]any: OPA copies native JSON types on
+// a fast path, while a struct would take a JSON round trip per evaluation.
+func (in Input) Map() map[string]any {
+	patterns := make([]any, len(in.Risk.Patterns))
+	for i, p := range in.Risk.Patterns {
+		patterns[i] = map[string]any{"id": p.ID, "level": p.Level, "line": p.Line}
+	}
+	execs := make([]any, len(in.Executors))
+	for i, e := range in.Executors {
+		execs[i] = e
+	}
+	return map[string]any{
+		"mode": in.Mode,
+		"request": map[string]any{
+			"kind":        in.Request.Kind,
+			"session_id":  in.Request.SessionID,
+			"language":    in.Request.Language,
+			"code_bytes":  in.Request.CodeBytes,
+			"code_sha256": in.Request.CodeSHA256,
+			"timeout_s":   in.Request.TimeoutS,
+			"context": map[string]any{
+				"needs_browser":       in.Request.Context.NeedsBrowser,
+				"needs_persistent_fs": in.Request.Context.NeedsPersistentFS,
+			},
+		},
+		"risk": map[string]any{
+			"level":       in.Risk.Level,
+			"proven_safe": in.Risk.ProvenSafe,
+			"patterns":    patterns,
+		},
+		"principal": map[string]any{"role": in.Principal.Role, "name": in.Principal.Name},
+		"executors": map[string]any{"available": execs},
+	}
+}
