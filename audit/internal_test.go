@@ -41,6 +41,7 @@ func TestPragmas(t *testing.T) {
 		{"writer", "busy_timeout", "1500"},
 		{"writer", "trusted_schema", "0"},
 		{"writer", "query_only", "0"},
+		{"writer", "journal_size_limit", "67108864"},
 		{"reader", "journal_mode", "wal"},
 		{"reader", "foreign_keys", "1"},
 		{"reader", "busy_timeout", "1500"},

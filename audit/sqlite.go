@@ -209,7 +209,7 @@ func (s *SQLite) open(ctx context.Context, busy time.Duration) error {
 	// The writer sets the persistent journal mode; BEGIN IMMEDIATE takes
 	// the write lock up front so a transaction cannot fail halfway on a
 	// read-to-write upgrade.
-	s.w, err = sql.Open("sqlite", dsn(s.path, busy, "journal_mode(WAL)", "synchronous(FULL)")+"&_txlock=immediate")
+	s.w, err = sql.Open("sqlite", dsn(s.path, busy, "journal_mode(WAL)", "synchronous(FULL)", "journal_size_limit(67108864)")+"&_txlock=immediate")
 	if err != nil {
 		return fmt.Errorf("audit: open %q: %w", s.path, err)
 	}

@@ -33,7 +33,8 @@ const insertSQL = `INSERT INTO records (request_id, time, kind, session_id, prin
 // Append ignores the cancellation of ctx on purpose: the request context is
 // cancelled when the client hangs up, and a client must not be able to
 // suppress the audit record of its own request that way. Append is bounded
-// by Options.WriteTimeout instead. ctx's values are still passed on.
+// by Options.WriteTimeout instead. If that expires (an error wrapping
+// context.DeadlineExceeded) the record may or may not have been written.
 //
 // When Append returns nil the record is committed and durable (see SQLite).
 // Concurrent Appends are committed together in one transaction (group
@@ -52,9 +53,15 @@ func (s *SQLite) Append(ctx context.Context, rec *Record) error {
 	if err := s.enqueue(req); err != nil {
 		return err
 	}
-	// The writer answers every request it accepted, within its own
-	// WriteTimeout-bounded transaction, so this wait is bounded.
-	<-req.done
+	select {
+	case <-req.done:
+	case <-ctx.Done():
+		// The writer is stuck behind a long WriteTx or a slow disk. It
+		// skips requests whose deadline has passed, but this one may be
+		// in a batch being committed right now.
+		return fmt.Errorf("audit: append %s record for request %q: outcome unknown: %w",
+			rec.Kind, rec.RequestID, context.Cause(ctx))
+	}
 	if req.err != nil {
 		return req.err
 	}

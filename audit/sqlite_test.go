@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sandgate/sandgate/audit"
 	"modernc.org/sqlite"
@@ -22,6 +23,10 @@ func TestOpen_BadPath(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "plain-file")
 	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	garbage := filepath.Join(dir, "garbage.db")
+	if err := os.WriteFile(garbage, []byte("this is not an SQLite database, just some bytes long enough to have a header......"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cases := []struct {
@@ -36,6 +41,7 @@ func TestOpen_BadPath(t *testing.T) {
 		{"parent is a file", filepath.Join(file, "audit.db"), syscall.ENOTDIR},
 		{"grandparent is a file", filepath.Join(file, "sub", "audit.db"), syscall.ENOTDIR},
 		{"path is a directory", dir, syscall.EISDIR},
+		{"not a database", garbage, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -351,5 +357,41 @@ func TestQuery_MaxLimit(t *testing.T) {
 		if len(page.Records) != 5 || page.NextCursor == 0 {
 			t.Errorf("Limit %d with MaxQueryLimit 5: %d records, cursor %d; want 5 and a cursor", limit, len(page.Records), page.NextCursor)
 		}
+	}
+}
+
+// TestAppend_WriteTimeout holds the writer with a long WriteTx: Append gives
+// up after Options.WriteTimeout, and the writer then drops the expired
+// record instead of writing it behind the caller's back.
+func TestAppend_WriteTimeout(t *testing.T) {
+	s := openTemp(t, audit.Options{WriteTimeout: 100 * time.Millisecond})
+	held, release := make(chan struct{}), make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		err := s.WriteTx(context.Background(), func(context.Context, *sql.Tx) error {
+			close(held)
+			<-release
+			return nil
+		})
+		if err != nil {
+			t.Errorf("WriteTx: %v", err)
+		}
+	})
+	<-held
+	rec := minimal(1)
+	if err := s.Append(t.Context(), &rec); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Append behind a held writer: err = %v, want DeadlineExceeded", err)
+	}
+	if rec.ID != 0 {
+		t.Errorf("failed Append set ID %d", rec.ID)
+	}
+	close(release)
+	wg.Wait()
+	next := minimal(2)
+	if err := s.Append(t.Context(), &next); err != nil {
+		t.Fatalf("Append after the writer is free: %v", err)
+	}
+	if got := queryAll(t, s, audit.Query{}); len(got) != 1 || got[0].RequestID != "req-2" {
+		t.Errorf("stored %+v, want only req-2", got)
 	}
 }

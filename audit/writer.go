@@ -12,7 +12,8 @@ import (
 const maxBatch = 256
 
 // appendReq is one queued Append. The writer goroutine fills id, time and
-// err, then closes done; the caller reads them only after done is closed.
+// err, then closes done; the caller reads them only after done is closed
+// (and not at all if it gave up waiting).
 type appendReq struct {
 	ctx  context.Context // detached from the caller's cancellation, bounded by WriteTimeout
 	rec  *Record         // read-only for the writer
