@@ -19,7 +19,7 @@ type rule struct {
 	Why      string
 }
 
-var leaves = []string{"risk/...", "policy/...", "confirm/...", "executors/...", "workspace/...", "browser/...", "audit/..."}
+var leaves = []string{"errcode/...", "risk/...", "policy/...", "confirm/...", "executors/...", "workspace/...", "browser/...", "audit/..."}
 
 func rules() []rule {
 	rs := []rule{

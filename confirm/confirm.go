@@ -1,0 +1,114 @@
+// Package confirm asks a human (or, in development, nobody) whether a request
+// the policy marked require_approval may run.
+//
+// The manager depends only on Service. This package ships AutoApprove, which
+// exists for PERMISSIVE development setups; the WebSocket approval hub and
+// its web page implement the same interface.
+package confirm
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Statuses of an approval.
+const (
+	StatusApproved    = "approved"
+	StatusDenied      = "denied"
+	StatusTimeout     = "timeout"
+	StatusWithdrawn   = "withdrawn"
+	StatusInterrupted = "interrupted"
+)
+
+// ErrNotPermissive is returned when AutoApprove is requested outside
+// PERMISSIVE mode: auto-approval in production would turn every
+// require_approval into allow.
+var ErrNotPermissive = errors.New("auto-approve is allowed only in PERMISSIVE mode")
+
+// Request is what an approver is asked to judge. It carries the code for
+// display, and the Digest that binds the answer to exactly this request.
+type Request struct {
+	RequestID      string
+	SessionID      string
+	Language       string
+	Code           string
+	CodeSHA256     string
+	RiskLevel      string
+	Patterns       []Pattern
+	Reasons        []Reason
+	Executor       string
+	PolicyRevision string
+	Principal      string
+	// Context is the request's routing flags, part of the digest.
+	Context map[string]bool
+	// Deadline is when the approval times out (a deny).
+	Deadline time.Time
+}
+
+// Pattern is a risk hit to highlight in the code.
+type Pattern struct {
+	ID      string
+	Message string
+	Line    int
+}
+
+// Reason is why the policy asked for approval.
+type Reason struct {
+	Code    string
+	Message string
+}
+
+// Digest binds an approval to the request's session, language, code, context
+// and policy revision, so an approval can never be replayed for other code.
+func (r Request) Digest() string {
+	h := sha256.New()
+	fmt.Fprintf(h, "session=%s\x00language=%s\x00code=%s\x00revision=%s\x00executor=%s\x00",
+		r.SessionID, r.Language, r.CodeSHA256, r.PolicyRevision, r.Executor)
+	for _, k := range []string{"needs_browser", "needs_persistent_fs"} {
+		fmt.Fprintf(h, "%s=%t\x00", k, r.Context[k])
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// Outcome is the answer.
+type Outcome struct {
+	ApprovalID string
+	Status     string
+	DecidedBy  string
+	Reason     string
+}
+
+// Approved reports whether the request may run.
+func (o Outcome) Approved() bool { return o.Status == StatusApproved }
+
+// Service obtains a decision for one request. Confirm blocks until a decision,
+// the approval's timeout (an Outcome with StatusTimeout) or ctx is done
+// (StatusWithdrawn). An error means the service could not ask at all; the
+// manager treats it as a deny.
+type Service interface {
+	Confirm(ctx context.Context, req Request) (Outcome, error)
+}
+
+// AutoApprove approves everything. It is for PERMISSIVE development setups
+// only, and NewAutoApprove refuses any other mode.
+type AutoApprove struct{}
+
+// NewAutoApprove returns AutoApprove when mode is PERMISSIVE.
+func NewAutoApprove(mode string) (*AutoApprove, error) {
+	if mode != "PERMISSIVE" {
+		return nil, fmt.Errorf("%w (mode is %q)", ErrNotPermissive, mode)
+	}
+	return &AutoApprove{}, nil
+}
+
+// Confirm approves at once, recording who "decided".
+func (*AutoApprove) Confirm(_ context.Context, req Request) (Outcome, error) {
+	return Outcome{ApprovalID: "auto-" + req.RequestID, Status: StatusApproved, DecidedBy: "auto-approve"}, nil
+}
+
+// Interface guards.
+var _ Service = (*AutoApprove)(nil)

@@ -1,0 +1,85 @@
+// Package errcode is the single table of stable error codes of the HTTP API
+// (DESIGN.md §5) and the one function that maps any error to its code and
+// status. Packages anywhere in the flow declare their sentinel errors with
+// New, so the manager's audit record and the api's error body always agree
+// on the code, and an error that carries no code maps to "internal".
+package errcode
+
+import (
+	"errors"
+	"net/http"
+)
+
+// Code is a stable, documented error code.
+type Code string
+
+// The codes of DESIGN.md §5, plus the ones issues add.
+const (
+	InvalidRequest      Code = "invalid_request"
+	PathTraversal       Code = "path_traversal"
+	NotFound            Code = "not_found"
+	Conflict            Code = "conflict"
+	Unauthorized        Code = "unauthorized"
+	Forbidden           Code = "forbidden"
+	PolicyDenied        Code = "policy_denied"
+	ApprovalDenied      Code = "approval_denied"
+	ApprovalTimeout     Code = "approval_timeout"
+	ApprovalUnavailable Code = "approval_unavailable"
+	ExecutorUnavailable Code = "executor_unavailable"
+	PoolExhausted       Code = "pool_exhausted"
+	PayloadTooLarge     Code = "payload_too_large"
+	MethodNotAllowed    Code = "method_not_allowed"
+	Internal            Code = "internal"
+)
+
+var statuses = map[Code]int{
+	InvalidRequest:      http.StatusBadRequest,
+	PathTraversal:       http.StatusBadRequest,
+	NotFound:            http.StatusNotFound,
+	Conflict:            http.StatusConflict,
+	Unauthorized:        http.StatusUnauthorized,
+	Forbidden:           http.StatusForbidden,
+	PolicyDenied:        http.StatusForbidden,
+	ApprovalDenied:      http.StatusForbidden,
+	ApprovalTimeout:     http.StatusForbidden,
+	ApprovalUnavailable: http.StatusForbidden,
+	ExecutorUnavailable: http.StatusServiceUnavailable,
+	PoolExhausted:       http.StatusServiceUnavailable,
+	PayloadTooLarge:     http.StatusRequestEntityTooLarge,
+	MethodNotAllowed:    http.StatusMethodNotAllowed,
+	Internal:            http.StatusInternalServerError,
+}
+
+// Status is the HTTP status of c; unknown codes are 500.
+func (c Code) Status() int {
+	if s, ok := statuses[c]; ok {
+		return s
+	}
+	return http.StatusInternalServerError
+}
+
+// Error is a sentinel carrying a code. Its message is a short, fixed phrase
+// that is safe to show a client.
+type Error struct {
+	Code    Code
+	Message string
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// New declares a sentinel with a code.
+func New(code Code, message string) *Error { return &Error{Code: code, Message: message} }
+
+// Of maps err to its code, status and client-safe message. The first coded
+// error in the chain wins; anything else is internal, and its text is never
+// returned, only the fixed message "internal error".
+func Of(err error) (code Code, status int, message string) {
+	if err == nil {
+		return "", http.StatusOK, ""
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code, e.Code.Status(), e.Message
+	}
+	return Internal, http.StatusInternalServerError, "internal error"
+}

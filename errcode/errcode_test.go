@@ -1,0 +1,54 @@
+package errcode
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+)
+
+func TestOf(t *testing.T) {
+	denied := New(PolicyDenied, "denied by policy")
+	cases := []struct {
+		name   string
+		err    error
+		code   Code
+		status int
+		msg    string
+	}{
+		{"nil", nil, "", 200, ""},
+		{"plain error is internal and hides its text", errors.New("open /var/lib/secret: permission denied"), Internal, 500, "internal error"},
+		{"sentinel", denied, PolicyDenied, 403, "denied by policy"},
+		{"wrapped sentinel", fmt.Errorf("step decide: %w", denied), PolicyDenied, 403, "denied by policy"},
+		{"joined: first coded wins", errors.Join(errors.New("x"), New(NotFound, "no such session")), NotFound, 404, "no such session"},
+		{"invalid", New(InvalidRequest, "bad"), InvalidRequest, 400, "bad"},
+		{"traversal", New(PathTraversal, "p"), PathTraversal, 400, "p"},
+		{"unauthorized", New(Unauthorized, "u"), Unauthorized, 401, "u"},
+		{"forbidden", New(Forbidden, "f"), Forbidden, 403, "f"},
+		{"approval denied", New(ApprovalDenied, "a"), ApprovalDenied, 403, "a"},
+		{"approval timeout", New(ApprovalTimeout, "a"), ApprovalTimeout, 403, "a"},
+		{"approval unavailable", New(ApprovalUnavailable, "a"), ApprovalUnavailable, 403, "a"},
+		{"executor unavailable", New(ExecutorUnavailable, "e"), ExecutorUnavailable, 503, "e"},
+		{"pool exhausted", New(PoolExhausted, "e"), PoolExhausted, 503, "e"},
+		{"too large", New(PayloadTooLarge, "t"), PayloadTooLarge, 413, "t"},
+		{"conflict", New(Conflict, "c"), Conflict, 409, "c"},
+		{"method", New(MethodNotAllowed, "m"), MethodNotAllowed, 405, "m"},
+		{"unknown code", New("made_up", "m"), "made_up", 500, "m"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, status, msg := Of(c.err)
+			if code != c.code || status != c.status || msg != c.msg {
+				t.Fatalf("Of = %q %d %q, want %q %d %q", code, status, msg, c.code, c.status, c.msg)
+			}
+		})
+	}
+}
+
+func TestEveryCodeHasAStatus(t *testing.T) {
+	for code, status := range statuses {
+		if status < 400 || http.StatusText(status) == "" {
+			t.Errorf("%s maps to %d", code, status)
+		}
+	}
+}
