@@ -32,7 +32,7 @@ var sessionIDRe = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
 // ValidateSessionID reports whether id may name a session.
 func ValidateSessionID(id string) error {
 	if !sessionIDRe.MatchString(id) || id == "." || id == ".." {
-		return fmt.Errorf("%w: must match [A-Za-z0-9._-]{1,128} and not be . or ..", ErrInvalidSessionID)
+		return fmt.Errorf("%w: must match [A-Za-z0-9._-]{1,128}, dot and dot-dot excluded", ErrInvalidSessionID)
 	}
 	return nil
 }
