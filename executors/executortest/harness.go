@@ -1,0 +1,161 @@
+// Package executortest is the conformance suite every executor backend must
+// pass, plus a fake Executor for testing callers.
+//
+// A backend's test calls Run with a Harness:
+//
+//	func TestConformance(t *testing.T) {
+//		executortest.Run(t, executortest.Harness{
+//			New: func(t *testing.T) executors.Executor { ... },
+//			ProcessesVisible: true,
+//		})
+//	}
+//
+// The suite only uses loopback and the workspace; it never reaches the
+// network. Sub-tests do not run in parallel: one of them changes the test
+// process's environment (t.Setenv) to prove it is not inherited.
+package executortest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate/executors"
+)
+
+// Harness adapts one backend to the suite.
+type Harness struct {
+	// New returns a fresh executor for one sub-test. Required. It may call
+	// t.Skip when the backend cannot run here.
+	New func(t *testing.T) executors.Executor
+	// Workspace returns a fresh host workspace directory for one sub-test.
+	// Default: NewWorkspace.
+	Workspace func(t *testing.T) string
+	// Languages lists the languages to test. Default: python, bash and
+	// javascript.
+	Languages []string
+	// ProcessesVisible says the backend's processes show up in this
+	// host's /proc (subprocess, a local Docker engine). The process-tree
+	// tests then also prove the processes they expect to be killed did
+	// exist; without it they can only show nothing is left over.
+	ProcessesVisible bool
+	// RunTimeout is the Spec.Timeout of ordinary runs (default 30s): long
+	// enough for a cold interpreter start on a loaded machine.
+	RunTimeout time.Duration
+}
+
+// Run runs the conformance suite against h.
+func Run(t *testing.T, h Harness) {
+	t.Helper()
+	if h.New == nil {
+		t.Fatal("executortest: Harness.New is required")
+	}
+	if h.Workspace == nil {
+		h.Workspace = NewWorkspace
+	}
+	if len(h.Languages) == 0 {
+		h.Languages = []string{executors.LangPython, executors.LangBash, executors.LangJavaScript}
+	}
+	if h.RunTimeout <= 0 {
+		h.RunTimeout = 30 * time.Second
+	}
+	s := &suite{h: h}
+	t.Run("Available", s.testAvailable)
+	t.Run("StdoutStderr", s.forEachLang(s.testStdoutStderr))
+	t.Run("ExitCodes", s.forEachLang(s.testExitCodes))
+	t.Run("FailureIsResult", s.forEachLang(s.testFailureIsResult))
+	t.Run("OutputCapAndSpill", s.forEachLang(s.testOutputCap))
+	t.Run("OutputFlood", s.forEachLang(s.testOutputFlood))
+	t.Run("TimeoutKillsTree", s.forEachLang(s.testTimeoutKillsTree))
+	t.Run("CancelKillsTree", s.forEachLang(s.testCancelKillsTree))
+	t.Run("EnvironmentNotInherited", s.forEachLang(s.testEnvironment))
+	t.Run("WorkingDirectory", s.forEachLang(s.testWorkingDirectory))
+	t.Run("HostPathMasked", s.forEachLang(s.testHostPathMasked))
+	t.Run("BinaryAndUnicode", s.forEachLang(s.testBinaryAndUnicode))
+}
+
+type suite struct {
+	h Harness
+}
+
+// forEachLang turns a per-language test into one sub-test per language.
+func (s *suite) forEachLang(f func(t *testing.T, lang string)) func(t *testing.T) {
+	return func(t *testing.T) {
+		for _, lang := range s.h.Languages {
+			t.Run(lang, func(t *testing.T) { f(t, lang) })
+		}
+	}
+}
+
+// NewWorkspace makes a fresh workspace directory the way the workspace
+// package must: its parent is traversable (0711) but not listable, so a
+// sandbox uid can reach its own workspace by absolute path without seeing
+// any other.
+func NewWorkspace(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.Chmod(filepath.Dir(dir), 0o711); err != nil {
+		t.Fatalf("chmod workspace parent: %v", err)
+	}
+	return dir
+}
+
+// Nonce returns a random lower-case hex string for unique markers and ids.
+func Nonce() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// run is one Execute call with the suite's defaults.
+type run struct {
+	t    *testing.T
+	exec executors.Executor
+	ws   string
+	spec executors.Spec
+}
+
+func (s *suite) newRun(t *testing.T, lang, code string) *run {
+	t.Helper()
+	ws := s.h.Workspace(t)
+	return &run{t: t, exec: s.h.New(t), ws: ws, spec: executors.Spec{
+		RequestID:    "req-" + Nonce(),
+		SessionID:    "sess-" + Nonce(),
+		Language:     lang,
+		Code:         code,
+		Timeout:      s.h.RunTimeout,
+		WorkspaceDir: ws,
+	}}
+}
+
+// do executes the run and fails the test on an error.
+func (r *run) do(ctx context.Context) executors.Result {
+	r.t.Helper()
+	res, err := r.exec.Execute(ctx, r.spec)
+	if err != nil {
+		r.t.Fatalf("Execute: %v", err)
+	}
+	return res
+}
+
+// hostPath maps a /workspace/... path from a Result to the host.
+func (r *run) hostPath(p string) string {
+	r.t.Helper()
+	rel, ok := strings.CutPrefix(p, "/workspace/")
+	if !ok {
+		r.t.Fatalf("path %q does not start with /workspace/", p)
+	}
+	return filepath.Join(r.ws, filepath.FromSlash(rel))
+}
+
+func (s *suite) testAvailable(t *testing.T) {
+	e := s.h.New(t)
+	if err := e.Available(t.Context()); err != nil {
+		t.Fatalf("Available: %v", err)
+	}
+}

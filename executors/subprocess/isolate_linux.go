@@ -1,0 +1,230 @@
+package subprocess
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// initScript is the init step between fork and the interpreter. The shell
+// runs as root, as PID 1 of the run's new PID namespace (with Pdeathsig set
+// by Go, so it dies with the gateway): it sets the rlimits on itself so
+// every descendant inherits them, then forks unshare(1), which makes a new
+// mount namespace (propagation private), mounts a fresh /proc for the new
+// PID namespace and drops to the sandbox uid/gid before exec'ing the
+// interpreter. The shell stays as PID 1 on purpose: the uid change clears
+// the interpreter's Pdeathsig, and when PID 1 dies the kernel kills every
+// process of the namespace, setsid'd and double-forked ones included.
+// "exit $?" keeps the shell from replacing itself with its last command.
+const initScript = `umask 022
+ulimit -c 0 && ulimit -t "$1" && ulimit -v "$2" && ulimit -n "$3" && ulimit -f "$5" || exit 125
+ulimit -p "$4" 2>/dev/null || ulimit -u "$4" || exit 125
+shift 5
+"$@"
+exit $?`
+
+// execScript is the init step in process-group mode: same rlimits, then the
+// shell replaces itself with the interpreter (no credential change happens
+// after Go's fork, so Pdeathsig survives the exec).
+const execScript = `umask 022
+ulimit -c 0 && ulimit -t "$1" && ulimit -v "$2" && ulimit -n "$3" && ulimit -f "$5" || exit 125
+ulimit -p "$4" 2>/dev/null || ulimit -u "$4" || exit 125
+shift 5
+exec "$@"`
+
+// initArg0 names the init step in ps output and lets the probe recognise it.
+const initArg0 = "sandgate-init"
+
+// launch describes one process to start.
+type launch struct {
+	argv   []string // interpreter and its arguments
+	limits rlimits
+	dir    string
+	env    []string
+	netns  bool // new network namespace (namespaces mode only)
+}
+
+// rlimits in the units the shell's ulimit builtin takes.
+type rlimits struct {
+	cpuSeconds, asKiB, nofile, nproc, fsizeBlocks int
+}
+
+func (r rlimits) args() []string {
+	return []string{strconv.Itoa(r.cpuSeconds), strconv.Itoa(r.asKiB), strconv.Itoa(r.nofile),
+		strconv.Itoa(r.nproc), strconv.Itoa(r.fsizeBlocks)}
+}
+
+// command builds the exec.Cmd for l under the executor's isolation. The
+// caller sets Stdout, Stderr, Cancel and WaitDelay.
+func (e *Executor) command(ctx context.Context, l launch) *exec.Cmd {
+	args := []string{"-c", execScript, initArg0}
+	if e.isolation == IsolationNamespaces {
+		args[1] = initScript
+	}
+	args = append(args, l.limits.args()...)
+	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	switch {
+	case e.isolation == IsolationNamespaces:
+		args = append(args, e.unshare, "--mount-proc",
+			"--setuid", strconv.Itoa(e.cfg.SandboxUID), "--setgid", strconv.Itoa(e.cfg.SandboxGID), "--")
+		attr.Cloneflags = syscall.CLONE_NEWPID
+		if l.netns {
+			attr.Cloneflags |= syscall.CLONE_NEWNET
+		}
+	case e.dropUID:
+		attr.Credential = &syscall.Credential{Uid: uint32(e.cfg.SandboxUID), Gid: uint32(e.cfg.SandboxGID), Groups: []uint32{}}
+	}
+	args = append(args, l.argv...)
+	cmd := exec.CommandContext(ctx, e.cfg.Shell, args...)
+	cmd.Args[0] = initArg0
+	cmd.Dir = l.dir
+	cmd.Env = l.env
+	cmd.SysProcAttr = attr
+	return cmd
+}
+
+// killTree SIGKILLs the run's process group and its leader. In namespaces
+// mode the leader is PID 1 of the run's PID namespace, so the kernel then
+// kills every process in it, even those that left the group with setsid.
+// It must only be called while the leader is not yet reaped, so the pid
+// cannot have been reused.
+func killTree(pid int) error {
+	errGroup := unix.Kill(-pid, unix.SIGKILL)
+	errLeader := unix.Kill(pid, unix.SIGKILL)
+	if errors.Is(errGroup, unix.ESRCH) && errors.Is(errLeader, unix.ESRCH) {
+		return os.ErrProcessDone
+	}
+	if errLeader != nil && !errors.Is(errLeader, unix.ESRCH) {
+		return fmt.Errorf("kill %d: %w", pid, errLeader)
+	}
+	return nil
+}
+
+// awaitExit blocks until pid has exited without reaping it (WNOWAIT), so
+// the caller can still kill the process group by the leader's pid.
+func awaitExit(pid int) error {
+	for {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if !errors.Is(err, unix.EINTR) {
+			return err
+		}
+	}
+}
+
+// exitCode maps a wait status to the shell convention: the exit status, or
+// 128+signal for a process killed by a signal.
+func exitCode(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+// spawner starts every child from one dedicated OS thread that has
+// PR_SET_NO_NEW_PRIVS set, so the sandboxed code inherits no_new_privs
+// without an extra exec (setpriv --nnp would cost about 1.3 ms a run):
+// setuid-root and file-capability binaries on the host cannot raise its
+// privileges. no_new_privs is a per-thread attribute and the Go runtime
+// never clones new threads from a locked one, so the rest of the gateway is
+// unaffected. The thread is never released: Pdeathsig fires when the thread
+// that forked a child exits, and this one lives as long as the gateway.
+type spawner struct {
+	reqs chan spawnReq
+}
+
+type spawnReq struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
+var sharedSpawner = sync.OnceValues(func() (*spawner, error) {
+	s := &spawner{reqs: make(chan spawnReq)}
+	ready := make(chan error, 1)
+	go s.loop(ready)
+	return s, <-ready
+})
+
+func (s *spawner) loop(ready chan<- error) {
+	runtime.LockOSThread() // never unlocked, see spawner
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		ready <- fmt.Errorf("prctl(PR_SET_NO_NEW_PRIVS): %w", err)
+		return // the locked thread exits with the goroutine
+	}
+	ready <- nil
+	for r := range s.reqs {
+		r.done <- r.cmd.Start()
+	}
+}
+
+// start runs cmd.Start on the spawner thread.
+func start(cmd *exec.Cmd) error {
+	s, err := sharedSpawner()
+	if err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	s.reqs <- spawnReq{cmd: cmd, done: done}
+	return <-done
+}
+
+// prepareWorkspace makes the session directory itself owned by the sandbox
+// uid/gid so the code can write it. It opens the directory with O_NOFOLLOW
+// and changes it through the descriptor (never by path, never recursively):
+// a sandbox-planted symlink cannot redirect a privileged chown.
+func prepareWorkspace(dir string, uid, gid int) error {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open workspace: %w", err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("stat workspace: %w", err)
+	}
+	if int(st.Uid) != uid || int(st.Gid) != gid {
+		if err := unix.Fchown(fd, uid, gid); err != nil {
+			return fmt.Errorf("chown workspace: %w", err)
+		}
+	}
+	if st.Mode&0o700 != 0o700 {
+		if err := unix.Fchmod(fd, st.Mode&0o7777|0o700); err != nil {
+			return fmt.Errorf("chmod workspace: %w", err)
+		}
+	}
+	return nil
+}
+
+// ErrWorkspaceUnreachable is returned when a directory above the workspace
+// cannot be traversed by the sandbox uid. The run would start (the cwd is
+// set while still root) but every absolute path into the workspace, and
+// Node's module loader, would fail. The workspace root should be mode 0711:
+// traversable, not listable.
+var ErrWorkspaceUnreachable = errors.New("workspace ancestors not traversable by the sandbox uid")
+
+func checkAncestors(dir string, uid, gid int) error {
+	for p := filepath.Dir(dir); ; p = filepath.Dir(p) {
+		var st unix.Stat_t
+		if err := unix.Stat(p, &st); err != nil {
+			return fmt.Errorf("stat %s: %w", p, err)
+		}
+		ok := st.Mode&0o001 != 0 ||
+			(int(st.Uid) == uid && st.Mode&0o100 != 0) ||
+			(int(st.Gid) == gid && st.Mode&0o010 != 0)
+		if !ok {
+			return fmt.Errorf("%w: %s (mode %#o)", ErrWorkspaceUnreachable, p, st.Mode&0o7777)
+		}
+		if p == "/" {
+			return nil
+		}
+	}
+}

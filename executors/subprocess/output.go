@@ -1,0 +1,291 @@
+package subprocess
+
+import (
+	"bytes"
+	"io"
+	"sort"
+	"sync"
+	"unicode/utf8"
+)
+
+// masker replaces every occurrence of the host workspace path(s) with
+// /workspace in a byte stream. It runs before any cap is applied, so a path
+// is never cut in half by the cap and then left unmasked; it holds back the
+// few bytes that might be the start of a path split across two writes.
+type masker struct {
+	olds    [][]byte // longest first, so a longer alias wins
+	new     []byte
+	maxOld  int
+	pending []byte // held-back tail, shorter than the longest old path
+	scratch []byte
+	out     func([]byte)
+}
+
+func newMasker(olds []string, replacement string, out func([]byte)) *masker {
+	m := &masker{new: []byte(replacement), out: out}
+	for _, o := range olds {
+		if o != "" && o != replacement {
+			m.olds = append(m.olds, []byte(o))
+			m.maxOld = max(m.maxOld, len(o))
+		}
+	}
+	sort.Slice(m.olds, func(i, j int) bool { return len(m.olds[i]) > len(m.olds[j]) })
+	return m
+}
+
+// write masks p and passes on everything that can no longer be part of a
+// match. It reuses its buffers, so a flood of output allocates nothing per
+// write.
+func (m *masker) write(p []byte) {
+	if len(m.olds) == 0 {
+		m.out(p)
+		return
+	}
+	m.scratch = append(append(m.scratch[:0], m.pending...), p...)
+	b := m.scratch
+	for {
+		i, n := m.find(b)
+		if i < 0 {
+			break
+		}
+		m.emit(b[:i])
+		m.emit(m.new)
+		b = b[i+n:]
+	}
+	if keep := m.maxOld - 1; len(b) > keep {
+		m.emit(b[:len(b)-keep])
+		b = b[len(b)-keep:]
+	}
+	m.pending = append(m.pending[:0], b...)
+}
+
+// flush passes on the held-back tail at the end of the stream.
+func (m *masker) flush() {
+	m.emit(m.pending)
+	m.pending = nil
+}
+
+// find returns the earliest occurrence of any old path in b and its length.
+func (m *masker) find(b []byte) (int, int) {
+	best, n := -1, 0
+	for _, o := range m.olds {
+		if i := bytes.Index(b, o); i >= 0 && (best < 0 || i < best) {
+			best, n = i, len(o)
+		}
+	}
+	return best, n
+}
+
+func (m *masker) emit(b []byte) {
+	if len(b) > 0 {
+		m.out(b)
+	}
+}
+
+// capture keeps the first limit bytes of one stream for the response.
+type capture struct {
+	limit     int
+	buf       bytes.Buffer
+	truncated bool
+}
+
+// add keeps what fits and reports whether p overflowed the cap.
+func (c *capture) add(p []byte) (overflow bool) {
+	room := c.limit - c.buf.Len()
+	if len(p) <= room {
+		c.buf.Write(p)
+		return false
+	}
+	c.buf.Write(p[:max(room, 0)])
+	c.truncated = true
+	return true
+}
+
+// text returns the captured bytes; a truncated capture does not end in the
+// middle of a UTF-8 sequence the cut created.
+func (c *capture) text() string {
+	b := c.buf.Bytes()
+	if c.truncated {
+		b = trimPartialRune(b)
+	}
+	return string(b)
+}
+
+// trimPartialRune drops an incomplete UTF-8 sequence at the end of b.
+func trimPartialRune(b []byte) []byte {
+	for i := 1; i <= utf8.UTFMax && i <= len(b); i++ {
+		if utf8.RuneStart(b[len(b)-i]) {
+			if !utf8.FullRune(b[len(b)-i:]) {
+				return b[:len(b)-i]
+			}
+			return b
+		}
+	}
+	return b
+}
+
+// spill keeps the combined output (stdout and stderr interleaved in arrival
+// order, as 2>&1 would) for the spill file. Until a stream first overflows
+// its cap it only journals in memory (bounded by the two caps); from then on
+// it writes through to the file opened by open, up to limit bytes, and
+// silently drops the rest so the child is never blocked on a full pipe.
+type spill struct {
+	limit   int
+	open    func() (io.WriteCloser, error)
+	onError func(error)
+
+	journal [][]byte
+	w       io.WriteCloser
+	written int
+	failed  bool
+}
+
+func (s *spill) record(p []byte) {
+	if s.w == nil && !s.failed {
+		s.journal = append(s.journal, append([]byte(nil), p...))
+		return
+	}
+	s.write(p)
+}
+
+// activate opens the file and writes the journal.
+func (s *spill) activate() {
+	if s.w != nil || s.failed {
+		return
+	}
+	w, err := s.open()
+	if err != nil {
+		s.fail(err)
+		return
+	}
+	s.w = w
+	for _, chunk := range s.journal {
+		s.write(chunk)
+	}
+	s.journal = nil
+}
+
+func (s *spill) write(p []byte) {
+	if s.w == nil || s.failed {
+		return
+	}
+	if room := s.limit - s.written; len(p) > room {
+		p = p[:max(room, 0)]
+	}
+	if len(p) == 0 {
+		return
+	}
+	n, err := s.w.Write(p)
+	s.written += n
+	if err != nil {
+		s.fail(err)
+	}
+}
+
+func (s *spill) fail(err error) {
+	s.failed = true
+	s.journal = nil
+	if s.onError != nil {
+		s.onError(err)
+	}
+}
+
+// close closes the file and reports whether it holds usable output.
+func (s *spill) close() bool {
+	if s.w == nil {
+		return false
+	}
+	if err := s.w.Close(); err != nil && !s.failed {
+		s.fail(err)
+	}
+	return !s.failed
+}
+
+// output collects both streams of one run. It is safe for concurrent use:
+// os/exec copies stdout and stderr in two goroutines.
+type output struct {
+	mu     sync.Mutex
+	stdout streamState
+	stderr streamState
+	spill  spill
+	closed bool
+	shown  string
+	result outputResult
+}
+
+type outputResult struct {
+	stdout, stderr, path string
+	truncated            bool
+}
+
+type streamState struct {
+	cap    capture
+	masker *masker
+}
+
+// outputOptions are the per-run parameters of output.
+type outputOptions struct {
+	spillShown        string // the spill file's path as the code sees it
+	limit, spillLimit int
+	hostPaths         []string
+	openSpill         func() (io.WriteCloser, error)
+	onSpillError      func(error)
+}
+
+func newOutput(o outputOptions) *output {
+	out := &output{shown: o.spillShown, spill: spill{limit: o.spillLimit, open: o.openSpill, onError: o.onSpillError}}
+	for _, st := range []*streamState{&out.stdout, &out.stderr} {
+		st.cap.limit = o.limit
+		st.masker = newMasker(o.hostPaths, workspaceMount, out.sink(st))
+	}
+	return out
+}
+
+// sink is where masked bytes of one stream go (called with mu held).
+func (o *output) sink(st *streamState) func([]byte) {
+	return func(p []byte) {
+		if st.cap.add(p) {
+			o.spill.activate()
+		}
+		o.spill.record(p)
+	}
+}
+
+// Stdout and Stderr return the writers for exec.Cmd.
+func (o *output) Stdout() io.Writer { return streamWriter{o, &o.stdout} }
+func (o *output) Stderr() io.Writer { return streamWriter{o, &o.stderr} }
+
+type streamWriter struct {
+	o  *output
+	st *streamState
+}
+
+func (w streamWriter) Write(p []byte) (int, error) {
+	w.o.mu.Lock()
+	defer w.o.mu.Unlock()
+	if !w.o.closed {
+		w.st.masker.write(p)
+	}
+	return len(p), nil
+}
+
+// finish flushes both maskers and closes the spill file, once. It returns
+// the response texts, whether either was truncated and, when the spill file
+// holds the full output, its path as the code sees it.
+func (o *output) finish() (stdout, stderr string, truncated bool, spillPath string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.closed {
+		o.closed = true
+		o.stdout.masker.flush()
+		o.stderr.masker.flush()
+		r := &o.result
+		r.truncated = o.stdout.cap.truncated || o.stderr.cap.truncated
+		if o.spill.close() && r.truncated {
+			r.path = o.shown
+		}
+		r.stdout, r.stderr = o.stdout.cap.text(), o.stderr.cap.text()
+	}
+	r := o.result
+	return r.stdout, r.stderr, r.truncated, r.path
+}

@@ -1,0 +1,154 @@
+package subprocess
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// probeTimeout bounds the construction-time probe.
+const probeTimeout = 10 * time.Second
+
+// errProbe wraps every way the probe can find the isolation broken.
+var errProbe = errors.New("isolation probe failed")
+
+// probeScript prints, section by section, what the probe checks.
+const probeScript = `echo "==limits"; cat /proc/self/limits
+echo "==status"; cat /proc/self/status
+echo "==netdev"; cat /proc/net/dev
+echo "==init"; cat /proc/1/cmdline; echo`
+
+// sections splits the probe's output at its "==name" lines.
+func sections(out string) map[string]string {
+	m := map[string]string{}
+	cur := ""
+	for _, line := range strings.Split(out, "\n") {
+		if name, ok := strings.CutPrefix(line, "=="); ok {
+			cur = name
+			continue
+		}
+		m[cur] += line + "\n"
+	}
+	return m
+}
+
+// probe runs a shell script through the real launch path with the default limits
+// and checks, from inside, what the code would get: the rlimits (hard and
+// soft, in the units the kernel reports, which also pins the shell's
+// ulimit units), the uid/gid, no supplementary groups, no_new_privs and,
+// under namespaces, a network namespace with only lo and a /proc whose PID
+// 1 is the init step. It fails closed: any mismatch is an error.
+func (e *Executor) probe(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	lim := e.cfg.Limits
+	l := launch{
+		argv:   []string{e.cfg.Shell, "-c", probeScript},
+		limits: e.limitsFor("", lim),
+		dir:    "/",
+		env:    e.env("/"),
+		netns:  true,
+	}
+	cmd := e.command(ctx, l)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.Cancel = func() error { return killTree(cmd.Process.Pid) }
+	cmd.WaitDelay = e.cfg.KillGrace
+	if err := start(cmd); err != nil {
+		return fmt.Errorf("%w: start: %w", errProbe, err)
+	}
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("%w: %w: %s", errProbe, err, strings.TrimSpace(stderr.String()))
+	}
+	if err := e.checkProbe(stdout.String()); err != nil {
+		return fmt.Errorf("%w: %w", errProbe, err)
+	}
+	return nil
+}
+
+// checkProbe compares the probe's output with what the launch must give.
+func (e *Executor) checkProbe(out string) error {
+	sec := sections(out)
+	lim := e.cfg.Limits
+	want := map[string]int64{
+		"Max cpu time":       int64(lim.CPUSeconds),
+		"Max file size":      int64(lim.MaxFileSizeMB) << 20,
+		"Max processes":      int64(lim.MaxProcs),
+		"Max open files":     int64(lim.MaxOpenFiles),
+		"Max address space":  int64(lim.MemoryMB) << 20,
+		"Max core file size": 0,
+	}
+	var errs []error
+	for name, v := range want {
+		if err := checkLimit(sec["limits"], name, v); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	errs = append(errs, checkStatusField(sec["status"], "NoNewPrivs:", "1"))
+	if e.dropUID {
+		errs = append(errs, checkStatusField(sec["status"], "Groups:", ""))
+		uid, gid := strconv.Itoa(e.cfg.SandboxUID), strconv.Itoa(e.cfg.SandboxGID)
+		errs = append(errs, checkStatusField(sec["status"], "Uid:", strings.Repeat(uid+" ", 3)+uid))
+		errs = append(errs, checkStatusField(sec["status"], "Gid:", strings.Repeat(gid+" ", 3)+gid))
+	}
+	if e.isolation == IsolationNamespaces {
+		errs = append(errs, checkOnlyLoopback(sec["netdev"]))
+		if !strings.HasPrefix(sec["init"], initArg0+"\x00") {
+			errs = append(errs, errors.New("/proc is not the run's own: PID 1 is not the init step"))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkLimit finds the /proc/self/limits line for name and checks that the
+// soft and hard values both equal want.
+func checkLimit(out, name string, want int64) error {
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		line := sc.Text()
+		rest, ok := strings.CutPrefix(line, name+" ")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) < 2 || f[0] != strconv.FormatInt(want, 10) || f[1] != f[0] {
+			return fmt.Errorf("%s: got %q, want %d", name, strings.TrimSpace(rest), want)
+		}
+		return nil
+	}
+	return fmt.Errorf("%s: not reported", name)
+}
+
+// checkStatusField checks a /proc/self/status field, whitespace-normalised.
+func checkStatusField(out, field, want string) error {
+	for _, line := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(line, field); ok {
+			if got := strings.Join(strings.Fields(v), " "); got != want {
+				return fmt.Errorf("%s got %q, want %q", field, got, want)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("%s not reported", field)
+}
+
+// checkOnlyLoopback checks /proc/net/dev lists no interface but lo. Its
+// first two lines are headers; every other line is "name: counters".
+func checkOnlyLoopback(netdev string) error {
+	lines := strings.Split(strings.TrimSpace(netdev), "\n")
+	if len(lines) < 3 {
+		return errors.New("/proc/net/dev: no interfaces listed")
+	}
+	for _, line := range lines[2:] {
+		name, _, _ := strings.Cut(line, ":")
+		if name = strings.TrimSpace(name); name != "lo" {
+			return fmt.Errorf("network namespace has interface %q", name)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,323 @@
+package subprocess
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/sandgate/sandgate/executors"
+)
+
+// Isolation names what the executor can enforce on this host.
+type Isolation string
+
+const (
+	// IsolationNamespaces: new PID, mount and network namespaces, a fresh
+	// /proc, the sandbox uid/gid, rlimits, no_new_privs, own process group.
+	// Needs root (CAP_SYS_ADMIN, CAP_SETUID, CAP_SETGID).
+	IsolationNamespaces Isolation = "namespaces"
+	// IsolationProcessGroup is the degraded mode: own process group,
+	// rlimits and no_new_privs only, plus the sandbox uid/gid when the
+	// gateway is root. The code shares the host's network and PID space,
+	// sees the gateway's processes in /proc and, when the gateway is not
+	// root, runs as the gateway's uid: it can then read the gateway's
+	// environment and files. A child that calls setsid can outlive a
+	// timeout. For development only.
+	IsolationProcessGroup Isolation = "process-group"
+)
+
+// Executor runs code as a hardened host subprocess. It is safe for
+// concurrent use.
+type Executor struct {
+	cfg          Config
+	log          *slog.Logger
+	interpreters map[string]string // language → absolute path, resolved by New
+	missing      map[string]error  // language → why its interpreter is unusable
+	unshare      string
+	isolation    Isolation
+	dropUID      bool // run as the sandbox uid/gid (gateway is root)
+}
+
+// Interface guards.
+var (
+	_ executors.Executor = (*Executor)(nil)
+)
+
+// New resolves the interpreters and the init-step tools, decides the
+// isolation level and checks it by running a probe through the real launch
+// path (so a broken host fails here, not on the first request). A missing
+// interpreter is not an error here: Available reports it.
+func New(ctx context.Context, cfg Config) (*Executor, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("subprocess: config: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	e := &Executor{
+		cfg:          cfg,
+		log:          cfg.Logger.With("executor", string(executors.KindSubprocess)),
+		interpreters: map[string]string{},
+		missing:      map[string]error{},
+	}
+	for lang, name := range cfg.Interpreters {
+		p, err := lookPath(name, cfg.SandboxPATH)
+		if err != nil {
+			e.missing[lang] = err
+			continue
+		}
+		e.interpreters[lang] = p
+	}
+	if err := checkExecutable(cfg.Shell); err != nil {
+		return nil, fmt.Errorf("subprocess: init shell: %w", err)
+	}
+	if err := e.chooseIsolation(ctx); err != nil {
+		return nil, fmt.Errorf("subprocess: %w", err)
+	}
+	e.log.Info("subprocess executor ready", "isolation", string(e.isolation),
+		"sandbox_uid", e.cfg.SandboxUID, "drop_uid", e.dropUID)
+	return e, nil
+}
+
+// chooseIsolation tries namespaces when running as root, and falls back to
+// process-group mode unless RequireNamespaces is set.
+func (e *Executor) chooseIsolation(ctx context.Context) error {
+	e.dropUID = os.Geteuid() == 0
+	var nsErr error
+	if e.dropUID {
+		e.unshare, nsErr = lookPath(e.cfg.Unshare, DefaultToolPATH)
+		if nsErr == nil {
+			e.isolation = IsolationNamespaces
+			if nsErr = e.probe(ctx); nsErr == nil {
+				return nil
+			}
+		}
+	} else {
+		nsErr = errors.New("not running as root")
+	}
+	if e.cfg.RequireNamespaces {
+		return fmt.Errorf("namespace isolation required but unavailable: %w", nsErr)
+	}
+	e.log.Warn("namespace isolation unavailable; degrading to process-group isolation",
+		"reason", nsErr.Error())
+	e.isolation = IsolationProcessGroup
+	if err := e.probe(ctx); err != nil {
+		return fmt.Errorf("process-group isolation probe: %w", err)
+	}
+	return nil
+}
+
+// Kind implements executors.Executor.
+func (e *Executor) Kind() executors.Kind { return executors.KindSubprocess }
+
+// Isolation reports the isolation level in force, for the caller to log and
+// show at /readyz.
+func (e *Executor) Isolation() Isolation { return e.isolation }
+
+// Available implements executors.Executor: nil when every configured
+// interpreter is present. It only stats a few files.
+func (e *Executor) Available(context.Context) error {
+	var errs []error
+	for lang, err := range e.missing {
+		errs = append(errs, fmt.Errorf("%s: %w", lang, err))
+	}
+	for lang, p := range e.interpreters {
+		if err := checkExecutable(p); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", lang, err))
+		}
+	}
+	if len(errs) > 0 {
+		return e.unavailable("interpreter missing", errors.Join(errs...))
+	}
+	return nil
+}
+
+func (e *Executor) unavailable(reason string, err error) error {
+	return &executors.UnavailableError{Kind: executors.KindSubprocess, Reason: reason, Err: err}
+}
+
+// interpreter returns the resolved interpreter for lang.
+func (e *Executor) interpreter(lang string) (string, error) {
+	if p, ok := e.interpreters[lang]; ok {
+		if err := checkExecutable(p); err != nil {
+			return "", e.unavailable("interpreter missing for "+lang, err)
+		}
+		return p, nil
+	}
+	if err, ok := e.missing[lang]; ok {
+		return "", e.unavailable("interpreter missing for "+lang, err)
+	}
+	return "", fmt.Errorf("subprocess: %w: %q", executors.ErrUnsupportedLanguage, lang)
+}
+
+// interpreterArgs returns the argv that runs the code file rel.
+func (e *Executor) interpreterArgs(lang, interp, rel string, lim executors.Limits) []string {
+	switch lang {
+	case executors.LangPython:
+		// -I: ignore PYTHON* variables and the user site, do not put the
+		// script's directory on sys.path. -u: output written before a
+		// timeout kill still reaches the response.
+		return []string{interp, "-I", "-u", rel}
+	case executors.LangBash:
+		return []string{interp, "--noprofile", "--norc", rel}
+	default:
+		return []string{interp, "--max-old-space-size=" + strconv.Itoa(lim.MemoryMB), rel}
+	}
+}
+
+// limitsFor resolves the limits of one run into ulimit units.
+func (e *Executor) limitsFor(lang string, lim executors.Limits) rlimits {
+	asMB := lim.MemoryMB
+	if lang == executors.LangJavaScript {
+		asMB += e.cfg.NodeAddressSpaceHeadroomMB
+	}
+	return rlimits{
+		cpuSeconds:  lim.CPUSeconds,
+		asKiB:       asMB * 1024,
+		nofile:      lim.MaxOpenFiles,
+		nproc:       lim.MaxProcs,
+		fsizeBlocks: lim.MaxFileSizeMB * 2048, // 512-byte blocks, checked by the probe
+	}
+}
+
+// env is the code's whole environment: nothing of the gateway's.
+func (e *Executor) env(home string) []string {
+	return []string{"PATH=" + e.cfg.SandboxPATH, "HOME=" + home, "LANG=" + e.cfg.Lang}
+}
+
+// Execute implements executors.Executor.
+func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.Result, error) {
+	interp, err := e.interpreter(spec.Language)
+	if err != nil {
+		return executors.Result{}, err
+	}
+	if !spec.Network && e.isolation != IsolationNamespaces && !e.cfg.AllowHostNetwork {
+		return executors.Result{}, e.unavailable("cannot enforce network=false without namespaces", nil)
+	}
+	id, err := requestID(spec.RequestID)
+	if err != nil {
+		return executors.Result{}, fmt.Errorf("subprocess: %w", err)
+	}
+	ws, err := e.openWorkspace(spec.WorkspaceDir)
+	if err != nil {
+		return executors.Result{}, err
+	}
+	defer ws.Close()
+
+	rel := codePath(id, spec.Language)
+	if err := writeCode(ws, rel, spec.Code); err != nil {
+		return executors.Result{}, fmt.Errorf("subprocess: %w", err)
+	}
+	defer func() {
+		if err := ws.Remove(rel); err != nil && !errors.Is(err, os.ErrNotExist) {
+			e.log.Warn("remove code file", "request_id", id, "error", err.Error())
+		}
+	}()
+
+	lim := mergeLimits(spec.Limits, e.cfg.Limits)
+	dir := filepath.Clean(spec.WorkspaceDir)
+	l := launch{
+		argv:   e.interpreterArgs(spec.Language, interp, rel, lim),
+		limits: e.limitsFor(spec.Language, lim),
+		dir:    dir,
+		env:    e.env(dir),
+		netns:  !spec.Network,
+	}
+	out := e.newOutput(ws, id, dir, lim)
+	defer out.finish() // idempotent; closes the spill file on early returns
+	timeout := spec.Timeout
+	if timeout <= 0 {
+		timeout = e.cfg.DefaultTimeout
+	}
+	res, err := e.run(ctx, l, out, timeout)
+	if res.Truncated && res.OutputPath == "" {
+		e.log.Warn("output truncated and not spilled", "request_id", id)
+	}
+	return res, err
+}
+
+// openWorkspace validates the host workspace, hands the directory itself to
+// the sandbox uid and opens it as an os.Root for every gateway-side access.
+func (e *Executor) openWorkspace(dir string) (*os.Root, error) {
+	if !filepath.IsAbs(dir) {
+		return nil, fmt.Errorf("subprocess: workspace %q is not an absolute path", dir)
+	}
+	if e.dropUID {
+		if err := prepareWorkspace(dir, e.cfg.SandboxUID, e.cfg.SandboxGID); err != nil {
+			return nil, fmt.Errorf("subprocess: %w", err)
+		}
+		if err := checkAncestors(dir, e.cfg.SandboxUID, e.cfg.SandboxGID); err != nil {
+			return nil, fmt.Errorf("subprocess: %w", err)
+		}
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("subprocess: open workspace: %w", err)
+	}
+	return root, nil
+}
+
+// newOutput wires capture, masking and the spill file for one run.
+func (e *Executor) newOutput(ws *os.Root, id, dir string, lim executors.Limits) *output {
+	rel, shown := spillPaths(id)
+	return newOutput(outputOptions{
+		spillShown: shown,
+		limit:      lim.MaxOutputBytes,
+		spillLimit: lim.MaxSpillBytes,
+		hostPaths:  hostAliases(dir),
+		openSpill: func() (io.WriteCloser, error) {
+			return createExclusive(ws, rel)
+		},
+		onSpillError: func(err error) {
+			e.log.Warn("spill file", "request_id", id, "error", err.Error())
+		},
+	})
+}
+
+// errTimedOut is the cause of a run's context when Spec.Timeout expired.
+var errTimedOut = errors.New("run timed out")
+
+// run starts the launch and waits for it, killing the whole tree at the
+// timeout or when ctx is done. A parent ctx that ends first is returned as
+// an error (the client went away); the timeout is a Result.
+func (e *Executor) run(ctx context.Context, l launch, out *output, timeout time.Duration) (executors.Result, error) {
+	runCtx, cancel := context.WithTimeoutCause(ctx, timeout, errTimedOut)
+	defer cancel()
+	cmd := e.command(runCtx, l)
+	cmd.Stdout, cmd.Stderr = out.Stdout(), out.Stderr()
+	// Cancel runs when runCtx is done before the process was reaped, so
+	// the pid is still ours. WaitDelay bounds the wait for pipes a
+	// surviving grandchild could hold (process-group mode only).
+	cmd.Cancel = func() error { return killTree(cmd.Process.Pid) }
+	cmd.WaitDelay = e.cfg.KillGrace
+
+	began := time.Now()
+	if err := start(cmd); err != nil {
+		return executors.Result{}, fmt.Errorf("subprocess: start: %w", err)
+	}
+	if err := awaitExit(cmd.Process.Pid); err != nil {
+		e.log.Warn("waitid", "error", err.Error())
+	}
+	deadlineHit := runCtx.Err() != nil
+	// The leader is a zombie now, so its pid still names our group: kill
+	// what is left of it (background jobs in process-group mode).
+	_ = killTree(cmd.Process.Pid)
+	waitErr := cmd.Wait()
+	res := executors.Result{Duration: time.Since(began)}
+	res.Stdout, res.Stderr, res.Truncated, res.OutputPath = out.finish()
+	if cmd.ProcessState == nil {
+		return res, fmt.Errorf("subprocess: wait: %w", waitErr)
+	}
+	res.ExitCode = exitCode(cmd.ProcessState)
+	if deadlineHit {
+		if ctx.Err() != nil {
+			return res, fmt.Errorf("subprocess: run aborted: %w", context.Cause(ctx))
+		}
+		res.ExitCode, res.TimedOut = executors.ExitCodeTimeout, true
+	}
+	return res, nil
+}
