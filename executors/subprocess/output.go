@@ -10,8 +10,8 @@ import (
 
 // masker replaces every occurrence of the host workspace path(s) with
 // /workspace in a byte stream. It runs before any cap is applied, so a path
-// is never cut in half by the cap and then left unmasked; it holds back the
-// few bytes that might be the start of a path split across two writes.
+// is never cut in half by the cap and then left unmasked; it holds back
+// only bytes that may be the start of a path split across two writes.
 type masker struct {
 	olds    [][]byte // longest first, so a longer alias wins
 	new     []byte
@@ -52,11 +52,24 @@ func (m *masker) write(p []byte) {
 		m.emit(m.new)
 		b = b[i+n:]
 	}
-	if keep := m.maxOld - 1; len(b) > keep {
-		m.emit(b[:len(b)-keep])
-		b = b[len(b)-keep:]
+	keep := m.holdback(b)
+	m.emit(b[:len(b)-keep])
+	m.pending = append(m.pending[:0], b[len(b)-keep:]...)
+}
+
+// holdback returns the length of the longest suffix of b that is the start
+// of an old path: only those bytes must wait for the next write. Holding
+// back nothing else keeps stdout and stderr in arrival order in the spill
+// file.
+func (m *masker) holdback(b []byte) int {
+	for i := max(0, len(b)-(m.maxOld-1)); i < len(b); i++ {
+		for _, o := range m.olds {
+			if bytes.HasPrefix(o, b[i:]) {
+				return len(b) - i
+			}
+		}
 	}
-	m.pending = append(m.pending[:0], b...)
+	return 0
 }
 
 // flush passes on the held-back tail at the end of the stream.

@@ -11,6 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"strings"
 )
 
 // Paths inside the workspace. The sandboxed code owns the workspace and may
@@ -63,7 +64,7 @@ func codePath(id, lang string) string {
 // a planted symlink or hard link is removed and the creation retried. The
 // parent directories are created first; os.Root refuses any that escape.
 func createExclusive(root *os.Root, name string) (*os.File, error) {
-	if err := root.MkdirAll(path.Dir(name), 0o755); err != nil {
+	if err := ensureDir(root, path.Dir(name)); err != nil {
 		return nil, err
 	}
 	for range 3 {
@@ -79,6 +80,33 @@ func createExclusive(root *os.Root, name string) (*os.File, error) {
 		}
 	}
 	return nil, fmt.Errorf("create %s: %w", name, fs.ErrExist)
+}
+
+// ensureDir makes dir and its parents real directories under root. The
+// code may have replaced one with a symlink or a file: .sandgate is the
+// gateway's, so such an entry is removed (the link itself, never its
+// target) and the directory recreated. Were the code to race and plant it
+// again, os.Root still refuses to leave the workspace.
+func ensureDir(root *os.Root, dir string) error {
+	cur := ""
+	for _, part := range strings.Split(dir, "/") {
+		cur = path.Join(cur, part)
+		fi, err := root.Lstat(cur)
+		switch {
+		case err == nil && fi.IsDir():
+			continue
+		case err == nil:
+			if err := root.Remove(cur); err != nil {
+				return err
+			}
+		case !errors.Is(err, fs.ErrNotExist):
+			return err
+		}
+		if err := root.Mkdir(cur, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+	}
+	return nil
 }
 
 // writeCode stores the program text in the workspace for the interpreter.

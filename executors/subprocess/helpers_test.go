@@ -1,0 +1,70 @@
+package subprocess
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/executors/executortest"
+)
+
+// requireRoot skips tests of properties only namespace isolation gives.
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: without it the executor degrades to process-group isolation, which does not give this property")
+	}
+}
+
+// execute runs code in a fresh workspace and fails the test on an error.
+func execute(t *testing.T, e *Executor, lang, code string, mutate ...func(*executors.Spec)) (executors.Result, string) {
+	t.Helper()
+	ws := executortest.NewWorkspace(t)
+	spec := executors.Spec{
+		RequestID:    "req-" + executortest.Nonce(),
+		Language:     lang,
+		Code:         code,
+		Timeout:      30 * time.Second,
+		WorkspaceDir: ws,
+	}
+	for _, m := range mutate {
+		m(&spec)
+	}
+	res, err := e.Execute(t.Context(), spec)
+	if err != nil {
+		t.Fatalf("Execute: %v", err)
+	}
+	return res, ws
+}
+
+// processesOfUID returns the pids of live, non-zombie processes whose real
+// uid is uid.
+func processesOfUID(uid string) []string {
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	var pids []string
+	for _, d := range dirs {
+		status, err := os.ReadFile(filepath.Join(d, "status"))
+		if err != nil {
+			continue
+		}
+		s := string(status)
+		if strings.Contains(s, "\nState:\tZ") {
+			continue
+		}
+		for _, line := range strings.Split(s, "\n") {
+			if f := strings.Fields(line); len(f) > 1 && f[0] == "Uid:" && f[1] == uid {
+				pids = append(pids, filepath.Base(d))
+			}
+		}
+	}
+	return pids
+}
+
+// chmod711 makes dir's parent traversable, as executortest.NewWorkspace
+// does for tests.
+func chmod711(dir string) error {
+	return os.Chmod(filepath.Dir(dir), 0o711)
+}
