@@ -1,0 +1,159 @@
+package risk
+
+import (
+	"strings"
+	"unicode/utf8"
+)
+
+// Thresholds for the language-independent obfuscation checks. They are
+// deliberately loose enough for honest code (a UUID, a short hex digest, a
+// few escapes in a binary protocol) and tight enough for packed payloads.
+const (
+	longLineRunes   = 1000
+	base64BlobLen   = 120
+	hexBlobLen      = 128
+	escapeMinCount  = 16  // at least this many escapes...
+	escapeDensity   = 48  // ...and one per this many bytes,
+	escapeHardCount = 128 // or this many regardless of density.
+)
+
+// scanChars walks the original text once, looking for what the interpreter
+// sees but a reviewer does not: invalid UTF-8, bidi controls, invisible
+// characters, stray control bytes, and overlong lines.
+func scanChars(s string, c *collector) {
+	line, lineStart, lineRunes := 1, true, 0
+	for i := 0; i < len(s); {
+		b := s[i]
+		if b < utf8.RuneSelf {
+			if b == '\n' {
+				line, lineRunes = line+1, 0
+				lineStart = true
+				i++
+				continue
+			}
+			if isBadControl(s, i) {
+				c.add("obfuscation.control_char", line)
+			}
+			i++
+		} else {
+			r, n := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && n == 1 {
+				c.add("obfuscation.invalid_utf8", line)
+			} else if id := classifyRune(r, i); id != "" {
+				c.add(id, line)
+			}
+			i += n
+		}
+		lineRunes++
+		if lineRunes == longLineRunes+1 && lineStart {
+			c.add("obfuscation.long_line", line)
+			lineStart = false
+		}
+	}
+}
+
+// isBadControl reports C0 controls other than tab, LF, FF and CRLF. A lone
+// CR is a newline to Python and JavaScript but not to bash or to most review
+// UIs, which makes it a way to hide a line.
+func isBadControl(s string, i int) bool {
+	b := s[i]
+	switch {
+	case b == '\t' || b == '\f':
+		return false
+	case b == '\r':
+		return i+1 >= len(s) || s[i+1] != '\n'
+	default:
+		return b < 0x20 || b == 0x7f
+	}
+}
+
+func classifyRune(r rune, off int) string {
+	switch {
+	case r >= 0x202A && r <= 0x202E, r >= 0x2066 && r <= 0x2069, r == 0x200E, r == 0x200F, r == 0x061C:
+		return "obfuscation.bidi_control"
+	case r >= 0x200B && r <= 0x200D, r >= 0x2060 && r <= 0x2064, r == 0x00AD, r == 0x180E,
+		r == 0x034F, r == 0x115F, r == 0x1160, r == 0x3164, r == 0xFFA0, r == 0x17B4, r == 0x17B5,
+		r >= 0xFE00 && r <= 0xFE0F, r >= 0xE0000 && r <= 0xE01EF:
+		return "obfuscation.invisible_char"
+	case r == 0xFEFF && off != 0:
+		return "obfuscation.invisible_char"
+	case r >= 0x80 && r < 0xA0:
+		return "obfuscation.control_char"
+	}
+	return ""
+}
+
+// scanNFKC reports text that NFKC changes, at the first differing line.
+func scanNFKC(s *source, c *collector) {
+	if s.norm == s.orig {
+		return
+	}
+	i := 0
+	for i < len(s.orig) && i < len(s.norm) && s.orig[i] == s.norm[i] {
+		i++
+	}
+	c.add("obfuscation.nfkc_changed", lineOfOffset(s.orig, i))
+}
+
+// scanBlobs finds long base64 or hex runs in one pass over the lowercase
+// copy; mixed case for base64 is checked on the normalised text.
+func scanBlobs(s *source, c *collector) {
+	t := s.norm
+	start, hexRun := -1, 0
+	var digit, upper, lower bool
+	flush := func(end int) {
+		if start >= 0 {
+			n := end - start
+			if hexRun >= hexBlobLen || (n >= base64BlobLen && digit && upper && lower) {
+				c.add("obfuscation.encoded_blob", s.lineAt(start))
+			}
+		}
+		start, hexRun, digit, upper, lower = -1, 0, false, false, false
+	}
+	for i := 0; i < len(t); i++ {
+		b := t[i]
+		isHex := b >= '0' && b <= '9' || b >= 'a' && b <= 'f' || b >= 'A' && b <= 'F'
+		isB64 := isHex || b >= 'g' && b <= 'z' || b >= 'G' && b <= 'Z' || b == '+' || b == '/' || b == '=' || b == '-' || b == '_'
+		if !isB64 {
+			flush(i)
+			continue
+		}
+		if start < 0 {
+			start = i
+		}
+		if isHex {
+			hexRun++
+		} else if hexRun < hexBlobLen {
+			hexRun = 0
+		}
+		digit = digit || b >= '0' && b <= '9'
+		upper = upper || b >= 'A' && b <= 'Z'
+		lower = lower || b >= 'a' && b <= 'z'
+	}
+	flush(len(t))
+}
+
+// scanEscapes reports a high density of character-code tricks.
+func scanEscapes(s *source, c *collector) {
+	t := s.lower
+	n := strings.Count(t, `\x`) + strings.Count(t, `\u`) + strings.Count(t, "chr(") +
+		strings.Count(t, "fromcharcode") + strings.Count(t, "\\0")
+	if n < escapeMinCount || (n*escapeDensity < len(t) && n < escapeHardCount) {
+		return
+	}
+	first := len(t)
+	for _, k := range []string{`\x`, `\u`, "chr(", "fromcharcode", "\\0"} {
+		if j := strings.Index(t, k); j >= 0 && j < first {
+			first = j
+		}
+	}
+	c.add("obfuscation.char_code_density", s.lineAt(first))
+}
+
+// scanShared runs every language-independent check.
+func scanShared(s *source, c *collector) {
+	scanChars(s.orig, c)
+	scanNFKC(s, c)
+	scanBlobs(s, c)
+	scanEscapes(s, c)
+}

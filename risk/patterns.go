@@ -1,0 +1,200 @@
+package risk
+
+import (
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// Hit caps keep the Assessment (which is sent to OPA on every request) small
+// even for adversarial inputs with thousands of matches: the first few hits
+// of an id already carry all the information the policy needs.
+const (
+	maxHitsPerID = 8
+	maxHits      = 256
+)
+
+type hit struct {
+	id   string
+	line int
+}
+
+// collector gathers hits in the order they are found; finish sorts,
+// dedupes and turns them into Patterns.
+type collector struct {
+	hits  []hit
+	perID map[string]uint8
+}
+
+func (c *collector) add(id string, line int) {
+	if len(c.hits) >= maxHits {
+		return
+	}
+	if c.perID == nil {
+		c.perID = make(map[string]uint8, 8)
+	}
+	n := c.perID[id]
+	if n >= maxHitsPerID {
+		return
+	}
+	c.perID[id] = n + 1
+	c.hits = append(c.hits, hit{id, line})
+}
+
+func (c *collector) empty() bool { return len(c.hits) == 0 }
+
+// patterns returns the hits as sorted (line, id), deduplicated Patterns.
+// It is never nil so the JSON is always an array.
+func (c *collector) patterns() []Pattern {
+	sort.Slice(c.hits, func(i, j int) bool {
+		if c.hits[i].line != c.hits[j].line {
+			return c.hits[i].line < c.hits[j].line
+		}
+		return c.hits[i].id < c.hits[j].id
+	})
+	out := make([]Pattern, 0, len(c.hits))
+	for i, h := range c.hits {
+		if i > 0 && h == c.hits[i-1] {
+			continue
+		}
+		d, ok := catalog[h.id]
+		if !ok {
+			d = def{HIGH, "unknown pattern"}
+		}
+		out = append(out, Pattern{ID: h.id, Message: d.msg, Line: h.line, Level: d.level})
+	}
+	return out
+}
+
+// rawPattern matches the normalised text, strings and comments included:
+// payloads live in strings, so literals are never stripped here.
+//
+// A pattern runs only if one of its needles occurs (a substring search is
+// far cheaper than a regex scan). With re nil every needle occurrence is a
+// hit. classify, when set, turns a match's submatches into an id (or "" to
+// drop it), for checks RE2 cannot express such as back-references.
+type rawPattern struct {
+	id       string
+	needles  []string
+	re       *regexp.Regexp
+	cased    bool // match norm instead of lower (needles are case-sensitive too)
+	classify func(text string, m []int) string
+}
+
+func runRaw(ps []rawPattern, s *source, c *collector) {
+	for i := range ps {
+		p := &ps[i]
+		text := s.lower
+		if p.cased {
+			text = s.norm
+		}
+		if p.re == nil {
+			needleHits(p, text, s, c)
+			continue
+		}
+		if !containsAny(text, p.needles) {
+			continue
+		}
+		for _, m := range p.re.FindAllStringSubmatchIndex(text, maxHitsPerID*2) {
+			id := p.id
+			if p.classify != nil {
+				id = p.classify(text, m)
+			}
+			if id != "" {
+				c.add(id, s.lineAt(m[0]))
+			}
+		}
+	}
+}
+
+func needleHits(p *rawPattern, text string, s *source, c *collector) {
+	for _, n := range p.needles {
+		for off, k := 0, 0; k < maxHitsPerID; k++ {
+			j := strings.Index(text[off:], n)
+			if j < 0 {
+				break
+			}
+			c.add(p.id, s.lineAt(off+j))
+			off += j + len(n)
+		}
+	}
+}
+
+func containsAny(text string, needles []string) bool {
+	for _, n := range needles {
+		if strings.Contains(text, n) {
+			return true
+		}
+	}
+	return false
+}
+
+func sub(text string, m []int, g int) string {
+	if 2*g+1 >= len(m) || m[2*g] < 0 {
+		return ""
+	}
+	return text[m[2*g]:m[2*g+1]]
+}
+
+// shellPayloads are shell one-liners that are dangerous wherever they
+// appear: in a bash script, or in a Python/JS string handed to a shell.
+// The ids are the bash ones; other languages report <lang>.shell.<name>.
+var shellPayloads = []rawPattern{
+	{id: "bash.fs.rm_rf_root", needles: []string{"rm "},
+		re: regexp.MustCompile(`\brm\s+(?:-{1,2}[a-z-]+\s+)+(?:/\*?|~/?\*?|\$\{?home\}?/?\*?)(?:\s|$|[;&|)'"` + "`" + `])`)},
+	{id: "bash.dos.fork_bomb", needles: []string{"()"},
+		re:       regexp.MustCompile(`([a-z_][a-z0-9_]*|:)\s*\(\s*\)\s*\{\s*([a-z_][a-z0-9_]*|:)\s*\|\s*([a-z_][a-z0-9_]*|:)\s*&`),
+		classify: classifyForkBomb},
+	{id: "bash.disk.mkfs", needles: []string{"mkfs", "mke2fs", "mkswap", "wipefs"},
+		re: regexp.MustCompile(`\b(?:mkfs(?:\.[a-z0-9]+)?|mke2fs|mkswap|wipefs)\s+(?:-\S+\s+)*/dev/`)},
+	{id: "bash.disk.dd_device", needles: []string{"of=/dev/"},
+		re: regexp.MustCompile(`\bdd\b[^\n;|&]*\bof=/dev/(?:sd|hd|vd|xvd|nvme|mmcblk|disk|mapper|md|loop|dm-|sr|mem|kmem|port)`)},
+	{id: "bash.net.curl_pipe_shell", needles: []string{"curl", "wget"},
+		re: regexp.MustCompile(`\b(?:curl|wget)\b[^\n;&]*\|\s*(?:sudo\s+(?:-\S+\s+)*)?(?:env\s+)?(?:(?:ba|z|da|k|c|tc|fi|a)?sh|python[0-9.]*|perl|ruby|node|php)\b|\b(?:(?:ba|z|da|k)?sh|source|\.)\s+(?:-s\s+)?<\(\s*(?:curl|wget)\b|\b(?:(?:ba|z|da|k)?sh\s+-c|eval)\s+["']?\$\(\s*(?:curl|wget)\b`)},
+	{id: "bash.net.dev_tcp", needles: []string{"/dev/tcp/", "/dev/udp/"}},
+	{id: "bash.net.reverse_shell", needles: []string{"nc", "socat", "sh -i", "mkfifo"},
+		re: regexp.MustCompile(`\b(?:nc|ncat|netcat)\b[^\n|;&]*\s-[a-z]*[ec]\s|\bsocat\b[^\n]*\bexec:|\b(?:ba)?sh\s+-i\s*[<>]&|\bmkfifo\b[^\n]*\|\s*(?:nc|ncat|netcat)\b`)},
+	{id: "bash.obfuscation.base64_exec", needles: []string{"base64", "xxd", "openssl", "uudecode"},
+		re: regexp.MustCompile(`\b(?:base64\s+(?:-[a-z]*d\b|--decode)|xxd\s+-[a-z]*r|openssl\s+(?:enc\s+)?-?(?:base64|a)\s+-d|uudecode)\b[^\n;&]*\|\s*(?:sudo\s+)?(?:(?:ba|z|da|k)?sh|python[0-9.]*|perl|ruby|node)\b|\b(?:eval|(?:ba|z|da|k)?sh\s+-c)\s+["']?\$\([^)\n]*\bbase64\s+(?:-[a-z]*d\b|--decode)`)},
+}
+
+func classifyForkBomb(text string, m []int) string {
+	a, b, c := sub(text, m, 1), sub(text, m, 2), sub(text, m, 3)
+	if a == b && b == c {
+		return "bash.dos.fork_bomb"
+	}
+	return ""
+}
+
+// commonRaw applies to every language; ids get the language prefix.
+var sensitivePathNeedles = []string{
+	"/etc/shadow", "/etc/passwd", "/etc/sudoers", "/etc/gshadow", ".ssh/", "id_rsa", "id_ed25519",
+	"/proc/self/environ", "/proc/self/mem", "/proc/1/", ".aws/credentials", ".kube/config",
+	".docker/config.json", ".netrc", ".git-credentials", ".bash_history", "/var/run/secrets",
+	".gnupg/", ".pgpass",
+}
+
+// langRaw returns shellPayloads (renamed for non-bash languages) followed by
+// the common patterns, with ids prefixed by lang.
+func langRaw(lang string) []rawPattern {
+	out := make([]rawPattern, 0, len(shellPayloads)+2)
+	for _, p := range shellPayloads {
+		if lang != "bash" {
+			p.id = lang + ".shell." + p.id[strings.LastIndexByte(p.id, '.')+1:]
+			if p.classify != nil {
+				id := p.id
+				p.classify = func(text string, m []int) string {
+					if classifyForkBomb(text, m) != "" {
+						return id
+					}
+					return ""
+				}
+			}
+		}
+		out = append(out, p)
+	}
+	return append(out,
+		rawPattern{id: lang + ".secrets.sensitive_path", needles: sensitivePathNeedles},
+		rawPattern{id: lang + ".escape.docker_socket", needles: []string{"docker.sock"}},
+	)
+}

@@ -1,0 +1,525 @@
+package risk
+
+import (
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+var pythonLang = language{raw: append(pythonRaw, langRaw("python")...), analyze: analyzePython}
+
+// pyAnalyzer walks Python tokens once per check. alias maps a local name to
+// what it stands for ("sp" -> "subprocess", "system" -> "os.system").
+type pyAnalyzer struct {
+	a          *analysis
+	toks       []token
+	alias      map[string]string
+	star       []string
+	hasDecoder bool
+	execLine   int
+}
+
+func analyzePython(a *analysis) {
+	bufp := getTokens()
+	toks, bad := lexPython(a.src.orig, (*bufp)[:0])
+	defer func() { *bufp = toks; putTokens(bufp) }()
+
+	p := &pyAnalyzer{a: a, toks: toks}
+	p.encodingDecl()
+	p.identifiers()
+	p.importStmts()
+	p.names()
+	p.concat()
+	if p.hasDecoder && p.execLine > 0 {
+		a.c.add("python.obfuscation.base64_exec", p.execLine)
+	}
+	if !bad && a.c.empty() {
+		a.proven = provePython(toks, a.src.norm)
+	}
+}
+
+func (p *pyAnalyzer) hit(id string, t *token) { p.a.c.add(id, int(t.line)) }
+
+var pyCoding = regexp.MustCompile(`^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)`)
+
+// encodingDecl flags PEP 263 declarations other than UTF-8: a source read
+// as utf-7 or unicode_escape is not the text any reviewer (or we) saw.
+func (p *pyAnalyzer) encodingDecl() {
+	src := p.a.src.orig
+	for line := 1; line <= 2 && src != ""; line++ {
+		l, rest, _ := strings.Cut(src, "\n")
+		if m := pyCoding.FindStringSubmatch(l); m != nil {
+			switch strings.ToLower(strings.ReplaceAll(m[1], "_", "-")) {
+			case "utf-8", "utf8", "ascii", "us-ascii":
+			default:
+				p.a.c.add("python.obfuscation.source_encoding", line)
+			}
+			return
+		}
+		src = rest
+	}
+}
+
+// identifiers reports non-ASCII identifiers; Python NFKC-normalises them, so
+// ｅｖａｌ is eval.
+func (p *pyAnalyzer) identifiers() {
+	for i := range p.toks {
+		t := &p.toks[i]
+		if t.kind != tkIdent || t.flags&tfNonASCII == 0 {
+			continue
+		}
+		if t.flags&tfNFKCChanged != 0 {
+			p.hit("obfuscation.nfkc_identifier", t)
+		} else {
+			p.hit("obfuscation.non_ascii_identifier", t)
+		}
+	}
+}
+
+func (p *pyAnalyzer) importStmts() {
+	for i := 0; i < len(p.toks); i++ {
+		t := &p.toks[i]
+		if t.kind != tkIdent || (i > 0 && p.toks[i-1].is(".")) {
+			continue
+		}
+		switch t.text {
+		case "import":
+			i = p.plainImport(i + 1)
+		case "from":
+			i = p.fromImport(i + 1)
+		}
+	}
+}
+
+// dotted reads a dotted name at i and returns it and the next index.
+func (p *pyAnalyzer) dotted(i int) (string, int) {
+	if i >= len(p.toks) || p.toks[i].kind != tkIdent {
+		return "", i
+	}
+	name := p.toks[i].text
+	for i+2 < len(p.toks) && p.toks[i+1].is(".") && p.toks[i+2].kind == tkIdent {
+		name += "." + p.toks[i+2].text
+		i += 2
+	}
+	return name, i + 1
+}
+
+func (p *pyAnalyzer) isIdent(i int, s string) bool {
+	return i < len(p.toks) && p.toks[i].kind == tkIdent && p.toks[i].text == s
+}
+
+func (p *pyAnalyzer) setAlias(local, target string) {
+	if p.alias == nil {
+		p.alias = make(map[string]string, 8)
+	}
+	p.alias[local] = target
+}
+
+func (p *pyAnalyzer) plainImport(i int) int {
+	for {
+		name, j := p.dotted(i)
+		if name == "" {
+			return j
+		}
+		p.imported(name, &p.toks[i])
+		root, _, _ := strings.Cut(name, ".")
+		if p.isIdent(j, "as") && j+1 < len(p.toks) {
+			p.setAlias(p.toks[j+1].text, name)
+			j += 2
+		} else {
+			p.setAlias(root, root)
+		}
+		if j >= len(p.toks) || !p.toks[j].is(",") {
+			return j
+		}
+		i = j + 1
+	}
+}
+
+func (p *pyAnalyzer) fromImport(i int) int {
+	for i < len(p.toks) && (p.toks[i].is(".") || p.toks[i].is("...")) {
+		i++
+	}
+	mod, j := p.dotted(i)
+	if !p.isIdent(j, "import") {
+		return i // "raise X from Y", "yield from"
+	}
+	if mod != "" {
+		p.imported(mod, &p.toks[i])
+	}
+	for j++; j < len(p.toks); j++ {
+		t := &p.toks[j]
+		switch {
+		case t.is("*"):
+			p.star = append(p.star, mod)
+		case t.kind == tkIdent && !(j > 0 && p.toks[j-1].is("as")):
+			local := t.text
+			if p.isIdent(j+1, "as") && j+2 < len(p.toks) {
+				local = p.toks[j+2].text
+			}
+			p.setAlias(local, mod+"."+t.text)
+			if id := pyNameID(mod + "." + t.text); id != "" {
+				p.hit(id, t)
+			}
+		case t.is(",") || t.is("(") || t.is(")") || t.kind == tkIdent:
+		default:
+			return j
+		}
+	}
+	return j
+}
+
+func (p *pyAnalyzer) imported(mod string, t *token) {
+	p.a.imports = append(p.a.imports, mod)
+	if id := pyModuleID(mod); id != "" {
+		p.hit(id, t)
+	}
+}
+
+// pyModuleID maps a module (by its top-level package) to a pattern id.
+func pyModuleID(mod string) string {
+	root, _, _ := strings.Cut(mod, ".")
+	return pyModules[root]
+}
+
+var pyModules = map[string]string{
+	"subprocess": "python.process.subprocess", "pty": "python.process.pty",
+	"multiprocessing": "python.process.multiprocessing",
+	"socket":          "python.net.socket", "socketserver": "python.net.socket", "asyncore": "python.net.socket",
+	"urllib": "python.net.http_client", "urllib2": "python.net.http_client", "urllib3": "python.net.http_client",
+	"requests": "python.net.http_client", "http": "python.net.http_client", "httpx": "python.net.http_client",
+	"aiohttp": "python.net.http_client", "ftplib": "python.net.http_client", "smtplib": "python.net.http_client",
+	"telnetlib": "python.net.http_client", "poplib": "python.net.http_client", "imaplib": "python.net.http_client",
+	"xmlrpc": "python.net.http_client", "pycurl": "python.net.http_client", "websocket": "python.net.http_client",
+	"websockets": "python.net.http_client", "webbrowser": "python.net.http_client", "paramiko": "python.net.http_client",
+	"ctypes": "python.ffi.ctypes", "_ctypes": "python.ffi.ctypes", "cffi": "python.ffi.ctypes",
+	"importlib": "python.import.dynamic", "imp": "python.import.dynamic", "runpy": "python.import.dynamic",
+	"zipimport": "python.import.dynamic", "pkgutil": "python.import.dynamic",
+	"marshal": "python.deser.marshal", "builtins": "python.reflect.builtins", "__builtin__": "python.reflect.builtins",
+	"code": "python.eval.code_module", "codeop": "python.eval.code_module",
+}
+
+// pyCalls are exact dotted names (after alias resolution).
+var pyCalls = map[string]string{
+	"os.system": "python.process.os_system", "os.popen": "python.process.os_system",
+	"os.fork": "python.process.os_system", "os.forkpty": "python.process.os_system",
+	"os.posix_spawn": "python.process.os_system", "os.posix_spawnp": "python.process.os_system",
+	"os.startfile": "python.process.os_system", "posix.system": "python.process.os_system",
+	"asyncio.create_subprocess_exec":  "python.process.subprocess",
+	"asyncio.create_subprocess_shell": "python.process.subprocess",
+	"shutil.rmtree":                   "python.fs.delete", "os.remove": "python.fs.delete", "os.unlink": "python.fs.delete",
+	"os.rmdir": "python.fs.delete", "os.removedirs": "python.fs.delete",
+	"sys._getframe": "python.introspection.frame", "inspect.currentframe": "python.introspection.frame",
+	"inspect.stack": "python.introspection.frame", "inspect.getouterframes": "python.introspection.frame",
+	"gc.get_objects": "python.introspection.gc", "gc.get_referrers": "python.introspection.gc",
+	"gc.get_referents": "python.introspection.gc",
+	"pickle.loads": "python.deser.pickle", "pickle.load": "python.deser.pickle", "pickle.Unpickler": "python.deser.pickle",
+	"dill.loads": "python.deser.pickle", "dill.load": "python.deser.pickle", "shelve.open": "python.deser.pickle",
+	"types.CodeType": "python.eval.code_object", "types.FunctionType": "python.eval.code_object",
+	"os.setuid": "python.priv.setuid", "os.setgid": "python.priv.setuid", "os.seteuid": "python.priv.setuid",
+	"os.setreuid": "python.priv.setuid", "os.setresuid": "python.priv.setuid",
+}
+
+// pyNameID classifies a resolved dotted name.
+func pyNameID(name string) string {
+	if id, ok := pyCalls[name]; ok {
+		return id
+	}
+	if rest, ok := strings.CutPrefix(name, "os."); ok && (strings.HasPrefix(rest, "exec") || strings.HasPrefix(rest, "spawn")) {
+		return "python.process.os_system"
+	}
+	if strings.IndexByte(name, '.') > 0 {
+		return pyModuleID(name)
+	}
+	return ""
+}
+
+// names walks every name chain (a, a.b.c, and .m on an expression),
+// resolving aliases, recording calls and checking them.
+func (p *pyAnalyzer) names() {
+	toks := p.toks
+	for i := 0; i < len(toks); i++ {
+		if toks[i].kind != tkIdent {
+			continue
+		}
+		j := i
+		for j+2 < len(toks) && toks[j+1].is(".") && toks[j+2].kind == tkIdent {
+			j += 2
+		}
+		name := p.resolve(i, j)
+		if i > 0 && toks[i-1].is(".") {
+			name = "." + name
+		}
+		call := j+1 < len(toks) && toks[j+1].is("(")
+		if call {
+			p.a.calls = append(p.a.calls, name)
+		}
+		p.checkName(name, i, j, call)
+		i = j
+	}
+}
+
+// resolve returns the chain toks[i..j] as text, with its root replaced by
+// what an import alias stands for.
+func (p *pyAnalyzer) resolve(i, j int) string {
+	var name string
+	first, last := &p.toks[i], &p.toks[j]
+	if end := int(last.pos) + len(last.text); last.flags&tfNFKCChanged == 0 && first.flags&tfNFKCChanged == 0 &&
+		end-int(first.pos) == chainLen(p.toks[i:j+1]) {
+		name = p.a.src.orig[first.pos:end]
+	} else {
+		var b strings.Builder
+		for k := i; k <= j; k += 2 {
+			if k > i {
+				b.WriteByte('.')
+			}
+			b.WriteString(p.toks[k].text)
+		}
+		name = b.String()
+	}
+	if i > 0 && p.toks[i-1].is(".") {
+		return name
+	}
+	if m, ok := p.alias[first.text]; ok && m != first.text {
+		return m + name[len(first.text):]
+	}
+	if first.text == name {
+		for _, mod := range p.star {
+			if id := pyNameID(mod + "." + name); id != "" {
+				return mod + "." + name
+			}
+		}
+	}
+	return name
+}
+
+func chainLen(ts []token) int {
+	n := 0
+	for i := range ts {
+		n += len(ts[i].text)
+	}
+	return n
+}
+
+func (p *pyAnalyzer) checkName(name string, i, j int, call bool) {
+	t := &p.toks[i]
+	if id := pyNameID(name); id != "" && (strings.IndexByte(name, '.') > 0 || call) {
+		p.hit(id, t)
+	}
+	last := p.toks[j].text
+	if pyDecoders[last] {
+		p.hasDecoder = true
+	}
+	if !call {
+		return
+	}
+	switch strings.TrimPrefix(name, "builtins.") {
+	case "eval", "exec", "compile", "execfile":
+		p.evalCall(j + 1)
+	case "__import__", "importlib.import_module", "importlib.__import__":
+		p.dynImport(j + 1)
+	case "getattr", "setattr", "delattr":
+		p.getattrCall(j + 1)
+	case "globals", "locals", "vars":
+		p.hit("python.reflect.globals", t)
+	case ".system", ".popen", ".spawnv", ".execv", ".execve", ".execl":
+		p.hit("python.process.os_system", t)
+	case ".load_module", ".exec_module":
+		p.hit("python.import.dynamic", t)
+	}
+}
+
+var pyDecoders = map[string]bool{
+	"b64decode": true, "b32decode": true, "b16decode": true, "a85decode": true, "b85decode": true,
+	"standard_b64decode": true, "urlsafe_b64decode": true, "decodebytes": true, "decodestring": true,
+	"unhexlify": true, "a2b_base64": true, "a2b_hex": true, "fromhex": true, "decompress": true,
+}
+
+var pyCodecNames = map[string]bool{
+	"rot13": true, "rot_13": true, "base64": true, "base_64": true, "hex": true, "hex_codec": true,
+	"zlib": true, "bz2": true, "uu": true, "base64_codec": true, "zlib_codec": true,
+}
+
+func (p *pyAnalyzer) evalCall(open int) {
+	args, n, end := callArgs(p.toks, open)
+	t := &p.toks[open]
+	if n == 0 {
+		return
+	}
+	if _, ok := literalArg(p.toks, args[0]); ok {
+		p.hit("python.eval.exec_literal", t)
+	} else {
+		p.hit("python.eval.exec", t)
+		if p.execLine == 0 {
+			p.execLine = int(t.line)
+		}
+	}
+	for k := open; k < end; k++ {
+		a := &p.toks[k]
+		if a.kind == tkIdent && (pyDecoders[a.text] || a.text == "decode" && k > 1 && p.toks[k-2].text == "codecs") ||
+			a.kind == tkString && pyCodecNames[strings.ToLower(a.val)] {
+			p.hit("python.obfuscation.base64_exec", t)
+			return
+		}
+	}
+}
+
+func (p *pyAnalyzer) dynImport(open int) {
+	t := &p.toks[open]
+	p.hit("python.import.dynamic", t)
+	args, n, _ := callArgs(p.toks, open)
+	if n == 0 {
+		return
+	}
+	if mod, ok := literalArg(p.toks, args[0]); ok {
+		if id := pyModuleID(mod); id != "" {
+			p.hit(id, t)
+		}
+	}
+}
+
+func (p *pyAnalyzer) getattrCall(open int) {
+	t := &p.toks[open]
+	args, n, _ := callArgs(p.toks, open)
+	if n < 2 {
+		p.hit("python.reflect.getattr", t)
+		return
+	}
+	if name, ok := literalArg(p.toks, args[1]); ok && !isDangerousName(unescape(name)) {
+		p.hit("python.reflect.getattr", t)
+		return
+	}
+	p.hit("python.reflect.getattr_dynamic", t)
+}
+
+// concat finds names built from pieces: 'ev'+'al', 'o' 's', chr(111)+chr(115),
+// ''.join(['o','s']).
+func (p *pyAnalyzer) concat() {
+	toks := p.toks
+	for i := 0; i < len(toks); i++ {
+		if toks[i].kind == tkString && i+3 < len(toks) && toks[i+1].is(".") && toks[i+2].text == "join" && toks[i+3].is("(") {
+			p.joinCall(i)
+			continue
+		}
+		v, next, ok := p.piece(i)
+		if !ok {
+			continue
+		}
+		var b strings.Builder
+		b.WriteString(v)
+		anyBad, parts := isDangerousName(v), 1
+		for {
+			k := next
+			if k < len(toks) && toks[k].is("+") {
+				k++
+			} else if k >= len(toks) || toks[k].kind != tkString {
+				break
+			}
+			v, n, ok := p.piece(k)
+			if !ok {
+				break
+			}
+			b.WriteString(v)
+			anyBad = anyBad || isDangerousName(v)
+			parts++
+			next = n
+		}
+		if parts > 1 && !anyBad && isDangerousName(b.String()) {
+			p.hit("python.obfuscation.string_concat_name", &toks[i])
+		}
+		i = next - 1
+	}
+}
+
+// piece reads one concatenation operand: a plain string or chr(N).
+func (p *pyAnalyzer) piece(i int) (string, int, bool) {
+	toks := p.toks
+	t := &toks[i]
+	if t.kind == tkString && t.flags&(tfInterp|tfUnterminated) == 0 {
+		if t.flags&tfRaw != 0 {
+			return t.val, i + 1, true
+		}
+		return unescape(t.val), i + 1, true
+	}
+	if t.kind == tkIdent && t.text == "chr" && i+3 < len(toks) && toks[i+1].is("(") &&
+		toks[i+2].kind == tkNumber && toks[i+3].is(")") {
+		n, err := strconv.ParseInt(toks[i+2].text, 0, 32)
+		if err == nil && n > 0 && n < 0x110000 {
+			return string(rune(n)), i + 4, true
+		}
+	}
+	return "", i + 1, false
+}
+
+func (p *pyAnalyzer) joinCall(i int) {
+	_, _, end := callArgs(p.toks, i+3)
+	var b strings.Builder
+	for k := i + 4; k < end; k++ {
+		t := &p.toks[k]
+		switch {
+		case t.kind == tkString:
+			b.WriteString(unescape(t.val))
+		case t.is(",") || t.is("[") || t.is("]") || t.is("(") || t.is(")"):
+		default:
+			return
+		}
+	}
+	if isDangerousName(b.String()) {
+		p.hit("python.obfuscation.string_concat_name", &p.toks[i])
+	}
+}
+
+// pythonRaw match the lowercase normalised text, strings and comments
+// included, for payloads the token walk cannot see (code in strings).
+var pythonRaw = []rawPattern{
+	{id: "python.process.subprocess", needles: []string{"subprocess"},
+		re: regexp.MustCompile(`\b(?:import\s+subprocess|from\s+subprocess\s+import|subprocess\s*\.\s*(?:run|call|popen|check_call|check_output|getoutput|getstatusoutput)\b)|['"]subprocess['"]`)},
+	{id: "python.process.os_system", needles: []string{"system", "popen", "spawn", "exec", "fork"},
+		re: regexp.MustCompile(`\bos\s*\.\s*(?:system|popen[234]?|exec[lv]p?e?|spawn[lv]p?e?|posix_spawnp?|fork|forkpty)\s*\(`)},
+	{id: "python.process.pty", needles: []string{"pty"},
+		re: regexp.MustCompile(`\bpty\s*\.\s*spawn\b|\bimport\s+pty\b|\bfrom\s+pty\s+import\b`)},
+	{id: "python.net.socket", needles: []string{"socket"},
+		re: regexp.MustCompile(`\bimport\s+socket\b|\bfrom\s+socket\s+import\b|\bsocket\s*\.\s*(?:socket|create_connection|create_server|socketpair|fromfd)\s*\(`)},
+	{id: "python.net.http_client", needles: []string{"urllib", "requests", "http", "urlopen", "ftplib", "smtplib", "telnetlib"},
+		re: regexp.MustCompile(`\b(?:import|from)\s+(?:urllib[23]?|requests|httpx|aiohttp|http\.client|ftplib|smtplib|telnetlib|pycurl|websockets?)\b|\burlopen\s*\(|\brequests\s*\.\s*(?:get|post|put|delete|patch|head|request|session)\s*\(`)},
+	{id: "python.ffi.ctypes", needles: []string{"ctypes", "cffi", "dlopen"},
+		re: regexp.MustCompile(`\b(?:import|from)\s+(?:_?ctypes|cffi)\b|\bctypes\s*\.\s*(?:cdll|windll|pydll|cfunctype|memmove|string_at|cast|pythonapi)|\bdlopen\s*\(|['"]_?ctypes['"]`)},
+	{id: "python.import.dynamic", needles: []string{"__import__", "import_module", "importlib", "load_module", "runpy", "exec_module"},
+		re: regexp.MustCompile(`\b__import__\s*\(|\bimportlib\b|\bimport_module\s*\(|\.\s*load_module\s*\(|\brunpy\b|\bexec_module\s*\(`)},
+	{id: "python.introspection.subclasses", needles: []string{"__subclasses__"}},
+	{id: "python.introspection.dunder_traversal", needles: []string{"__mro__", "__base__", "__bases__", "__globals__",
+		"__builtins__", "__code__", "__closure__", "__getattribute__", "__loader__", "__reduce__", "__reduce_ex__", "__func__"}},
+	{id: "python.introspection.frame", needles: []string{"_getframe", "f_globals", "f_locals", "f_back", "f_builtins",
+		"gi_frame", "tb_frame", "cr_frame", "ag_frame", "currentframe"}},
+	{id: "python.introspection.gc", needles: []string{"get_objects", "get_referrers", "get_referents"}},
+	{id: "python.deser.pickle", needles: []string{"pickle", "dill", "shelve"},
+		re: regexp.MustCompile(`\b(?:c?pickle|_pickle|dill|jsonpickle)\s*\.\s*(?:loads?|unpickler)\b|\bshelve\s*\.\s*open\b`)},
+	{id: "python.deser.marshal", needles: []string{"marshal"},
+		re: regexp.MustCompile(`\bmarshal\s*\.\s*loads?\s*\(`)},
+	{id: "python.eval.code_object", needles: []string{"codetype", "functiontype"},
+		re: regexp.MustCompile(`\b(?:codetype|functiontype)\s*\(`)},
+	{id: "python.obfuscation.base64_exec", needles: []string{"decode", "unhexlify", "fromhex", "decompress", "rot13", "rot_13", "a2b_"},
+		re: regexp.MustCompile(`\b(?:exec|eval|compile)\s*\([^\n]*?(?:b64decode|b32decode|b16decode|a85decode|b85decode|decodebytes|decodestring|unhexlify|a2b_base64|a2b_hex|fromhex|decompress|rot_?13|codecs\s*\.\s*decode)`)},
+	{id: "python.fs.delete", needles: []string{"remove", "unlink", "rmdir", "rmtree"},
+		re: regexp.MustCompile(`\b(?:os\s*\.\s*(?:remove|unlink|rmdir|removedirs)|shutil\s*\.\s*rmtree)\s*\(|\.\s*(?:unlink|rmdir)\s*\(\s*\)`)},
+	{id: "python.fs.delete_root", needles: []string{"rmtree"},
+		re: regexp.MustCompile(`\brmtree\s*\(\s*r?['"](?:/|~|/\*|/(?:home|etc|usr|var|root|bin|boot|lib|opt|srv)/?)['"]`)},
+	{id: "python.fs.write_outside_cwd", needles: []string{"open", "write_", "copy", "move", "touch"},
+		re:       regexp.MustCompile(`\bopen\s*\(\s*r?['"]([^'"\n]+)['"]\s*,\s*(?:mode\s*=\s*)?r?['"]([rwaxbt+]+)['"]|\bpath\s*\(\s*r?['"]([^'"\n]+)['"]\s*\)\s*\.\s*(?:write_text|write_bytes|touch|mkdir|symlink_to|hardlink_to|open\s*\(\s*['"][wax])|\bshutil\s*\.\s*(?:copy\w*|move)\s*\([^\n)]*,\s*r?['"]([^'"\n]+)['"]`),
+		classify: classifyPyWrite},
+	{id: "python.priv.setuid", needles: []string{"setuid", "setgid", "seteuid", "setreuid", "setresuid"},
+		re: regexp.MustCompile(`\bos\s*\.\s*set(?:e|re|res)?[ug]id\s*\(`)},
+}
+
+func classifyPyWrite(text string, m []int) string {
+	if path := sub(text, m, 1); path != "" {
+		if !strings.ContainsAny(sub(text, m, 2), "wax+") {
+			return ""
+		}
+		return classifyWritePath("python", path)
+	}
+	if path := sub(text, m, 3); path != "" {
+		return classifyWritePath("python", path)
+	}
+	return classifyWritePath("python", sub(text, m, 4))
+}
