@@ -8,20 +8,20 @@ import (
 // Word flags for bash tokens (tkIdent words and tkString heredoc bodies).
 // They reuse the tokFlag type; bash tokens never carry the Python/JS flags.
 const (
-	bwQuoted      tokFlag = 1 << iota // has '', "" or $"" quoting
-	bwBackslash                       // has an unquoted backslash escape
-	bwParam                           // $NAME, ${NAME} or a special parameter
-	bwParamComplex                    // ${...} with operators, indirection, transforms
-	bwCmdSub                          // $(...) or `...`
-	bwArith                           // $((...))
-	bwANSIC                           // $'...'
-	bwANSIEscape                      // $'...' with \x, octal or \u escapes
-	bwGlob                            // unquoted * ? [ or extglob
-	bwBrace                           // unquoted {a,b} or {1..3}
-	bwProcSub                         // <(...) or >(...)
-	bwUnterminated                    // quote or substitution not closed
-	bwExpand                          // heredoc body with expansions (unquoted delimiter)
-	bwNonASCII                        // non-ASCII bytes outside quotes
+	bwQuoted       tokFlag = 1 << iota // has '', "" or $"" quoting
+	bwBackslash                        // has an unquoted backslash escape
+	bwParam                            // $NAME, ${NAME} or a special parameter
+	bwParamComplex                     // ${...} with operators, indirection, transforms
+	bwCmdSub                           // $(...) or `...`
+	bwArith                            // $((...))
+	bwANSIC                            // $'...'
+	bwANSIEscape                       // $'...' with \x, octal or \u escapes
+	bwGlob                             // unquoted * ? [ or extglob
+	bwBrace                            // unquoted {a,b} or {1..3}
+	bwProcSub                          // <(...) or >(...)
+	bwUnterminated                     // quote or substitution not closed
+	bwExpand                           // heredoc body with expansions (unquoted delimiter)
+	bwNonASCII                         // non-ASCII bytes outside quotes
 )
 
 // bashSub is the body of a command substitution or arithmetic expansion,
@@ -38,9 +38,9 @@ type heredoc struct {
 }
 
 // bashLexer splits bash into words and operators. It understands comments,
-// '', "", $'..' (decoded), $"..", backslashes, $(..), `..`, $((..)), ${..},
+// ”, "", $'..' (decoded), $"..", backslashes, $(..), `..`, $((..)), ${..},
 // <(..), heredocs (<<, <<-, quoted delimiters) and here-strings. Word values
-// (val) are quote-removed so c''url reads as curl.
+// (val) are quote-removed so c”url reads as curl.
 type bashLexer struct {
 	src       string
 	i, line   int

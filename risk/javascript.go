@@ -75,7 +75,9 @@ func (j *jsAnalyzer) module(name string, t *token) {
 	}
 }
 
-func (j *jsAnalyzer) isOp(i int, op string) bool { return i >= 0 && i < len(j.toks) && j.toks[i].is(op) }
+func (j *jsAnalyzer) isOp(i int, op string) bool {
+	return i >= 0 && i < len(j.toks) && j.toks[i].is(op)
+}
 
 // names walks name chains (a.b?.c) and checks calls, imports and globals.
 func (j *jsAnalyzer) names() {
@@ -247,7 +249,7 @@ func (j *jsAnalyzer) globalAccess(t *token, k int) {
 }
 
 // concat finds dangerous names built from string pieces: 'chi'+'ld_process',
-// String.fromCharCode(101,118,97,108), ['ev','al'].join('').
+// String.fromCharCode(101,118,97,108), ['ev','al'].join(”).
 func (j *jsAnalyzer) concat() {
 	toks := j.toks
 	for i := 0; i < len(toks); i++ {

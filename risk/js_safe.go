@@ -71,7 +71,9 @@ type jsProof struct {
 	numeric map[string]bool
 }
 
-func (pr *jsProof) isOp(i int, op string) bool { return i >= 0 && i < len(pr.toks) && pr.toks[i].is(op) }
+func (pr *jsProof) isOp(i int, op string) bool {
+	return i >= 0 && i < len(pr.toks) && pr.toks[i].is(op)
+}
 
 func (pr *jsProof) isWord(i int, w string) bool {
 	return i >= 0 && i < len(pr.toks) && pr.toks[i].kind == tkIdent && pr.toks[i].text == w

@@ -213,7 +213,7 @@ var pyCalls = map[string]string{
 	"inspect.stack": "python.introspection.frame", "inspect.getouterframes": "python.introspection.frame",
 	"gc.get_objects": "python.introspection.gc", "gc.get_referrers": "python.introspection.gc",
 	"gc.get_referents": "python.introspection.gc",
-	"pickle.loads": "python.deser.pickle", "pickle.load": "python.deser.pickle", "pickle.Unpickler": "python.deser.pickle",
+	"pickle.loads":     "python.deser.pickle", "pickle.load": "python.deser.pickle", "pickle.Unpickler": "python.deser.pickle",
 	"dill.loads": "python.deser.pickle", "dill.load": "python.deser.pickle", "shelve.open": "python.deser.pickle",
 	"types.CodeType": "python.eval.code_object", "types.FunctionType": "python.eval.code_object",
 	"os.setuid": "python.priv.setuid", "os.setgid": "python.priv.setuid", "os.seteuid": "python.priv.setuid",
@@ -393,7 +393,7 @@ func (p *pyAnalyzer) getattrCall(open int) {
 }
 
 // concat finds names built from pieces: 'ev'+'al', 'o' 's', chr(111)+chr(115),
-// ''.join(['o','s']).
+// ”.join(['o','s']).
 func (p *pyAnalyzer) concat() {
 	toks := p.toks
 	for i := 0; i < len(toks); i++ {
