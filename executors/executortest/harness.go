@@ -44,6 +44,12 @@ type Harness struct {
 	// tests then also prove the processes they expect to be killed did
 	// exist; without it they can only show nothing is left over.
 	ProcessesVisible bool
+	// DetachedEscape, when non-empty, says why this backend cannot kill
+	// processes that left the run's process group (setsid, double fork):
+	// the subprocess backend without root, say. The tree tests then only
+	// require the in-group child to die, log the reason, and kill the
+	// survivors themselves. Every production backend leaves it empty.
+	DetachedEscape string
 	// RunTimeout is the Spec.Timeout of ordinary runs (default 30s): long
 	// enough for a cold interpreter start on a loaded machine.
 	RunTimeout time.Duration

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -114,5 +115,15 @@ func waitMarkersGone(markers []string, grace time.Duration) map[string][]int {
 			return left
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// killMarked SIGKILLs every process carrying one of the markers: the
+// test's own leftovers when a backend declared DetachedEscape.
+func killMarked(markers []string) {
+	for _, m := range markers {
+		for _, pid := range ProcessesMatching(m) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
 	}
 }

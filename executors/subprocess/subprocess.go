@@ -237,6 +237,9 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 	if res.Truncated && res.OutputPath == "" {
 		e.log.Warn("output truncated and not spilled", "request_id", id)
 	}
+	e.log.DebugContext(ctx, "run finished", "request_id", id, "session_id", spec.SessionID,
+		"language", spec.Language, "exit_code", res.ExitCode, "timed_out", res.TimedOut,
+		"truncated", res.Truncated, "duration_ms", res.Duration.Milliseconds())
 	return res, err
 }
 
