@@ -3,10 +3,12 @@ package subprocess
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -210,4 +212,47 @@ func TestWorkspaceUnreachable(t *testing.T) {
 	if !errors.Is(err, ErrWorkspaceUnreachable) {
 		t.Errorf("Execute: %v, want ErrWorkspaceUnreachable", err)
 	}
+}
+
+// TestNoDescriptorLeak: runs, including spilled and timed-out ones, leave
+// no file descriptors behind in the gateway.
+func TestNoDescriptorLeak(t *testing.T) {
+	e := newTestExecutor(t)
+	count := func() int {
+		fds, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(fds)
+	}
+	runs := func() {
+		execute(t, e, executors.LangPython, "print('x' * 5000)", func(s *executors.Spec) { s.Limits.MaxOutputBytes = 10 })
+		execute(t, e, executors.LangBash, "sleep 5", func(s *executors.Spec) { s.Timeout = 100 * time.Millisecond })
+	}
+	runs() // warm up lazily opened descriptors (the spawner, the runtime's poller)
+	before := count()
+	for range 10 {
+		runs()
+	}
+	if after := count(); after > before {
+		t.Errorf("%d descriptors before, %d after 20 runs", before, after)
+	}
+}
+
+// TestConcurrentRuns: runs in parallel keep their outputs apart.
+func TestConcurrentRuns(t *testing.T) {
+	e := newTestExecutor(t)
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			want := fmt.Sprintf("run-%d\n", i)
+			ws := executortest.NewWorkspace(t)
+			res, err := e.Execute(t.Context(), executors.Spec{Language: executors.LangPython,
+				Code: fmt.Sprintf("print('run-%d')", i), Timeout: 30 * time.Second, WorkspaceDir: ws})
+			if err != nil || res.Stdout != want {
+				t.Errorf("run %d: %+v %v", i, res, err)
+			}
+		})
+	}
+	wg.Wait()
 }
