@@ -148,11 +148,14 @@ func (w *bashWalker) command(i int) int {
 // reserved skips reserved words at the start of a command, handling the
 // ones with structure of their own.
 func (w *bashWalker) reserved(i int) int {
-	for w.isWord(i) && w.toks[i].flags == 0 {
+	for w.isWord(i) {
 		t := &w.toks[i]
 		if w.inCase && w.casePattern(i) {
 			i = w.skipTo(i, ")") + 1
 			continue
+		}
+		if t.flags != 0 {
+			return i
 		}
 		switch t.val {
 		case "if", "then", "elif", "else", "fi", "do", "done", "while", "until", "{", "}", "!":

@@ -164,6 +164,9 @@ func (lx *bashLexer) word() {
 		lx.wordChar(w, c)
 	}
 	text := lx.src[w.start:lx.i]
+	if text == "[" || text == "[[" || text == "]" || text == "]]" {
+		w.flags &^= bwGlob // the test command and its closing bracket
+	}
 	val := text
 	if w.copy {
 		val = w.b.String()

@@ -129,7 +129,7 @@ func (p *bashProof) arith(body string) {
 		case c == '$' && (i+1 >= len(body) || !isIdentStartASCII(body[i+1])):
 			p.ok = false // only $NAME: $(..) output would be evaluated again
 			return
-		case strings.IndexByte(" \t\n+-*/%<>=!&|^~?:(),$", c) >= 0:
+		case strings.IndexByte(" \t\n+-*/%<>=!&|^~?:(),;$", c) >= 0:
 			i++
 		default:
 			p.ok = false

@@ -25,7 +25,7 @@ var pyAllowedBuiltins = setOf(
 	"print", "len", "range", "sum", "min", "max", "sorted", "enumerate", "zip", "map", "filter", "abs",
 	"round", "int", "float", "str", "list", "dict", "set", "tuple", "bool", "isinstance", "any", "all",
 	"reversed", "divmod", "pow", "chr", "ord", "hex", "oct", "bin", "repr", "format", "frozenset", "iter",
-	"next", "slice", "complex", "hash", "bytes", "NotImplemented", "Ellipsis",
+	"next", "slice", "complex", "hash", "bytes", "NotImplemented", "Ellipsis", "__name__",
 	"Exception", "ValueError", "TypeError", "KeyError", "IndexError", "ZeroDivisionError", "ArithmeticError",
 	"StopIteration", "RuntimeError", "AssertionError", "NotImplementedError", "OverflowError", "LookupError",
 )
@@ -135,6 +135,9 @@ func (pr *pyProof) definitions() bool {
 		case t.text == "import" || t.text == "from":
 			if !pr.importStmt(i) {
 				return false
+			}
+			if t.text == "import" || pr.isImportFrom(i) {
+				i = pr.skipStatement(i) - 1
 			}
 		case t.text == "def" && i+1 < len(toks):
 			pr.defs[toks[i+1].text] = true
