@@ -125,17 +125,18 @@ func (s *suite) testCancelKillsTree(t *testing.T, lang string) {
 	w := watchMarkers(m)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var cancelled time.Time
+	cancelledAt := make(chan time.Time, 1)
 	go func() {
 		if !s.h.ProcessesVisible || !w.waitAll(15*time.Second) {
 			time.Sleep(2 * time.Second)
 		}
-		cancelled = time.Now()
+		cancelledAt <- time.Now()
 		cancel()
 	}()
 	_, err := r.exec.Execute(ctx, r.spec)
 	returned := time.Now()
 	seen := w.stop()
+	cancelled := <-cancelledAt
 	if err != nil && !errors.Is(err, context.Canceled) {
 		t.Errorf("Execute after cancel: %v, want nil or context.Canceled", err)
 	}

@@ -81,4 +81,5 @@
 //   - RLIMIT_AS is not a memory cgroup: it bounds virtual memory per
 //     process, and OOMKilled is never set.
 //   - WebAssembly memories do not fit Node's address-space limit.
+//   - Linux only.
 package subprocess

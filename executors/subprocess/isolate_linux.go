@@ -25,6 +25,8 @@ import (
 // the interpreter's Pdeathsig, and when PID 1 dies the kernel kills every
 // process of the namespace, setsid'd and double-forked ones included.
 // "exit $?" keeps the shell from replacing itself with its last command.
+// RLIMIT_NPROC is -p in dash and -u in bash; ulimit's units (-v KiB, -f
+// 512-byte blocks) are what New's probe checks against /proc/self/limits.
 const initScript = `umask 022
 ulimit -c 0 && ulimit -t "$1" && ulimit -v "$2" && ulimit -n "$3" && ulimit -f "$5" || exit 125
 ulimit -p "$4" 2>/dev/null || ulimit -u "$4" || exit 125

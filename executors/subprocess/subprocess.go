@@ -184,7 +184,9 @@ func (e *Executor) limitsFor(lang string, lim executors.Limits) rlimits {
 	}
 }
 
-// env is the code's whole environment: nothing of the gateway's.
+// env is the code's whole environment: nothing of the gateway's. HOME is
+// the workspace (its host path, masked as /workspace in output), so tools
+// that write under ~ stay inside the session.
 func (e *Executor) env(home string) []string {
 	return []string{"PATH=" + e.cfg.SandboxPATH, "HOME=" + home, "LANG=" + e.cfg.Lang}
 }
