@@ -1,0 +1,72 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/sandgate/sandgate/errcode"
+	"github.com/sandgate/sandgate/manager"
+	"github.com/sandgate/sandgate/policy"
+)
+
+// errorBody is the one error shape of DESIGN.md §5.
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Code      errcode.Code         `json:"code"`
+	Message   string               `json:"message"`
+	Reasons   []policy.Reason      `json:"reasons,omitempty"`
+	Fields    []manager.FieldError `json:"fields,omitempty"`
+	RequestID string               `json:"request_id"`
+}
+
+// Errors raised by the HTTP layer itself.
+var (
+	errUnauthorized = errcode.New(errcode.Unauthorized, "a valid bearer token is required")
+	errForbidden    = errcode.New(errcode.Forbidden, "this token's role may not do that")
+	errNotFound     = errcode.New(errcode.NotFound, "no such endpoint")
+	errMethod       = errcode.New(errcode.MethodNotAllowed, "method not allowed on this endpoint")
+	errBadJSON      = errcode.New(errcode.InvalidRequest, "the body is not valid JSON for this endpoint")
+	errTooLarge     = errcode.New(errcode.PayloadTooLarge, "the body exceeds the size limit")
+	errBadQuery     = errcode.New(errcode.InvalidRequest, "invalid query parameter")
+)
+
+// writeError renders err through errcode.Of, the single mapping from errors
+// to code and status. Internal error text never reaches the client.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	code, status, msg := errcode.Of(err)
+	body := errorBody{Error: errorDetail{Code: code, Message: msg, RequestID: requestID(r.Context())}}
+	var denied *manager.DeniedError
+	if errors.As(err, &denied) {
+		body.Error.Reasons = denied.Reasons
+	}
+	var invalid *manager.ValidationError
+	if errors.As(err, &invalid) {
+		body.Error.Fields = invalid.Fields
+	}
+	var fe *fieldErr
+	if errors.As(err, &fe) {
+		body.Error.Fields = []manager.FieldError{fe.field}
+	}
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sandgate"`)
+	}
+	if status >= 500 {
+		s.log.ErrorContext(r.Context(), "request failed", "request_id", requestID(r.Context()), "status", status, "err", err)
+	}
+	writeJSON(w, status, body)
+}
+
+// fieldErr is a one-field validation error raised while decoding.
+type fieldErr struct {
+	field manager.FieldError
+}
+
+func (e *fieldErr) Error() string { return "invalid field " + e.field.Field }
+func (e *fieldErr) Unwrap() error { return manager.ErrInvalidRequest }
+
+func fieldErrorOf(name, msg string) manager.FieldError {
+	return manager.FieldError{Field: name, Code: "invalid", Message: msg}
+}

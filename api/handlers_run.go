@@ -1,0 +1,181 @@
+package api
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/sandgate/sandgate/confirm"
+	"github.com/sandgate/sandgate/manager"
+	"github.com/sandgate/sandgate/policy"
+	"github.com/sandgate/sandgate/risk"
+)
+
+type runCodeBody struct {
+	Code     string             `json:"code"`
+	Language string             `json:"language"`
+	TimeoutS int                `json:"timeout_s"`
+	Context  manager.RunContext `json:"context"`
+}
+
+type executeBody struct {
+	Command  string `json:"command"`
+	TimeoutS int    `json:"timeout_s"`
+}
+
+type evaluateBody struct {
+	SessionID string             `json:"session_id"`
+	Kind      string             `json:"kind"`
+	Code      string             `json:"code"`
+	Language  string             `json:"language"`
+	TimeoutS  int                `json:"timeout_s"`
+	Context   manager.RunContext `json:"context"`
+}
+
+// decisionView is the decision as responses show it.
+type decisionView struct {
+	Action         string             `json:"action"`
+	Executor       string             `json:"executor"`
+	Reasons        []policy.Reason    `json:"reasons"`
+	Obligations    policy.Obligations `json:"obligations"`
+	PolicyRevision string             `json:"policy_revision"`
+}
+
+type approvalView struct {
+	ID        string `json:"id"`
+	Status    string `json:"status"`
+	DecidedBy string `json:"decided_by,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+}
+
+type runCodeResponse struct {
+	Success     bool            `json:"success"`
+	Stdout      string          `json:"stdout"`
+	Stderr      string          `json:"stderr"`
+	ExitCode    int             `json:"exit_code"`
+	Truncated   bool            `json:"truncated"`
+	TimedOut    bool            `json:"timed_out"`
+	OutputPath  string          `json:"output_path,omitempty"`
+	SandboxType string          `json:"sandbox_type"`
+	DurationMS  int64           `json:"duration_ms"`
+	Risk        risk.Assessment `json:"risk"`
+	Decision    decisionView    `json:"decision"`
+	Approval    *approvalView   `json:"approval"`
+	RequestID   string          `json:"request_id"`
+}
+
+type executeResponse struct {
+	Output      string          `json:"output"`
+	ExitCode    int             `json:"exit_code"`
+	Truncated   bool            `json:"truncated"`
+	TimedOut    bool            `json:"timed_out"`
+	OutputPath  string          `json:"output_path,omitempty"`
+	SandboxType string          `json:"sandbox_type"`
+	DurationMS  int64           `json:"duration_ms"`
+	Risk        risk.Assessment `json:"risk"`
+	Decision    decisionView    `json:"decision"`
+	Approval    *approvalView   `json:"approval"`
+	RequestID   string          `json:"request_id"`
+}
+
+func (s *Server) runCode(w http.ResponseWriter, r *http.Request) error {
+	var body runCodeBody
+	if err := decodeJSON(r, &body); err != nil {
+		return err
+	}
+	res, err := s.deps.Manager.Run(r.Context(), manager.RunRequest{
+		RequestID: requestID(r.Context()), Kind: manager.KindRunCode, Principal: principal(r),
+		SessionID: r.PathValue("id"), Language: body.Language, Code: body.Code,
+		TimeoutS: body.TimeoutS, Context: body.Context,
+	})
+	if err != nil {
+		return err
+	}
+	out := res.Result
+	writeJSON(w, http.StatusOK, runCodeResponse{
+		Success: out.ExitCode == 0 && !out.TimedOut, Stdout: out.Stdout, Stderr: out.Stderr,
+		ExitCode: out.ExitCode, Truncated: out.Truncated, TimedOut: out.TimedOut, OutputPath: out.OutputPath,
+		SandboxType: res.SandboxType, DurationMS: out.Duration.Milliseconds(), Risk: res.Risk,
+		Decision: viewDecision(res.Decision), Approval: viewApproval(res.Approval), RequestID: requestID(r.Context()),
+	})
+	return nil
+}
+
+// execute is LangChain deepagents' execute contract: one combined output,
+// stdout first, then stderr lines prefixed "[stderr] ".
+func (s *Server) execute(w http.ResponseWriter, r *http.Request) error {
+	var body executeBody
+	if err := decodeJSON(r, &body); err != nil {
+		return err
+	}
+	res, err := s.deps.Manager.Run(r.Context(), manager.RunRequest{
+		RequestID: requestID(r.Context()), Kind: manager.KindExecute, Principal: principal(r),
+		SessionID: r.PathValue("id"), Language: "bash", Code: body.Command, TimeoutS: body.TimeoutS,
+	})
+	if err != nil {
+		return err
+	}
+	out := res.Result
+	writeJSON(w, http.StatusOK, executeResponse{
+		Output: combineOutput(out.Stdout, out.Stderr), ExitCode: out.ExitCode, Truncated: out.Truncated,
+		TimedOut: out.TimedOut, OutputPath: out.OutputPath, SandboxType: res.SandboxType,
+		DurationMS: out.Duration.Milliseconds(), Risk: res.Risk, Decision: viewDecision(res.Decision),
+		Approval: viewApproval(res.Approval), RequestID: requestID(r.Context()),
+	})
+	return nil
+}
+
+func combineOutput(stdout, stderr string) string {
+	if stderr == "" {
+		return stdout
+	}
+	var b strings.Builder
+	b.WriteString(stdout)
+	if stdout != "" && !strings.HasSuffix(stdout, "\n") {
+		b.WriteByte('\n')
+	}
+	for _, line := range strings.SplitAfter(stderr, "\n") {
+		if line != "" {
+			b.WriteString("[stderr] ")
+			b.WriteString(line)
+		}
+	}
+	return b.String()
+}
+
+func (s *Server) evaluate(w http.ResponseWriter, r *http.Request) error {
+	var body evaluateBody
+	if err := decodeJSON(r, &body); err != nil {
+		return err
+	}
+	kind := manager.KindRunCode
+	if body.Kind == manager.KindExecute {
+		kind = manager.KindExecute
+	}
+	ev, err := s.deps.Manager.Evaluate(r.Context(), manager.RunRequest{
+		RequestID: requestID(r.Context()), Kind: kind, Principal: principal(r), SessionID: body.SessionID,
+		Language: body.Language, Code: body.Code, TimeoutS: body.TimeoutS, Context: body.Context,
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"risk": ev.Risk, "decision": viewDecision(ev.Decision), "request_id": requestID(r.Context()),
+	})
+	return nil
+}
+
+func viewDecision(d policy.Decision) decisionView {
+	reasons := d.Reasons
+	if reasons == nil {
+		reasons = []policy.Reason{}
+	}
+	return decisionView{Action: d.Action, Executor: d.Executor, Reasons: reasons,
+		Obligations: d.Obligations, PolicyRevision: d.PolicyRevision}
+}
+
+func viewApproval(o *confirm.Outcome) *approvalView {
+	if o == nil {
+		return nil
+	}
+	return &approvalView{ID: o.ApprovalID, Status: o.Status, DecidedBy: o.DecidedBy, Reason: o.Reason}
+}

@@ -1,0 +1,213 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/confirm"
+	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/executors/subprocess"
+	"github.com/sandgate/sandgate/manager"
+	"github.com/sandgate/sandgate/policy"
+	"github.com/sandgate/sandgate/risk"
+	"github.com/sandgate/sandgate/workspace"
+)
+
+const (
+	agentTok    = "agent-token-0123456789"
+	approverTok = "approver-token-0123456789"
+	adminTok    = "admin-token-0123456789"
+)
+
+// env is a gateway assembled from real parts (OPA, SQLite, the subprocess
+// executor) behind a real listener.
+type env struct {
+	t       *testing.T
+	srv     *httptest.Server
+	dataDir string
+	audit   *audit.SQLite
+	ws      *workspace.Workspaces
+}
+
+type envOpts struct {
+	mode     string
+	policyFS fs.FS
+	confirm  confirm.Service
+	maxBody  int64
+	dataDir  string
+}
+
+func newEnv(t *testing.T, o envOpts) *env {
+	t.Helper()
+	if o.mode == "" {
+		o.mode = "STRICT"
+	}
+	if o.dataDir == "" {
+		o.dataDir = t.TempDir()
+	}
+	traversable(t, o.dataDir)
+	ctx := context.Background()
+	st, err := audit.Open(ctx, filepath.Join(o.dataDir, "audit.db"), audit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, err := workspace.New(filepath.Join(o.dataDir, "workspaces"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := policy.New(ctx, policy.Options{FS: o.policyFS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, err := subprocess.New(ctx, subprocess.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	mgr, err := manager.New(manager.Config{Mode: o.mode}, manager.Deps{
+		Assessor: risk.NewAssessor(nil, nil), Policy: eng, Confirm: o.confirm,
+		Executors: []executors.Executor{sp}, Workspaces: ws, Audit: st, Metrics: manager.NewMetrics(reg),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth, err := NewAuth([]Token{
+		NewToken("a", RoleAgent, agentTok), NewToken("p", RoleApprover, approverTok), NewToken("root", RoleAdmin, adminTok),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := New(Config{MaxBodyBytes: o.maxBody}, Deps{Manager: mgr, Policy: eng, Audit: st, Auth: auth, Gatherer: reg})
+	e := &env{t: t, srv: httptest.NewServer(h), dataDir: o.dataDir, audit: st, ws: ws}
+	t.Cleanup(func() {
+		e.srv.Close()
+		_ = st.Close()
+	})
+	return e
+}
+
+// resp is a decoded response.
+type resp struct {
+	status int
+	header http.Header
+	raw    []byte
+	body   map[string]any
+}
+
+// errCode returns error.code of an error body.
+func (r resp) errCode() string {
+	e, _ := r.body["error"].(map[string]any)
+	s, _ := e["code"].(string)
+	return s
+}
+
+func (r resp) errField(i int) string {
+	e, _ := r.body["error"].(map[string]any)
+	fields, _ := e["fields"].([]any)
+	if i >= len(fields) {
+		return ""
+	}
+	f, _ := fields[i].(map[string]any)
+	s, _ := f["field"].(string)
+	return s
+}
+
+func (e *env) do(method, path, token string, body any) resp {
+	e.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		j, err := json.Marshal(b)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		rd = bytes.NewReader(j)
+	}
+	req, err := http.NewRequest(method, e.srv.URL+path, rd)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := e.srv.Client().Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	r := resp{status: res.StatusCode, header: res.Header, raw: raw}
+	if strings.HasPrefix(res.Header.Get("Content-Type"), "application/json") {
+		if err := json.Unmarshal(raw, &r.body); err != nil {
+			e.t.Fatalf("%s %s: bad JSON %q: %v", method, path, raw, err)
+		}
+	}
+	if !strings.HasPrefix(res.Header.Get("X-Request-Id"), "req_") {
+		e.t.Fatalf("%s %s: no request id header", method, path)
+	}
+	if r.status >= 400 && r.body != nil {
+		if eb, _ := r.body["error"].(map[string]any); eb == nil || eb["request_id"] != res.Header.Get("X-Request-Id") {
+			e.t.Fatalf("%s %s: error body without the request id: %s", method, path, raw)
+		}
+	}
+	return r
+}
+
+func (e *env) auditRecords(session string) []audit.Record {
+	e.t.Helper()
+	page, err := e.audit.Query(context.Background(), audit.Query{SessionID: session, Limit: 1000})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return page.Records
+}
+
+// copyTree writes the embedded default policy into dir.
+func copyTree(t *testing.T, dir string) {
+	t.Helper()
+	err := fsWalk(policy.DefaultFS(), func(p string, b []byte) {
+		dst := filepath.Join(dir, p)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func newEnvWithPolicyDir(t *testing.T, dir string) *env {
+	return newEnv(t, envOpts{policyFS: os.DirFS(dir)})
+}
+
+// traversable makes a test data dir (and the per-test directory that
+// t.TempDir nests it in) 0711, as the gateway makes its data dir: sandboxed
+// uids must reach their workspace through it but cannot list it.
+func traversable(t *testing.T, dir string) {
+	t.Helper()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

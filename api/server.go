@@ -1,0 +1,141 @@
+// Package api is sandgate's HTTP surface (DESIGN.md §5): routing,
+// authentication, request decoding and validation handoff, and the single
+// error body. It holds no decisions of its own: every execution goes through
+// manager.
+package api
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/manager"
+	"github.com/sandgate/sandgate/policy"
+)
+
+// DefaultMaxBodyBytes caps request bodies. Code is capped at 256 KiB by the
+// manager; JSON escaping can inflate it several times, hence the headroom.
+const DefaultMaxBodyBytes = 2 << 20
+
+// PolicyAdmin is the policy engine as the admin endpoints use it.
+type PolicyAdmin interface {
+	Status() policy.Status
+	Reload(ctx context.Context) (policy.Status, error)
+}
+
+// Config tunes the HTTP layer.
+type Config struct {
+	MaxBodyBytes int64
+}
+
+// Deps are the collaborators, wired in main.
+type Deps struct {
+	Manager  *manager.Manager
+	Policy   PolicyAdmin
+	Audit    audit.Store
+	Auth     *Auth
+	Gatherer prometheus.Gatherer
+	Logger   *slog.Logger
+}
+
+// Server is the http.Handler of the gateway.
+type Server struct {
+	cfg  Config
+	deps Deps
+	log  *slog.Logger
+	mux  *http.ServeMux
+}
+
+// New builds the handler with every route of this version.
+func New(cfg Config, deps Deps) *Server {
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	s := &Server{cfg: cfg, deps: deps, log: deps.Logger, mux: http.NewServeMux()}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.routes()
+	return s
+}
+
+func (s *Server) routes() {
+	agent := []Role{RoleAgent}
+	agentOrAdmin := []Role{RoleAgent, RoleAdmin}
+	admin := []Role{RoleAdmin}
+
+	s.handle("POST /v1/sessions/{id}/run_code", agent, s.runCode)
+	s.handle("POST /v1/sessions/{id}/execute", agent, s.execute)
+	s.handle("GET /v1/sessions", agentOrAdmin, s.listSessions)
+	s.handle("GET /v1/sessions/{id}", agentOrAdmin, s.getSession)
+	s.handle("DELETE /v1/sessions/{id}", agentOrAdmin, s.deleteSession)
+
+	s.handle("GET /v1/policy", admin, s.getPolicy)
+	s.handle("POST /v1/policy/reload", admin, s.reloadPolicy)
+	s.handle("POST /v1/policy/evaluate", agentOrAdmin, s.evaluate)
+	s.handle("GET /v1/audit", admin, s.listAudit)
+
+	// Metrics name executors, policy revisions and rates: admin only.
+	metrics := promhttp.HandlerFor(s.deps.Gatherer, promhttp.HandlerOpts{})
+	s.handle("GET /metrics", admin, func(w http.ResponseWriter, r *http.Request) error {
+		metrics.ServeHTTP(w, r)
+		return nil
+	})
+	// Probes are unauthenticated by design (load balancers, kubelets) and
+	// say nothing beyond ready or not.
+	s.mux.Handle("GET /healthz", s.wrap(s.healthz))
+	s.mux.Handle("GET /readyz", s.wrap(s.readyz))
+	s.mux.Handle("/", s.wrap(s.unmatched))
+}
+
+// unmatched answers 405 when the path exists for another method, else 404,
+// both with the JSON error body.
+func (s *Server) unmatched(w http.ResponseWriter, r *http.Request) error {
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := s.mux.Handler(probe); pattern != "/" {
+			return errMethod
+		}
+	}
+	return errNotFound
+}
+
+// handlerFunc is a handler that returns its error, so that every failure is
+// rendered by writeError (Caddy's error-returning handlers).
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+func (s *Server) handle(pattern string, roles []Role, h handlerFunc) {
+	s.mux.Handle(pattern, s.wrap(s.authorize(roles, h)))
+}
+
+func (s *Server) wrap(h handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			s.writeError(w, r, err)
+		}
+	})
+}
+
+// ServeHTTP stamps every response with a request id, bounds the body,
+// and turns panics into a 500 with the fixed body.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	id := newRequestID()
+	w.Header().Set("X-Request-Id", id)
+	r = r.WithContext(withRequestID(r.Context(), id))
+	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.log.ErrorContext(r.Context(), "handler panic", "request_id", id, "panic", v)
+			s.writeError(w, r, errPanic)
+		}
+	}()
+	s.mux.ServeHTTP(w, r)
+}

@@ -1,0 +1,224 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is the whole gateway configuration. Every field has a safe default
+// (Default), decoding is strict (an unknown key is an error, so a typo in a
+// security setting is caught), and Validate reports every problem at once.
+type Config struct {
+	// Listen is the HTTP address. Default 127.0.0.1:8080. A non-loopback
+	// address requires configured tokens.
+	Listen string `yaml:"listen"`
+	// Mode is STRICT (default) or PERMISSIVE.
+	Mode string `yaml:"mode"`
+	// DataDir holds workspaces and the audit database.
+	DataDir string `yaml:"data_dir"`
+
+	Policy    PolicyConfig    `yaml:"policy"`
+	Risk      RiskConfig      `yaml:"risk"`
+	Limits    LimitsConfig    `yaml:"limits"`
+	Approval  ApprovalConfig  `yaml:"approval"`
+	Executors ExecutorsConfig `yaml:"executors"`
+	Auth      AuthConfig      `yaml:"auth"`
+	Server    ServerConfig    `yaml:"server"`
+	Log       LogConfig       `yaml:"log"`
+}
+
+// PolicyConfig selects the Rego tree.
+type PolicyConfig struct {
+	// Dir is a policy directory watched for changes; empty uses the policy
+	// embedded in the binary.
+	Dir         string        `yaml:"dir"`
+	EvalTimeout time.Duration `yaml:"eval_timeout"`
+	// WatchPoll is the content-hash poll that backs up file events.
+	WatchPoll time.Duration `yaml:"watch_poll"`
+}
+
+// RiskConfig points at optional admin rules (expr).
+type RiskConfig struct {
+	RulesFile string `yaml:"rules_file"`
+}
+
+// LimitsConfig are request limits.
+type LimitsConfig struct {
+	MaxCodeBytes   int           `yaml:"max_code_bytes"`
+	MaxBodyBytes   int64         `yaml:"max_body_bytes"`
+	DefaultTimeout time.Duration `yaml:"default_timeout"`
+}
+
+// ApprovalConfig configures step 4.
+type ApprovalConfig struct {
+	Timeout time.Duration `yaml:"timeout"`
+	// AutoApprove approves every require_approval. PERMISSIVE mode only;
+	// Validate rejects it in STRICT.
+	AutoApprove bool `yaml:"auto_approve"`
+}
+
+// ExecutorsConfig enables backends.
+type ExecutorsConfig struct {
+	Subprocess SubprocessConfig `yaml:"subprocess"`
+}
+
+// SubprocessConfig tunes the hardened host-process executor.
+type SubprocessConfig struct {
+	Enabled      bool `yaml:"enabled"`
+	MemoryMB     int  `yaml:"memory_mb"`
+	CPUSeconds   int  `yaml:"cpu_seconds"`
+	MaxProcs     int  `yaml:"max_procs"`
+	MaxOutputKiB int  `yaml:"max_output_kib"`
+}
+
+// AuthConfig lists bearer tokens. Without any, the gateway generates one per
+// role at start, prints them, and only listens on loopback.
+type AuthConfig struct {
+	Tokens []TokenConfig `yaml:"tokens"`
+}
+
+// TokenConfig is one credential.
+type TokenConfig struct {
+	Name  string `yaml:"name"`
+	Role  string `yaml:"role"`
+	Token string `yaml:"token"`
+}
+
+// ServerConfig holds the HTTP server's timeouts. None may be zero: a zero
+// http.Server timeout means none at all.
+type ServerConfig struct {
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
+	ReadTimeout       time.Duration `yaml:"read_timeout"`
+	WriteTimeout      time.Duration `yaml:"write_timeout"`
+	IdleTimeout       time.Duration `yaml:"idle_timeout"`
+	ShutdownTimeout   time.Duration `yaml:"shutdown_timeout"`
+}
+
+// LogConfig sets the log level (debug, info, warn, error).
+type LogConfig struct {
+	Level string `yaml:"level"`
+}
+
+// Default is the configuration `go run ./cmd/gateway` starts with.
+func Default() Config {
+	return Config{
+		Listen:  "127.0.0.1:8080",
+		Mode:    "STRICT",
+		DataDir: ".data",
+		Policy:  PolicyConfig{EvalTimeout: 100 * time.Millisecond, WatchPoll: 5 * time.Second},
+		Limits: LimitsConfig{
+			MaxCodeBytes: 256 << 10, MaxBodyBytes: 2 << 20, DefaultTimeout: 30 * time.Second,
+		},
+		Approval:  ApprovalConfig{Timeout: 120 * time.Second},
+		Executors: ExecutorsConfig{Subprocess: SubprocessConfig{Enabled: true, MemoryMB: 1024, CPUSeconds: 60, MaxProcs: 256, MaxOutputKiB: 1024}},
+		Server: ServerConfig{
+			ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second,
+			// A request may wait for approval and then run to the policy's
+			// ceiling (300 s), so writes need the sum plus a margin.
+			WriteTimeout: 10 * time.Minute, IdleTimeout: 2 * time.Minute, ShutdownTimeout: 30 * time.Second,
+		},
+		Log: LogConfig{Level: "info"},
+	}
+}
+
+// LoadFile decodes path over the defaults, strictly.
+func LoadFile(path string) (Config, error) {
+	cfg := Default()
+	f, err := os.Open(path)
+	if err != nil {
+		return cfg, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	dec := yaml.NewDecoder(f)
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil {
+		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// Validate reports every problem, joined.
+func (c Config) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		add("listen %q: %v", c.Listen, err)
+	}
+	if c.Mode != "STRICT" && c.Mode != "PERMISSIVE" {
+		add("mode %q: want STRICT or PERMISSIVE", c.Mode)
+	}
+	if c.DataDir == "" {
+		add("data_dir is required")
+	}
+	if c.Approval.AutoApprove && c.Mode != "PERMISSIVE" {
+		add("approval.auto_approve is allowed only in PERMISSIVE mode")
+	}
+	positive := map[string]time.Duration{
+		"policy.eval_timeout": c.Policy.EvalTimeout, "policy.watch_poll": c.Policy.WatchPoll,
+		"limits.default_timeout": c.Limits.DefaultTimeout, "approval.timeout": c.Approval.Timeout,
+		"server.read_header_timeout": c.Server.ReadHeaderTimeout, "server.read_timeout": c.Server.ReadTimeout,
+		"server.write_timeout": c.Server.WriteTimeout, "server.idle_timeout": c.Server.IdleTimeout,
+		"server.shutdown_timeout": c.Server.ShutdownTimeout,
+	}
+	for _, name := range sortedKeys(positive) {
+		if positive[name] <= 0 {
+			add("%s must be positive", name)
+		}
+	}
+	if c.Limits.MaxCodeBytes <= 0 || c.Limits.MaxBodyBytes < int64(c.Limits.MaxCodeBytes) {
+		add("limits: max_code_bytes must be positive and max_body_bytes at least as large")
+	}
+	sp := c.Executors.Subprocess
+	if sp.Enabled && (sp.MemoryMB <= 0 || sp.CPUSeconds <= 0 || sp.MaxProcs <= 0 || sp.MaxOutputKiB <= 0) {
+		add("executors.subprocess: memory_mb, cpu_seconds, max_procs and max_output_kib must be positive")
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		add("log.level %q: want debug, info, warn or error", c.Log.Level)
+	}
+	errs = append(errs, c.Auth.validate()...)
+	return errors.Join(errs...)
+}
+
+func (a AuthConfig) validate() []error {
+	var errs []error
+	seen := map[string]bool{}
+	for i, t := range a.Tokens {
+		switch t.Role {
+		case "agent", "approver", "admin":
+		default:
+			errs = append(errs, fmt.Errorf("auth.tokens[%d]: role %q: want agent, approver or admin", i, t.Role))
+		}
+		if t.Name == "" {
+			errs = append(errs, fmt.Errorf("auth.tokens[%d]: name is required", i))
+		}
+		if len(t.Token) < 16 {
+			errs = append(errs, fmt.Errorf("auth.tokens[%d] (%s): token must be at least 16 characters", i, t.Name))
+		}
+		if seen[t.Token] && t.Token != "" {
+			errs = append(errs, fmt.Errorf("auth.tokens[%d] (%s): the same token is configured twice", i, t.Name))
+		}
+		seen[t.Token] = true
+	}
+	return errs
+}
+
+// IsLoopback reports whether the listen address can only be reached from
+// this host.
+func IsLoopback(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

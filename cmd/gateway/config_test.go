@@ -1,0 +1,84 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+func noEnv(string) string { return "" }
+
+func TestDefaultIsValidAndSafe(t *testing.T) {
+	c := Default()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.Listen != "127.0.0.1:8080" || c.Mode != "STRICT" || c.Approval.AutoApprove || !IsLoopback(c.Listen) {
+		t.Fatalf("unsafe default: %+v", c)
+	}
+}
+
+func TestLoadFull(t *testing.T) {
+	c, err := loadConfig([]string{"--config", "testdata/full.yaml"}, noEnv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Listen != "127.0.0.1:9090" || c.Mode != "PERMISSIVE" || c.Policy.EvalTimeout != 50*time.Millisecond ||
+		c.Server.WriteTimeout != 5*time.Minute || len(c.Auth.Tokens) != 2 || c.Executors.Subprocess.MaxProcs != 64 {
+		t.Fatalf("decoded %+v", c)
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want []string
+	}{
+		{"unknown key is an error", []string{"--config", "testdata/unknown_key.yaml"}, nil, []string{"mdoe"}},
+		{"every problem at once", []string{"--config", "testdata/many_errors.yaml"}, nil, []string{
+			"listen", "mode \"LAX\"", "approval.timeout", "auto_approve", "role \"root\"", "name is required", "at least 16", "log.level"}},
+		{"missing file", []string{"--config", "testdata/absent.yaml"}, nil, []string{"absent.yaml"}},
+		{"bad flag mode", []string{"--mode", "YOLO"}, nil, []string{"YOLO"}},
+		{"bad env mode", nil, map[string]string{"SANDGATE_MODE": "lax"}, []string{"lax"}},
+		{"short env token", nil, map[string]string{"SANDGATE_AGENT_TOKEN": "abc"}, []string{"at least 16"}},
+		{"stray argument", []string{"serve"}, nil, []string{"unexpected"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := loadConfig(c.args, func(k string) string { return c.env[k] }, io.Discard)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error does not mention %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
+
+func TestPrecedence(t *testing.T) {
+	env := map[string]string{"SANDGATE_LISTEN": "127.0.0.1:7000", "SANDGATE_MODE": "PERMISSIVE", "SANDGATE_DATA_DIR": "/tmp/env"}
+	c, err := loadConfig([]string{"--config", "testdata/full.yaml", "--listen", "127.0.0.1:7001"}, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Listen != "127.0.0.1:7001" || c.Mode != "PERMISSIVE" || c.DataDir != "/tmp/env" {
+		t.Fatalf("flags > env > file not respected: %+v", c)
+	}
+}
+
+func TestIsLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1:8080": true, "[::1]:80": true, "localhost:1": true, "127.3.4.5:9": true,
+		"0.0.0.0:8080": false, ":8080": false, "10.0.0.1:80": false, "[::]:80": false, "example.com:80": false,
+	} {
+		if got := IsLoopback(addr); got != want {
+			t.Errorf("%s: %v, want %v", addr, got, want)
+		}
+	}
+}

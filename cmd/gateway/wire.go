@@ -1,0 +1,304 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/sandgate/sandgate/api"
+	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/confirm"
+	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/executors/subprocess"
+	"github.com/sandgate/sandgate/manager"
+	"github.com/sandgate/sandgate/policy"
+	"github.com/sandgate/sandgate/risk"
+	"github.com/sandgate/sandgate/workspace"
+)
+
+// gateway is the wired process.
+type gateway struct {
+	cfg      Config
+	log      *slog.Logger
+	stdout   io.Writer
+	listener net.Listener
+	server   *http.Server
+	manager  *manager.Manager
+	policy   *policy.Engine
+	audit    *audit.SQLite
+	// baseCancel ends every request context; called when the shutdown
+	// deadline passes so running executions are killed, not abandoned.
+	baseCancel context.CancelFunc
+	generated  []api.Token
+	secrets    map[api.Role]string
+}
+
+func newLogger(level string, w io.Writer) *slog.Logger {
+	var lv slog.Level
+	_ = lv.UnmarshalText([]byte(level)) // validated in Config.Validate
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lv, ReplaceAttr: redact}))
+}
+
+// redact is a last line of defence: no attribute whose key suggests a
+// credential is ever written, whatever a caller passes.
+func redact(_ []string, a slog.Attr) slog.Attr {
+	k := strings.ToLower(a.Key)
+	if strings.Contains(k, "token") || strings.Contains(k, "secret") || strings.Contains(k, "authorization") {
+		return slog.String(a.Key, "REDACTED")
+	}
+	return a
+}
+
+// build wires every component. Anything that fails closes what was opened.
+func build(ctx context.Context, cfg Config, _ func(string) string, stdout, stderr io.Writer) (_ *gateway, err error) {
+	gw := &gateway{cfg: cfg, log: newLogger(cfg.Log.Level, stderr), stdout: stdout}
+	defer func() {
+		if err != nil {
+			gw.closeStores()
+		}
+	}()
+	tokens, err := gw.tokens()
+	if err != nil {
+		return nil, err
+	}
+	auth, err := api.NewAuth(tokens)
+	if err != nil {
+		return nil, err
+	}
+	if err := prepareDataDir(cfg.DataDir); err != nil {
+		return nil, err
+	}
+	if gw.audit, err = audit.Open(ctx, filepath.Join(cfg.DataDir, "audit", "audit.db"), audit.Options{Logger: gw.log}); err != nil {
+		return nil, err
+	}
+	workspaces, err := workspace.New(filepath.Join(cfg.DataDir, "workspaces"))
+	if err != nil {
+		return nil, err
+	}
+	if gw.policy, err = policy.New(ctx, policy.Options{Dir: cfg.Policy.Dir, EvalTimeout: cfg.Policy.EvalTimeout, Logger: gw.log}); err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	assessor, err := gw.assessor()
+	if err != nil {
+		return nil, err
+	}
+	execs, err := gw.executors(ctx)
+	if err != nil {
+		return nil, err
+	}
+	confirmer, err := gw.confirmer()
+	if err != nil {
+		return nil, err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	gw.manager, err = manager.New(manager.Config{
+		Mode: cfg.Mode, MaxCodeBytes: cfg.Limits.MaxCodeBytes, DefaultTimeout: cfg.Limits.DefaultTimeout,
+		ApprovalTimeout: cfg.Approval.Timeout,
+	}, manager.Deps{
+		Assessor: assessor, Policy: gw.policy, Confirm: confirmer, Executors: execs, Workspaces: workspaces,
+		Audit: gw.audit, Metrics: manager.NewMetrics(reg), Logger: gw.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	handler := api.New(api.Config{MaxBodyBytes: cfg.Limits.MaxBodyBytes}, api.Deps{
+		Manager: gw.manager, Policy: gw.policy, Audit: gw.audit, Auth: auth, Gatherer: reg, Logger: gw.log,
+	})
+	if err := gw.listen(handler); err != nil {
+		return nil, err
+	}
+	return gw, nil
+}
+
+// prepareDataDir creates the data directory 0711: sandboxed code runs as
+// unprivileged uids that must traverse it to reach their own workspace, but
+// may not list it. The audit database lives in a 0700 subdirectory.
+func prepareDataDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	return nil
+}
+
+func (gw *gateway) assessor() (*risk.Assessor, error) {
+	var rules *risk.RuleSet
+	if gw.cfg.Risk.RulesFile != "" {
+		var err error
+		if rules, err = risk.LoadRules(gw.cfg.Risk.RulesFile); err != nil {
+			return nil, fmt.Errorf("risk rules: %w", err)
+		}
+	}
+	return risk.NewAssessor(rules, gw.log), nil
+}
+
+func (gw *gateway) executors(ctx context.Context) ([]executors.Executor, error) {
+	var out []executors.Executor
+	if sp := gw.cfg.Executors.Subprocess; sp.Enabled {
+		e, err := subprocess.New(ctx, subprocess.Config{
+			Limits: executors.Limits{MemoryMB: sp.MemoryMB, CPUSeconds: sp.CPUSeconds, MaxProcs: sp.MaxProcs,
+				MaxOutputBytes: sp.MaxOutputKiB << 10},
+			Logger: gw.log,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("subprocess executor: %w", err)
+		}
+		gw.log.Info("subprocess executor ready", "isolation", e.Isolation())
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// confirmer is nil unless auto-approve is configured (PERMISSIVE only, as
+// Validate and NewAutoApprove both check). Without one, every
+// require_approval is denied with approval_unavailable.
+func (gw *gateway) confirmer() (confirm.Service, error) {
+	if !gw.cfg.Approval.AutoApprove {
+		return nil, nil
+	}
+	return confirm.NewAutoApprove(gw.cfg.Mode)
+}
+
+// tokens returns the configured tokens, or generates one per role when none
+// are configured, which is only allowed on a loopback address.
+func (gw *gateway) tokens() ([]api.Token, error) {
+	var out []api.Token
+	for _, t := range gw.cfg.Auth.Tokens {
+		role, err := api.ParseRole(t.Role)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, api.NewToken(t.Name, role, t.Token))
+	}
+	if len(out) > 0 {
+		return out, nil
+	}
+	if !IsLoopback(gw.cfg.Listen) {
+		return nil, fmt.Errorf("refusing to listen on %s without configured tokens: set auth.tokens or SANDGATE_*_TOKEN, or listen on loopback", gw.cfg.Listen)
+	}
+	gw.secrets = map[api.Role]string{}
+	for _, role := range []api.Role{api.RoleAgent, api.RoleApprover, api.RoleAdmin} {
+		var b [32]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return nil, err
+		}
+		secret := "sg_" + string(role) + "_" + base64.RawURLEncoding.EncodeToString(b[:])
+		gw.secrets[role] = secret
+		out = append(out, api.NewToken("generated-"+string(role), role, secret))
+	}
+	return out, nil
+}
+
+func (gw *gateway) listen(handler http.Handler) error {
+	ln, err := net.Listen("tcp", gw.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	if len(gw.cfg.Auth.Tokens) == 0 && !IsLoopback(ln.Addr().String()) {
+		ln.Close()
+		return errors.New("refusing a non-loopback listener without configured tokens")
+	}
+	gw.listener = ln
+	baseCtx, cancel := context.WithCancel(context.Background())
+	gw.baseCancel = cancel
+	s := gw.cfg.Server
+	gw.server = &http.Server{
+		Handler: handler, ReadHeaderTimeout: s.ReadHeaderTimeout, ReadTimeout: s.ReadTimeout,
+		WriteTimeout: s.WriteTimeout, IdleTimeout: s.IdleTimeout, MaxHeaderBytes: 64 << 10,
+		BaseContext: func(net.Listener) context.Context { return baseCtx },
+		ErrorLog:    slog.NewLogLogger(gw.log.Handler(), slog.LevelWarn),
+	}
+	return nil
+}
+
+// Addr is the bound address (useful with port 0).
+func (gw *gateway) Addr() string { return gw.listener.Addr().String() }
+
+func (gw *gateway) closeStores() {
+	if gw.audit != nil {
+		_ = gw.audit.Close()
+	}
+}
+
+// banner prints where to reach the gateway and, when they were generated,
+// the tokens. It writes to stdout, never to the log.
+func (gw *gateway) banner() {
+	base := "http://" + gw.Addr()
+	fmt.Fprintf(gw.stdout, "sandgate listening on %s (mode %s)\n", base, gw.cfg.Mode)
+	if gw.secrets == nil {
+		return
+	}
+	fmt.Fprintln(gw.stdout, "no tokens configured; generated for this run only:")
+	for _, role := range []api.Role{api.RoleAgent, api.RoleApprover, api.RoleAdmin} {
+		fmt.Fprintf(gw.stdout, "  %-9s %s\n", role, gw.secrets[role])
+	}
+	fmt.Fprintf(gw.stdout, "approval page: %s/?token=%s\n", base, gw.secrets[api.RoleApprover])
+}
+
+// serve runs until ctx is done, then shuts down: stop accepting, let
+// running requests finish up to the shutdown timeout, cancel the rest (which
+// kills their process trees), release executors and close the audit store.
+func (gw *gateway) serve(ctx context.Context) error {
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go func() {
+		if err := gw.policy.Watch(watchCtx, gw.cfg.Policy.WatchPoll); err != nil {
+			gw.log.Error("policy watch stopped", "err", err)
+		}
+	}()
+	errc := make(chan error, 1)
+	go func() { errc <- gw.server.Serve(gw.listener) }()
+	gw.banner()
+	gw.log.Info("gateway started", "addr", gw.Addr(), "mode", gw.cfg.Mode, "policy_revision", gw.policy.Revision())
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+	}
+	gw.shutdown()
+	if errors.Is(serveErr, http.ErrServerClosed) {
+		serveErr = nil
+	}
+	return serveErr
+}
+
+func (gw *gateway) shutdown() {
+	gw.log.Info("shutting down", "timeout", gw.cfg.Server.ShutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), gw.cfg.Server.ShutdownTimeout)
+	defer cancel()
+	if err := gw.server.Shutdown(sctx); err != nil {
+		gw.log.Warn("shutdown deadline passed; cancelling running requests", "err", err)
+	}
+	gw.baseCancel()
+	// Cancelled requests return quickly (their executors kill the process
+	// trees); wait for them so their audit records are written before the
+	// store closes.
+	dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer dcancel()
+	if err := gw.server.Shutdown(dctx); err != nil {
+		_ = gw.server.Close()
+	}
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer ccancel()
+	if err := gw.manager.Close(cctx); err != nil {
+		gw.log.Warn("executor close", "err", err)
+	}
+	gw.closeStores()
+	gw.log.Info("stopped")
+}

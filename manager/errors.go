@@ -1,0 +1,63 @@
+package manager
+
+import (
+	"github.com/sandgate/sandgate/errcode"
+	"github.com/sandgate/sandgate/policy"
+)
+
+// Sentinel errors of the pipeline. Each carries its stable code (errcode),
+// so the audit record and the API's error body name the same code.
+var (
+	ErrInvalidRequest      = errcode.New(errcode.InvalidRequest, "the request is invalid")
+	ErrTooLarge            = errcode.New(errcode.PayloadTooLarge, "the code exceeds the size limit")
+	ErrPolicyDenied        = errcode.New(errcode.PolicyDenied, "the policy denied the request")
+	ErrApprovalDenied      = errcode.New(errcode.ApprovalDenied, "an approver denied the request")
+	ErrApprovalTimeout     = errcode.New(errcode.ApprovalTimeout, "no approver decided in time")
+	ErrApprovalUnavailable = errcode.New(errcode.ApprovalUnavailable, "the request needs approval and no approval service can give it")
+	ErrExecutorUnavailable = errcode.New(errcode.ExecutorUnavailable, "the executor the policy chose is not available")
+	ErrNotFound            = errcode.New(errcode.NotFound, "not found")
+)
+
+// FieldError is one invalid field, named as the client sent it (JSON name).
+type FieldError struct {
+	Field   string `json:"field"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// ValidationError lists every invalid field of a request.
+type ValidationError struct {
+	Fields []FieldError
+}
+
+func (e *ValidationError) Error() string {
+	if len(e.Fields) == 0 {
+		return "invalid request"
+	}
+	return "invalid request: " + e.Fields[0].Field + " " + e.Fields[0].Code
+}
+
+// Unwrap makes errors.Is(err, ErrInvalidRequest) hold and gives the error
+// its code.
+func (e *ValidationError) Unwrap() error { return ErrInvalidRequest }
+
+// DeniedError is a request the pipeline refused after judging it: by policy,
+// by an approver, by a timeout, or because the chosen executor is missing.
+// Reasons are the policy's (or the approval's) and are safe to show.
+type DeniedError struct {
+	Kind     error
+	Reasons  []policy.Reason
+	Decision policy.Decision
+}
+
+func (e *DeniedError) Error() string { return e.Kind.Error() }
+
+// Unwrap exposes Kind to errors.Is.
+func (e *DeniedError) Unwrap() error { return e.Kind }
+
+func denied(kind error, d policy.Decision, reasons ...policy.Reason) *DeniedError {
+	if len(reasons) == 0 {
+		reasons = d.Reasons
+	}
+	return &DeniedError{Kind: kind, Reasons: reasons, Decision: d}
+}

@@ -1,0 +1,139 @@
+// Package manager is the one pipeline every run_code and execute request goes
+// through, in the order DESIGN.md §2 fixes: validate, assess, decide,
+// confirm, route, execute, record. Handlers never call risk, policy or an
+// executor directly, so no request can skip a step.
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/go-playground/validator/v10"
+
+	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/confirm"
+	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/policy"
+	"github.com/sandgate/sandgate/risk"
+	"github.com/sandgate/sandgate/workspace"
+)
+
+// Request kinds.
+const (
+	KindRunCode = "run_code"
+	KindExecute = "execute"
+)
+
+// Config holds the pipeline's limits. Zero values take the defaults below.
+type Config struct {
+	// Mode is STRICT or PERMISSIVE; it is policy input, not enforced here.
+	Mode string
+	// MaxCodeBytes caps code (and commands); default 256 KiB.
+	MaxCodeBytes int
+	// DefaultTimeout applies when a request names none; default 30 s.
+	DefaultTimeout time.Duration
+	// ApprovalTimeout bounds the wait for a human; default 120 s.
+	ApprovalTimeout time.Duration
+	// AvailabilityTTL caches executor probes between requests; default 1 s.
+	AvailabilityTTL time.Duration
+}
+
+func (c *Config) applyDefaults() {
+	if c.MaxCodeBytes <= 0 {
+		c.MaxCodeBytes = 256 << 10
+	}
+	if c.DefaultTimeout <= 0 {
+		c.DefaultTimeout = 30 * time.Second
+	}
+	if c.ApprovalTimeout <= 0 {
+		c.ApprovalTimeout = 120 * time.Second
+	}
+	if c.AvailabilityTTL <= 0 {
+		c.AvailabilityTTL = time.Second
+	}
+}
+
+// Decider is the policy engine as the manager uses it.
+type Decider interface {
+	Decide(ctx context.Context, in policy.Input) policy.Decision
+}
+
+// Deps are the manager's collaborators, wired explicitly in main.
+type Deps struct {
+	Assessor   *risk.Assessor
+	Policy     Decider
+	Confirm    confirm.Service // nil: require_approval is denied (approval_unavailable)
+	Executors  []executors.Executor
+	Workspaces *workspace.Workspaces
+	Audit      audit.Store
+	Metrics    *Metrics // nil: no metrics
+	Logger     *slog.Logger
+}
+
+// Manager runs the pipeline.
+type Manager struct {
+	cfg       Config
+	deps      Deps
+	log       *slog.Logger
+	validator *validator.Validate
+	execs     map[string]executors.Executor
+	avail     *availability
+	sessions  *sessions
+}
+
+// New checks the wiring and builds a Manager.
+func New(cfg Config, deps Deps) (*Manager, error) {
+	cfg.applyDefaults()
+	var errs []error
+	if deps.Assessor == nil {
+		errs = append(errs, errors.New("manager: no risk assessor"))
+	}
+	if deps.Policy == nil {
+		errs = append(errs, errors.New("manager: no policy engine"))
+	}
+	if deps.Workspaces == nil {
+		errs = append(errs, errors.New("manager: no workspaces"))
+	}
+	if deps.Audit == nil {
+		errs = append(errs, errors.New("manager: no audit store"))
+	}
+	execs := make(map[string]executors.Executor)
+	for _, e := range deps.Executors {
+		if _, dup := execs[string(e.Kind())]; dup {
+			errs = append(errs, fmt.Errorf("manager: executor %s wired twice", e.Kind()))
+		}
+		execs[string(e.Kind())] = e
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	log := deps.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Manager{
+		cfg: cfg, deps: deps, log: log, validator: newValidator(), execs: execs,
+		avail:    newAvailability(deps.Executors, cfg.AvailabilityTTL),
+		sessions: newSessions(),
+	}, nil
+}
+
+// Mode is the security mode the manager reports to the policy.
+func (m *Manager) Mode() string { return m.cfg.Mode }
+
+// Executors returns the wired executors, for readiness probes.
+func (m *Manager) Executors() []executors.Executor { return m.deps.Executors }
+
+// Close releases executor resources (warm containers, pools).
+func (m *Manager) Close(ctx context.Context) error {
+	var errs []error
+	for _, e := range m.deps.Executors {
+		if c, ok := e.(executors.Closer); ok {
+			errs = append(errs, c.Close(ctx))
+		}
+	}
+	return errors.Join(errs...)
+}

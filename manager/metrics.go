@@ -1,0 +1,74 @@
+package manager
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the pipeline's Prometheus series. A nil *Metrics records
+// nothing, so tests and tools can run the manager without a registry.
+type Metrics struct {
+	requests    *prometheus.CounterVec
+	latency     *prometheus.HistogramVec
+	policy      prometheus.Histogram
+	exec        *prometheus.HistogramVec
+	auditErrors prometheus.Counter
+}
+
+// NewMetrics registers the series on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandgate_requests_total",
+			Help: "Execution requests by kind, policy action, executor and outcome.",
+		}, []string{"kind", "action", "executor", "outcome"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sandgate_request_duration_seconds",
+			Help:    "End-to-end pipeline latency, approval wait included.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18),
+		}, []string{"kind", "outcome"}),
+		policy: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sandgate_policy_eval_duration_seconds",
+			Help:    "Policy decision latency, executor probe included.",
+			Buckets: prometheus.ExponentialBuckets(0.00001, 2, 16),
+		}),
+		exec: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sandgate_executor_duration_seconds",
+			Help:    "Time spent inside an executor.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}, []string{"executor"}),
+		auditErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sandgate_audit_write_errors_total",
+			Help: "Audit records that could not be written.",
+		}),
+	}
+	reg.MustRegister(m.requests, m.latency, m.policy, m.exec, m.auditErrors)
+	return m
+}
+
+func (m *Metrics) observeRequest(kind, action, executor, outcome string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.requests.WithLabelValues(kind, action, executor, outcome).Inc()
+	m.latency.WithLabelValues(kind, outcome).Observe(d.Seconds())
+}
+
+func (m *Metrics) observePolicy(d time.Duration) {
+	if m != nil {
+		m.policy.Observe(d.Seconds())
+	}
+}
+
+func (m *Metrics) observeExec(executor string, d time.Duration) {
+	if m != nil {
+		m.exec.WithLabelValues(executor).Observe(d.Seconds())
+	}
+}
+
+func (m *Metrics) auditFailed() {
+	if m != nil {
+		m.auditErrors.Inc()
+	}
+}

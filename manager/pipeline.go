@@ -1,0 +1,259 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/confirm"
+	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/policy"
+	"github.com/sandgate/sandgate/risk"
+)
+
+// RunRequest is one run_code or execute request. The struct tags are the
+// pipeline's step 1; JSON names are the client's field names.
+type RunRequest struct {
+	RequestID string `json:"-"`
+	Kind      string `json:"-"`
+	Principal Principal
+	SessionID string     `json:"session_id" validate:"sessionid"`
+	Language  string     `json:"language" validate:"required,oneof=python bash javascript"`
+	Code      string     `json:"code" validate:"required"`
+	TimeoutS  int        `json:"timeout_s" validate:"min=0,max=3600"`
+	Context   RunContext `json:"context"`
+}
+
+// RunContext carries the routing flags a request may set.
+type RunContext struct {
+	NeedsBrowser      bool `json:"needs_browser"`
+	NeedsPersistentFS bool `json:"needs_persistent_fs"`
+}
+
+// Principal is the authenticated caller. Name identifies the token's owner,
+// never the token.
+type Principal struct {
+	Role string `json:"-"`
+	Name string `json:"-"`
+}
+
+// RunResult is everything a response reports about a finished run.
+type RunResult struct {
+	Result      executors.Result
+	Risk        risk.Assessment
+	Decision    policy.Decision
+	Approval    *confirm.Outcome
+	SandboxType string
+}
+
+// Evaluation is the dry run's answer: what would happen, with nothing run.
+type Evaluation struct {
+	Risk     risk.Assessment
+	Decision policy.Decision
+}
+
+// Run takes a request through all seven steps. The audit record is written
+// before Run returns, whatever the outcome, so the response never precedes
+// its record.
+func (m *Manager) Run(ctx context.Context, req RunRequest) (res *RunResult, err error) {
+	start := time.Now()
+	rec := newRecord(req)
+	defer func() { m.finish(ctx, rec, res, err, start) }()
+
+	if err := m.validate(&req); err != nil { // 1 validate
+		return nil, err
+	}
+	assessment, err := m.deps.Assessor.Assess(req.Code, req.Language) // 2 assess
+	if err != nil {
+		return nil, &ValidationError{Fields: []FieldError{{Field: "language", Code: "oneof", Message: "unsupported language"}}}
+	}
+	rec.RiskLevel, rec.RiskPatterns = assessment.Level.String(), patternIDs(assessment)
+	decision := m.decide(ctx, req, assessment) // 3 decide
+	recordDecision(rec, decision)
+	out := &RunResult{Risk: assessment, Decision: decision}
+	if err := m.gate(ctx, req, out); err != nil { // 4 confirm
+		rec.Approval = approvalRecord(out.Approval)
+		return out, err
+	}
+	rec.Approval = approvalRecord(out.Approval)
+	exec, err := m.route(decision) // 5 route
+	if err != nil {
+		return out, err
+	}
+	result, err := m.execute(ctx, req, decision, exec) // 6 execute
+	if err != nil {
+		return out, err
+	}
+	out.Result, out.SandboxType = result, string(exec.Kind())
+	return out, nil // 7 record: the deferred finish
+}
+
+// Evaluate is the dry run: validate, assess, decide. Nothing runs, nothing
+// waits for approval, and nothing is audited (no action was taken).
+func (m *Manager) Evaluate(ctx context.Context, req RunRequest) (*Evaluation, error) {
+	if err := m.validate(&req); err != nil {
+		return nil, err
+	}
+	assessment, err := m.deps.Assessor.Assess(req.Code, req.Language)
+	if err != nil {
+		return nil, &ValidationError{Fields: []FieldError{{Field: "language", Code: "oneof", Message: "unsupported language"}}}
+	}
+	return &Evaluation{Risk: assessment, Decision: m.decide(ctx, req, assessment)}, nil
+}
+
+func (m *Manager) timeoutS(req RunRequest) int {
+	if req.TimeoutS > 0 {
+		return req.TimeoutS
+	}
+	return int(m.cfg.DefaultTimeout / time.Second)
+}
+
+func (m *Manager) decide(ctx context.Context, req RunRequest, a risk.Assessment) policy.Decision {
+	start := time.Now()
+	in := policy.Input{
+		Mode: m.cfg.Mode,
+		Request: policy.Request{
+			Kind: req.Kind, SessionID: req.SessionID, Language: req.Language,
+			CodeBytes: len(req.Code), CodeSHA256: policy.SHA256Hex([]byte(req.Code)), TimeoutS: m.timeoutS(req),
+			Context: policy.Context{NeedsBrowser: req.Context.NeedsBrowser, NeedsPersistentFS: req.Context.NeedsPersistentFS},
+		},
+		Risk:      policy.Risk{Level: a.Level.String(), ProvenSafe: a.ProvenSafe, Patterns: riskPatterns(a)},
+		Principal: policy.Principal{Role: req.Principal.Role, Name: req.Principal.Name},
+		Executors: m.avail.Available(ctx),
+	}
+	d := m.deps.Policy.Decide(ctx, in)
+	m.deps.Metrics.observePolicy(time.Since(start))
+	return d
+}
+
+// gate is step 4. Deny and executor_unavailable end the request here; an
+// approval is asked for only when the policy requires one.
+func (m *Manager) gate(ctx context.Context, req RunRequest, out *RunResult) error {
+	d := out.Decision
+	switch d.Action {
+	case policy.ActionAllow:
+		return nil
+	case policy.ActionRequireApproval:
+		return m.confirm(ctx, req, out)
+	}
+	if d.OnlyReason(policy.ReasonExecutorUnavailable) {
+		return denied(ErrExecutorUnavailable, d)
+	}
+	return denied(ErrPolicyDenied, d)
+}
+
+func (m *Manager) confirm(ctx context.Context, req RunRequest, out *RunResult) error {
+	d := out.Decision
+	if m.deps.Confirm == nil {
+		return denied(ErrApprovalUnavailable, d, policy.Reason{Code: "approval_unavailable",
+			Message: "the policy requires approval and no approval service is configured"})
+	}
+	creq := m.confirmRequest(req, out)
+	outcome, err := m.deps.Confirm.Confirm(ctx, creq)
+	if err != nil {
+		m.log.ErrorContext(ctx, "approval service failed", "request_id", req.RequestID, "err", err)
+		return denied(ErrApprovalUnavailable, d, policy.Reason{Code: "approval_unavailable", Message: "the approval service failed"})
+	}
+	out.Approval = &outcome
+	switch outcome.Status {
+	case confirm.StatusApproved:
+		return nil
+	case confirm.StatusTimeout:
+		return denied(ErrApprovalTimeout, d, policy.Reason{Code: "approval_timeout", Message: "no approver decided in time"})
+	default:
+		return denied(ErrApprovalDenied, d, policy.Reason{Code: "approval_" + outcome.Status, Message: outcome.Reason})
+	}
+}
+
+func (m *Manager) confirmRequest(req RunRequest, out *RunResult) confirm.Request {
+	pats := make([]confirm.Pattern, len(out.Risk.Patterns))
+	for i, p := range out.Risk.Patterns {
+		pats[i] = confirm.Pattern{ID: p.ID, Message: p.Message, Line: p.Line}
+	}
+	reasons := make([]confirm.Reason, len(out.Decision.Reasons))
+	for i, r := range out.Decision.Reasons {
+		reasons[i] = confirm.Reason{Code: r.Code, Message: r.Message}
+	}
+	return confirm.Request{
+		RequestID: req.RequestID, SessionID: req.SessionID, Language: req.Language, Code: req.Code,
+		CodeSHA256: policy.SHA256Hex([]byte(req.Code)), RiskLevel: out.Risk.Level.String(), Patterns: pats,
+		Reasons: reasons, Executor: out.Decision.Executor, PolicyRevision: out.Decision.PolicyRevision,
+		Principal: req.Principal.Name,
+		Context:   map[string]bool{"needs_browser": req.Context.NeedsBrowser, "needs_persistent_fs": req.Context.NeedsPersistentFS},
+		Deadline:  time.Now().Add(m.cfg.ApprovalTimeout),
+	}
+}
+
+// route is step 5: the decision names the executor; if it is not wired, the
+// request fails. There is never a fallback to a weaker executor.
+func (m *Manager) route(d policy.Decision) (executors.Executor, error) {
+	exec, ok := m.execs[d.Executor]
+	if !ok {
+		return nil, denied(ErrExecutorUnavailable, d, policy.Reason{Code: "executor_unavailable",
+			Message: "executor " + d.Executor + " is not available"})
+	}
+	return exec, nil
+}
+
+func (m *Manager) execute(ctx context.Context, req RunRequest, d policy.Decision, exec executors.Executor) (executors.Result, error) {
+	dir, err := m.deps.Workspaces.Ensure(ctx, req.SessionID)
+	if err != nil {
+		return executors.Result{}, err
+	}
+	m.sessions.begin(req.SessionID)
+	defer m.sessions.end(req.SessionID, string(exec.Kind()))
+	spec := executors.Spec{
+		RequestID: req.RequestID, SessionID: req.SessionID, Language: req.Language, Code: req.Code,
+		Timeout: time.Duration(d.Obligations.TimeoutS) * time.Second, WorkspaceDir: dir,
+		Network: d.Obligations.Network, Limits: executors.Limits{MemoryMB: d.Obligations.MemoryMB},
+	}
+	start := time.Now()
+	res, err := exec.Execute(ctx, spec)
+	m.deps.Metrics.observeExec(string(exec.Kind()), time.Since(start))
+	if errors.Is(err, executors.ErrUnavailable) {
+		m.avail.Invalidate()
+		m.log.WarnContext(ctx, "executor unavailable", "executor", exec.Kind(), "err", err)
+		return res, denied(ErrExecutorUnavailable, d, policy.Reason{Code: "executor_unavailable",
+			Message: "executor " + d.Executor + " is not available"})
+	}
+	return res, err
+}
+
+func riskPatterns(a risk.Assessment) []policy.RiskPattern {
+	out := make([]policy.RiskPattern, len(a.Patterns))
+	for i, p := range a.Patterns {
+		out[i] = policy.RiskPattern{ID: p.ID, Level: p.Level.String(), Line: p.Line}
+	}
+	return out
+}
+
+func patternIDs(a risk.Assessment) []string {
+	ids := make([]string, len(a.Patterns))
+	for i, p := range a.Patterns {
+		ids[i] = p.ID
+	}
+	return ids
+}
+
+func newRecord(req RunRequest) *audit.Record {
+	return &audit.Record{
+		RequestID: req.RequestID, Kind: req.Kind, SessionID: req.SessionID,
+		Principal: req.Principal.Role + ":" + req.Principal.Name, Language: req.Language,
+		CodeSHA256: policy.SHA256Hex([]byte(req.Code)), CodeBytes: len(req.Code),
+	}
+}
+
+func recordDecision(rec *audit.Record, d policy.Decision) {
+	rec.Action, rec.Executor, rec.PolicyRevision = d.Action, d.Executor, d.PolicyRevision
+	for _, r := range d.Reasons {
+		rec.Reasons = append(rec.Reasons, audit.Reason{Code: r.Code, Message: r.Message})
+	}
+}
+
+func approvalRecord(o *confirm.Outcome) *audit.Approval {
+	if o == nil {
+		return nil
+	}
+	return &audit.Approval{ID: o.ApprovalID, Status: o.Status, DecidedBy: o.DecidedBy, Reason: o.Reason}
+}

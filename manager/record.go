@@ -1,0 +1,71 @@
+package manager
+
+import (
+	"context"
+	"time"
+
+	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/errcode"
+)
+
+// Outcomes recorded in the audit log and the request metrics.
+const (
+	OutcomeOK          = "ok"
+	OutcomeFailed      = "failed"
+	OutcomeTimedOut    = "timed_out"
+	OutcomeDenied      = "denied"
+	OutcomeInvalid     = "invalid"
+	OutcomeUnavailable = "unavailable"
+	OutcomeError       = "error"
+)
+
+// auditWriteTimeout bounds the record write. The write is detached from the
+// request's cancellation: a client that went away still gets its record.
+const auditWriteTimeout = 5 * time.Second
+
+// finish is step 7: one record per request, whatever happened.
+func (m *Manager) finish(ctx context.Context, rec *audit.Record, res *RunResult, err error, start time.Time) {
+	elapsed := time.Since(start)
+	rec.DurationMS = elapsed.Milliseconds()
+	code, status, _ := errcode.Of(err)
+	rec.ErrorCode, rec.HTTPStatus = string(code), status
+	rec.Outcome = outcomeOf(code, res, err)
+	if err == nil && res != nil {
+		exit := res.Result.ExitCode
+		rec.ExitCode = &exit
+		rec.Executor = res.SandboxType
+	}
+	if code == errcode.Internal {
+		m.log.ErrorContext(ctx, "request failed", "request_id", rec.RequestID, "session_id", rec.SessionID, "err", err)
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditWriteTimeout)
+	defer cancel()
+	if werr := m.deps.Audit.Append(wctx, rec); werr != nil {
+		m.deps.Metrics.auditFailed()
+		m.log.ErrorContext(ctx, "audit write failed", "request_id", rec.RequestID, "err", werr)
+	}
+	m.deps.Metrics.observeRequest(rec.Kind, rec.Action, rec.Executor, rec.Outcome, elapsed)
+}
+
+func outcomeOf(code errcode.Code, res *RunResult, err error) string {
+	if err == nil {
+		switch {
+		case res == nil:
+			return OutcomeError
+		case res.Result.TimedOut:
+			return OutcomeTimedOut
+		case res.Result.ExitCode != 0:
+			return OutcomeFailed
+		}
+		return OutcomeOK
+	}
+	switch code {
+	case errcode.InvalidRequest, errcode.PayloadTooLarge:
+		return OutcomeInvalid
+	case errcode.PolicyDenied, errcode.ApprovalDenied, errcode.ApprovalTimeout, errcode.ApprovalUnavailable:
+		return OutcomeDenied
+	case errcode.ExecutorUnavailable, errcode.PoolExhausted:
+		return OutcomeUnavailable
+	}
+	return OutcomeError
+}
