@@ -37,6 +37,7 @@ type Assessment struct {
 // analysis is the working state of one Assess call.
 type analysis struct {
 	lang    string
+	raw     *rawSet
 	src     *source
 	c       collector
 	imports []string
@@ -45,7 +46,7 @@ type analysis struct {
 }
 
 type language struct {
-	raw     []rawPattern
+	raw     rawSet
 	analyze func(*analysis)
 }
 
@@ -88,12 +89,16 @@ func analyze(code, lang string) (*analysis, error) {
 		a.c.add("obfuscation.oversize", 0)
 		return a, nil
 	}
-	a := &analysis{lang: lang, src: newSource(code)}
+	a := &analysis{lang: lang, raw: &l.raw, src: newSource(code)}
 	scanShared(a.src, &a.c)
-	runRaw(l.raw, a.src, &a.c)
 	l.analyze(a)
 	return a, nil
 }
+
+// rawPatterns runs the language's raw patterns. Languages call it after
+// their token checks (so windows on lines the tokens already reported are
+// skipped) and before the SAFE proof (which needs to know of any hit).
+func (a *analysis) rawPatterns() { runRaw(a.raw, a.src, &a.c) }
 
 func (a *analysis) assessment() Assessment {
 	ps := a.c.patterns()

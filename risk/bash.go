@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-var bashLang = language{raw: append(bashRaw, langRaw("bash")...), analyze: analyzeBash}
+var bashLang = language{raw: newRawSet(append(bashRaw, langRaw("bash")...)), analyze: analyzeBash}
 
 // maxBashDepth bounds recursion into $(..), `..`, eval and sh -c strings.
 const maxBashDepth = 8
@@ -19,6 +19,7 @@ type bashState struct {
 func analyzeBash(a *analysis) {
 	st := &bashState{a: a, proof: bashProof{ok: true}}
 	st.script(a.src.orig, 0, 1, 0)
+	a.rawPatterns()
 	if a.c.empty() && st.proof.finish() {
 		a.proven = true
 	}
@@ -265,9 +266,6 @@ func (w *bashWalker) assignment(t *token) {
 	name = strings.TrimSuffix(name, "+")
 	if strings.ContainsAny(name, "[]") || strings.EqualFold(name, "IFS") {
 		w.st.proof.ok = false
-	}
-	if strings.EqualFold(name, "IFS") {
-		w.hit("bash.obfuscation.ifs", t.line)
 	}
 	w.st.proof.arg(t)
 	_, raw, _ := strings.Cut(t.text, "=")

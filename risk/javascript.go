@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-var jsLang = language{raw: append(jsRaw, langRaw("js")...), analyze: analyzeJS}
+var jsLang = language{raw: newRawSet(append(jsRaw, langRaw("js")...)), analyze: analyzeJS}
 
 type jsAnalyzer struct {
 	a          *analysis
@@ -28,6 +28,7 @@ func analyzeJS(a *analysis) {
 	if j.hasDecoder && j.execLine > 0 {
 		a.c.add("js.obfuscation.base64_exec", j.execLine)
 	}
+	a.rawPatterns()
 	if !bad && a.c.empty() {
 		a.proven = proveJS(toks, a.src.norm)
 	}
@@ -315,12 +316,12 @@ const jsModPrefix = `(?:require\s*\(\s*|from\s+|import\s+)['"\x60](?:node:)?`
 
 var jsRaw = []rawPattern{
 	{id: "js.process.child_process", needles: []string{"child_process"}},
-	{id: "js.eval.function_ctor", cased: true, needles: []string{"Function", "constructor"},
-		re: regexp.MustCompile(`\bnew\s+Function\b|\bFunction\s*\(|\bconstructor\s*\(\s*['"\x60]|\[\s*['"\x60]constructor['"\x60]\s*\]|\.constructor\s*\.\s*constructor\b|\b(?:Async|AsyncGenerator|Generator)Function\b`)},
+	{id: "js.eval.function_ctor", needles: []string{"constructor"},
+		re: regexp.MustCompile(`\bconstructor\s*\(\s*['"\x60]|\[\s*['"\x60]constructor['"\x60]\s*\]|\.constructor\s*\.\s*constructor\b`)},
 	{id: "js.eval.timer_string", needles: []string{"settimeout", "setinterval"},
 		re: regexp.MustCompile(`\bset(?:timeout|interval)\s*\(\s*['"\x60]`)},
-	{id: "js.import.module_loader", needles: []string{"mainmodule", "_load", "createrequire", "require.main", "module.", "_compile"},
-		re: regexp.MustCompile(`\bprocess\s*\.\s*mainmodule\b|\bmodule\s*\.\s*(?:constructor|_load|require|_compile)\b|\b_load\s*\(|\bcreaterequire\s*\(|\brequire\s*\.\s*main\b|\._compile\s*\(`)},
+	{id: "js.import.module_loader", needles: []string{"mainmodule", "_load", "createrequire", "require.main.require", "module.constructor", "module.require", "_compile"},
+		re: regexp.MustCompile(`\bprocess\s*\.\s*mainmodule\b|\bmodule\s*\.\s*(?:constructor|_load|require|_compile)\b|\b_load\s*\(|\bcreaterequire\s*\(|\brequire\s*\.\s*main\s*\.\s*require\b|\._compile\s*\(`)},
 	{id: "js.ffi.native_binding", needles: []string{"binding", "dlopen", "ffi"},
 		re: regexp.MustCompile(`\bprocess\s*\.\s*(?:binding|_linkedbinding|dlopen)\b|['"](?:ffi-napi|node-ffi|ffi|ref-napi)['"]`)},
 	{id: "js.net.socket", needles: []string{"net", "dgram", "tls"},

@@ -95,42 +95,61 @@ func scanNFKC(s *source, c *collector) {
 	c.add("obfuscation.nfkc_changed", lineOfOffset(s.orig, i))
 }
 
-// scanBlobs finds long base64 or hex runs in one pass over the lowercase
-// copy; mixed case for base64 is checked on the normalised text.
+// Byte classes for scanBlobs.
+const (
+	bcHex uint8 = 1 << iota
+	bcB64
+	bcDigit
+	bcUpper
+	bcLower
+)
+
+var blobClass = func() (t [256]uint8) {
+	for c := 0; c < 256; c++ {
+		b := byte(c)
+		switch {
+		case b >= '0' && b <= '9':
+			t[c] = bcHex | bcB64 | bcDigit
+		case b >= 'a' && b <= 'f':
+			t[c] = bcHex | bcB64 | bcLower
+		case b >= 'A' && b <= 'F':
+			t[c] = bcHex | bcB64 | bcUpper
+		case b >= 'g' && b <= 'z':
+			t[c] = bcB64 | bcLower
+		case b >= 'G' && b <= 'Z':
+			t[c] = bcB64 | bcUpper
+		case b == '+' || b == '/' || b == '=' || b == '-' || b == '_':
+			t[c] = bcB64
+		}
+	}
+	return t
+}()
+
+// scanBlobs finds long base64 runs (mixed case and digits) and long hex
+// runs in one table-driven pass over the normalised text.
 func scanBlobs(s *source, c *collector) {
 	t := s.norm
-	start, hexRun := -1, 0
-	var digit, upper, lower bool
-	flush := func(end int) {
-		if start >= 0 {
-			n := end - start
-			if hexRun >= hexBlobLen || (n >= base64BlobLen && digit && upper && lower) {
-				c.add("obfuscation.encoded_blob", s.lineAt(start))
-			}
+	start, hexRun := 0, 0
+	var seen uint8
+	for i := 0; i <= len(t); i++ {
+		var k uint8
+		if i < len(t) {
+			k = blobClass[t[i]]
 		}
-		start, hexRun, digit, upper, lower = -1, 0, false, false, false
-	}
-	for i := 0; i < len(t); i++ {
-		b := t[i]
-		isHex := b >= '0' && b <= '9' || b >= 'a' && b <= 'f' || b >= 'A' && b <= 'F'
-		isB64 := isHex || b >= 'g' && b <= 'z' || b >= 'G' && b <= 'Z' || b == '+' || b == '/' || b == '=' || b == '-' || b == '_'
-		if !isB64 {
-			flush(i)
+		if k&bcB64 != 0 {
+			seen |= k
+			if k&bcHex != 0 {
+				hexRun++
+			} else if hexRun < hexBlobLen {
+				hexRun = 0
+			}
 			continue
 		}
-		if start < 0 {
-			start = i
+		if n := i - start; hexRun >= hexBlobLen || n >= base64BlobLen && seen&(bcDigit|bcUpper|bcLower) == bcDigit|bcUpper|bcLower {
+			c.add("obfuscation.encoded_blob", s.lineAt(start))
 		}
-		if isHex {
-			hexRun++
-		} else if hexRun < hexBlobLen {
-			hexRun = 0
-		}
-		digit = digit || b >= '0' && b <= '9'
-		upper = upper || b >= 'A' && b <= 'Z'
-		lower = lower || b >= 'a' && b <= 'z'
+		start, hexRun, seen = i+1, 0, 0
 	}
-	flush(len(t))
 }
 
 // scanEscapes reports a high density of character-code tricks.

@@ -4,6 +4,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // Hit caps keep the Assessment (which is sent to OPA on every request) small
@@ -43,6 +44,18 @@ func (c *collector) add(id string, line int) {
 
 func (c *collector) empty() bool { return len(c.hits) == 0 }
 
+func (c *collector) has(id string, line int) bool {
+	if c.perID[id] == 0 {
+		return false
+	}
+	for _, h := range c.hits {
+		if h.line == line && h.id == id {
+			return true
+		}
+	}
+	return false
+}
+
 // patterns returns the hits as sorted (line, id), deduplicated Patterns.
 // It is never nil so the JSON is always an array.
 func (c *collector) patterns() []Pattern {
@@ -77,56 +90,94 @@ type rawPattern struct {
 	id       string
 	needles  []string
 	re       *regexp.Regexp
-	cased    bool // match norm instead of lower (needles are case-sensitive too)
+	cased    bool // run re on norm instead of lower (needles always match lower)
+	word     bool // a needle must not follow an identifier byte ("nc " but not "func ")
 	classify func(text string, m []int) string
 }
 
-func runRaw(ps []rawPattern, s *source, c *collector) {
-	for i := range ps {
-		p := &ps[i]
+// Regexes run on windows, not on the whole text: the line around each
+// needle occurrence, clipped to rawWindow bytes either side, each window
+// scanned once, at most rawMaxWindows per pattern. Go's RE2 is linear but
+// slow (tens of ns per byte), so scanning 4 KiB per pattern would cost
+// milliseconds; windows keep a typical request in microseconds and an
+// adversarial 256 KiB input bounded. Raw patterns are therefore line-local.
+const (
+	rawWindow     = 256
+	rawMaxWindows = 128
+)
+
+// rawSet is a language's raw patterns with their needle matcher.
+type rawSet struct {
+	ps []rawPattern
+	m  *matcher
+}
+
+func newRawSet(ps []rawPattern) rawSet { return rawSet{ps: ps, m: newMatcher(ps)} }
+
+var hitPool = sync.Pool{New: func() any { s := make([]uint64, 0, 64); return &s }}
+
+func runRaw(rs *rawSet, s *source, c *collector) {
+	bufp := hitPool.Get().(*[]uint64)
+	hits := rs.m.scan(s.lower, (*bufp)[:0])
+	for k := 0; k < len(hits); {
+		pat := hits[k] >> 32
+		j := k
+		for j < len(hits) && hits[j]>>32 == pat {
+			j++
+		}
+		p := &rs.ps[pat]
 		text := s.lower
 		if p.cased {
 			text = s.norm
 		}
 		if p.re == nil {
-			needleHits(p, text, s, c)
+			for _, h := range hits[k:j] {
+				c.add(p.id, s.lineAt(int(uint32(h))))
+			}
+		} else {
+			runWindows(p, text, hits[k:j], s, c)
+		}
+		k = j
+	}
+	*bufp = hits
+	hitPool.Put(bufp)
+}
+
+func runWindows(p *rawPattern, text string, pos []uint64, s *source, c *collector) {
+	done, windows := 0, 0
+	for _, h := range pos {
+		j := int(uint32(h))
+		if j < done {
 			continue
 		}
-		if !containsAny(text, p.needles) {
+		if p.word && j > 0 && isIdentASCII(text[j-1]) {
 			continue
 		}
-		for _, m := range p.re.FindAllStringSubmatchIndex(text, maxHitsPerID*2) {
+		if windows++; windows > rawMaxWindows {
+			return
+		}
+		lo := max(strings.LastIndexByte(text[:j], '\n')+1, j-rawWindow, done)
+		hi := len(text)
+		if k := strings.IndexByte(text[j:], '\n'); k >= 0 {
+			hi = j + k
+		}
+		hi = min(hi, j+rawWindow)
+		if c.has(p.id, s.lineAt(j)) {
+			done = hi
+			continue // the tokens already reported this line
+		}
+		w := text[lo:hi]
+		for _, m := range p.re.FindAllStringSubmatchIndex(w, maxHitsPerID) {
 			id := p.id
 			if p.classify != nil {
-				id = p.classify(text, m)
+				id = p.classify(w, m)
 			}
 			if id != "" {
-				c.add(id, s.lineAt(m[0]))
+				c.add(id, s.lineAt(lo+m[0]))
 			}
 		}
+		done = hi
 	}
-}
-
-func needleHits(p *rawPattern, text string, s *source, c *collector) {
-	for _, n := range p.needles {
-		for off, k := 0, 0; k < maxHitsPerID; k++ {
-			j := strings.Index(text[off:], n)
-			if j < 0 {
-				break
-			}
-			c.add(p.id, s.lineAt(off+j))
-			off += j + len(n)
-		}
-	}
-}
-
-func containsAny(text string, needles []string) bool {
-	for _, n := range needles {
-		if strings.Contains(text, n) {
-			return true
-		}
-	}
-	return false
 }
 
 func sub(text string, m []int, g int) string {
@@ -142,7 +193,7 @@ func sub(text string, m []int, g int) string {
 var shellPayloads = []rawPattern{
 	{id: "bash.fs.rm_rf_root", needles: []string{"rm "},
 		re: regexp.MustCompile(`\brm\s+(?:-{1,2}[a-z-]+\s+)+(?:/\*?|~/?\*?|\$\{?home\}?/?\*?)(?:\s|$|[;&|)'"` + "`" + `])`)},
-	{id: "bash.dos.fork_bomb", needles: []string{"()"},
+	{id: "bash.dos.fork_bomb", needles: []string{"(){", "() {", "( )"},
 		re:       regexp.MustCompile(`([a-z_][a-z0-9_]*|:)\s*\(\s*\)\s*\{\s*([a-z_][a-z0-9_]*|:)\s*\|\s*([a-z_][a-z0-9_]*|:)\s*&`),
 		classify: classifyForkBomb},
 	{id: "bash.disk.mkfs", needles: []string{"mkfs", "mke2fs", "mkswap", "wipefs"},
@@ -152,7 +203,7 @@ var shellPayloads = []rawPattern{
 	{id: "bash.net.curl_pipe_shell", needles: []string{"curl", "wget"},
 		re: regexp.MustCompile(`\b(?:curl|wget)\b[^\n;&]*\|\s*(?:sudo\s+(?:-\S+\s+)*)?(?:env\s+)?(?:(?:ba|z|da|k|c|tc|fi|a)?sh|python[0-9.]*|perl|ruby|node|php)\b|\b(?:(?:ba|z|da|k)?sh|source|\.)\s+(?:-s\s+)?<\(\s*(?:curl|wget)\b|\b(?:(?:ba|z|da|k)?sh\s+-c|eval)\s+["']?\$\(\s*(?:curl|wget)\b`)},
 	{id: "bash.net.dev_tcp", needles: []string{"/dev/tcp/", "/dev/udp/"}},
-	{id: "bash.net.reverse_shell", needles: []string{"nc", "socat", "sh -i", "mkfifo"},
+	{id: "bash.net.reverse_shell", word: true, needles: []string{"nc ", "ncat ", "netcat ", "socat ", "sh -i", "mkfifo "},
 		re: regexp.MustCompile(`\b(?:nc|ncat|netcat)\b[^\n|;&]*\s-[a-z]*[ec]\s|\bsocat\b[^\n]*\bexec:|\b(?:ba)?sh\s+-i\s*[<>]&|\bmkfifo\b[^\n]*\|\s*(?:nc|ncat|netcat)\b`)},
 	{id: "bash.obfuscation.base64_exec", needles: []string{"base64", "xxd", "openssl", "uudecode"},
 		re: regexp.MustCompile(`\b(?:base64\s+(?:-[a-z]*d\b|--decode)|xxd\s+-[a-z]*r|openssl\s+(?:enc\s+)?-?(?:base64|a)\s+-d|uudecode)\b[^\n;&]*\|\s*(?:sudo\s+)?(?:(?:ba|z|da|k)?sh|python[0-9.]*|perl|ruby|node)\b|\b(?:eval|(?:ba|z|da|k)?sh\s+-c)\s+["']?\$\([^)\n]*\bbase64\s+(?:-[a-z]*d\b|--decode)`)},

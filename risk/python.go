@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-var pythonLang = language{raw: append(pythonRaw, langRaw("python")...), analyze: analyzePython}
+var pythonLang = language{raw: newRawSet(append(pythonRaw, langRaw("python")...)), analyze: analyzePython}
 
 // pyAnalyzer walks Python tokens once per check. alias maps a local name to
 // what it stands for ("sp" -> "subprocess", "system" -> "os.system").
@@ -33,6 +33,7 @@ func analyzePython(a *analysis) {
 	if p.hasDecoder && p.execLine > 0 {
 		a.c.add("python.obfuscation.base64_exec", p.execLine)
 	}
+	a.rawPatterns()
 	if !bad && a.c.empty() {
 		a.proven = provePython(toks, a.src.norm)
 	}
@@ -303,15 +304,18 @@ func chainLen(ts []token) int {
 
 func (p *pyAnalyzer) checkName(name string, i, j int, call bool) {
 	t := &p.toks[i]
-	if id := pyNameID(name); id != "" && (strings.IndexByte(name, '.') > 0 || call) {
-		p.hit(id, t)
+	dotted := strings.IndexByte(name, '.') > 0
+	if !call && !dotted {
+		return // a plain variable reference
 	}
-	last := p.toks[j].text
-	if pyDecoders[last] {
-		p.hasDecoder = true
+	if id := pyNameID(name); id != "" {
+		p.hit(id, t)
 	}
 	if !call {
 		return
+	}
+	if pyDecoders[p.toks[j].text] {
+		p.hasDecoder = true
 	}
 	switch strings.TrimPrefix(name, "builtins.") {
 	case "eval", "exec", "compile", "execfile":
@@ -326,6 +330,8 @@ func (p *pyAnalyzer) checkName(name string, i, j int, call bool) {
 		p.hit("python.process.os_system", t)
 	case ".load_module", ".exec_module":
 		p.hit("python.import.dynamic", t)
+	default:
+		p.writeCall(name, i, j+1)
 	}
 }
 
@@ -393,42 +399,74 @@ func (p *pyAnalyzer) getattrCall(open int) {
 }
 
 // concat finds names built from pieces: 'ev'+'al', 'o' 's', chr(111)+chr(115),
-// ”.join(['o','s']).
+// ''.join(['o','s']). Values are only decoded for runs of two or more.
 func (p *pyAnalyzer) concat() {
 	toks := p.toks
 	for i := 0; i < len(toks); i++ {
+		if toks[i].kind != tkString && !(toks[i].kind == tkIdent && toks[i].text == "chr") {
+			continue
+		}
 		if toks[i].kind == tkString && i+3 < len(toks) && toks[i+1].is(".") && toks[i+2].text == "join" && toks[i+3].is("(") {
 			p.joinCall(i)
 			continue
 		}
-		v, next, ok := p.piece(i)
-		if !ok {
+		ends := p.run(i)
+		if len(ends) < 2 {
 			continue
 		}
 		var b strings.Builder
-		b.WriteString(v)
-		anyBad, parts := isDangerousName(v), 1
-		for {
-			k := next
-			if k < len(toks) && toks[k].is("+") {
-				k++
-			} else if k >= len(toks) || toks[k].kind != tkString {
-				break
-			}
-			v, n, ok := p.piece(k)
-			if !ok {
-				break
-			}
+		anyBad := false
+		for k, start := 0, i; k < len(ends); k++ {
+			v, _, _ := p.piece(start)
 			b.WriteString(v)
 			anyBad = anyBad || isDangerousName(v)
-			parts++
-			next = n
+			start = ends[k]
+			if start < len(toks) && toks[start].is("+") {
+				start++
+			}
 		}
-		if parts > 1 && !anyBad && isDangerousName(b.String()) {
+		if !anyBad && isDangerousName(b.String()) {
 			p.hit("python.obfuscation.string_concat_name", &toks[i])
 		}
-		i = next - 1
+		i = ends[len(ends)-1] - 1
 	}
+}
+
+// run returns the end index of each piece in the concatenation run at i.
+func (p *pyAnalyzer) run(i int) []int {
+	var ends []int
+	for {
+		next, ok := p.pieceEnd(i)
+		if !ok || len(ends) >= 32 {
+			return ends
+		}
+		ends = append(ends, next)
+		switch {
+		case next < len(p.toks) && p.toks[next].is("+"):
+			i = next + 1
+		case next < len(p.toks) && p.toks[next].kind == tkString:
+			i = next
+		default:
+			return ends
+		}
+	}
+}
+
+// pieceEnd is piece without decoding: the index after the operand.
+func (p *pyAnalyzer) pieceEnd(i int) (int, bool) {
+	toks := p.toks
+	if i >= len(toks) {
+		return i, false
+	}
+	t := &toks[i]
+	if t.kind == tkString && t.flags&(tfInterp|tfUnterminated) == 0 {
+		return i + 1, true
+	}
+	if t.kind == tkIdent && t.text == "chr" && i+3 < len(toks) && toks[i+1].is("(") &&
+		toks[i+2].kind == tkNumber && toks[i+3].is(")") {
+		return i + 4, true
+	}
+	return i + 1, false
 }
 
 // piece reads one concatenation operand: a plain string or chr(N).
@@ -504,22 +542,78 @@ var pythonRaw = []rawPattern{
 		re: regexp.MustCompile(`\b(?:os\s*\.\s*(?:remove|unlink|rmdir|removedirs)|shutil\s*\.\s*rmtree)\s*\(|\.\s*(?:unlink|rmdir)\s*\(\s*\)`)},
 	{id: "python.fs.delete_root", needles: []string{"rmtree"},
 		re: regexp.MustCompile(`\brmtree\s*\(\s*r?['"](?:/|~|/\*|/(?:home|etc|usr|var|root|bin|boot|lib|opt|srv)/?)['"]`)},
-	{id: "python.fs.write_outside_cwd", needles: []string{"open", "write_", "copy", "move", "touch"},
-		re:       regexp.MustCompile(`\bopen\s*\(\s*r?['"]([^'"\n]+)['"]\s*,\s*(?:mode\s*=\s*)?r?['"]([rwaxbt+]+)['"]|\bpath\s*\(\s*r?['"]([^'"\n]+)['"]\s*\)\s*\.\s*(?:write_text|write_bytes|touch|mkdir|symlink_to|hardlink_to|open\s*\(\s*['"][wax])|\bshutil\s*\.\s*(?:copy\w*|move)\s*\([^\n)]*,\s*r?['"]([^'"\n]+)['"]`),
-		classify: classifyPyWrite},
 	{id: "python.priv.setuid", needles: []string{"setuid", "setgid", "seteuid", "setreuid", "setresuid"},
 		re: regexp.MustCompile(`\bos\s*\.\s*set(?:e|re|res)?[ug]id\s*\(`)},
 }
 
-func classifyPyWrite(text string, m []int) string {
-	if path := sub(text, m, 1); path != "" {
-		if !strings.ContainsAny(sub(text, m, 2), "wax+") {
-			return ""
+
+// pyWriteDest maps calls that create or overwrite files to the argument
+// holding the destination.
+var pyWriteDest = map[string]int{
+	"shutil.copy": 1, "shutil.copyfile": 1, "shutil.copy2": 1, "shutil.copytree": 1, "shutil.move": 1,
+	"os.rename": 1, "os.replace": 1, "os.symlink": 1, "os.link": 1, "os.mkdir": 0, "os.makedirs": 0,
+}
+
+var pyPathWriters = setOf(".write_text", ".write_bytes", ".touch", ".mkdir", ".symlink_to", ".hardlink_to")
+
+// writeCall classifies literal destinations of file writes: open(path,
+// "w"), Path("/x").write_text(...), shutil.copy(src, "/x").
+func (p *pyAnalyzer) writeCall(name string, i, open int) {
+	t := &p.toks[i]
+	args, n, _ := callArgs(p.toks, open)
+	switch {
+	case name == "open" || name == "io.open" || name == "codecs.open":
+		if n > 0 && p.writeMode(args, n) {
+			p.classifyArg(args[0], t)
 		}
-		return classifyWritePath("python", path)
+	case pyPathWriters[name] && i >= 2 && p.toks[i-1].is(".") && p.toks[i-2].is(")"):
+		if o := matchOpen(p.toks, i-2); o > 0 && p.toks[o-1].kind == tkIdent && strings.HasSuffix(p.toks[o-1].text, "Path") {
+			if a, m, _ := callArgs(p.toks, o); m > 0 {
+				p.classifyArg(a[0], t)
+			}
+		}
+	default:
+		if k, ok := pyWriteDest[name]; ok && k < n {
+			p.classifyArg(args[k], t)
+		}
 	}
-	if path := sub(text, m, 3); path != "" {
-		return classifyWritePath("python", path)
+}
+
+// writeMode reports a literal mode with w, a, x or + (positional or mode=).
+func (p *pyAnalyzer) writeMode(args [4]span, n int) bool {
+	for a := 1; a < n; a++ {
+		sp := args[a]
+		if sp.hi-sp.lo == 3 && p.toks[sp.lo].text == "mode" && p.toks[sp.lo+1].is("=") {
+			sp.lo += 2
+		}
+		if v, ok := literalArg(p.toks, sp); ok && (a == 1 || sp != args[a]) {
+			return strings.ContainsAny(v, "wax+")
+		}
 	}
-	return classifyWritePath("python", sub(text, m, 4))
+	return false
+}
+
+func (p *pyAnalyzer) classifyArg(a span, t *token) {
+	if v, ok := literalArg(p.toks, a); ok {
+		if id := classifyWritePath("python", strings.ToLower(v)); id != "" {
+			p.hit(id, t)
+		}
+	}
+}
+
+// matchOpen returns the index of the '(' matching the ')' at close, or -1.
+func matchOpen(toks []token, close int) int {
+	depth := 0
+	for k := close; k >= 0; k-- {
+		switch {
+		case toks[k].is(")") || toks[k].is("]") || toks[k].is("}"):
+			depth++
+		case toks[k].is("(") || toks[k].is("[") || toks[k].is("{"):
+			depth--
+			if depth == 0 {
+				return k
+			}
+		}
+	}
+	return -1
 }

@@ -156,28 +156,65 @@ func isPyPrefix(w string) bool {
 	return false
 }
 
-var pyOps = []string{
-	"**=", "//=", ">>=", "<<=", "...", "!=", "**", "//", "<<", ">>", "<=", ">=", "==", "->",
-	"+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "@=", ":=",
+// pyOpLen returns the length of the operator at the start of s (0 if none).
+func pyOpLen(s string) int {
+	c := s[0]
+	var c1, c2 byte
+	if len(s) > 1 {
+		c1 = s[1]
+	}
+	if len(s) > 2 {
+		c2 = s[2]
+	}
+	switch c {
+	case '*', '/', '<', '>':
+		if c1 == c { // ** // << >>
+			if c2 == '=' {
+				return 3
+			}
+			return 2
+		}
+		if c1 == '=' || c == '-' && c1 == '>' {
+			return 2
+		}
+		return 1
+	case '.':
+		if c1 == '.' && c2 == '.' {
+			return 3
+		}
+		return 1
+	case '-':
+		if c1 == '=' || c1 == '>' {
+			return 2
+		}
+		return 1
+	case '!':
+		if c1 == '=' {
+			return 2
+		}
+		return 0
+	case '+', '%', '&', '|', '^', '@', '=', ':':
+		if c1 == '=' {
+			return 2
+		}
+		return 1
+	case '~', '(', ')', '[', ']', '{', '}', ',', ';':
+		return 1
+	}
+	return 0
 }
 
 func (lx *pyLexer) op() {
 	start := lx.i
-	for _, o := range pyOps {
-		if strings.HasPrefix(lx.src[lx.i:], o) {
-			lx.i += len(o)
-			lx.emit(tkOp, start, o)
-			return
-		}
-	}
-	c := lx.src[lx.i]
-	lx.i++
-	if strings.IndexByte("+-*/%@&|^~<>()[]{},:.;=", c) < 0 {
+	n := pyOpLen(lx.src[lx.i:])
+	if n == 0 {
+		lx.i++
 		lx.emit(tkOther, start, lx.src[start:lx.i])
 		lx.bad = true
 		return
 	}
-	switch c {
+	lx.i += n
+	switch lx.src[start] {
 	case '(', '[', '{':
 		lx.depth++
 	case ')', ']', '}':

@@ -21,7 +21,7 @@ const (
 	maxRuleNodes     = 1000
 	ruleMemoryBudget = 200_000 // expr VM allocation units (conf.DefaultMemoryBudget is 1e6)
 	maxRules         = 500
-	maxWhenLen       = 4096
+	maxWhenLen       = 16 << 10
 	maxErrText       = 240
 	maxEnvList       = 256
 )
