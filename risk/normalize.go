@@ -26,7 +26,10 @@ type source struct {
 }
 
 func newSource(code string) *source {
-	n := norm.NFKC.String(code)
+	n := code
+	if !isASCII(code) {
+		n = norm.NFKC.String(code)
+	}
 	return &source{orig: code, norm: n, lower: asciiLower(n)}
 }
 
@@ -41,17 +44,24 @@ func asciiLower(s string) string {
 	if i == len(s) {
 		return s
 	}
-	var b strings.Builder
-	b.Grow(len(s))
-	b.WriteString(s[:i])
-	for ; i < len(s); i++ {
-		c := s[i]
-		if c >= 'A' && c <= 'Z' {
-			c += 'a' - 'A'
+	b := []byte(s)
+	for ; i < len(b); i++ {
+		if c := b[i]; c >= 'A' && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
 		}
-		b.WriteByte(c)
 	}
-	return b.String()
+	return string(b)
+}
+
+// isASCII reports whether s has no byte >= 0x80. ASCII text is already in
+// NFKC, so the normaliser can be skipped.
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 // lineAt maps a byte offset in norm (or lower) to a 1-based line number.

@@ -17,41 +17,6 @@ const (
 	escapeHardCount = 128 // or this many regardless of density.
 )
 
-// scanChars walks the original text once, looking for what the interpreter
-// sees but a reviewer does not: invalid UTF-8, bidi controls, invisible
-// characters, stray control bytes, and overlong lines.
-func scanChars(s string, c *collector) {
-	line, lineStart, lineRunes := 1, true, 0
-	for i := 0; i < len(s); {
-		b := s[i]
-		if b < utf8.RuneSelf {
-			if b == '\n' {
-				line, lineRunes = line+1, 0
-				lineStart = true
-				i++
-				continue
-			}
-			if isBadControl(s, i) {
-				c.add("obfuscation.control_char", line)
-			}
-			i++
-		} else {
-			r, n := utf8.DecodeRuneInString(s[i:])
-			if r == utf8.RuneError && n == 1 {
-				c.add("obfuscation.invalid_utf8", line)
-			} else if id := classifyRune(r, i); id != "" {
-				c.add(id, line)
-			}
-			i += n
-		}
-		lineRunes++
-		if lineRunes == longLineRunes+1 && lineStart {
-			c.add("obfuscation.long_line", line)
-			lineStart = false
-		}
-	}
-}
-
 // isBadControl reports C0 controls other than tab, LF, FF and CRLF. A lone
 // CR is a newline to Python and JavaScript but not to bash or to most review
 // UIs, which makes it a way to hide a line.
@@ -95,16 +60,17 @@ func scanNFKC(s *source, c *collector) {
 	c.add("obfuscation.nfkc_changed", lineOfOffset(s.orig, i))
 }
 
-// Byte classes for scanBlobs.
+// Byte classes for scanText.
 const (
 	bcHex uint8 = 1 << iota
 	bcB64
 	bcDigit
 	bcUpper
 	bcLower
+	bcSpecial // newline, control byte or non-ASCII: needs a closer look
 )
 
-var blobClass = func() (t [256]uint8) {
+var textClass = func() (t [256]uint8) {
 	for c := 0; c < 256; c++ {
 		b := byte(c)
 		switch {
@@ -120,36 +86,84 @@ var blobClass = func() (t [256]uint8) {
 			t[c] = bcB64 | bcUpper
 		case b == '+' || b == '/' || b == '=' || b == '-' || b == '_':
 			t[c] = bcB64
+		case b < 0x20 && b != '\t' || b >= 0x7f:
+			t[c] = bcSpecial
 		}
 	}
 	return t
 }()
 
-// scanBlobs finds long base64 runs (mixed case and digits) and long hex
-// runs in one table-driven pass over the normalised text.
-func scanBlobs(s *source, c *collector) {
-	t := s.norm
-	start, hexRun := 0, 0
-	var seen uint8
-	for i := 0; i <= len(t); i++ {
-		var k uint8
-		if i < len(t) {
-			k = blobClass[t[i]]
-		}
+// textScan is the state of scanText's single pass.
+type textScan struct {
+	c                *collector
+	line, lineStart  int
+	blobStart, hexes int
+	seen             uint8
+}
+
+// scanText walks the original text once, looking for what the interpreter
+// sees but a reviewer does not (invalid UTF-8, bidi controls, invisible
+// characters, stray control bytes, overlong lines) and for long base64
+// (mixed case and digits) or hex runs.
+func scanText(t string, c *collector) {
+	st := textScan{c: c, line: 1}
+	for i := 0; i < len(t); i++ {
+		k := textClass[t[i]]
 		if k&bcB64 != 0 {
-			seen |= k
+			st.seen |= k
 			if k&bcHex != 0 {
-				hexRun++
-			} else if hexRun < hexBlobLen {
-				hexRun = 0
+				st.hexes++
+			} else if st.hexes < hexBlobLen {
+				st.hexes = 0
 			}
 			continue
 		}
-		if n := i - start; hexRun >= hexBlobLen || n >= base64BlobLen && seen&(bcDigit|bcUpper|bcLower) == bcDigit|bcUpper|bcLower {
-			c.add("obfuscation.encoded_blob", s.lineAt(start))
+		st.endBlob(i)
+		if k&bcSpecial != 0 {
+			i = st.special(t, i)
+			st.blobStart = i + 1
 		}
-		start, hexRun, seen = i+1, 0, 0
 	}
+	st.endBlob(len(t))
+	st.endLine(t, len(t))
+}
+
+func (st *textScan) endBlob(i int) {
+	n := i - st.blobStart
+	if st.hexes >= hexBlobLen || n >= base64BlobLen && st.seen&(bcDigit|bcUpper|bcLower) == bcDigit|bcUpper|bcLower {
+		st.c.add("obfuscation.encoded_blob", st.line)
+	}
+	st.blobStart, st.hexes, st.seen = i+1, 0, 0
+}
+
+func (st *textScan) endLine(t string, i int) {
+	if i-st.lineStart > longLineRunes && utf8.RuneCountInString(t[st.lineStart:i]) > longLineRunes {
+		st.c.add("obfuscation.long_line", st.line)
+	}
+}
+
+// special handles the byte at i and returns the index of its last byte.
+func (st *textScan) special(t string, i int) int {
+	b := t[i]
+	switch {
+	case b == '\n':
+		st.endLine(t, i)
+		st.line++
+		st.lineStart = i + 1
+	case b < utf8.RuneSelf:
+		if isBadControl(t, i) {
+			st.c.add("obfuscation.control_char", st.line)
+		}
+	default:
+		r, n := utf8.DecodeRuneInString(t[i:])
+		if r == utf8.RuneError && n == 1 {
+			st.c.add("obfuscation.invalid_utf8", st.line)
+		} else if id := classifyRune(r, i); id != "" {
+			st.c.add(id, st.line)
+		}
+		return i + n - 1
+	}
+	return i
 }
 
 // scanEscapes reports a high density of character-code tricks.
@@ -171,8 +185,7 @@ func scanEscapes(s *source, c *collector) {
 
 // scanShared runs every language-independent check.
 func scanShared(s *source, c *collector) {
-	scanChars(s.orig, c)
+	scanText(s.orig, c)
 	scanNFKC(s, c)
-	scanBlobs(s, c)
 	scanEscapes(s, c)
 }

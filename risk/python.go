@@ -247,6 +247,9 @@ func (p *pyAnalyzer) names() {
 		for j+2 < len(toks) && toks[j+1].is(".") && toks[j+2].kind == tkIdent {
 			j += 2
 		}
+		if j == i && !(j+1 < len(toks) && toks[j+1].is("(")) && !(i > 0 && toks[i-1].is(".")) {
+			continue // a plain variable reference: nothing to resolve or check
+		}
 		name := p.resolve(i, j)
 		if i > 0 && toks[i-1].is(".") {
 			name = "." + name
@@ -512,13 +515,13 @@ func (p *pyAnalyzer) joinCall(i int) {
 var pythonRaw = []rawPattern{
 	{id: "python.process.subprocess", needles: []string{"subprocess"},
 		re: regexp.MustCompile(`\b(?:import\s+subprocess|from\s+subprocess\s+import|subprocess\s*\.\s*(?:run|call|popen|check_call|check_output|getoutput|getstatusoutput)\b)|['"]subprocess['"]`)},
-	{id: "python.process.os_system", needles: []string{"system", "popen", "spawn", "exec", "fork"},
+	{id: "python.process.os_system", needles: []string{"system(", "system (", "popen", "spawn", "execv", "execl", "fork"},
 		re: regexp.MustCompile(`\bos\s*\.\s*(?:system|popen[234]?|exec[lv]p?e?|spawn[lv]p?e?|posix_spawnp?|fork|forkpty)\s*\(`)},
 	{id: "python.process.pty", needles: []string{"pty"},
 		re: regexp.MustCompile(`\bpty\s*\.\s*spawn\b|\bimport\s+pty\b|\bfrom\s+pty\s+import\b`)},
 	{id: "python.net.socket", needles: []string{"socket"},
 		re: regexp.MustCompile(`\bimport\s+socket\b|\bfrom\s+socket\s+import\b|\bsocket\s*\.\s*(?:socket|create_connection|create_server|socketpair|fromfd)\s*\(`)},
-	{id: "python.net.http_client", needles: []string{"urllib", "requests", "http", "urlopen", "ftplib", "smtplib", "telnetlib"},
+	{id: "python.net.http_client", word: true, needles: []string{"urllib", "requests", "httpx", "aiohttp", "http.client", "urlopen", "ftplib", "smtplib", "telnetlib", "pycurl", "websocket"},
 		re: regexp.MustCompile(`\b(?:import|from)\s+(?:urllib[23]?|requests|httpx|aiohttp|http\.client|ftplib|smtplib|telnetlib|pycurl|websockets?)\b|\burlopen\s*\(|\brequests\s*\.\s*(?:get|post|put|delete|patch|head|request|session)\s*\(`)},
 	{id: "python.ffi.ctypes", needles: []string{"ctypes", "cffi", "dlopen"},
 		re: regexp.MustCompile(`\b(?:import|from)\s+(?:_?ctypes|cffi)\b|\bctypes\s*\.\s*(?:cdll|windll|pydll|cfunctype|memmove|string_at|cast|pythonapi)|\bdlopen\s*\(|['"]_?ctypes['"]`)},
@@ -536,7 +539,7 @@ var pythonRaw = []rawPattern{
 		re: regexp.MustCompile(`\bmarshal\s*\.\s*loads?\s*\(`)},
 	{id: "python.eval.code_object", needles: []string{"codetype", "functiontype"},
 		re: regexp.MustCompile(`\b(?:codetype|functiontype)\s*\(`)},
-	{id: "python.obfuscation.base64_exec", needles: []string{"decode", "unhexlify", "fromhex", "decompress", "rot13", "rot_13", "a2b_"},
+	{id: "python.obfuscation.base64_exec", word: true, needles: []string{"exec", "eval", "compile"},
 		re: regexp.MustCompile(`\b(?:exec|eval|compile)\s*\([^\n]*?(?:b64decode|b32decode|b16decode|a85decode|b85decode|decodebytes|decodestring|unhexlify|a2b_base64|a2b_hex|fromhex|decompress|rot_?13|codecs\s*\.\s*decode)`)},
 	{id: "python.fs.delete", needles: []string{"remove", "unlink", "rmdir", "rmtree"},
 		re: regexp.MustCompile(`\b(?:os\s*\.\s*(?:remove|unlink|rmdir|removedirs)|shutil\s*\.\s*rmtree)\s*\(|\.\s*(?:unlink|rmdir)\s*\(\s*\)`)},
