@@ -63,7 +63,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ws, err := workspace.New(filepath.Join(o.dataDir, "workspaces"))
+	ws, err := workspace.New(filepath.Join(o.dataDir, "workspaces"), workspace.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

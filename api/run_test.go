@@ -128,6 +128,23 @@ func approvalToSubprocess(t *testing.T) fstest.MapFS {
 	return m
 }
 
+// everythingToSubprocess routes every level to the subprocess executor (with
+// the default approvals), so isolation tests can aim hostile code at it.
+func everythingToSubprocess(t *testing.T) fstest.MapFS {
+	t.Helper()
+	m := fstest.MapFS{}
+	err := fsWalk(policy.DefaultFS(), func(p string, b []byte) {
+		if p == "sandgate/config/data.json" {
+			b = []byte(strings.ReplaceAll(string(b), `"executor": "docker"`, `"executor": "subprocess"`))
+		}
+		m[p] = &fstest.MapFile{Data: b}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 func TestAutoApproveInPermissive(t *testing.T) {
 	auto, err := confirm.NewAutoApprove("PERMISSIVE")
 	if err != nil {

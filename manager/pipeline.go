@@ -205,7 +205,7 @@ func (m *Manager) execute(ctx context.Context, req RunRequest, d policy.Decision
 	defer m.sessions.end(req.SessionID, string(exec.Kind()))
 	spec := executors.Spec{
 		RequestID: req.RequestID, SessionID: req.SessionID, Language: req.Language, Code: req.Code,
-		Timeout: time.Duration(d.Obligations.TimeoutS) * time.Second, WorkspaceDir: dir,
+		Timeout: time.Duration(d.Obligations.TimeoutS) * time.Second, WorkspaceDir: dir.Path, UID: dir.UID, GID: dir.GID,
 		Network: d.Obligations.Network, Limits: executors.Limits{MemoryMB: d.Obligations.MemoryMB},
 	}
 	start := time.Now()

@@ -10,11 +10,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/sandgate/sandgate/errcode"
@@ -37,9 +40,39 @@ func ValidateSessionID(id string) error {
 	return nil
 }
 
+// Default range of per-session sandbox uids. It sits far above the ids
+// distributions hand to users (1000+) and to subordinate-id ranges
+// (100000-165535 by default), so a session never runs as a real account.
+const (
+	DefaultUIDBase  = 2_000_000
+	DefaultUIDCount = 1_000_000
+)
+
+// Options tune a Workspaces. Zero fields take the defaults.
+type Options struct {
+	// UIDBase and UIDCount bound the per-session uids.
+	UIDBase, UIDCount int
+}
+
 // Workspaces is the set of session directories under one root.
+//
+// When the gateway runs as root, every session directory is owned by a uid
+// (and gid) of its own, allocated when the session is created. Executors
+// run the session's code as that identity: concurrent sessions then neither
+// share a process budget nor can open each other's files, whatever paths
+// their code guesses. Without root, ownership stays with the gateway's uid.
 type Workspaces struct {
-	root string
+	root     string
+	uidBase  int
+	uidCount int
+	mu       sync.Mutex // serialises uid allocation
+}
+
+// Dir is a session's workspace and the identity that owns it.
+type Dir struct {
+	Path string
+	// UID and GID own Path; zero when the gateway is not root.
+	UID, GID int
 }
 
 // Info describes one session's workspace.
@@ -52,7 +85,7 @@ type Info struct {
 // New creates root if needed. The root is 0711: the sandbox user may enter a
 // session directory it is given, but cannot list the root to discover other
 // sessions.
-func New(root string) (*Workspaces, error) {
+func New(root string, opts Options) (*Workspaces, error) {
 	abs, err := filepath.Abs(root)
 	if err != nil {
 		return nil, fmt.Errorf("workspace root: %w", err)
@@ -63,29 +96,85 @@ func New(root string) (*Workspaces, error) {
 	if err := os.Chmod(abs, 0o711); err != nil {
 		return nil, fmt.Errorf("workspace root: %w", err)
 	}
-	return &Workspaces{root: abs}, nil
+	if opts.UIDBase <= 0 {
+		opts.UIDBase = DefaultUIDBase
+	}
+	if opts.UIDCount <= 0 {
+		opts.UIDCount = DefaultUIDCount
+	}
+	return &Workspaces{root: abs, uidBase: opts.UIDBase, uidCount: opts.UIDCount}, nil
 }
 
 // Root is the directory holding all session workspaces.
 func (w *Workspaces) Root() string { return w.root }
 
-// Ensure returns the session's directory, creating it on first use.
-func (w *Workspaces) Ensure(_ context.Context, sessionID string) (string, error) {
+// Ensure returns the session's directory, creating it and allocating its
+// identity on first use.
+func (w *Workspaces) Ensure(_ context.Context, sessionID string) (Dir, error) {
 	if err := ValidateSessionID(sessionID); err != nil {
-		return "", err
+		return Dir{}, err
 	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	dir := filepath.Join(w.root, sessionID)
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-		return "", fmt.Errorf("create workspace: %w", err)
+		return Dir{}, fmt.Errorf("create workspace: %w", err)
 	}
 	fi, err := os.Lstat(dir)
 	if err != nil {
-		return "", fmt.Errorf("stat workspace: %w", err)
+		return Dir{}, fmt.Errorf("stat workspace: %w", err)
 	}
 	if !fi.IsDir() {
-		return "", fmt.Errorf("workspace %s is not a directory", sessionID)
+		return Dir{}, fmt.Errorf("workspace %s is not a directory", sessionID)
 	}
-	return dir, nil
+	uid, gid := owner(fi)
+	if os.Geteuid() != 0 || uid != 0 {
+		return Dir{Path: dir, UID: uid, GID: gid}, nil
+	}
+	// A new (or pre-identity) session: give it its own uid. The directory
+	// is the root-owned one just created or found under the 0711 root, not
+	// something sandboxed code could have planted, and the chown is not
+	// recursive.
+	if uid, err = w.allocateUID(sessionID); err != nil {
+		_ = os.Remove(dir) // never leave a session without an identity behind
+		return Dir{}, err
+	}
+	if err := os.Lchown(dir, uid, uid); err != nil {
+		return Dir{}, fmt.Errorf("chown workspace: %w", err)
+	}
+	return Dir{Path: dir, UID: uid, GID: uid}, nil
+}
+
+// allocateUID picks a uid no other session owns, starting from a hash of
+// the id so that allocation is stable and cheap in the common case.
+func (w *Workspaces) allocateUID(sessionID string) (int, error) {
+	entries, err := os.ReadDir(w.root)
+	if err != nil {
+		return 0, fmt.Errorf("allocate uid: %w", err)
+	}
+	used := make(map[int]bool, len(entries))
+	for _, e := range entries {
+		if fi, err := e.Info(); err == nil {
+			uid, _ := owner(fi)
+			used[uid] = true
+		}
+	}
+	h := fnv.New32a()
+	h.Write([]byte(sessionID))
+	start := int(h.Sum32() % uint32(w.uidCount))
+	for i := range w.uidCount {
+		if uid := w.uidBase + (start+i)%w.uidCount; !used[uid] {
+			return uid, nil
+		}
+	}
+	return 0, fmt.Errorf("allocate uid: all %d session uids are in use", w.uidCount)
+}
+
+func owner(fi fs.FileInfo) (uid, gid int) {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return int(st.Uid), int(st.Gid)
+	}
+	return 0, 0
 }
 
 // Get returns the session's workspace without creating it.

@@ -31,7 +31,7 @@ func TestValidateSessionID(t *testing.T) {
 
 func TestLifecycle(t *testing.T) {
 	ctx := context.Background()
-	w, err := New(filepath.Join(t.TempDir(), "ws"))
+	w, err := New(filepath.Join(t.TempDir(), "ws"), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,11 +42,11 @@ func TestLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir.Path, "f"), []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if again, _ := w.Ensure(ctx, "a"); again != dir {
-		t.Fatalf("Ensure is not stable: %s vs %s", again, dir)
+		t.Fatalf("Ensure is not stable: %+v vs %+v", again, dir)
 	}
 	if _, err := w.Ensure(ctx, "b"); err != nil {
 		t.Fatal(err)
@@ -65,5 +65,46 @@ func TestLifecycle(t *testing.T) {
 	}
 	if _, err := w.Ensure(ctx, "../escape"); !errors.Is(err, ErrInvalidSessionID) {
 		t.Fatalf("Ensure with a traversal id: %v", err)
+	}
+}
+
+func TestPerSessionIdentity(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("per-session uids need root")
+	}
+	ctx := context.Background()
+	w, err := New(filepath.Join(t.TempDir(), "ws"), Options{UIDBase: 3_000_000, UIDCount: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int]string{}
+	for _, id := range []string{"s1", "s2", "s3"} {
+		d, err := w.Ensure(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.UID < 3_000_000 || d.UID >= 3_000_003 || d.GID != d.UID {
+			t.Fatalf("%s: uid %d gid %d outside the range", id, d.UID, d.GID)
+		}
+		if other, dup := seen[d.UID]; dup {
+			t.Fatalf("%s and %s share uid %d", id, other, d.UID)
+		}
+		seen[d.UID] = id
+		fi, err := os.Stat(d.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if uid, _ := owner(fi); uid != d.UID || fi.Mode().Perm() != 0o700 {
+			t.Fatalf("%s: owner %d mode %v", id, uid, fi.Mode().Perm())
+		}
+		if again, _ := w.Ensure(ctx, id); again.UID != d.UID {
+			t.Fatalf("%s: identity changed from %d to %d", id, d.UID, again.UID)
+		}
+	}
+	if _, err := w.Ensure(ctx, "s4"); err == nil {
+		t.Fatal("a fourth session got a uid from a range of three")
+	}
+	if _, err := w.Get(ctx, "s4"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("a failed Ensure left a workspace behind: %v", err)
 	}
 }

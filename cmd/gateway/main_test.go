@@ -53,6 +53,11 @@ func TestGatewayStartsWithGeneratedTokens(t *testing.T) {
 	var base string
 	deadline := time.Now().Add(60 * time.Second)
 	for !strings.Contains(stdout.String(), "approval page:") {
+		select {
+		case err := <-done:
+			t.Fatalf("gateway exited: %v; logs %s", err, logs.String())
+		default:
+		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no banner; stdout %q logs %q", stdout.String(), logs.String())
 		}

@@ -84,7 +84,7 @@ func build(ctx context.Context, cfg Config, _ func(string) string, stdout, stder
 	if gw.audit, err = audit.Open(ctx, filepath.Join(cfg.DataDir, "audit", "audit.db"), audit.Options{Logger: gw.log}); err != nil {
 		return nil, err
 	}
-	workspaces, err := workspace.New(filepath.Join(cfg.DataDir, "workspaces"))
+	workspaces, err := workspace.New(filepath.Join(cfg.DataDir, "workspaces"), workspace.Options{})
 	if err != nil {
 		return nil, err
 	}

@@ -96,9 +96,10 @@ type Config struct {
 	// DefaultToolPATH or an absolute path. Only needed for namespace
 	// isolation. Default DefaultUnshare.
 	Unshare string
-	// SandboxUID and SandboxGID are the ids the code runs as under namespace
-	// isolation. Zero means DefaultSandboxID; running sandboxed code as root
-	// is not possible.
+	// SandboxUID and SandboxGID are the ids the code runs as when a Spec
+	// names none (the gateway passes each session's own uid in Spec.UID), and
+	// the ids of the start-up probe. Zero means DefaultSandboxID; running
+	// sandboxed code as root is not possible.
 	SandboxUID int
 	SandboxGID int
 	// RequireNamespaces makes New fail when namespace isolation cannot be

@@ -53,6 +53,8 @@ type launch struct {
 	dir    string
 	env    []string
 	netns  bool // new network namespace (namespaces mode only)
+	uid    int  // sandbox identity of this run
+	gid    int
 }
 
 // rlimits in the units the shell's ulimit builtin takes.
@@ -77,13 +79,13 @@ func (e *Executor) command(ctx context.Context, l launch) *exec.Cmd {
 	switch {
 	case e.isolation == IsolationNamespaces:
 		args = append(args, e.unshare, "--mount-proc",
-			"--setuid", strconv.Itoa(e.cfg.SandboxUID), "--setgid", strconv.Itoa(e.cfg.SandboxGID), "--")
+			"--setuid", strconv.Itoa(l.uid), "--setgid", strconv.Itoa(l.gid), "--")
 		attr.Cloneflags = syscall.CLONE_NEWPID
 		if l.netns {
 			attr.Cloneflags |= syscall.CLONE_NEWNET
 		}
 	case e.dropUID:
-		attr.Credential = &syscall.Credential{Uid: uint32(e.cfg.SandboxUID), Gid: uint32(e.cfg.SandboxGID), Groups: []uint32{}}
+		attr.Credential = &syscall.Credential{Uid: uint32(l.uid), Gid: uint32(l.gid), Groups: []uint32{}}
 	}
 	args = append(args, l.argv...)
 	cmd := exec.CommandContext(ctx, e.cfg.Shell, args...)

@@ -53,6 +53,8 @@ func (e *Executor) probe(ctx context.Context) error {
 		dir:    "/",
 		env:    e.env("/"),
 		netns:  true,
+		uid:    e.cfg.SandboxUID,
+		gid:    e.cfg.SandboxGID,
 	}
 	cmd := e.command(ctx, l)
 	var stdout, stderr bytes.Buffer

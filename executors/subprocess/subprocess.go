@@ -204,7 +204,11 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 	if err != nil {
 		return executors.Result{}, fmt.Errorf("subprocess: %w", err)
 	}
-	ws, err := e.openWorkspace(spec.WorkspaceDir)
+	uid, gid, err := e.identity(spec)
+	if err != nil {
+		return executors.Result{}, err
+	}
+	ws, err := e.openWorkspace(spec.WorkspaceDir, uid, gid)
 	if err != nil {
 		return executors.Result{}, err
 	}
@@ -228,6 +232,8 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 		dir:    dir,
 		env:    e.env(dir),
 		netns:  !spec.Network,
+		uid:    uid,
+		gid:    gid,
 	}
 	out := e.newOutput(ws, id, dir, lim)
 	defer out.finish() // idempotent; closes the spill file on early returns
@@ -245,17 +251,34 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 	return res, err
 }
 
+// ErrRootIdentity is returned for a Spec that asks to run code as uid or
+// gid 0.
+var ErrRootIdentity = errors.New("refusing to run sandboxed code as root")
+
+// identity is the uid/gid of one run: the session's own (Spec.UID, given by
+// the workspace) or the configured default.
+func (e *Executor) identity(spec executors.Spec) (uid, gid int, err error) {
+	uid, gid = e.cfg.SandboxUID, e.cfg.SandboxGID
+	if spec.UID != 0 || spec.GID != 0 {
+		uid, gid = spec.UID, spec.GID
+	}
+	if uid <= 0 || gid <= 0 {
+		return 0, 0, fmt.Errorf("subprocess: %w (uid %d gid %d)", ErrRootIdentity, uid, gid)
+	}
+	return uid, gid, nil
+}
+
 // openWorkspace validates the host workspace, hands the directory itself to
 // the sandbox uid and opens it as an os.Root for every gateway-side access.
-func (e *Executor) openWorkspace(dir string) (*os.Root, error) {
+func (e *Executor) openWorkspace(dir string, uid, gid int) (*os.Root, error) {
 	if !filepath.IsAbs(dir) {
 		return nil, fmt.Errorf("subprocess: workspace %q is not an absolute path", dir)
 	}
 	if e.dropUID {
-		if err := prepareWorkspace(dir, e.cfg.SandboxUID, e.cfg.SandboxGID); err != nil {
+		if err := prepareWorkspace(dir, uid, gid); err != nil {
 			return nil, fmt.Errorf("subprocess: %w", err)
 		}
-		if err := checkAncestors(dir, e.cfg.SandboxUID, e.cfg.SandboxGID); err != nil {
+		if err := checkAncestors(dir, uid, gid); err != nil {
 			return nil, fmt.Errorf("subprocess: %w", err)
 		}
 	}

@@ -1,0 +1,168 @@
+// Package executors defines the contract every execution backend implements.
+//
+// The contract is deliberately small (Nomad's driver lesson, without Nomad's
+// RPC-driven size): a kind, an availability probe and a blocking Execute. What
+// only some backends can do lives in optional interfaces detected by type
+// assertion, so the manager never needs to know which backend it talks to.
+//
+// Backends never import manager or api: they receive a fully decided Spec and
+// return a Result. Deciding whether code may run is not their job.
+package executors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Kind names a backend. The values are the ones the policy's decision
+// document uses in its "executor" field.
+type Kind string
+
+// The backends DESIGN.md §6 defines.
+const (
+	KindSubprocess Kind = "subprocess"
+	KindDocker     Kind = "docker"
+	KindAIO        Kind = "aio"
+)
+
+// Languages a Spec may carry. They match the API's "language" field.
+const (
+	LangPython     = "python"
+	LangBash       = "bash"
+	LangJavaScript = "javascript"
+)
+
+// ErrUnavailable is wrapped by every error that means "this backend cannot
+// run work right now" (engine down, interpreter missing, pool exhausted). The
+// manager maps it to 503 executor_unavailable and never falls back to a
+// weaker backend.
+var ErrUnavailable = errors.New("executor unavailable")
+
+// ErrUnsupportedLanguage is returned when a Spec names a language the backend
+// does not know at all. It is a caller bug: validation should have stopped it.
+var ErrUnsupportedLanguage = errors.New("unsupported language")
+
+// UnavailableError carries the reason a backend is unavailable. The reason is
+// meant for operators (logs, /readyz); the API only ever shows the stable code.
+type UnavailableError struct {
+	Kind   Kind
+	Reason string
+	Err    error
+}
+
+func (e *UnavailableError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%s unavailable: %s: %v", e.Kind, e.Reason, e.Err)
+	}
+	return fmt.Sprintf("%s unavailable: %s", e.Kind, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrUnavailable) hold for every UnavailableError.
+func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailable }
+
+func (e *UnavailableError) Unwrap() error { return e.Err }
+
+// Limits are the resource limits in force for one run. Zero means "use the
+// backend's configured default", never "unlimited": every backend must apply
+// a finite default for each field.
+type Limits struct {
+	// MemoryMB caps the address space (subprocess) or cgroup memory (docker).
+	MemoryMB int
+	// CPUSeconds caps CPU time (subprocess rlimit) or is turned into a CPU
+	// quota (docker).
+	CPUSeconds int
+	// MaxProcs caps the number of processes (rlimit NPROC or pids cgroup).
+	MaxProcs int
+	// MaxOpenFiles caps file descriptors.
+	MaxOpenFiles int
+	// MaxFileSizeMB caps the size of any single file the code writes.
+	MaxFileSizeMB int
+	// MaxOutputBytes caps stdout and stderr each in the response.
+	MaxOutputBytes int
+	// MaxSpillBytes caps the full output kept in the workspace when the
+	// response had to be truncated.
+	MaxSpillBytes int
+}
+
+// Spec is one decided unit of work.
+type Spec struct {
+	// RequestID names the spill file for output beyond the response cap.
+	RequestID string
+	// SessionID is used for labels and logs only; isolation comes from
+	// WorkspaceDir.
+	SessionID string
+	// Language is one of the Lang* constants.
+	Language string
+	// Code is the program text (for bash, the script).
+	Code string
+	// Timeout is the hard wall-clock limit. At the limit the whole process
+	// tree is killed and the result has ExitCode 124 and TimedOut set.
+	Timeout time.Duration
+	// WorkspaceDir is the host directory of the session's workspace. Code sees
+	// it as /workspace (or, for the subprocess backend, as its cwd with the
+	// host path masked in output).
+	WorkspaceDir string
+	// UID and GID are the identity the code runs as, and the owner of
+	// WorkspaceDir. The workspace package gives every session its own uid,
+	// so concurrent sessions neither share a process budget (RLIMIT_NPROC
+	// counts per uid) nor can reach each other's files. Zero means the
+	// backend's configured default; a backend never runs code as uid 0.
+	UID int
+	GID int
+	// Network is the policy obligation. Backends that cannot honour
+	// Network=false must refuse to run.
+	Network bool
+	Limits  Limits
+}
+
+// Result is what a finished run produced. A program that fails or times out
+// is a Result, not an error: errors mean the backend could not run it.
+type Result struct {
+	Stdout   string
+	Stderr   string
+	ExitCode int
+	// TimedOut is set when the run hit Spec.Timeout; ExitCode is then 124.
+	TimedOut bool
+	// Truncated is set when stdout or stderr was cut at MaxOutputBytes.
+	Truncated bool
+	// OutputPath, when set, is the workspace path (always starting with
+	// /workspace/) of a file holding the full output, written because the
+	// response was truncated.
+	OutputPath string
+	// OOMKilled is set when the backend knows the memory limit killed the run.
+	OOMKilled bool
+	Duration  time.Duration
+}
+
+// ExitCodeTimeout is the exit code of a run killed at its timeout, as
+// coreutils timeout(1) reports it.
+const ExitCodeTimeout = 124
+
+// Executor is the contract of a backend.
+type Executor interface {
+	// Kind names the backend.
+	Kind() Kind
+	// Available returns nil when the backend can run work now, or an error
+	// wrapping ErrUnavailable that says why not. It must be cheap enough to
+	// call from /readyz and before each decision.
+	Available(ctx context.Context) error
+	// Execute runs spec to completion. ctx carries the request's deadline and
+	// cancellation: when ctx is done the whole process tree (or container) is
+	// killed before Execute returns.
+	Execute(ctx context.Context, spec Spec) (Result, error)
+}
+
+// Closer is implemented by backends that hold resources (containers, warm
+// pools, helper processes) which must be released on shutdown.
+type Closer interface {
+	Close(ctx context.Context) error
+}
+
+// SessionReleaser is implemented by backends that keep per-session state
+// (warm containers, pool instances). The manager calls it when a session is
+// deleted.
+type SessionReleaser interface {
+	ReleaseSession(ctx context.Context, sessionID string) error
+}
