@@ -3,7 +3,7 @@ package risk
 import "sort"
 
 // matcher finds every needle of a language's raw patterns in one pass over
-// the lowercase text (an Aho-Corasick automaton compiled to a DFA over byte
+// the text, ignoring ASCII case (an Aho-Corasick automaton compiled to a DFA over byte
 // classes). Running strings.Index once per needle would scan the text about
 // a hundred times per request; this scans it once.
 type matcher struct {
@@ -51,6 +51,9 @@ func newMatcher(ps []rawPattern) *matcher {
 	}
 	m.build(goTo)
 	m.premultiply()
+	for c := 'A'; c <= 'Z'; c++ { // match ASCII case-insensitively without a lowercase copy
+		m.class[c] = m.class[c+'a'-'A']
+	}
 	return m
 }
 
@@ -109,7 +112,7 @@ func lowerByte(c byte) byte {
 const maxNeedleHits = 2048
 
 // scan returns (pattern<<32 | start offset) for every needle occurrence,
-// sorted by pattern then offset. text must be the lowercase copy.
+// sorted by pattern then offset.
 func (m *matcher) scan(text string, out []uint64) []uint64 {
 	s := int32(0)
 	next, hasOut, class := m.next, m.hasOut, &m.class

@@ -88,7 +88,7 @@ func ruleEnv(an *analysis, res Assessment) RuleEnv {
 		}
 	}
 	return RuleEnv{
-		Language: an.lang, Code: an.src.norm, CodeLower: an.src.lower,
+		Language: an.lang, Code: an.src.norm, CodeLower: asciiLower(an.src.norm),
 		Imports: dedupe(an.imports), Calls: dedupe(an.calls),
 		Size: len(an.src.orig), Lines: countLines(an.src.orig), Patterns: dedupe(ids),
 		Level: res.Level.String(), ProvenSafe: res.ProvenSafe,

@@ -20,6 +20,7 @@ func analyzeJS(a *analysis) {
 	toks, bad := lexJS(a.src.orig, (*bufp)[:0])
 	defer func() { *bufp = toks; putTokens(bufp) }()
 
+	a.calls = make([]string, 0, 64)
 	j := &jsAnalyzer{a: a, toks: toks}
 	j.identifiers()
 	j.names()

@@ -314,11 +314,19 @@ var jsPuncts = []string{
 	"&&", "||", "??", "?.", "++", "--", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "**", "<<", ">>",
 }
 
+// jsPunctByFirst indexes jsPuncts (longest first) by their first byte.
+var jsPunctByFirst = func() (t [256][]string) {
+	for _, p := range jsPuncts {
+		t[p[0]] = append(t[p[0]], p)
+	}
+	return t
+}()
+
 func (lx *jsLexer) punct() {
 	start := lx.i
 	rest := lx.src[lx.i:]
 	op := rest[:1]
-	for _, p := range jsPuncts {
+	for _, p := range jsPunctByFirst[rest[0]] {
 		if strings.HasPrefix(rest, p) && !(p == "?." && len(rest) > 2 && isDigit(rest[2])) {
 			op = p
 			break

@@ -17,9 +17,8 @@ import (
 // names still match. When norm differs from orig an obfuscation pattern
 // fires, so a SAFE proof only ever happens on text where the views agree.
 type source struct {
-	orig  string
-	norm  string // NFKC
-	lower string // norm with ASCII letters lowered; same byte offsets as norm
+	orig string
+	norm string // NFKC
 
 	newlines []int // offsets of '\n' in norm, built on first use
 	indexed  bool
@@ -30,10 +29,11 @@ func newSource(code string) *source {
 	if !isASCII(code) {
 		n = norm.NFKC.String(code)
 	}
-	return &source{orig: code, norm: n, lower: asciiLower(n)}
+	return &source{orig: code, norm: n}
 }
 
-// asciiLower lowers ASCII letters only. strings.ToLower may change the byte
+// asciiLower lowers ASCII letters only; the result has the same byte
+// offsets as the input. strings.ToLower may change the byte
 // length of non-ASCII text, which would break offset-to-line mapping, and
 // every pattern we match is ASCII anyway.
 func asciiLower(s string) string {
@@ -64,7 +64,7 @@ func isASCII(s string) bool {
 	return true
 }
 
-// lineAt maps a byte offset in norm (or lower) to a 1-based line number.
+// lineAt maps a byte offset in norm to a 1-based line number.
 func (s *source) lineAt(off int) int {
 	if !s.indexed {
 		s.indexed = true

@@ -168,14 +168,14 @@ func (st *textScan) special(t string, i int) int {
 
 // scanEscapes reports a high density of character-code tricks.
 func scanEscapes(s *source, c *collector) {
-	t := s.lower
+	t := s.norm
 	n := strings.Count(t, `\x`) + strings.Count(t, `\u`) + strings.Count(t, "chr(") +
-		strings.Count(t, "fromcharcode") + strings.Count(t, "\\0")
+		strings.Count(t, "fromCharCode") + strings.Count(t, "\\0")
 	if n < escapeMinCount || (n*escapeDensity < len(t) && n < escapeHardCount) {
 		return
 	}
 	first := len(t)
-	for _, k := range []string{`\x`, `\u`, "chr(", "fromcharcode", "\\0"} {
+	for _, k := range []string{`\x`, `\u`, "chr(", "fromCharCode", "\\0"} {
 		if j := strings.Index(t, k); j >= 0 && j < first {
 			first = j
 		}

@@ -79,7 +79,8 @@ func (c *collector) patterns() []Pattern {
 	return out
 }
 
-// rawPattern matches the normalised text, strings and comments included:
+// rawPattern matches the normalised text (ASCII-lowercased unless cased),
+// strings and comments included:
 // payloads live in strings, so literals are never stripped here.
 //
 // A pattern runs only if one of its needles occurs (a substring search is
@@ -90,7 +91,7 @@ type rawPattern struct {
 	id       string
 	needles  []string
 	re       *regexp.Regexp
-	cased    bool // run re on norm instead of lower (needles always match lower)
+	cased    bool // run re on the text as is, not lowercased (needles always ignore ASCII case)
 	word     bool // a needle must not follow an identifier byte ("nc " but not "func ")
 	classify func(text string, m []int) string
 }
@@ -118,7 +119,7 @@ var hitPool = sync.Pool{New: func() any { s := make([]uint64, 0, 64); return &s 
 
 func runRaw(rs *rawSet, s *source, c *collector) {
 	bufp := hitPool.Get().(*[]uint64)
-	hits := rs.m.scan(s.lower, (*bufp)[:0])
+	hits := rs.m.scan(s.norm, (*bufp)[:0])
 	for k := 0; k < len(hits); {
 		pat := hits[k] >> 32
 		j := k
@@ -126,16 +127,12 @@ func runRaw(rs *rawSet, s *source, c *collector) {
 			j++
 		}
 		p := &rs.ps[pat]
-		text := s.lower
-		if p.cased {
-			text = s.norm
-		}
 		if p.re == nil {
 			for _, h := range hits[k:j] {
 				c.add(p.id, s.lineAt(int(uint32(h))))
 			}
 		} else {
-			runWindows(p, text, hits[k:j], s, c)
+			runWindows(p, s.norm, hits[k:j], s, c)
 		}
 		k = j
 	}
@@ -167,6 +164,9 @@ func runWindows(p *rawPattern, text string, pos []uint64, s *source, c *collecto
 			continue // the tokens already reported this line
 		}
 		w := text[lo:hi]
+		if !p.cased {
+			w = asciiLower(w) // same offsets; patterns are written in lowercase
+		}
 		for _, m := range p.re.FindAllStringSubmatchIndex(w, maxHitsPerID) {
 			id := p.id
 			if p.classify != nil {

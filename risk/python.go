@@ -24,6 +24,7 @@ func analyzePython(a *analysis) {
 	toks, bad := lexPython(a.src.orig, (*bufp)[:0])
 	defer func() { *bufp = toks; putTokens(bufp) }()
 
+	a.calls = make([]string, 0, 64)
 	p := &pyAnalyzer{a: a, toks: toks}
 	p.encodingDecl()
 	p.identifiers()
