@@ -79,17 +79,25 @@ func failed() Assessment {
 	return Assessment{Level: CRITICAL, Patterns: []Pattern{}}
 }
 
-func analyze(code, lang string) (*analysis, error) {
+func analyze(code, lang string) (a *analysis, err error) {
 	l, err := lookupLanguage(lang)
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		// The analysers are fuzzed and must not panic; if one still does,
+		// fail closed instead of taking the request (or the gateway) down.
+		if r := recover(); r != nil {
+			a = &analysis{lang: lang, src: &source{}}
+			a.c.add("obfuscation.analysis_failed", 0)
+		}
+	}()
 	if len(code) > MaxAnalyzedSize {
-		a := &analysis{lang: lang, src: &source{}}
+		a = &analysis{lang: lang, src: &source{}}
 		a.c.add("obfuscation.oversize", 0)
 		return a, nil
 	}
-	a := &analysis{lang: lang, raw: &l.raw, src: newSource(code)}
+	a = &analysis{lang: lang, raw: &l.raw, src: newSource(code)}
 	scanShared(a.src, &a.c)
 	l.analyze(a)
 	return a, nil

@@ -163,6 +163,7 @@ func (lx *bashLexer) word() {
 		}
 		lx.wordChar(w, c)
 	}
+	lx.i = min(lx.i, len(lx.src)) // a trailing backslash or quote may step past the end
 	text := lx.src[w.start:lx.i]
 	if text == "[" || text == "[[" || text == "]" || text == "]]" {
 		w.flags &^= bwGlob // the test command and its closing bracket

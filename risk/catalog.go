@@ -46,6 +46,7 @@ func buildCatalog(parts ...map[string]def) map[string]def {
 
 var sharedDefs = map[string]def{
 	"obfuscation.oversize":             {CRITICAL, "input larger than 1 MiB; not analysed"},
+	"obfuscation.analysis_failed":      {CRITICAL, "the analyser failed on this input (a bug); failing closed"},
 	"obfuscation.bidi_control":         {HIGH, "bidirectional control character (Trojan Source)"},
 	"obfuscation.invisible_char":       {HIGH, "invisible or zero-width character"},
 	"obfuscation.nfkc_identifier":      {HIGH, "identifier changes under NFKC (e.g. full-width letters)"},

@@ -134,6 +134,7 @@ func (lx *jsLexer) str(q byte) {
 		}
 		j++
 	}
+	j = min(j, len(lx.src))
 	t := lx.emit(tkString, start, lx.src[start:j])
 	t.val, t.line, t.flags = lx.src[start+1:j], int32(line), tfUnterminated
 	lx.bad = true

@@ -403,7 +403,7 @@ func (p *pyAnalyzer) getattrCall(open int) {
 }
 
 // concat finds names built from pieces: 'ev'+'al', 'o' 's', chr(111)+chr(115),
-// ''.join(['o','s']). Values are only decoded for runs of two or more.
+// "".join(['o','s']). Values are only decoded for runs of two or more.
 func (p *pyAnalyzer) concat() {
 	toks := p.toks
 	for i := 0; i < len(toks); i++ {
@@ -549,7 +549,6 @@ var pythonRaw = []rawPattern{
 	{id: "python.priv.setuid", needles: []string{"setuid", "setgid", "seteuid", "setreuid", "setresuid"},
 		re: regexp.MustCompile(`\bos\s*\.\s*set(?:e|re|res)?[ug]id\s*\(`)},
 }
-
 
 // pyWriteDest maps calls that create or overwrite files to the argument
 // holding the destination.

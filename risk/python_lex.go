@@ -380,10 +380,10 @@ func skipPyString(s string, j int, line *int) int {
 			}
 			k++
 		case '\n':
-			*line++
 			if n == 1 {
-				return k
+				return k // the caller counts this newline
 			}
+			*line++
 		case q:
 			if n == 1 || hasTriple(s, k) {
 				return k + n
