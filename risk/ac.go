@@ -7,11 +7,13 @@ import "sort"
 // classes). Running strings.Index once per needle would scan the text about
 // a hundred times per request; this scans it once.
 type matcher struct {
-	class   [256]uint8 // byte -> class; 0 is "no needle uses this byte"
+	class   [256]int32 // byte -> class; 0 is "no needle uses this byte"
 	classes int
-	next    []int32 // state*classes + class -> next state*classes (pre-multiplied)
-	hasOut  []bool  // indexed by state*classes
-	out     [][]acOut
+	// next maps state*classes + class to the next state's row offset
+	// (state*classes), negated when that state has outputs: the scan loop
+	// then does one load per byte and a sign test.
+	next []int32
+	out  [][]acOut
 }
 
 type acOut struct {
@@ -26,7 +28,7 @@ func newMatcher(ps []rawPattern) *matcher {
 			for i := 0; i < len(n); i++ {
 				c := lowerByte(n[i])
 				if m.class[c] == 0 {
-					m.class[c] = uint8(m.classes)
+					m.class[c] = int32(m.classes)
 					m.classes++
 				}
 			}
@@ -60,11 +62,10 @@ func newMatcher(ps []rawPattern) *matcher {
 // premultiply stores next states as row offsets so the scan loop does one
 // load and one add per byte.
 func (m *matcher) premultiply() {
-	m.hasOut = make([]bool, len(m.next))
-	for s := 0; s*m.classes < len(m.next); s++ {
-		m.hasOut[s*m.classes] = len(m.out[s]) > 0
-		for c := 0; c < m.classes; c++ {
-			m.next[s*m.classes+c] *= int32(m.classes)
+	for i, t := range m.next {
+		m.next[i] = t * int32(m.classes)
+		if len(m.out[t]) > 0 {
+			m.next[i] = -m.next[i]
 		}
 	}
 }
@@ -115,10 +116,11 @@ const maxNeedleHits = 2048
 // sorted by pattern then offset.
 func (m *matcher) scan(text string, out []uint64) []uint64 {
 	s := int32(0)
-	next, hasOut, class := m.next, m.hasOut, &m.class
+	next, class := m.next, &m.class
 	for i := 0; i < len(text); i++ {
-		s = next[s+int32(class[text[i]])]
-		if hasOut[s] {
+		s = next[s+class[text[i]]]
+		if s < 0 {
+			s = -s
 			for _, h := range m.out[int(s)/m.classes] {
 				if len(out) < maxNeedleHits {
 					out = append(out, uint64(h.pat)<<32|uint64(i+1-int(h.n)))

@@ -97,7 +97,9 @@ func analyze(code, lang string) (a *analysis, err error) {
 		a.c.add("obfuscation.oversize", 0)
 		return a, nil
 	}
-	a = &analysis{lang: lang, raw: &l.raw, src: newSource(code)}
+	a = &analysis{lang: lang, raw: &l.raw}
+	ascii := scanText(code, &a.c)
+	a.src = newSource(code, ascii)
 	scanShared(a.src, &a.c)
 	l.analyze(a)
 	return a, nil

@@ -24,9 +24,11 @@ type source struct {
 	indexed  bool
 }
 
-func newSource(code string) *source {
+// newSource normalises code; ascii reports that code has no byte >= 0x80
+// (ASCII is already NFKC, so the normaliser is skipped).
+func newSource(code string, ascii bool) *source {
 	n := code
-	if !isASCII(code) {
+	if !ascii {
 		n = norm.NFKC.String(code)
 	}
 	return &source{orig: code, norm: n}
@@ -51,17 +53,6 @@ func asciiLower(s string) string {
 		}
 	}
 	return string(b)
-}
-
-// isASCII reports whether s has no byte >= 0x80. ASCII text is already in
-// NFKC, so the normaliser can be skipped.
-func isASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] >= 0x80 {
-			return false
-		}
-	}
-	return true
 }
 
 // lineAt maps a byte offset in norm to a 1-based line number.

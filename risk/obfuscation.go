@@ -99,13 +99,15 @@ type textScan struct {
 	line, lineStart  int
 	blobStart, hexes int
 	seen             uint8
+	nonASCII         bool
 }
 
 // scanText walks the original text once, looking for what the interpreter
 // sees but a reviewer does not (invalid UTF-8, bidi controls, invisible
 // characters, stray control bytes, overlong lines) and for long base64
 // (mixed case and digits) or hex runs.
-func scanText(t string, c *collector) {
+// It returns whether t is pure ASCII.
+func scanText(t string, c *collector) bool {
 	st := textScan{c: c, line: 1}
 	for i := 0; i < len(t); i++ {
 		k := textClass[t[i]]
@@ -126,6 +128,7 @@ func scanText(t string, c *collector) {
 	}
 	st.endBlob(len(t))
 	st.endLine(t, len(t))
+	return !st.nonASCII
 }
 
 func (st *textScan) endBlob(i int) {
@@ -155,6 +158,7 @@ func (st *textScan) special(t string, i int) int {
 			st.c.add("obfuscation.control_char", st.line)
 		}
 	default:
+		st.nonASCII = true
 		r, n := utf8.DecodeRuneInString(t[i:])
 		if r == utf8.RuneError && n == 1 {
 			st.c.add("obfuscation.invalid_utf8", st.line)
@@ -183,9 +187,9 @@ func scanEscapes(s *source, c *collector) {
 	c.add("obfuscation.char_code_density", s.lineAt(first))
 }
 
-// scanShared runs every language-independent check.
+// scanShared runs the language-independent checks that need the
+// normalised text (scanText runs first, on the original).
 func scanShared(s *source, c *collector) {
-	scanText(s.orig, c)
 	scanNFKC(s, c)
 	scanEscapes(s, c)
 }
