@@ -264,7 +264,7 @@ func isAssignment(t *token) bool {
 func (w *bashWalker) assignment(t *token) {
 	name, value, _ := strings.Cut(t.val, "=")
 	name = strings.TrimSuffix(name, "+")
-	if strings.ContainsAny(name, "[]") || strings.EqualFold(name, "IFS") {
+	if strings.ContainsAny(name, "[]") || bashSpecialVars[name] || strings.HasPrefix(name, "LD_") {
 		w.st.proof.ok = false
 	}
 	w.st.proof.arg(t)
@@ -272,6 +272,11 @@ func (w *bashWalker) assignment(t *token) {
 	numeric := isNumber(value) && t.flags == 0 || isArithOnly(raw)
 	w.st.proof.assign(name, numeric)
 }
+
+// bashSpecialVars change how later commands are found or run (PATH could
+// point seq at an executable planted in the workspace by an earlier run).
+var bashSpecialVars = setOf("PATH", "IFS", "BASH_ENV", "ENV", "PS4", "PROMPT_COMMAND", "SHELLOPTS",
+	"BASHOPTS", "GLOBIGNORE", "CDPATH", "BASH_LOADABLES_PATH", "EXECIGNORE", "FPATH", "HOME", "PWD", "OLDPWD")
 
 var redirectOps = setOf("<", ">", ">>", "<<", "<<-", "<<<", "<&", ">&", "<>", ">|", "&>", "&>>")
 

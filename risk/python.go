@@ -184,44 +184,6 @@ func pyModuleID(mod string) string {
 	return pyModules[root]
 }
 
-var pyModules = map[string]string{
-	"subprocess": "python.process.subprocess", "pty": "python.process.pty",
-	"multiprocessing": "python.process.multiprocessing",
-	"socket":          "python.net.socket", "socketserver": "python.net.socket", "asyncore": "python.net.socket",
-	"urllib": "python.net.http_client", "urllib2": "python.net.http_client", "urllib3": "python.net.http_client",
-	"requests": "python.net.http_client", "http": "python.net.http_client", "httpx": "python.net.http_client",
-	"aiohttp": "python.net.http_client", "ftplib": "python.net.http_client", "smtplib": "python.net.http_client",
-	"telnetlib": "python.net.http_client", "poplib": "python.net.http_client", "imaplib": "python.net.http_client",
-	"xmlrpc": "python.net.http_client", "pycurl": "python.net.http_client", "websocket": "python.net.http_client",
-	"websockets": "python.net.http_client", "webbrowser": "python.net.http_client", "paramiko": "python.net.http_client",
-	"ctypes": "python.ffi.ctypes", "_ctypes": "python.ffi.ctypes", "cffi": "python.ffi.ctypes",
-	"importlib": "python.import.dynamic", "imp": "python.import.dynamic", "runpy": "python.import.dynamic",
-	"zipimport": "python.import.dynamic", "pkgutil": "python.import.dynamic",
-	"marshal": "python.deser.marshal", "builtins": "python.reflect.builtins", "__builtin__": "python.reflect.builtins",
-	"code": "python.eval.code_module", "codeop": "python.eval.code_module",
-}
-
-// pyCalls are exact dotted names (after alias resolution).
-var pyCalls = map[string]string{
-	"os.system": "python.process.os_system", "os.popen": "python.process.os_system",
-	"os.fork": "python.process.os_system", "os.forkpty": "python.process.os_system",
-	"os.posix_spawn": "python.process.os_system", "os.posix_spawnp": "python.process.os_system",
-	"os.startfile": "python.process.os_system", "posix.system": "python.process.os_system",
-	"asyncio.create_subprocess_exec":  "python.process.subprocess",
-	"asyncio.create_subprocess_shell": "python.process.subprocess",
-	"shutil.rmtree":                   "python.fs.delete", "os.remove": "python.fs.delete", "os.unlink": "python.fs.delete",
-	"os.rmdir": "python.fs.delete", "os.removedirs": "python.fs.delete",
-	"sys._getframe": "python.introspection.frame", "inspect.currentframe": "python.introspection.frame",
-	"inspect.stack": "python.introspection.frame", "inspect.getouterframes": "python.introspection.frame",
-	"gc.get_objects": "python.introspection.gc", "gc.get_referrers": "python.introspection.gc",
-	"gc.get_referents": "python.introspection.gc",
-	"pickle.loads":     "python.deser.pickle", "pickle.load": "python.deser.pickle", "pickle.Unpickler": "python.deser.pickle",
-	"dill.loads": "python.deser.pickle", "dill.load": "python.deser.pickle", "shelve.open": "python.deser.pickle",
-	"types.CodeType": "python.eval.code_object", "types.FunctionType": "python.eval.code_object",
-	"os.setuid": "python.priv.setuid", "os.setgid": "python.priv.setuid", "os.seteuid": "python.priv.setuid",
-	"os.setreuid": "python.priv.setuid", "os.setresuid": "python.priv.setuid",
-}
-
 // pyNameID classifies a resolved dotted name.
 func pyNameID(name string) string {
 	if id, ok := pyCalls[name]; ok {
@@ -509,45 +471,6 @@ func (p *pyAnalyzer) joinCall(i int) {
 	if isDangerousName(b.String()) {
 		p.hit("python.obfuscation.string_concat_name", &p.toks[i])
 	}
-}
-
-// pythonRaw match the lowercase normalised text, strings and comments
-// included, for payloads the token walk cannot see (code in strings).
-var pythonRaw = []rawPattern{
-	{id: "python.process.subprocess", needles: []string{"subprocess"},
-		re: regexp.MustCompile(`\b(?:import\s+subprocess|from\s+subprocess\s+import|subprocess\s*\.\s*(?:run|call|popen|check_call|check_output|getoutput|getstatusoutput)\b)|['"]subprocess['"]`)},
-	{id: "python.process.os_system", needles: []string{"system(", "system (", "popen", "spawn", "execv", "execl", "fork"},
-		re: regexp.MustCompile(`\bos\s*\.\s*(?:system|popen[234]?|exec[lv]p?e?|spawn[lv]p?e?|posix_spawnp?|fork|forkpty)\s*\(`)},
-	{id: "python.process.pty", needles: []string{"pty"},
-		re: regexp.MustCompile(`\bpty\s*\.\s*spawn\b|\bimport\s+pty\b|\bfrom\s+pty\s+import\b`)},
-	{id: "python.net.socket", needles: []string{"socket"},
-		re: regexp.MustCompile(`\bimport\s+socket\b|\bfrom\s+socket\s+import\b|\bsocket\s*\.\s*(?:socket|create_connection|create_server|socketpair|fromfd)\s*\(`)},
-	{id: "python.net.http_client", word: true, needles: []string{"urllib", "requests", "httpx", "aiohttp", "http.client", "urlopen", "ftplib", "smtplib", "telnetlib", "pycurl", "websocket"},
-		re: regexp.MustCompile(`\b(?:import|from)\s+(?:urllib[23]?|requests|httpx|aiohttp|http\.client|ftplib|smtplib|telnetlib|pycurl|websockets?)\b|\burlopen\s*\(|\brequests\s*\.\s*(?:get|post|put|delete|patch|head|request|session)\s*\(`)},
-	{id: "python.ffi.ctypes", needles: []string{"ctypes", "cffi", "dlopen"},
-		re: regexp.MustCompile(`\b(?:import|from)\s+(?:_?ctypes|cffi)\b|\bctypes\s*\.\s*(?:cdll|windll|pydll|cfunctype|memmove|string_at|cast|pythonapi)|\bdlopen\s*\(|['"]_?ctypes['"]`)},
-	{id: "python.import.dynamic", needles: []string{"__import__", "import_module", "importlib", "load_module", "runpy", "exec_module"},
-		re: regexp.MustCompile(`\b__import__\s*\(|\bimportlib\b|\bimport_module\s*\(|\.\s*load_module\s*\(|\brunpy\b|\bexec_module\s*\(`)},
-	{id: "python.introspection.subclasses", needles: []string{"__subclasses__"}},
-	{id: "python.introspection.dunder_traversal", needles: []string{"__mro__", "__base__", "__bases__", "__globals__",
-		"__builtins__", "__code__", "__closure__", "__getattribute__", "__loader__", "__reduce__", "__reduce_ex__", "__func__"}},
-	{id: "python.introspection.frame", needles: []string{"_getframe", "f_globals", "f_locals", "f_back", "f_builtins",
-		"gi_frame", "tb_frame", "cr_frame", "ag_frame", "currentframe"}},
-	{id: "python.introspection.gc", needles: []string{"get_objects", "get_referrers", "get_referents"}},
-	{id: "python.deser.pickle", needles: []string{"pickle", "dill", "shelve"},
-		re: regexp.MustCompile(`\b(?:c?pickle|_pickle|dill|jsonpickle)\s*\.\s*(?:loads?|unpickler)\b|\bshelve\s*\.\s*open\b`)},
-	{id: "python.deser.marshal", needles: []string{"marshal"},
-		re: regexp.MustCompile(`\bmarshal\s*\.\s*loads?\s*\(`)},
-	{id: "python.eval.code_object", needles: []string{"codetype", "functiontype"},
-		re: regexp.MustCompile(`\b(?:codetype|functiontype)\s*\(`)},
-	{id: "python.obfuscation.base64_exec", word: true, needles: []string{"exec", "eval", "compile"},
-		re: regexp.MustCompile(`\b(?:exec|eval|compile)\s*\([^\n]*?(?:b64decode|b32decode|b16decode|a85decode|b85decode|decodebytes|decodestring|unhexlify|a2b_base64|a2b_hex|fromhex|decompress|rot_?13|codecs\s*\.\s*decode)`)},
-	{id: "python.fs.delete", needles: []string{"remove", "unlink", "rmdir", "rmtree"},
-		re: regexp.MustCompile(`\b(?:os\s*\.\s*(?:remove|unlink|rmdir|removedirs)|shutil\s*\.\s*rmtree)\s*\(|\.\s*(?:unlink|rmdir)\s*\(\s*\)`)},
-	{id: "python.fs.delete_root", needles: []string{"rmtree"},
-		re: regexp.MustCompile(`\brmtree\s*\(\s*r?['"](?:/|~|/\*|/(?:home|etc|usr|var|root|bin|boot|lib|opt|srv)/?)['"]`)},
-	{id: "python.priv.setuid", needles: []string{"setuid", "setgid", "seteuid", "setreuid", "setresuid"},
-		re: regexp.MustCompile(`\bos\s*\.\s*set(?:e|re|res)?[ug]id\s*\(`)},
 }
 
 // pyWriteDest maps calls that create or overwrite files to the argument
