@@ -1,0 +1,169 @@
+package manager_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/executors/executortest"
+	"github.com/sandgate/sandgate/manager"
+	"github.com/sandgate/sandgate/risk"
+	"github.com/sandgate/sandgate/workspace"
+)
+
+func TestNewChecksWiring(t *testing.T) {
+	ws, err := workspace.New(t.TempDir()+"/ws", workspace.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := func() manager.Deps {
+		return manager.Deps{
+			Assessor: risk.NewAssessor(nil, nil), Policy: &recDecider{inner: realPolicy(t)},
+			Workspaces: ws, Audit: audit.NewMemory(),
+			Executors: []executors.Executor{&executortest.Fake{KindValue: executors.KindSubprocess}},
+		}
+	}
+	cases := []struct {
+		name string
+		edit func(*manager.Deps)
+		want []string // substrings of the joined error; none: New succeeds
+	}{
+		{name: "complete", edit: func(*manager.Deps) {}},
+		{name: "no executors is allowed", edit: func(d *manager.Deps) { d.Executors = nil }},
+		{name: "no assessor", edit: func(d *manager.Deps) { d.Assessor = nil }, want: []string{"no risk assessor"}},
+		{name: "no policy", edit: func(d *manager.Deps) { d.Policy = nil }, want: []string{"no policy engine"}},
+		{name: "no workspaces", edit: func(d *manager.Deps) { d.Workspaces = nil }, want: []string{"no workspaces"}},
+		{name: "no audit", edit: func(d *manager.Deps) { d.Audit = nil }, want: []string{"no audit store"}},
+		{
+			name: "two executors of one kind",
+			edit: func(d *manager.Deps) {
+				d.Executors = append(d.Executors, &executortest.Fake{KindValue: executors.KindDocker}, &executortest.Fake{KindValue: executors.KindSubprocess})
+			},
+			want: []string{"executor subprocess wired twice"},
+		},
+		{
+			name: "every problem at once",
+			edit: func(d *manager.Deps) {
+				*d = manager.Deps{Executors: []executors.Executor{&executortest.Fake{}, &executortest.Fake{}}}
+			},
+			want: []string{"no risk assessor", "no policy engine", "no workspaces", "no audit store", "executor subprocess wired twice"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			d := full()
+			tc.edit(&d)
+			m, err := manager.New(manager.Config{Mode: "STRICT"}, d)
+			if len(tc.want) == 0 {
+				if err != nil || m == nil {
+					t.Fatalf("New: %v", err)
+				}
+				if m.Mode() != "STRICT" || len(m.Executors()) != len(d.Executors) {
+					t.Errorf("Mode %q executors %d", m.Mode(), len(m.Executors()))
+				}
+				return
+			}
+			if err == nil || m != nil {
+				t.Fatalf("New succeeded, want %v", tc.want)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("New: %v, want it to mention %q", err, w)
+				}
+			}
+			if got := len(strings.Split(err.Error(), "\n")); got != len(tc.want) {
+				t.Errorf("New reported %d problems, want %d: %v", got, len(tc.want), err)
+			}
+		})
+	}
+}
+
+type closingFake struct {
+	*executortest.Fake
+	err    error
+	closed int
+}
+
+func (f *closingFake) Close(context.Context) error { f.closed++; return f.err }
+
+func TestClose(t *testing.T) {
+	boom := errors.New("pool stuck")
+	a := &closingFake{Fake: &executortest.Fake{KindValue: executors.KindDocker}, err: boom}
+	b := &closingFake{Fake: &executortest.Fake{KindValue: executors.KindAIO}}
+	plain := &executortest.Fake{KindValue: executors.KindSubprocess}
+	h := newHarness(t, hopts{execs: []executors.Executor{plain, a, b}})
+	if err := h.m.Close(t.Context()); !errors.Is(err, boom) {
+		t.Errorf("Close: %v, want %v", err, boom)
+	}
+	if a.closed != 1 || b.closed != 1 {
+		t.Errorf("closed %d and %d times, want 1 each", a.closed, b.closed)
+	}
+}
+
+// counter returns the value of the series of name whose labels include
+// want, summed over matching series.
+func counter(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metric:
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			for k, v := range want {
+				if labels[k] != v {
+					continue metric
+				}
+			}
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
+
+func TestMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	h := newHarness(t, hopts{metrics: manager.NewMetrics(reg)})
+	if _, err := h.m.Run(t.Context(), request("python", safePython)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.m.Run(t.Context(), request("bash", criticalBash)); err == nil {
+		t.Fatal("critical code ran")
+	}
+	if _, err := h.m.Run(t.Context(), request("ruby", safePython)); err == nil {
+		t.Fatal("invalid request ran")
+	}
+	h.audit.AppendErr = errors.New("disk full")
+	if _, err := h.m.Run(t.Context(), request("python", safePython)); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		labels map[string]string
+		want   float64
+	}{
+		{map[string]string{"kind": "run_code", "action": "allow", "executor": "subprocess", "outcome": "ok"}, 2},
+		{map[string]string{"action": "deny", "outcome": "denied"}, 1},
+		{map[string]string{"action": "", "outcome": "invalid"}, 1},
+	} {
+		if got := counter(t, reg, "sandgate_requests_total", c.labels); got != c.want {
+			t.Errorf("sandgate_requests_total%v = %v, want %v", c.labels, got, c.want)
+		}
+	}
+	if got := counter(t, reg, "sandgate_audit_write_errors_total", nil); got != 1 {
+		t.Errorf("sandgate_audit_write_errors_total = %v, want 1", got)
+	}
+}
