@@ -7,10 +7,15 @@ SCHEMA_DIR := policy/schemas
 OPA        := $(GO) tool opa
 COVERAGE   := 90
 
-.PHONY: test test-go policy-check lint bench build
+.PHONY: test deps test-go policy-check lint bench bench-gateway build
 
-## test: the full suite: policy checks, then every Go test with -race.
-test: policy-check test-go
+## test: the full suite: system dependencies, policy checks, then every Go
+## test with -race.
+test: deps policy-check test-go
+
+## deps: install the system tools the tests need (Debian apt), if missing.
+deps:
+	./scripts/ensure-deps.sh
 
 test-go:
 	$(GO) test -race -count=1 -timeout 30m ./...
@@ -34,6 +39,10 @@ lint:
 ## bench: every Go benchmark, with allocation counts.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./...
+
+## bench-gateway: a real gateway process against raw baselines (bench/).
+bench-gateway:
+	$(GO) run ./bench -c 1,8 -n 1000 -rss-requests 10000
 
 build:
 	$(GO) build -o bin/ ./cmd/...

@@ -37,6 +37,9 @@ func startGateway(ctx context.Context) (*gatewayProc, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := os.Chmod(dir, 0o711); err != nil { // session uids traverse it to their workspace
+		return nil, err
+	}
 	bin := filepath.Join(dir, "gateway")
 	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/gateway")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
@@ -111,15 +114,19 @@ func (g *gatewayProc) runCodeSide(code, lang string) side {
 			return err
 		}
 		defer res.Body.Close()
+		raw, err := io.ReadAll(res.Body)
+		if err != nil {
+			return err
+		}
 		var out struct {
 			Success     bool   `json:"success"`
 			SandboxType string `json:"sandbox_type"`
 		}
-		if err := json.NewDecoder(res.Body).Decode(&out); err != nil {
+		if err := json.Unmarshal(raw, &out); err != nil {
 			return err
 		}
 		if res.StatusCode != 200 || !out.Success {
-			return fmt.Errorf("run_code: status %d success %v", res.StatusCode, out.Success)
+			return fmt.Errorf("run_code: status %d: %.300s", res.StatusCode, raw)
 		}
 		return nil
 	}
@@ -137,13 +144,16 @@ type soakResult struct {
 
 func (g *gatewayProc) soak(ctx context.Context, s side, c, n int) (soakResult, error) {
 	r := soakResult{Requests: n}
+	if _, err := measure(ctx, s, c, 2*c); err != nil { // open the c connections first
+		return r, err
+	}
 	r.RSSBeforeMB, r.GoroutinesStart = g.rssMB(), g.goroutines()
 	smp, err := measure(ctx, s, c, n)
 	if err != nil {
 		return r, err
 	}
 	r.Stats = summarize(smp.lat, smp.wall)
-	time.Sleep(time.Second) // let idle connections and timers settle
+	time.Sleep(time.Second) // let timers settle
 	r.RSSAfterMB, r.GoroutinesEnd = g.rssMB(), g.goroutines()
 	return r, nil
 }

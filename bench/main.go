@@ -34,6 +34,19 @@ func main() {
 	}
 }
 
+// sandboxPython finds python3 on the PATH the subprocess executor uses, so
+// the baseline runs the same interpreter (a version manager's shim on the
+// caller's PATH would make the baseline slower than the real thing).
+func sandboxPython() (string, error) {
+	for _, dir := range []string{"/usr/local/bin", "/usr/bin", "/bin"} {
+		p := dir + "/python3"
+		if fi, err := os.Stat(p); err == nil && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("python3 not found in /usr/local/bin:/usr/bin:/bin")
+}
+
 func parseLevels(s string) []int {
 	var out []int
 	for _, f := range strings.Split(s, ",") {
@@ -59,7 +72,11 @@ func run(ctx context.Context, levels []int, n, block, soakN int, jsonOut string)
 	defer gw.stop()
 	rep := report{Date: time.Now().UTC()}
 	gwSide := gw.runCodeSide("print(1)", "python")
-	raw := rawSide("python3", "-c", "print(1)")
+	python, err := sandboxPython()
+	if err != nil {
+		return err
+	}
+	raw := rawSide(python, "-I", "-u", "-c", "print(1)")
 	if _, err := measure(ctx, gwSide, 1, 50); err != nil { // warm-up
 		return err
 	}

@@ -105,6 +105,31 @@ func New(root string, opts Options) (*Workspaces, error) {
 	return &Workspaces{root: abs, uidBase: opts.UIDBase, uidCount: opts.UIDCount}, nil
 }
 
+// ErrUnreachable is returned by CheckReachable when a directory above the
+// root is closed to other users.
+var ErrUnreachable = errors.New("workspace root is not reachable by sandbox uids")
+
+// CheckReachable verifies that every directory above the root can be
+// traversed by any uid. Session code runs as its own unprivileged uid, and a
+// 0700 ancestor (a home directory, a private temp dir) would break every run;
+// the gateway checks this at start and refuses to run, rather than failing
+// each request later.
+func (w *Workspaces) CheckReachable() error {
+	for p := filepath.Dir(w.root); ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrUnreachable, err)
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("%w: %s has mode %#o; make it 0711 or choose a data dir under a traversable path such as /var/lib/sandgate",
+				ErrUnreachable, p, fi.Mode().Perm())
+		}
+		if p == filepath.Dir(p) {
+			return nil
+		}
+	}
+}
+
 // Root is the directory holding all session workspaces.
 func (w *Workspaces) Root() string { return w.root }
 

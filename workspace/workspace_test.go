@@ -108,3 +108,28 @@ func TestPerSessionIdentity(t *testing.T) {
 		t.Fatalf("a failed Ensure left a workspace behind: %v", err)
 	}
 }
+
+func TestCheckReachable(t *testing.T) {
+	base := t.TempDir()
+	for _, d := range []string{filepath.Dir(base), base} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, err := New(filepath.Join(base, "data", "ws"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(base, "data"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.CheckReachable(); err != nil {
+		t.Fatalf("reachable tree refused: %v", err)
+	}
+	if err := os.Chmod(filepath.Join(base, "data"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.CheckReachable(); !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("a 0700 ancestor was accepted: %v", err)
+	}
+}

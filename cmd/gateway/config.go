@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sandgate/sandgate/policy"
 )
 
 // Config is the whole gateway configuration. Every field has a safe default
@@ -110,7 +112,7 @@ func Default() Config {
 		Listen:  "127.0.0.1:8080",
 		Mode:    "STRICT",
 		DataDir: ".data",
-		Policy:  PolicyConfig{EvalTimeout: 100 * time.Millisecond, WatchPoll: 5 * time.Second},
+		Policy:  PolicyConfig{EvalTimeout: policy.DefaultEvalTimeout, WatchPoll: 5 * time.Second},
 		Limits: LimitsConfig{
 			MaxCodeBytes: 256 << 10, MaxBodyBytes: 2 << 20, DefaultTimeout: 30 * time.Second,
 		},

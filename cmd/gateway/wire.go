@@ -88,6 +88,11 @@ func build(ctx context.Context, cfg Config, _ func(string) string, stdout, stder
 	if err != nil {
 		return nil, err
 	}
+	if os.Geteuid() == 0 {
+		if err := workspaces.CheckReachable(); err != nil {
+			return nil, err
+		}
+	}
 	if gw.policy, err = policy.New(ctx, policy.Options{Dir: cfg.Policy.Dir, EvalTimeout: cfg.Policy.EvalTimeout, Logger: gw.log}); err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}

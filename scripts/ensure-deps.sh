@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs, from Debian's apt, the system tools the tests need and a fresh
+# machine may lack. Each entry is "command package": the package is installed
+# only when the command is missing, so a provisioned machine pays nothing.
+set -euo pipefail
+
+deps=(
+  "python3 python3-minimal"   # subprocess executor: python
+  "node nodejs"               # subprocess executor: javascript
+  "bash bash"
+  "unshare util-linux"        # subprocess executor: namespaces and /proc
+)
+
+missing=()
+for d in "${deps[@]}"; do
+  read -r cmd pkg <<<"$d"
+  # The executor looks interpreters up on the sandbox PATH, not the caller's.
+  if ! PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin command -v "$cmd" >/dev/null 2>&1; then
+    missing+=("$pkg")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "ensure-deps: installing ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+  echo "ensure-deps: need root to install ${missing[*]}" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"
