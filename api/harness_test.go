@@ -47,6 +47,8 @@ type envOpts struct {
 	confirm  confirm.Service
 	maxBody  int64
 	dataDir  string
+	// extra executors wired next to the subprocess one (docker, aio).
+	executors []executors.Executor
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -78,7 +80,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 	reg := prometheus.NewRegistry()
 	mgr, err := manager.New(manager.Config{Mode: o.mode}, manager.Deps{
 		Assessor: risk.NewAssessor(nil, nil), Policy: eng, Confirm: o.confirm,
-		Executors: []executors.Executor{sp}, Workspaces: ws, Audit: st, Metrics: manager.NewMetrics(reg),
+		Executors: append([]executors.Executor{sp}, o.executors...), Workspaces: ws, Audit: st, Metrics: manager.NewMetrics(reg),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -78,6 +78,8 @@ func (s *Server) routes() {
 	s.handle("POST /v1/policy/reload", admin, s.reloadPolicy)
 	s.handle("POST /v1/policy/evaluate", agentOrAdmin, s.evaluate)
 	s.handle("GET /v1/audit", admin, s.listAudit)
+	s.fileRoutes()
+	s.approvalRoutes()
 
 	// Metrics name executors, policy revisions and rates: admin only.
 	metrics := promhttp.HandlerFor(s.deps.Gatherer, promhttp.HandlerOpts{})
