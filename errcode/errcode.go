@@ -29,6 +29,10 @@ const (
 	PoolExhausted       Code = "pool_exhausted"
 	PayloadTooLarge     Code = "payload_too_large"
 	MethodNotAllowed    Code = "method_not_allowed"
+	// Cancelled is recorded when the client went away (or the gateway shut
+	// down) while the request was in flight; 499 is nginx's "client closed
+	// request", which no client will ever read.
+	Cancelled Code = "cancelled"
 	Internal            Code = "internal"
 )
 
@@ -47,6 +51,7 @@ var statuses = map[Code]int{
 	PoolExhausted:       http.StatusServiceUnavailable,
 	PayloadTooLarge:     http.StatusRequestEntityTooLarge,
 	MethodNotAllowed:    http.StatusMethodNotAllowed,
+	Cancelled:           499,
 	Internal:            http.StatusInternalServerError,
 }
 

@@ -22,6 +22,9 @@ type availability struct {
 	errs    map[string]error
 }
 
+// probeTimeout bounds one round of executor probes.
+const probeTimeout = 2 * time.Second
+
 func newAvailability(execs []executors.Executor, ttl time.Duration) *availability {
 	return &availability{execs: execs, ttl: ttl}
 }
@@ -33,9 +36,14 @@ func (a *availability) Available(ctx context.Context) []string {
 	if time.Since(a.checked) < a.ttl && a.kinds != nil {
 		return a.kinds
 	}
+	// The answer is shared by every request for the TTL, so it must not
+	// depend on one client's context: a client that went away would
+	// otherwise make a healthy executor look unavailable to everyone.
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), probeTimeout)
+	defer cancel()
 	kinds, errs := make([]string, 0, len(a.execs)), make(map[string]error)
 	for _, e := range a.execs {
-		if err := e.Available(ctx); err != nil {
+		if err := e.Available(pctx); err != nil {
 			errs[string(e.Kind())] = err
 			continue
 		}

@@ -16,6 +16,7 @@ var (
 	ErrApprovalUnavailable = errcode.New(errcode.ApprovalUnavailable, "the request needs approval and no approval service can give it")
 	ErrExecutorUnavailable = errcode.New(errcode.ExecutorUnavailable, "the executor the policy chose is not available")
 	ErrNotFound            = errcode.New(errcode.NotFound, "not found")
+	ErrCancelled           = errcode.New(errcode.Cancelled, "the request was cancelled")
 )
 
 // FieldError is one invalid field, named as the client sent it (JSON name).

@@ -102,6 +102,10 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	}
 	execs := make(map[string]executors.Executor)
 	for _, e := range deps.Executors {
+		if e == nil {
+			errs = append(errs, errors.New("manager: nil executor"))
+			continue
+		}
 		if _, dup := execs[string(e.Kind())]; dup {
 			errs = append(errs, fmt.Errorf("manager: executor %s wired twice", e.Kind()))
 		}

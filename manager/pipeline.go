@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/sandgate/sandgate/audit"
@@ -150,7 +151,15 @@ func (m *Manager) confirm(ctx context.Context, req RunRequest, out *RunResult) e
 			Message: "the policy requires approval and no approval service is configured"})
 	}
 	creq := m.confirmRequest(req, out)
-	outcome, err := m.deps.Confirm.Confirm(ctx, creq)
+	// The service owns the timeout (it tells the approvers), but the wait is
+	// bounded here too, so a service that ignores Deadline cannot hold a
+	// request past it.
+	cctx, cancel := context.WithDeadline(ctx, creq.Deadline.Add(approvalGrace))
+	defer cancel()
+	outcome, err := m.deps.Confirm.Confirm(cctx, creq)
+	if ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded) && outcome.Status != confirm.StatusApproved {
+		return denied(ErrApprovalTimeout, d, policy.Reason{Code: "approval_timeout", Message: "no approver decided in time"})
+	}
 	if err != nil {
 		m.log.ErrorContext(ctx, "approval service failed", "request_id", req.RequestID, "err", err)
 		return denied(ErrApprovalUnavailable, d, policy.Reason{Code: "approval_unavailable", Message: "the approval service failed"})
@@ -185,6 +194,10 @@ func (m *Manager) confirmRequest(req RunRequest, out *RunResult) confirm.Request
 	}
 }
 
+// approvalGrace is how long past the approval deadline the manager waits
+// for the service's own timeout before it gives up on its own.
+const approvalGrace = time.Second
+
 // route is step 5: the decision names the executor; if it is not wired, the
 // request fails. There is never a fallback to a weaker executor.
 func (m *Manager) route(d policy.Decision) (executors.Executor, error) {
@@ -211,6 +224,11 @@ func (m *Manager) execute(ctx context.Context, req RunRequest, d policy.Decision
 	start := time.Now()
 	res, err := exec.Execute(ctx, spec)
 	m.deps.Metrics.observeExec(string(exec.Kind()), time.Since(start))
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, executors.ErrUnavailable) {
+		// The client went away (or the gateway is shutting down): the
+		// executor killed the run; record it as cancelled, not as a failure.
+		return res, fmt.Errorf("%w: %w", ErrCancelled, cerr)
+	}
 	if errors.Is(err, executors.ErrUnavailable) {
 		m.avail.Invalidate()
 		m.log.WarnContext(ctx, "executor unavailable", "executor", exec.Kind(), "err", err)
@@ -237,8 +255,12 @@ func patternIDs(a risk.Assessment) []string {
 }
 
 func newRecord(req RunRequest) *audit.Record {
+	kind := req.Kind
+	if kind == "" {
+		kind = "unknown" // still one record; validation rejects the request
+	}
 	return &audit.Record{
-		RequestID: req.RequestID, Kind: req.Kind, SessionID: req.SessionID,
+		RequestID: req.RequestID, Kind: kind, SessionID: req.SessionID,
 		Principal: req.Principal.Role + ":" + req.Principal.Name, Language: req.Language,
 		CodeSHA256: policy.SHA256Hex([]byte(req.Code)), CodeBytes: len(req.Code),
 	}

@@ -17,6 +17,7 @@ const (
 	OutcomeInvalid     = "invalid"
 	OutcomeUnavailable = "unavailable"
 	OutcomeError       = "error"
+	OutcomeCancelled   = "cancelled"
 )
 
 // auditWriteTimeout bounds the record write. The write is detached from the
@@ -66,6 +67,8 @@ func outcomeOf(code errcode.Code, res *RunResult, err error) string {
 		return OutcomeDenied
 	case errcode.ExecutorUnavailable, errcode.PoolExhausted:
 		return OutcomeUnavailable
+	case errcode.Cancelled:
+		return OutcomeCancelled
 	}
 	return OutcomeError
 }

@@ -85,8 +85,11 @@ type SessionPage struct {
 // ListSessions pages through sessions with ids greater than cursor, like
 // deepagents' SandboxProvider.list.
 func (m *Manager) ListSessions(ctx context.Context, cursor string, limit int) (SessionPage, error) {
-	if limit <= 0 || limit > 1000 {
+	switch {
+	case limit <= 0:
 		limit = 100
+	case limit > 1000:
+		limit = 1000
 	}
 	all, err := m.deps.Workspaces.List(ctx)
 	if err != nil {

@@ -34,6 +34,10 @@ func newValidator() *validator.Validate {
 // problem at once with the client's field names.
 func (m *Manager) validate(req *RunRequest) error {
 	var fields []FieldError
+	if req.Kind != KindRunCode && req.Kind != KindExecute {
+		// Only a caller bug gets here; refuse before anything runs.
+		fields = append(fields, FieldError{Field: "kind", Code: "oneof", Message: "must be one of: run_code, execute"})
+	}
 	if err := m.validator.Struct(req); err != nil {
 		var verrs validator.ValidationErrors
 		if !errors.As(err, &verrs) {

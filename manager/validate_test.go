@@ -161,9 +161,6 @@ func TestRunSizeLimit(t *testing.T) {
 // a request without one must be refused before anything runs; otherwise it
 // runs and leaves no audit record.
 func TestRunRequiresKind(t *testing.T) {
-	t.Skip("BUG: RunRequest.Kind is not validated; Run with Kind \"\" (or any unknown kind) passes validation, " +
-		"runs the code, and finish's audit.Append fails with ErrInvalidRecord (kind is required), so the run " +
-		"leaves no audit record (DESIGN §2 step 7: one record per request, whatever the outcome)")
 	h := newHarness(t, hopts{})
 	req := request("python", safePython)
 	req.Kind = ""
