@@ -33,7 +33,7 @@ const (
 	// down) while the request was in flight; 499 is nginx's "client closed
 	// request", which no client will ever read.
 	Cancelled Code = "cancelled"
-	Internal            Code = "internal"
+	Internal  Code = "internal"
 )
 
 var statuses = map[Code]int{
