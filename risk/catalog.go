@@ -146,7 +146,6 @@ var bashDefs = map[string]def{
 	"bash.obfuscation.encoded_command":  {HIGH, "command name built from $'\\x..' escapes"},
 	"bash.obfuscation.ansi_c_quote":     {MEDIUM, "$'...' quoting with hex/octal/unicode escapes"},
 	"bash.obfuscation.ifs":              {HIGH, "${IFS} used as a separator"},
-	"bash.obfuscation.cmd_substitution": {LOW, "command substitution of a non-allowlisted command"},
 }
 
 var jsDefs = map[string]def{
