@@ -30,7 +30,6 @@ var (
 	errMethod       = errcode.New(errcode.MethodNotAllowed, "method not allowed on this endpoint")
 	errBadJSON      = errcode.New(errcode.InvalidRequest, "the body is not valid JSON for this endpoint")
 	errTooLarge     = errcode.New(errcode.PayloadTooLarge, "the body exceeds the size limit")
-	errBadQuery     = errcode.New(errcode.InvalidRequest, "invalid query parameter")
 )
 
 // writeError renders err through errcode.Of, the single mapping from errors

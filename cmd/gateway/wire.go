@@ -42,7 +42,6 @@ type gateway struct {
 	// baseCancel ends every request context; called when the shutdown
 	// deadline passes so running executions are killed, not abandoned.
 	baseCancel context.CancelFunc
-	generated  []api.Token
 	secrets    map[api.Role]string
 }
 
