@@ -156,30 +156,44 @@ func (e *Engine) Decide(ctx context.Context, in Input) Decision {
 	if c == nil {
 		return deny("", ReasonNotLoaded, "no policy is loaded")
 	}
-	// OPA checks for cancellation only now and then, so a request that is
-	// already gone is denied here rather than evaluated.
-	if err := ctx.Err(); err != nil {
-		return deny(c.revision, ReasonTimeout, "the request ended before the policy was evaluated")
+	v, failed := e.eval(ctx, c, c.exec, in.Map())
+	if failed != nil {
+		return *failed
 	}
-	ctx, cancel := context.WithTimeout(ctx, e.evalTimeout)
-	defer cancel()
-	rs, err := c.exec.Eval(ctx, rego.EvalInput(in.Map()))
-	if err != nil {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			e.log.Error("policy evaluation timed out", "revision", c.revision, "timeout", e.evalTimeout)
-			return deny(c.revision, ReasonTimeout, "policy evaluation timed out")
-		}
-		e.log.Error("policy evaluation failed", "revision", c.revision, "err", err)
-		return deny(c.revision, ReasonEvalError, "policy evaluation failed")
-	}
-	if len(rs) == 0 || len(rs[0].Expressions) == 0 {
-		return deny(c.revision, ReasonUndefined, "the policy produced no decision")
-	}
-	d, err := parseDecision(rs[0].Expressions[0].Value)
+	d, err := parseDecision(v)
 	if err != nil {
 		e.log.Error("policy decision rejected", "revision", c.revision, "err", err)
 		return deny(c.revision, ReasonInvalidDecision, "the policy produced an invalid decision")
 	}
 	d.PolicyRevision = c.revision
 	return d
+}
+
+// eval runs one prepared query under the evaluation bound. It returns the
+// value, or the fail-closed deny that replaces it.
+func (e *Engine) eval(ctx context.Context, c *compiled, pq rego.PreparedEvalQuery, input map[string]any) (any, *Decision) {
+	// OPA checks for cancellation only now and then, so a request that is
+	// already gone is denied here rather than evaluated.
+	if err := ctx.Err(); err != nil {
+		d := deny(c.revision, ReasonTimeout, "the request ended before the policy was evaluated")
+		return nil, &d
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.evalTimeout)
+	defer cancel()
+	rs, err := pq.Eval(ctx, rego.EvalInput(input))
+	if err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			e.log.Error("policy evaluation timed out", "revision", c.revision, "timeout", e.evalTimeout)
+			d := deny(c.revision, ReasonTimeout, "policy evaluation timed out")
+			return nil, &d
+		}
+		e.log.Error("policy evaluation failed", "revision", c.revision, "err", err)
+		d := deny(c.revision, ReasonEvalError, "policy evaluation failed")
+		return nil, &d
+	}
+	if len(rs) == 0 || len(rs[0].Expressions) == 0 {
+		d := deny(c.revision, ReasonUndefined, "the policy produced no decision")
+		return nil, &d
+	}
+	return rs[0].Expressions[0].Value, nil
 }

@@ -19,8 +19,12 @@ import (
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 )
 
-// ExecQuery is the one rule the gateway asks for every run_code/execute.
-const ExecQuery = "data.sandgate.exec.decision"
+// The rules the gateway asks: one per run_code/execute, one per request a
+// session's browser makes.
+const (
+	ExecQuery    = "data.sandgate.exec.decision"
+	BrowserQuery = "data.sandgate.browser.decision"
+)
 
 // unsafeBuiltins are refused at compile time: a policy must not reach the
 // network (http.send, DNS) or read the gateway's environment (opa.runtime
@@ -37,6 +41,7 @@ var ErrInvalidPolicy = errors.New("invalid policy")
 // compiled is one prepared revision of the policy tree.
 type compiled struct {
 	exec     rego.PreparedEvalQuery
+	browser  rego.PreparedEvalQuery
 	revision string
 	files    []string
 	loadedAt time.Time
@@ -189,26 +194,39 @@ func compileTree(ctx context.Context, fsys fs.FS, schemas *ast.SchemaSet) (*comp
 	if !definesRule(modules, "sandgate.exec", "decision") {
 		return nil, fmt.Errorf("%w: no rule %s", ErrInvalidPolicy, ExecQuery)
 	}
-	opts := []func(*rego.Rego){
-		rego.Query(ExecQuery),
-		rego.Store(inmem.NewFromObject(data)),
-		rego.Strict(true),
-		rego.StrictBuiltinErrors(true),
-		rego.Schemas(schemas),
-		rego.UnsafeBuiltins(unsafeBuiltins),
+	store := inmem.NewFromObject(data)
+	prepare := func(query string) (rego.PreparedEvalQuery, error) {
+		opts := []func(*rego.Rego){
+			rego.Query(query),
+			rego.Store(store),
+			rego.Strict(true),
+			rego.StrictBuiltinErrors(true),
+			rego.Schemas(schemas),
+			rego.UnsafeBuiltins(unsafeBuiltins),
+		}
+		for _, m := range modules {
+			opts = append(opts, rego.ParsedModule(m))
+		}
+		pq, err := rego.New(opts...).PrepareForEval(ctx)
+		if err != nil {
+			return pq, fmt.Errorf("%w: %w", ErrInvalidPolicy, err)
+		}
+		return pq, nil
 	}
-	for _, m := range modules {
-		opts = append(opts, rego.ParsedModule(m))
+	c := &compiled{revision: revisionOf(files), loadedAt: time.Now()}
+	var err2 error
+	if c.exec, err2 = prepare(ExecQuery); err2 != nil {
+		return nil, err2
 	}
-	pq, err := rego.New(opts...).PrepareForEval(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidPolicy, err)
+	// A tree without sandgate.browser still loads: its browser decisions
+	// are undefined, which Decide turns into deny.
+	if c.browser, err2 = prepare(BrowserQuery); err2 != nil {
+		return nil, err2
 	}
-	names := make([]string, len(files))
-	for i, f := range files {
-		names[i] = f.path
+	for _, f := range files {
+		c.files = append(c.files, f.path)
 	}
-	return &compiled{exec: pq, revision: revisionOf(files), files: names, loadedAt: time.Now()}, nil
+	return c, nil
 }
 
 // definesRule reports whether some module in package pkg has a rule name.

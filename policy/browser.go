@@ -1,0 +1,114 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+)
+
+// BrowserInput is one request a session's browser is about to make: the
+// typed URL, a redirect hop or a sub-resource.
+type BrowserInput struct {
+	Mode      string
+	SessionID string
+	// Backend is "external" (Chromium on the gateway host) or "aio" (the
+	// browser inside the session's sandbox container).
+	Backend string
+	Request BrowserRequest
+	// Resolved are the addresses the gateway resolved for Request.Host and
+	// will connect to (IPv4-mapped IPv6 given as IPv4). Checking these, not
+	// the name, is what keeps DNS rebinding out.
+	Resolved []string
+	// AllowHosts is the gateway's configured allowlist ("host" or
+	// "host:port").
+	AllowHosts []string
+}
+
+// BrowserRequest describes the URL.
+type BrowserRequest struct {
+	URL          string
+	Scheme       string
+	Host         string
+	Port         int
+	Method       string
+	ResourceType string
+	Navigation   bool
+}
+
+// BrowserDecision allows or denies one browser request.
+type BrowserDecision struct {
+	Action         string   `json:"action"`
+	Reasons        []Reason `json:"reasons"`
+	PolicyRevision string   `json:"policy_revision"`
+}
+
+// Allowed reports whether the request may proceed.
+func (d BrowserDecision) Allowed() bool { return d.Action == ActionAllow }
+
+// Map builds the OPA input.
+func (in BrowserInput) Map() map[string]any {
+	return map[string]any{
+		"mode":       in.Mode,
+		"session_id": in.SessionID,
+		"backend":    in.Backend,
+		"request": map[string]any{
+			"url": in.Request.URL, "scheme": in.Request.Scheme, "host": in.Request.Host, "port": in.Request.Port,
+			"method": in.Request.Method, "resource_type": in.Request.ResourceType, "navigation": in.Request.Navigation,
+		},
+		"resolved":    strings2any(in.Resolved),
+		"allow_hosts": strings2any(in.AllowHosts),
+	}
+}
+
+func strings2any(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
+// DecideBrowser evaluates data.sandgate.browser.decision. Like Decide it
+// never errors: every failure, and a tree without the browser package, is a
+// deny.
+func (e *Engine) DecideBrowser(ctx context.Context, in BrowserInput) BrowserDecision {
+	c := e.cur.Load()
+	if c == nil {
+		return BrowserDecision{Action: ActionDeny, Reasons: []Reason{{Code: ReasonNotLoaded, Message: "no policy is loaded"}}}
+	}
+	v, failed := e.eval(ctx, c, c.browser, in.Map())
+	if failed != nil {
+		return BrowserDecision{Action: ActionDeny, Reasons: failed.Reasons, PolicyRevision: c.revision}
+	}
+	d, err := parseBrowserDecision(v)
+	if err != nil {
+		e.log.Error("browser decision rejected", "revision", c.revision, "err", err)
+		return BrowserDecision{Action: ActionDeny, PolicyRevision: c.revision,
+			Reasons: []Reason{{Code: ReasonInvalidDecision, Message: "the policy produced an invalid decision"}}}
+	}
+	d.PolicyRevision = c.revision
+	return d
+}
+
+func parseBrowserDecision(v any) (BrowserDecision, error) {
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return BrowserDecision{}, fmt.Errorf("%w: not an object", errBadDecision)
+	}
+	for k := range obj {
+		if k != "action" && k != "reasons" {
+			return BrowserDecision{}, fmt.Errorf("%w: unexpected field %q", errBadDecision, k)
+		}
+	}
+	action, err := str(obj, "action")
+	if err != nil {
+		return BrowserDecision{}, err
+	}
+	if action != ActionAllow && action != ActionDeny {
+		return BrowserDecision{}, fmt.Errorf("%w: unknown action %q", errBadDecision, action)
+	}
+	rs, err := reasons(obj["reasons"])
+	if err != nil {
+		return BrowserDecision{}, err
+	}
+	return BrowserDecision{Action: action, Reasons: rs}, nil
+}
