@@ -80,6 +80,7 @@ func (s *Server) routes() {
 	s.handle("GET /v1/audit", admin, s.listAudit)
 	s.fileRoutes()
 	s.approvalRoutes()
+	s.browserRoutes()
 
 	// Metrics name executors, policy revisions and rates: admin only.
 	metrics := promhttp.HandlerFor(s.deps.Gatherer, promhttp.HandlerOpts{})
