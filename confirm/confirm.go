@@ -51,15 +51,15 @@ type Request struct {
 
 // Pattern is a risk hit to highlight in the code.
 type Pattern struct {
-	ID      string
-	Message string
-	Line    int
+	ID      string `json:"id"`
+	Message string `json:"message"`
+	Line    int    `json:"line"`
 }
 
 // Reason is why the policy asked for approval.
 type Reason struct {
-	Code    string
-	Message string
+	Code    string `json:"code"`
+	Message string `json:"message"`
 }
 
 // Digest binds an approval to the request's session, language, code, context
@@ -80,6 +80,11 @@ type Outcome struct {
 	Status     string
 	DecidedBy  string
 	Reason     string
+	// DecidedAt is when the approval was resolved, and TimeToDecide how
+	// long it was pending (from the request to the decision, the timeout,
+	// the withdrawal or the interruption). Zero for AutoApprove.
+	DecidedAt    time.Time
+	TimeToDecide time.Duration
 }
 
 // Approved reports whether the request may run.

@@ -1,0 +1,112 @@
+package confirm
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/sandgate/sandgate/errcode"
+)
+
+// StatusPending is the status of an approval nobody has resolved yet. It is
+// never an Outcome's status.
+const StatusPending = "pending"
+
+// View is an approval as approvers see it, in the API and on the socket. The
+// same JSON shape is used everywhere, so the page renders a REST answer and
+// a socket event with the same code.
+//
+// Code is present only while the approval is pending and held in memory:
+// the database keeps the code's SHA-256, never the code (as audit records
+// do), so a resolved approval read back from the store has no code.
+type View struct {
+	ID             string          `json:"id"`
+	RequestID      string          `json:"request_id"`
+	SessionID      string          `json:"session_id"`
+	Language       string          `json:"language"`
+	Code           string          `json:"code,omitempty"`
+	CodeSHA256     string          `json:"code_sha256"`
+	Digest         string          `json:"digest"`
+	RiskLevel      string          `json:"risk_level"`
+	Patterns       []Pattern       `json:"patterns"`
+	Reasons        []Reason        `json:"reasons"`
+	Executor       string          `json:"executor"`
+	PolicyRevision string          `json:"policy_revision"`
+	Principal      string          `json:"principal"`
+	Context        map[string]bool `json:"context,omitempty"`
+	Status         string          `json:"status"`
+	RequestedAt    time.Time       `json:"requested_at"`
+	Deadline       time.Time       `json:"deadline"`
+	DecidedBy      string          `json:"decided_by,omitempty"`
+	Reason         string          `json:"reason,omitempty"`
+	DecidedAt      time.Time       `json:"decided_at,omitzero"`
+	TimeToDecideMS int64           `json:"time_to_decide_ms,omitempty"`
+}
+
+// Approver is who decides: the token's name and role, never the token.
+type Approver struct {
+	Name string `json:"name"`
+	Role string `json:"role"`
+}
+
+// Decision is an approver's answer to one approval.
+type Decision struct {
+	// Decision is "approve" or "deny".
+	Decision string `json:"decision"`
+	// Reason is optional free text, at most MaxReasonBytes.
+	Reason string `json:"reason"`
+	// Digest, when set, must equal the approval's digest: the page sends
+	// the digest of the request it displayed, so a decision can never land
+	// on a request the approver did not see.
+	Digest string `json:"digest,omitempty"`
+}
+
+// MaxReasonBytes caps a decision's reason.
+const MaxReasonBytes = 1000
+
+// Event types the hub sends.
+const (
+	EventSnapshot  = "snapshot"
+	EventRequested = "approval.requested"
+	EventResolved  = "approval.resolved"
+	EventResult    = "decision.result"
+	EventError     = "error"
+)
+
+// event is every server-to-client message. ServerTime lets the page correct
+// its countdowns for clock skew (and lets tests measure delivery latency).
+type event struct {
+	Type       string            `json:"type"`
+	ServerTime time.Time         `json:"server_time"`
+	Approval   json.RawMessage   `json:"approval,omitempty"`
+	Approver   *Approver         `json:"approver,omitempty"`
+	Pending    []json.RawMessage `json:"pending,omitempty"`
+	History    []View            `json:"history,omitempty"`
+	TimeoutS   int               `json:"timeout_s,omitempty"`
+	// Ref echoes the client's reference on a decision.result.
+	Ref   string    `json:"ref,omitempty"`
+	OK    *bool     `json:"ok,omitempty"`
+	Error *eventErr `json:"error,omitempty"`
+}
+
+type eventErr struct {
+	Code    errcode.Code `json:"code"`
+	Message string       `json:"message"`
+}
+
+// clientMessage is every client-to-server message: today only "decide".
+type clientMessage struct {
+	Type string `json:"type"`
+	Ref  string `json:"ref"`
+	ID   string `json:"id"`
+	Decision
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Every value marshalled here is built from strings, ints,
+		// bools and times: an error is a programming mistake.
+		panic("confirm: marshal: " + err.Error())
+	}
+	return b
+}

@@ -1,0 +1,506 @@
+package confirm
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/sandgate/sandgate/errcode"
+)
+
+// Defaults for HubOptions.
+const (
+	DefaultTimeout      = 120 * time.Second
+	DefaultSendBuffer   = 256
+	DefaultPingInterval = 25 * time.Second
+	DefaultWriteTimeout = 10 * time.Second
+	DefaultHistorySize  = 50
+)
+
+// Errors of the hub. Those with a code map to the API's error body through
+// errcode.Of.
+var (
+	ErrNotFound        = errcode.New(errcode.NotFound, "no such approval")
+	ErrAlreadyDecided  = errcode.New(errcode.Conflict, "the approval was already resolved")
+	ErrDigestMismatch  = errcode.New(errcode.Conflict, "the approval does not match the request you reviewed")
+	ErrInvalidDecision = errcode.New(errcode.InvalidRequest, `decision must be "approve" or "deny"`)
+	ErrReasonTooLong   = errcode.New(errcode.InvalidRequest, "the reason is longer than 1000 bytes")
+	ErrNoIdentity      = errcode.New(errcode.Forbidden, "a decision needs an approver's identity")
+	ErrOrigin          = errcode.New(errcode.Forbidden, "cross-origin WebSocket connections are refused")
+	// ErrClosed is returned once Close has begun: new approvals cannot be
+	// asked for (the manager denies them as approval_unavailable) and no
+	// new socket is accepted.
+	ErrClosed = errcode.New(errcode.ApprovalUnavailable, "the approval service is shutting down")
+	// ErrCodeMismatch is returned by Confirm when the request's CodeSHA256
+	// is not the hash of its Code: the approver would see one program
+	// while the digest bound another.
+	ErrCodeMismatch = errors.New("confirm: code_sha256 does not match the code")
+)
+
+// ConflictError is returned by Decide when the approval was already
+// resolved. It carries the approval's final state so the caller can say who
+// decided (and how) first.
+type ConflictError struct {
+	Approval View
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("confirm: approval %s already %s", e.Approval.ID, e.Approval.Status)
+}
+
+// Unwrap makes the error map to 409 conflict.
+func (e *ConflictError) Unwrap() error { return ErrAlreadyDecided }
+
+// HubOptions configures NewHub. Store is required; every other field has a
+// default.
+type HubOptions struct {
+	// Store is the audit database (an *audit.SQLite): the hub keeps its
+	// approvals table there.
+	Store Store
+	// Timeout applies to a Request without a Deadline. Default 120 s. The
+	// manager always sets Deadline (from its own approval timeout).
+	Timeout time.Duration
+	// Logger receives lifecycle and decision events. Code is never logged.
+	Logger *slog.Logger
+	// AllowedOrigins are extra browser origins ("https://gate.example.com")
+	// accepted on the socket besides the gateway's own, for deployments
+	// behind a TLS-terminating proxy. See CheckOrigin.
+	AllowedOrigins []string
+	// SendBuffer is how many outgoing messages may queue per connection
+	// before the connection is dropped as too slow. Default 256.
+	SendBuffer int
+	// PingInterval is the keepalive period; a connection that has not
+	// answered (pong or any message) within two intervals is closed.
+	// Default 25 s.
+	PingInterval time.Duration
+	// WriteTimeout bounds one write to a socket and one database write.
+	// Default 10 s.
+	WriteTimeout time.Duration
+	// HistorySize is how many recent decisions the page is given on
+	// connect. Default 50.
+	HistorySize int
+}
+
+func (o HubOptions) withDefaults() HubOptions {
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.SendBuffer <= 0 {
+		o.SendBuffer = DefaultSendBuffer
+	}
+	if o.PingInterval <= 0 {
+		o.PingInterval = DefaultPingInterval
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = DefaultWriteTimeout
+	}
+	if o.HistorySize <= 0 {
+		o.HistorySize = DefaultHistorySize
+	}
+	return o
+}
+
+// Hub is the WebSocket confirmation service: a Service that publishes each
+// approval to every connected approver and waits for the first decision,
+// the timeout, the agent's withdrawal or the gateway's shutdown.
+//
+// State. Pending approvals live in memory (with the code, for display) and
+// in the audit database (without it). The first resolution wins, in memory
+// (a per-approval lock and a resolved flag) and in the database (an UPDATE
+// that only matches a pending row, and triggers that make a resolved row
+// immutable). An approval is created per Confirm call with a random id and
+// bound to the request's Digest; it is single-use, so its id can never
+// approve another request.
+//
+// Connections. Each socket has exactly one writer goroutine, which alone
+// writes data frames, pings and the close frame; the handler's goroutine
+// reads. Broadcasting never blocks: events go into a bounded per-connection
+// queue, and a connection whose queue is full is dropped (the page
+// reconnects and gets a fresh snapshot). Close closes every connection
+// (Caddy's reverseproxy streaming.go pattern: http.Server.Shutdown neither
+// tracks nor closes hijacked connections).
+type Hub struct {
+	opts     HubOptions
+	log      *slog.Logger
+	store    *store
+	upgrader websocket.Upgrader
+
+	// base is cancelled by Close; socket decisions use it.
+	base       context.Context
+	baseCancel context.CancelFunc
+
+	mu      sync.Mutex
+	closed  bool
+	pending map[string]*pending
+	// subs are the connections that receive events; live are all whose
+	// goroutines still run (a detached connection is live until its writer
+	// has sent the close frame and its reader has seen the end).
+	subs    map[*conn]struct{}
+	live    map[*conn]struct{}
+	history []View // oldest first, at most opts.HistorySize
+
+	wg        sync.WaitGroup // connection goroutines
+	closeOnce sync.Once
+}
+
+// pending is one approval in flight.
+type pending struct {
+	view View   // immutable once published
+	raw  []byte // view as JSON, marshalled once for every snapshot
+
+	mu       sync.Mutex // serialises resolution; taken before Hub.mu, never after
+	resolved bool
+	final    View // valid once resolved
+	outcome  Outcome
+	timer    *time.Timer
+	done     chan struct{} // closed when resolved
+}
+
+// NewHub opens the hub: it creates or migrates its table in the audit
+// database and resolves, as interrupted, every approval a previous process
+// left pending (that process is gone, and so is the agent's request that
+// waited for it). ctx bounds this start-up work only.
+func NewHub(ctx context.Context, opts HubOptions) (*Hub, error) {
+	if opts.Store == nil {
+		return nil, errors.New("confirm: HubOptions.Store is required")
+	}
+	opts = opts.withDefaults()
+	st, err := openStore(ctx, opts.Store)
+	if err != nil {
+		return nil, fmt.Errorf("confirm: %w", err)
+	}
+	n, err := st.interruptAll(ctx, time.Now(), "the gateway restarted before anyone decided")
+	if err != nil {
+		return nil, fmt.Errorf("confirm: resolve approvals left by the previous run: %w", err)
+	}
+	if n > 0 {
+		opts.Logger.WarnContext(ctx, "resolved approvals left pending by the previous run as interrupted", "count", n)
+	}
+	recent, err := st.recent(ctx, "", opts.HistorySize)
+	if err != nil {
+		return nil, err
+	}
+	slices.Reverse(recent)
+	base, cancel := context.WithCancel(context.Background())
+	h := &Hub{
+		opts: opts, log: opts.Logger, store: st,
+		base: base, baseCancel: cancel,
+		pending: map[string]*pending{}, subs: map[*conn]struct{}{}, live: map[*conn]struct{}{}, history: recent,
+	}
+	h.upgrader = websocket.Upgrader{
+		HandshakeTimeout: opts.WriteTimeout,
+		ReadBufferSize:   1024,
+		WriteBufferSize:  4096,
+		WriteBufferPool:  &sync.Pool{},
+		Subprotocols:     []string{Subprotocol},
+		CheckOrigin:      h.CheckOrigin,
+	}
+	return h, nil
+}
+
+// Confirm publishes req to the approvers and waits. It returns the first of:
+// a human decision (approved or denied), the deadline (StatusTimeout), ctx
+// ending (StatusWithdrawn: the agent went away) or Close (StatusInterrupted).
+// An error means the approval could not be asked for at all (the database
+// refused it, the hub is closed, or the request is inconsistent); the
+// manager denies the request then.
+func (h *Hub) Confirm(ctx context.Context, req Request) (Outcome, error) {
+	if sum := sha256.Sum256([]byte(req.Code)); strings.TrimPrefix(req.CodeSHA256, "sha256:") != hex.EncodeToString(sum[:]) {
+		return Outcome{}, ErrCodeMismatch
+	}
+	now := time.Now()
+	deadline := req.Deadline
+	if deadline.IsZero() {
+		deadline = now.Add(h.opts.Timeout)
+	}
+	p := &pending{done: make(chan struct{})}
+	p.view = View{
+		ID: newID(), RequestID: req.RequestID, SessionID: req.SessionID, Language: req.Language, Code: req.Code,
+		CodeSHA256: req.CodeSHA256, Digest: req.Digest(), RiskLevel: req.RiskLevel,
+		Patterns: nonNil(req.Patterns), Reasons: nonNil(req.Reasons), Executor: req.Executor,
+		PolicyRevision: req.PolicyRevision, Principal: req.Principal, Context: req.Context,
+		Status: StatusPending, RequestedAt: now, Deadline: deadline,
+	}
+	p.raw = mustJSON(p.view)
+	if h.isClosed() {
+		return Outcome{}, ErrClosed
+	}
+	wctx, cancel := context.WithTimeout(ctx, h.opts.WriteTimeout)
+	err := h.store.insert(wctx, &p.view)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return h.withdrawnBeforePublish(p), nil
+		}
+		return Outcome{}, fmt.Errorf("confirm: record pending approval: %w", err)
+	}
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		h.resolve(p, StatusInterrupted, "", "the gateway is shutting down")
+		return p.outcome, nil
+	}
+	h.pending[p.view.ID] = p
+	h.broadcastLocked(mustJSON(event{Type: EventRequested, ServerTime: time.Now(), Approval: p.raw}))
+	h.mu.Unlock()
+	h.log.InfoContext(ctx, "approval requested", "approval_id", p.view.ID, "request_id", req.RequestID,
+		"session_id", req.SessionID, "risk_level", req.RiskLevel, "principal", req.Principal, "deadline", deadline)
+
+	p.mu.Lock()
+	if !p.resolved {
+		p.timer = time.AfterFunc(time.Until(deadline), func() {
+			h.resolve(p, StatusTimeout, "", "no approver decided in time")
+		})
+	}
+	p.mu.Unlock()
+
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		// A decision may have won the race; resolve keeps the first.
+		h.resolve(p, StatusWithdrawn, "", "the agent withdrew the request")
+		<-p.done
+	}
+	return p.outcome, nil
+}
+
+// withdrawnBeforePublish is the outcome when the agent left while the
+// approval was being recorded: nobody saw it, so there is nothing to
+// broadcast.
+func (h *Hub) withdrawnBeforePublish(p *pending) Outcome {
+	return Outcome{ApprovalID: p.view.ID, Status: StatusWithdrawn, Reason: "the agent withdrew the request",
+		DecidedAt: time.Now(), TimeToDecide: time.Since(p.view.RequestedAt)}
+}
+
+// Decide records an approver's decision on approval id. The first
+// resolution wins: a later one gets a *ConflictError (409) naming who
+// resolved it and how. A decision naming a digest other than the
+// approval's is refused with ErrDigestMismatch and changes nothing.
+func (h *Hub) Decide(ctx context.Context, id string, who Approver, d Decision) (View, error) {
+	var status string
+	switch d.Decision {
+	case "approve":
+		status = StatusApproved
+	case "deny":
+		status = StatusDenied
+	default:
+		return View{}, ErrInvalidDecision
+	}
+	if len(d.Reason) > MaxReasonBytes {
+		return View{}, ErrReasonTooLong
+	}
+	if who.Name == "" {
+		return View{}, ErrNoIdentity
+	}
+	h.mu.Lock()
+	p := h.pending[id]
+	h.mu.Unlock()
+	if p == nil {
+		v, err := h.store.get(ctx, id)
+		if err != nil {
+			return View{}, err
+		}
+		if v.Status == StatusPending {
+			// Recorded but not (or no longer) held by this process: only
+			// the moment between insert and publish, or a row another
+			// process owns. Either way it cannot be decided here.
+			return View{}, ErrNotFound
+		}
+		return View{}, &ConflictError{Approval: v}
+	}
+	return h.resolveBy(ctx, p, status, who.Name, d.Reason, d.Digest)
+}
+
+// resolveBy is a human decision. Unlike the hub's own resolutions (timeout,
+// withdrawal, interruption), an approval that cannot be written to the
+// database is not granted: the approval stays pending and the caller gets
+// the error.
+func (h *Hub) resolveBy(ctx context.Context, p *pending, status, by, reason, digest string) (View, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.resolved {
+		return View{}, &ConflictError{Approval: p.final}
+	}
+	if digest != "" && digest != p.view.Digest {
+		return View{}, ErrDigestMismatch
+	}
+	fin := h.finalView(p, status, by, reason)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.opts.WriteTimeout)
+	err := h.store.resolveRow(wctx, &fin)
+	cancel()
+	if err != nil {
+		if status == StatusApproved {
+			h.log.ErrorContext(ctx, "approval not recorded; it stays pending", "approval_id", p.view.ID, "err", err)
+			return View{}, fmt.Errorf("confirm: record decision: %w", err)
+		}
+		h.log.ErrorContext(ctx, "denial not recorded; denying anyway", "approval_id", p.view.ID, "err", err)
+	}
+	h.settleLocked(p, fin)
+	return fin, nil
+}
+
+// resolve is the hub's own resolution (timeout, withdrawal, interruption):
+// each is a deny, so it takes effect even when the database write fails.
+// It does nothing if p is already resolved.
+func (h *Hub) resolve(p *pending, status, by, reason string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.resolved {
+		return
+	}
+	fin := h.finalView(p, status, by, reason)
+	wctx, cancel := context.WithTimeout(context.Background(), h.opts.WriteTimeout)
+	if err := h.store.resolveRow(wctx, &fin); err != nil {
+		h.log.Error("approval resolution not recorded", "approval_id", p.view.ID, "status", status, "err", err)
+	}
+	cancel()
+	h.settleLocked(p, fin)
+}
+
+func (h *Hub) finalView(p *pending, status, by, reason string) View {
+	now := time.Now()
+	fin := p.view
+	fin.Code = ""
+	fin.Status, fin.DecidedBy, fin.Reason, fin.DecidedAt = status, by, reason, now
+	fin.TimeToDecideMS = now.Sub(fin.RequestedAt).Milliseconds()
+	return fin
+}
+
+// settleLocked publishes p's resolution. p.mu is held.
+func (h *Hub) settleLocked(p *pending, fin View) {
+	p.resolved, p.final = true, fin
+	p.outcome = Outcome{ApprovalID: fin.ID, Status: fin.Status, DecidedBy: fin.DecidedBy, Reason: fin.Reason,
+		DecidedAt: fin.DecidedAt, TimeToDecide: fin.DecidedAt.Sub(fin.RequestedAt)}
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	close(p.done)
+	h.mu.Lock()
+	delete(h.pending, fin.ID)
+	h.history = append(h.history, fin)
+	if over := len(h.history) - h.opts.HistorySize; over > 0 {
+		h.history = slices.Delete(h.history, 0, over)
+	}
+	h.broadcastLocked(mustJSON(event{Type: EventResolved, ServerTime: time.Now(), Approval: mustJSON(fin)}))
+	h.mu.Unlock()
+	h.log.Info("approval resolved", "approval_id", fin.ID, "request_id", fin.RequestID, "session_id", fin.SessionID,
+		"status", fin.Status, "decided_by", fin.DecidedBy, "time_to_decide_ms", fin.TimeToDecideMS)
+}
+
+// Pending returns the pending approvals, oldest first, with their code.
+func (h *Hub) Pending() []View {
+	h.mu.Lock()
+	out := make([]View, 0, len(h.pending))
+	for _, p := range h.pending {
+		out = append(out, p.view)
+	}
+	h.mu.Unlock()
+	sortViews(out)
+	return out
+}
+
+// Get returns one approval: a pending one with its code, a resolved one
+// from the database without it.
+func (h *Hub) Get(ctx context.Context, id string) (View, error) {
+	h.mu.Lock()
+	p := h.pending[id]
+	h.mu.Unlock()
+	if p != nil {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.resolved {
+			return p.final, nil
+		}
+		return p.view, nil
+	}
+	return h.store.get(ctx, id)
+}
+
+// Recent returns up to limit resolved approvals from the database, newest
+// first; status "" means every resolved status.
+func (h *Hub) Recent(ctx context.Context, status string, limit int) ([]View, error) {
+	return h.store.recent(ctx, status, limit)
+}
+
+// Close interrupts every pending approval (the waiting requests are denied
+// with approval_interrupted), sends every approver a close frame and waits
+// for their connections to end, forcing them closed when ctx ends. It must
+// run before the audit store is closed. Later calls only wait.
+func (h *Hub) Close(ctx context.Context) error {
+	h.closeOnce.Do(func() {
+		h.mu.Lock()
+		h.closed = true
+		ps := make([]*pending, 0, len(h.pending))
+		for _, p := range h.pending {
+			ps = append(ps, p)
+		}
+		h.mu.Unlock()
+		for _, p := range ps {
+			h.resolve(p, StatusInterrupted, "", "the gateway is shutting down")
+		}
+		h.mu.Lock()
+		for c := range h.subs {
+			h.detachLocked(c, websocket.CloseGoingAway, "the gateway is shutting down")
+		}
+		h.mu.Unlock()
+		h.baseCancel()
+	})
+	done := make(chan struct{})
+	go func() { h.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	}
+	h.mu.Lock()
+	for c := range h.live {
+		_ = c.ws.Close()
+	}
+	h.mu.Unlock()
+	<-done
+	return nil
+}
+
+func (h *Hub) isClosed() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.closed
+}
+
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux
+	return "apr_" + hex.EncodeToString(b[:])
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+func sortViews(vs []View) {
+	slices.SortFunc(vs, func(a, b View) int {
+		if c := a.RequestedAt.Compare(b.RequestedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+}
+
+// Interface guards.
+var _ Service = (*Hub)(nil)

@@ -1,0 +1,210 @@
+package confirm
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sandgate/sandgate/audit"
+)
+
+// Store is the database the hub keeps its approvals in: the audit database
+// (*audit.SQLite satisfies it). The hub creates its own table through Migrate
+// and writes it only through WriteTx, so it never contends with audit appends
+// for SQLite's write lock.
+type Store interface {
+	Migrate(ctx context.Context, component string, migs []audit.Migration) error
+	DB() *sql.DB
+	WriteTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error
+}
+
+// storeComponent names the hub's migrations in schema_migrations.
+const storeComponent = "confirm"
+
+// storeMigrations is the approvals table's history. Append; never edit.
+//
+// The table holds what binds and explains an approval, never the code
+// itself (like audit records, it keeps only the code's SHA-256): a pending
+// row exists so that a restart can resolve it, not to re-show it.
+//
+// Triggers make a row single-use: once its status leaves 'pending' it can
+// never change again, and the binding columns (request, session, code
+// digest, digest, times) can never change at all. The hub already enforces
+// first-decision-wins in memory; the triggers make the database say the
+// same whatever code path writes it.
+var storeMigrations = []audit.Migration{{
+	Version: 1,
+	Name:    "create approvals",
+	SQL: `
+CREATE TABLE approvals (
+	id              TEXT    PRIMARY KEY,
+	request_id      TEXT    NOT NULL,
+	session_id      TEXT    NOT NULL,
+	language        TEXT    NOT NULL,
+	code_sha256     TEXT    NOT NULL,
+	digest          TEXT    NOT NULL,
+	risk_level      TEXT    NOT NULL DEFAULT '',
+	executor        TEXT    NOT NULL DEFAULT '',
+	policy_revision TEXT    NOT NULL DEFAULT '',
+	principal       TEXT    NOT NULL DEFAULT '',
+	status          TEXT    NOT NULL CHECK (status IN ('pending', 'approved', 'denied', 'timeout', 'withdrawn', 'interrupted')),
+	requested_at    TEXT    NOT NULL,
+	deadline        TEXT    NOT NULL,
+	decided_by      TEXT    NOT NULL DEFAULT '',
+	reason          TEXT    NOT NULL DEFAULT '',
+	decided_at      TEXT
+) STRICT;
+CREATE INDEX approvals_status ON approvals (status);
+CREATE INDEX approvals_decided_at ON approvals (decided_at);
+CREATE TRIGGER approvals_single_use BEFORE UPDATE ON approvals
+WHEN OLD.status <> 'pending'
+  OR NEW.id IS NOT OLD.id OR NEW.request_id IS NOT OLD.request_id OR NEW.session_id IS NOT OLD.session_id
+  OR NEW.language IS NOT OLD.language OR NEW.code_sha256 IS NOT OLD.code_sha256 OR NEW.digest IS NOT OLD.digest
+  OR NEW.requested_at IS NOT OLD.requested_at OR NEW.deadline IS NOT OLD.deadline
+BEGIN
+	SELECT RAISE(ABORT, 'an approval is single-use and bound to its request');
+END;
+CREATE TRIGGER approvals_no_replace BEFORE INSERT ON approvals
+WHEN EXISTS (SELECT 1 FROM approvals WHERE id = NEW.id)
+BEGIN
+	SELECT RAISE(ABORT, 'approval ids are never reused');
+END;`,
+}}
+
+const timeLayout = "2006-01-02T15:04:05.000000000Z07:00"
+
+func fmtTime(t time.Time) string { return t.UTC().Format(timeLayout) }
+
+func parseTime(s string) time.Time {
+	t, _ := time.Parse(timeLayout, s)
+	return t
+}
+
+// errNotPending is returned by resolveRow when the row was already resolved
+// (by this process or, after a restart, by the interruption sweep).
+var errNotPending = errors.New("confirm: approval is not pending")
+
+type store struct {
+	db Store
+}
+
+func openStore(ctx context.Context, db Store) (*store, error) {
+	if err := db.Migrate(ctx, storeComponent, storeMigrations); err != nil {
+		return nil, err
+	}
+	return &store{db: db}, nil
+}
+
+func (s *store) insert(ctx context.Context, v *View) error {
+	return s.db.WriteTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO approvals (id, request_id, session_id, language, code_sha256,
+	digest, risk_level, executor, policy_revision, principal, status, requested_at, deadline)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)`,
+			v.ID, v.RequestID, v.SessionID, v.Language, v.CodeSHA256, v.Digest, v.RiskLevel, v.Executor,
+			v.PolicyRevision, v.Principal, fmtTime(v.RequestedAt), fmtTime(v.Deadline))
+		return err
+	})
+}
+
+// resolveRow moves a pending row to its final status. The WHERE clause makes
+// it first-writer-wins in the database too: errNotPending if it was not
+// pending.
+func (s *store) resolveRow(ctx context.Context, v *View) error {
+	return s.db.WriteTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE approvals SET status = ?, decided_by = ?, reason = ?, decided_at = ?
+	WHERE id = ? AND status = 'pending' AND digest = ?`,
+			v.Status, v.DecidedBy, v.Reason, fmtTime(v.DecidedAt), v.ID, v.Digest)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n != 1 {
+			return errNotPending
+		}
+		return nil
+	})
+}
+
+// interruptAll resolves every pending row as interrupted: rows a previous
+// process left behind when it stopped without resolving them (a crash, a
+// kill -9), or, at Close, those of this process.
+func (s *store) interruptAll(ctx context.Context, now time.Time, reason string) (int64, error) {
+	var n int64
+	err := s.db.WriteTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE approvals SET status = 'interrupted', decided_by = '', reason = ?, decided_at = ?
+	WHERE status = 'pending'`, reason, fmtTime(now))
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return n, err
+}
+
+const viewColumns = `id, request_id, session_id, language, code_sha256, digest, risk_level, executor,
+	policy_revision, principal, status, requested_at, deadline, decided_by, reason, decided_at`
+
+func scanView(sc interface{ Scan(...any) error }) (View, error) {
+	var (
+		v                   View
+		requested, deadline string
+		decided             sql.NullString
+	)
+	err := sc.Scan(&v.ID, &v.RequestID, &v.SessionID, &v.Language, &v.CodeSHA256, &v.Digest, &v.RiskLevel,
+		&v.Executor, &v.PolicyRevision, &v.Principal, &v.Status, &requested, &deadline, &v.DecidedBy, &v.Reason, &decided)
+	if err != nil {
+		return View{}, err
+	}
+	v.RequestedAt, v.Deadline = parseTime(requested), parseTime(deadline)
+	if decided.Valid {
+		v.DecidedAt = parseTime(decided.String)
+		v.TimeToDecideMS = v.DecidedAt.Sub(v.RequestedAt).Milliseconds()
+	}
+	return v, nil
+}
+
+func (s *store) get(ctx context.Context, id string) (View, error) {
+	row := s.db.DB().QueryRowContext(ctx, `SELECT `+viewColumns+` FROM approvals WHERE id = ?`, id)
+	v, err := scanView(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return View{}, ErrNotFound
+	}
+	if err != nil {
+		return View{}, fmt.Errorf("confirm: read approval: %w", err)
+	}
+	return v, nil
+}
+
+// recent returns up to limit resolved approvals, newest decision first;
+// status "" means any resolved status.
+func (s *store) recent(ctx context.Context, status string, limit int) ([]View, error) {
+	q := `SELECT ` + viewColumns + ` FROM approvals WHERE status <> 'pending'`
+	args := []any{}
+	if status != "" {
+		q += ` AND status = ?`
+		args = append(args, status)
+	}
+	q += ` ORDER BY decided_at DESC, id DESC LIMIT ?`
+	args = append(args, limit)
+	rows, err := s.db.DB().QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("confirm: read approvals: %w", err)
+	}
+	defer rows.Close()
+	out := []View{}
+	for rows.Next() {
+		v, err := scanView(rows)
+		if err != nil {
+			return nil, fmt.Errorf("confirm: read approvals: %w", err)
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("confirm: read approvals: %w", err)
+	}
+	return out, nil
+}
