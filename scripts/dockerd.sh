@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# Starts a Docker engine for the tests when none answers, and stops it again
+# afterwards, but only one this script started (DESIGN.md §8).
+#
+#   scripts/dockerd.sh start [HOLDER]   start dockerd unless an engine answers; wait for it
+#   scripts/dockerd.sh stop  [HOLDER]   stop the dockerd this script started, once no
+#                                        other holder still needs it
+#   scripts/dockerd.sh status
+#
+# HOLDER is the pid of the process the engine is held for (the Makefile passes
+# make's own pid); it defaults to the caller's pid. Every start records a
+# lease for its holder, also when the engine was already running, so two
+# concurrent `make test` runs on one machine do not pull the engine from under
+# each other: stop drops its own lease and stops the engine only when this
+# script started it and no lease with a living holder is left. An engine
+# started any other way (systemd, by hand) is never stopped.
+#
+# The engine runs without a bridge or iptables rules: containers here get
+# NetworkMode none, and the host's firewall is left alone.
+set -euo pipefail
+
+STATE_DIR=${SANDGATE_DOCKERD_STATE:-/run/sandgate-dockerd}
+SOCK=${SANDGATE_DOCKERD_SOCK:-/var/run/docker.sock}
+LOG=${SANDGATE_DOCKERD_LOG:-/var/log/sandgate-dockerd.log}
+WAIT_S=${SANDGATE_DOCKERD_WAIT:-60}
+
+mode=${1:-}
+holder=${2:-$PPID}
+
+engine_up() {
+  # /_ping answers "OK" once the API serves requests.
+  [ -S "$SOCK" ] && curl -fsS --max-time 2 --unix-socket "$SOCK" http://localhost/_ping >/dev/null 2>&1
+}
+
+ping_engine() {
+  if command -v curl >/dev/null 2>&1; then
+    engine_up
+  else
+    docker -H "unix://$SOCK" version >/dev/null 2>&1
+  fi
+}
+
+alive() { [ -n "$1" ] && kill -0 "$1" 2>/dev/null; }
+
+# started_pid prints the pid of the dockerd this script started, if it still runs.
+started_pid() {
+  local pid
+  pid=$(cat "$STATE_DIR/dockerd.pid" 2>/dev/null || true)
+  if alive "$pid" && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = dockerd ]; then
+    echo "$pid"
+  fi
+}
+
+live_leases() {
+  local f n=0
+  for f in "$STATE_DIR"/leases/*; do
+    [ -e "$f" ] || continue
+    if alive "$(basename "$f")"; then n=$((n + 1)); else rm -f "$f"; fi
+  done
+  echo "$n"
+}
+
+start() {
+  mkdir -p "$STATE_DIR/leases"
+  exec 9>"$STATE_DIR/lock"
+  flock 9
+  touch "$STATE_DIR/leases/$holder"
+  if ping_engine; then
+    echo "dockerd: an engine already answers on $SOCK"
+    return 0
+  fi
+  if [ -n "$(started_pid)" ]; then
+    echo "dockerd: started earlier, waiting for it"
+  else
+    if ! command -v dockerd >/dev/null 2>&1; then
+      echo "dockerd: not installed (make deps installs docker.io)" >&2
+      exit 1
+    fi
+    if [ "$(id -u)" -ne 0 ]; then
+      echo "dockerd: no engine answers and starting one needs root" >&2
+      exit 1
+    fi
+    # setsid: the engine must outlive this shell and make's job control.
+    setsid dockerd --bridge=none --iptables=false --ip6tables=false \
+      -H "unix://$SOCK" >>"$LOG" 2>&1 </dev/null 9>&- &
+    echo $! >"$STATE_DIR/dockerd.pid"
+    echo "dockerd: started pid $! (log $LOG)"
+  fi
+  for _ in $(seq $((WAIT_S * 5))); do
+    if ping_engine; then
+      echo "dockerd: ready"
+      return 0
+    fi
+    if [ -z "$(started_pid)" ]; then
+      echo "dockerd: exited during start-up; last log lines:" >&2
+      tail -n 20 "$LOG" >&2 || true
+      exit 1
+    fi
+    sleep 0.2
+  done
+  echo "dockerd: no answer after ${WAIT_S}s; last log lines:" >&2
+  tail -n 20 "$LOG" >&2 || true
+  exit 1
+}
+
+stop() {
+  [ -d "$STATE_DIR" ] || return 0
+  exec 9>"$STATE_DIR/lock"
+  flock 9
+  rm -f "$STATE_DIR/leases/$holder"
+  local pid
+  pid=$(started_pid)
+  if [ -z "$pid" ]; then
+    rm -f "$STATE_DIR/dockerd.pid"
+    echo "dockerd: nothing started by this script is running"
+    return 0
+  fi
+  local n
+  n=$(live_leases)
+  if [ "$n" -gt 0 ]; then
+    echo "dockerd: leaving pid $pid running for $n other holder(s)"
+    return 0
+  fi
+  echo "dockerd: stopping pid $pid"
+  kill -TERM "$pid"
+  # dockerd stops its containers (10 s grace each, in parallel) and the
+  # containerd it launched before exiting.
+  for _ in $(seq 300); do
+    alive "$pid" || break
+    sleep 0.2
+  done
+  if alive "$pid"; then
+    echo "dockerd: pid $pid did not exit in 60s; killing it" >&2
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$STATE_DIR/dockerd.pid"
+}
+
+status() {
+  local pid
+  pid=$(started_pid)
+  if ping_engine; then echo "engine: up"; else echo "engine: down"; fi
+  echo "started by this script: ${pid:-no}"
+  echo "live leases: $( [ -d "$STATE_DIR/leases" ] && live_leases || echo 0)"
+}
+
+case "$mode" in
+start) start ;;
+stop) stop ;;
+status) status ;;
+*)
+  echo "usage: $0 start|stop|status [HOLDER_PID]" >&2
+  exit 2
+  ;;
+esac
