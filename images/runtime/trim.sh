@@ -1,0 +1,15 @@
+#!/bin/sh
+# Runs on the host after debootstrap with the root filesystem as $1: drops
+# what a sandboxed run never needs (documentation, apt's caches and lists,
+# locales beyond C.UTF-8) to keep the image small. The root filesystem is
+# read-only at run time, so nothing here could be used later anyway.
+set -eu
+root=$1
+rm -rf "$root"/usr/share/doc/* "$root"/usr/share/man/* "$root"/usr/share/info/* \
+  "$root"/usr/share/locale/* "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/* \
+  "$root"/var/cache/debconf/*-old "$root"/var/log/* "$root"/tmp/* "$root"/var/tmp/*
+# Mount points the executor uses, present so they need not be created.
+mkdir -p "$root"/workspace "$root"/tmp
+chmod 1777 "$root"/tmp
+# Never let a run find an apt configuration to act on.
+rm -f "$root"/etc/apt/sources.list "$root"/etc/apt/sources.list.d/*
