@@ -1,0 +1,16 @@
+package docker
+
+import (
+	"testing"
+
+	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/executors/executortest"
+)
+
+func TestConformance(t *testing.T) {
+	needEngine(t)
+	executortest.Run(t, executortest.Harness{
+		New:              func(t *testing.T) executors.Executor { return newTestExecutor(t) },
+		ProcessesVisible: true,
+	})
+}

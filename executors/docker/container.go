@@ -1,0 +1,201 @@
+package docker
+
+import (
+	"fmt"
+	"maps"
+	"strconv"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/client"
+
+	"github.com/sandgate/sandgate/executors"
+)
+
+// Labels on every container the executor creates. labelManaged and
+// labelExecutor are what the acceptance tooling and operators filter on;
+// labelInstance scopes the orphan reaper to this gateway.
+const (
+	labelPrefix   = "sandgate."
+	labelManaged  = labelPrefix + "managed"
+	labelExecutor = labelPrefix + "executor"
+	labelInstance = labelPrefix + "instance"
+	labelSession  = labelPrefix + "session"
+	labelRequest  = labelPrefix + "request"
+	labelWarm     = labelPrefix + "warm"
+)
+
+// Paths inside the container.
+const (
+	workspaceMount = "/workspace"
+	sandboxPATH    = "/usr/local/bin:/usr/bin:/bin"
+	sandboxLang    = "C.UTF-8"
+)
+
+// bootScript is the container's command. It is fixed text: the code never
+// passes through it. It reads the language from the first line of stdin,
+// copies the rest of stdin (the program text, any bytes, any size) to a
+// file on the private tmpfs, and replaces itself with the interpreter,
+// whose stdin is /dev/null. A warm container sits in `read` until its run
+// arrives, so one container serves whichever language comes next. $1 is
+// Node's heap cap in MB.
+//
+// The interpreter flags match the subprocess executor: python3 -I (no
+// PYTHON* variables, no user site, script dir not on sys.path) -u
+// (unbuffered, so output written before a timeout kill is kept); bash
+// without rc files.
+const bootScript = `umask 022
+IFS= read -r lang || exit 125
+case "$lang" in
+python) f=/tmp/.sandgate-main.py; set -- python3 -I -u ;;
+bash) f=/tmp/.sandgate-main.sh; set -- bash --noprofile --norc ;;
+javascript) f=/tmp/.sandgate-main.js; set -- node --max-old-space-size="$1" ;;
+*) echo "sandgate: unknown language" >&2; exit 125 ;;
+esac
+cat >"$f" || exit 125
+exec "$@" "$f" </dev/null`
+
+// bootArg0 names the boot step in ps output.
+const bootArg0 = "sandgate-boot"
+
+// exitBoot is what the boot step exits with when it could not start the
+// interpreter (its stdin was cut short, say).
+const exitBoot = 125
+
+// shape is everything fixed when a container is created. A warm container
+// may serve a run only when the run's shape equals the container's.
+type shape struct {
+	image   string
+	dir     string // host workspace, bind-mounted at /workspace
+	uid     int
+	gid     int
+	limits  executors.Limits // output caps zeroed: they are not the container's
+	runtime string
+}
+
+// newShape resolves the shape of a run.
+func newShape(image, dir string, uid, gid int, lim executors.Limits, runtime string) shape {
+	lim.MaxOutputBytes, lim.MaxSpillBytes = 0, 0
+	return shape{image: image, dir: dir, uid: uid, gid: gid, limits: lim, runtime: runtime}
+}
+
+// createOptions turns a shape into the engine's create request.
+func (e *Executor) createOptions(s shape, labels map[string]string) client.ContainerCreateOptions {
+	return client.ContainerCreateOptions{
+		Config:     e.containerConfig(s, labels),
+		HostConfig: e.hostConfig(s),
+	}
+}
+
+func (e *Executor) containerConfig(s shape, labels map[string]string) *container.Config {
+	return &container.Config{
+		Image:    s.image,
+		Hostname: "sandbox",
+		User:     strconv.Itoa(s.uid) + ":" + strconv.Itoa(s.gid),
+		// The attach stream carries the program text in and the output
+		// out; StdinOnce closes the container's stdin when the gateway
+		// closes its side.
+		AttachStdin: true, AttachStdout: true, AttachStderr: true,
+		OpenStdin: true, StdinOnce: true,
+		Env:        sandboxEnv(),
+		Entrypoint: []string{"/bin/sh", "-c", bootScript, bootArg0},
+		Cmd:        []string{strconv.Itoa(s.limits.MemoryMB)},
+		WorkingDir: workspaceMount,
+		Labels:     labels,
+	}
+}
+
+// sandboxEnv is the code's whole environment. HOME is the workspace, as
+// with the subprocess executor; NODE_PATH lets require() find packages
+// installed in the workspace although the script itself lives in /tmp.
+func sandboxEnv() []string {
+	return []string{
+		"PATH=" + sandboxPATH,
+		"HOME=" + workspaceMount,
+		"LANG=" + sandboxLang,
+		"NODE_PATH=" + workspaceMount + "/node_modules",
+	}
+}
+
+func (e *Executor) hostConfig(s shape) *container.HostConfig {
+	init := false
+	return &container.HostConfig{
+		NetworkMode:    "none",
+		CapDrop:        []string{"ALL"},
+		SecurityOpt:    []string{"no-new-privileges"}, // and Docker's default seccomp profile
+		ReadonlyRootfs: true,
+		Tmpfs:          map[string]string{"/tmp": "rw,nosuid,nodev,mode=1777,size=" + strconv.Itoa(e.cfg.TmpfsMB) + "m"},
+		Mounts:         []mount.Mount{workspaceBind(s.dir)},
+		// Output travels over the attach stream only: no log file on the
+		// engine's disk for a flood to fill.
+		LogConfig: container.LogConfig{Type: "none"},
+		Resources: e.resources(s.limits),
+		Runtime:   s.runtime,
+		Init:      &init,
+	}
+}
+
+// workspaceBind mounts the session's directory read-write at /workspace.
+// Type bind (not Binds) so a missing source is an error, never created.
+func workspaceBind(dir string) mount.Mount {
+	return mount.Mount{
+		Type:        mount.TypeBind,
+		Source:      dir,
+		Target:      workspaceMount,
+		BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
+	}
+}
+
+// resources maps the run's limits onto cgroup limits and rlimits.
+func (e *Executor) resources(lim executors.Limits) container.Resources {
+	mem := int64(lim.MemoryMB) << 20
+	pids := int64(lim.MaxProcs)
+	return container.Resources{
+		Memory:     mem,
+		MemorySwap: mem, // memory+swap = memory: no swap
+		NanoCPUs:   int64(e.cfg.CPUs * 1e9),
+		PidsLimit:  &pids,
+		Ulimits: []*container.Ulimit{
+			{Name: "cpu", Soft: int64(lim.CPUSeconds), Hard: int64(lim.CPUSeconds)},
+			{Name: "nofile", Soft: int64(lim.MaxOpenFiles), Hard: int64(lim.MaxOpenFiles)},
+			{Name: "fsize", Soft: int64(lim.MaxFileSizeMB) << 20, Hard: int64(lim.MaxFileSizeMB) << 20},
+			{Name: "core", Soft: 0, Hard: 0},
+		},
+	}
+}
+
+// labels returns the labels of a container for session (and request, ""
+// for a warm container).
+func (e *Executor) labels(session, request string) map[string]string {
+	l := make(map[string]string, len(e.cfg.Labels)+6)
+	maps.Copy(l, e.cfg.Labels)
+	l[labelManaged] = "true"
+	l[labelExecutor] = string(executors.KindDocker)
+	l[labelInstance] = e.cfg.Instance
+	if session != "" {
+		l[labelSession] = session
+	}
+	if request != "" {
+		l[labelRequest] = request
+	} else {
+		l[labelWarm] = "true"
+	}
+	return l
+}
+
+// instanceFilter selects every container of this executor instance.
+func (e *Executor) instanceFilter() client.Filters {
+	return make(client.Filters).
+		Add("label", labelManaged+"=true").
+		Add("label", labelExecutor+"="+string(executors.KindDocker)).
+		Add("label", labelInstance+"="+e.cfg.Instance)
+}
+
+// stdinHeader is what precedes the program text on the container's stdin.
+func stdinHeader(lang string) []byte {
+	return []byte(lang + "\n")
+}
+
+func describe(s shape) string {
+	return fmt.Sprintf("%s uid=%d gid=%d mem=%dMB pids=%d", s.image, s.uid, s.gid, s.limits.MemoryMB, s.limits.MaxProcs)
+}

@@ -1,0 +1,382 @@
+package docker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/client"
+
+	"github.com/sandgate/sandgate/executors"
+)
+
+// labelBoot marks the containers of one Executor value, so the orphan
+// reaper, which may run late (the engine was down at New), never takes a
+// container this process has just created for a run.
+const labelBoot = labelPrefix + "boot"
+
+// Executor runs code in a fresh, network-less container per run. It is safe
+// for concurrent use.
+type Executor struct {
+	cfg  Config
+	log  *slog.Logger
+	cli  *client.Client
+	boot string // value of labelBoot on this value's containers
+
+	life     context.Context // ends at Close; parent of background work
+	stopLife context.CancelFunc
+	closed   atomic.Bool
+	bg       sync.WaitGroup // removals and warm preparations
+
+	reaped  atomic.Bool // orphans of earlier processes removed
+	reaping sync.Mutex
+
+	mu       sync.Mutex
+	leftover map[string]bool // containers whose removal failed; retried
+
+	warm *warmPool
+}
+
+// Interface guards.
+var (
+	_ executors.Executor        = (*Executor)(nil)
+	_ executors.Closer          = (*Executor)(nil)
+	_ executors.SessionReleaser = (*Executor)(nil)
+)
+
+// New builds the executor. It fails only on a bad config: an engine that
+// is down is not an error here (Available reports it, and the executor
+// recovers by itself when the engine answers). When the engine answers,
+// New removes the containers a crashed predecessor with the same
+// Config.Instance left behind before it returns.
+func New(ctx context.Context, cfg Config) (*Executor, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("docker: config: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	opts := []client.Opt{client.WithAPIVersionNegotiation()}
+	if cfg.Host != "" {
+		opts = append(opts, client.WithHost(cfg.Host))
+	} else {
+		opts = append(opts, client.WithHostFromEnv())
+	}
+	cli, err := client.New(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("docker: client: %w", err)
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	life, stop := context.WithCancel(context.WithoutCancel(ctx))
+	e := &Executor{
+		cfg:      cfg,
+		log:      cfg.Logger.With("executor", string(executors.KindDocker), "instance", cfg.Instance),
+		cli:      cli,
+		boot:     hex.EncodeToString(b[:]),
+		life:     life,
+		stopLife: stop,
+		leftover: map[string]bool{},
+	}
+	e.warm = newWarmPool(e)
+	if err := e.ping(ctx); err != nil {
+		e.log.Warn("docker engine not reachable at start; will retry", "err", err.Error())
+	} else {
+		e.reapOrphans(ctx)
+	}
+	e.log.Info("docker executor ready", "images", cfg.Images, "warm_max", cfg.WarmMax)
+	return e, nil
+}
+
+// Kind implements executors.Executor.
+func (e *Executor) Kind() executors.Kind { return executors.KindDocker }
+
+// Available implements executors.Executor: the engine answers a ping and
+// every configured image exists. A success also finishes work the engine's
+// absence postponed (orphan reaping, failed removals).
+func (e *Executor) Available(ctx context.Context) error {
+	if e.closed.Load() {
+		return e.unavailable("executor closed", nil)
+	}
+	if err := e.ping(ctx); err != nil {
+		return e.unavailable("engine unreachable", err)
+	}
+	seen := map[string]bool{}
+	for _, lang := range languages {
+		img := e.cfg.Images[lang]
+		if seen[img] {
+			continue
+		}
+		seen[img] = true
+		if _, err := e.cli.ImageInspect(ctx, img); err != nil {
+			if cerrdefs.IsNotFound(err) {
+				return e.unavailable("image "+img+" missing (make images)", err)
+			}
+			return e.unavailable("image inspect", err)
+		}
+	}
+	e.afterEngineOK()
+	return nil
+}
+
+func (e *Executor) ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.PingTimeout)
+	defer cancel()
+	_, err := e.cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true})
+	return err
+}
+
+// afterEngineOK starts, in the background, the clean-ups that needed the
+// engine: reaping orphans (when New could not) and retrying removals.
+func (e *Executor) afterEngineOK() {
+	e.mu.Lock()
+	pending := len(e.leftover) > 0
+	e.mu.Unlock()
+	if (e.reaped.Load() && !pending) || e.closed.Load() {
+		return
+	}
+	e.goBackground(func() {
+		ctx, cancel := context.WithTimeout(e.life, e.cfg.EngineTimeout)
+		defer cancel()
+		if !e.reaped.Load() {
+			e.reapOrphans(ctx)
+		}
+		e.retryLeftovers(ctx)
+	})
+}
+
+func (e *Executor) unavailable(reason string, err error) error {
+	return &executors.UnavailableError{Kind: executors.KindDocker, Reason: reason, Err: err}
+}
+
+// engineError classifies a failed engine call. A cancelled request stays a
+// context error. Anything else means the engine could not run the work:
+// executor_unavailable, whether the engine is gone (the usual case
+// mid-flight) or refused (an image removed under us, a runtime failure).
+func (e *Executor) engineError(ctx context.Context, op string, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("docker: %s: %w", op, context.Cause(ctx))
+	}
+	reason := op + " failed"
+	if client.IsErrConnectionFailed(err) || e.ping(e.life) != nil {
+		reason = "engine unreachable during " + op
+	} else if cerrdefs.IsNotFound(err) && op == "create" {
+		reason = "image missing (make images)"
+	}
+	return e.unavailable(reason, err)
+}
+
+// goBackground runs f as tracked background work (Close waits for it).
+func (e *Executor) goBackground(f func()) {
+	e.bg.Add(1)
+	go func() {
+		defer e.bg.Done()
+		f()
+	}()
+}
+
+// Close implements executors.Closer: it removes the warm containers, waits
+// for pending removals (bounded by ctx) and closes the engine client. Runs
+// still in flight are killed by their own contexts; Execute refuses new
+// ones.
+func (e *Executor) Close(ctx context.Context) error {
+	if e.closed.Swap(true) {
+		return nil
+	}
+	e.warm.closeAll()
+	done := make(chan struct{})
+	go func() {
+		e.bg.Wait()
+		close(done)
+	}()
+	var err error
+	select {
+	case <-done:
+		e.retryLeftovers(ctx)
+	case <-ctx.Done():
+		err = fmt.Errorf("docker: close: %w", ctx.Err())
+	}
+	e.stopLife()
+	e.mu.Lock()
+	if n := len(e.leftover); n > 0 {
+		e.log.Warn("containers left for the next start to reap", "count", n)
+	}
+	e.mu.Unlock()
+	return errors.Join(err, e.cli.Close())
+}
+
+// ReleaseSession implements executors.SessionReleaser: the session's warm
+// container, if any, is removed.
+func (e *Executor) ReleaseSession(_ context.Context, sessionID string) error {
+	e.warm.release(sessionID)
+	return nil
+}
+
+// remove deletes a container in the background, killing it if it still
+// runs. A failure (engine gone) keeps the id for a retry when the engine is
+// back; a restart reaps it otherwise.
+func (e *Executor) remove(id string) {
+	e.goBackground(func() {
+		if err := e.removeNow(id); err != nil {
+			e.log.Warn("remove container; will retry", "container", shortID(id), "err", err.Error())
+			e.mu.Lock()
+			e.leftover[id] = true
+			e.mu.Unlock()
+		}
+	})
+}
+
+func (e *Executor) removeNow(id string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(e.life), e.cfg.EngineTimeout)
+	defer cancel()
+	_, err := e.cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	if err != nil && !cerrdefs.IsNotFound(err) {
+		return err
+	}
+	return nil
+}
+
+func (e *Executor) retryLeftovers(ctx context.Context) {
+	e.mu.Lock()
+	ids := make([]string, 0, len(e.leftover))
+	for id := range e.leftover {
+		ids = append(ids, id)
+	}
+	e.mu.Unlock()
+	for _, id := range ids {
+		if ctx.Err() != nil {
+			return
+		}
+		if err := e.removeNow(id); err == nil {
+			e.mu.Lock()
+			delete(e.leftover, id)
+			e.mu.Unlock()
+		}
+	}
+}
+
+// reapOrphans removes every container of this instance that this Executor
+// value did not create: what a crashed or killed predecessor left.
+func (e *Executor) reapOrphans(ctx context.Context) {
+	e.reaping.Lock()
+	defer e.reaping.Unlock()
+	if e.reaped.Load() {
+		return
+	}
+	list, err := e.cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: e.instanceFilter()})
+	if err != nil {
+		e.log.Warn("list orphans", "err", err.Error())
+		return
+	}
+	n := 0
+	for _, c := range list.Items {
+		if c.Labels[labelBoot] == e.boot {
+			continue
+		}
+		if err := e.removeNow(c.ID); err != nil {
+			e.log.Warn("reap orphan", "container", shortID(c.ID), "err", err.Error())
+			return
+		}
+		n++
+	}
+	if n > 0 {
+		e.log.Info("reaped orphan containers", "count", n)
+	}
+	e.reaped.Store(true)
+}
+
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+// identity is the uid/gid of one run: the session's own, or the configured
+// default when the Spec names none. Root is refused.
+func (e *Executor) identity(spec executors.Spec) (uid, gid int, err error) {
+	uid, gid = e.cfg.SandboxUID, e.cfg.SandboxGID
+	if spec.UID != 0 || spec.GID != 0 {
+		uid, gid = spec.UID, spec.GID
+	}
+	if uid <= 0 || gid <= 0 {
+		return 0, 0, fmt.Errorf("%w (uid %d gid %d)", ErrRootIdentity, uid, gid)
+	}
+	return uid, gid, nil
+}
+
+// Execute implements executors.Executor.
+func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.Result, error) {
+	if e.closed.Load() {
+		return executors.Result{}, e.unavailable("executor closed", nil)
+	}
+	image, ok := e.cfg.Images[spec.Language]
+	if !ok {
+		return executors.Result{}, fmt.Errorf("docker: %w: %q", executors.ErrUnsupportedLanguage, spec.Language)
+	}
+	id, err := requestID(spec.RequestID)
+	if err != nil {
+		return executors.Result{}, err
+	}
+	uid, gid, err := e.identity(spec)
+	if err != nil {
+		return executors.Result{}, err
+	}
+	dir, err := checkWorkspace(spec.WorkspaceDir, uid, gid)
+	if err != nil {
+		return executors.Result{}, err
+	}
+	lim := mergeLimits(spec.Limits, e.cfg.Limits)
+	sh := newShape(image, dir, uid, gid, lim, e.cfg.Runtime)
+	timeout := spec.Timeout
+	if timeout <= 0 {
+		timeout = e.cfg.DefaultTimeout
+	}
+	log := e.log.With("request_id", id, "session_id", spec.SessionID)
+
+	b, warm, err := e.acquire(ctx, spec.SessionID, id, sh)
+	if err != nil {
+		return executors.Result{}, err
+	}
+	res, err := e.run(ctx, b, runInput{
+		lang: spec.Language, code: spec.Code, timeout: timeout, limits: lim,
+		dir: dir, requestID: id, log: log,
+	})
+	e.discard(b)
+	if err == nil && spec.SessionID != "" {
+		e.warm.offer(spec.SessionID, sh)
+	}
+	log.DebugContext(ctx, "run finished", "warm", warm, "exit_code", res.ExitCode,
+		"timed_out", res.TimedOut, "oom_killed", res.OOMKilled, "truncated", res.Truncated,
+		"duration_ms", res.Duration.Milliseconds(), "err", errString(err))
+	return res, err
+}
+
+// acquire returns a container ready for the run: the session's warm one
+// when it matches, else a fresh one.
+func (e *Executor) acquire(ctx context.Context, session, request string, sh shape) (*box, bool, error) {
+	if session != "" {
+		if b := e.warm.take(ctx, session, sh); b != nil {
+			return b, true, nil
+		}
+		if ctx.Err() != nil {
+			return nil, false, fmt.Errorf("docker: %w", context.Cause(ctx))
+		}
+	}
+	b, err := e.prepare(ctx, sh, e.labels(session, request))
+	return b, false, err
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// errTimedOut is the cause recorded when a run hit its timeout.
+var errTimedOut = errors.New("docker: run timed out")

@@ -1,0 +1,135 @@
+package docker
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/executors/executortest"
+)
+
+// requireEnv is set by `make test`: there, a missing engine or image is a
+// failure, not a skip.
+const requireEnv = "SANDGATE_REQUIRE_DOCKER"
+
+var engineCheck = sync.OnceValue(func() error {
+	e, err := New(context.Background(), Config{Logger: slog.New(slog.DiscardHandler), Instance: "probe-" + executortest.Nonce()})
+	if err != nil {
+		return err
+	}
+	defer e.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return e.Available(ctx)
+})
+
+// needEngine skips the test when no engine (or no runtime image) is
+// reachable, or fails it when SANDGATE_REQUIRE_DOCKER=1.
+func needEngine(t testing.TB) {
+	t.Helper()
+	err := engineCheck()
+	if err == nil {
+		return
+	}
+	if os.Getenv(requireEnv) == "1" {
+		t.Fatalf("docker engine required (%s=1) but not usable: %v", requireEnv, err)
+	}
+	t.Skipf("docker engine not usable (start one with scripts/dockerd.sh start; build images with make images): %v", err)
+}
+
+// testLogger sends warnings and up to the test's output.
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// newTestExecutor builds an executor with an instance of its own (so its
+// reaper never touches another test's containers) and closes it at the
+// end of the test.
+func newTestExecutor(t testing.TB, mutate ...func(*Config)) *Executor {
+	t.Helper()
+	needEngine(t)
+	cfg := Config{Instance: "test-" + executortest.Nonce(), Logger: testLogger(t)}
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	e, err := New(t.Context(), cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := e.Close(ctx); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		if left := instanceContainers(t, e.cfg.Instance); len(left) > 0 {
+			t.Errorf("containers left after Close: %v", left)
+		}
+	})
+	return e
+}
+
+// spec returns a Spec for code in a fresh workspace.
+func spec(t testing.TB, lang, code string) executors.Spec {
+	t.Helper()
+	return executors.Spec{
+		RequestID:    "req-" + executortest.Nonce(),
+		SessionID:    "sess-" + executortest.Nonce(),
+		Language:     lang,
+		Code:         code,
+		Timeout:      30 * time.Second,
+		WorkspaceDir: newWorkspace(t),
+	}
+}
+
+// newWorkspace is executortest.NewWorkspace for any testing.TB.
+func newWorkspace(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.Chmod(dir[:strings.LastIndex(dir, "/")], 0o711); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// execute runs s and fails the test on an error.
+func execute(t testing.TB, e *Executor, s executors.Spec) executors.Result {
+	t.Helper()
+	res, err := e.Execute(t.Context(), s)
+	if err != nil {
+		t.Fatalf("Execute: %v", err)
+	}
+	return res
+}
+
+// instanceContainers lists, through the docker CLI as an operator would,
+// the containers of one executor instance.
+func instanceContainers(t testing.TB, instance string) []string {
+	t.Helper()
+	out, err := exec.Command("docker", "ps", "-a", "--format", "{{.ID}} {{.Status}}",
+		"--filter", "label="+labelManaged,
+		"--filter", "label="+labelInstance+"="+instance).CombinedOutput()
+	if err != nil {
+		t.Fatalf("docker ps: %v: %s", err, out)
+	}
+	return strings.Fields(strings.TrimSpace(string(out)))
+}
+
+// rawClient is an engine client for tests that inspect containers.
+func rawClient(t testing.TB) *client.Client {
+	t.Helper()
+	c, err := client.New(client.WithHostFromEnv(), client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}

@@ -1,0 +1,245 @@
+package docker
+
+import (
+	"bytes"
+	"io"
+	"slices"
+	"unicode/utf8"
+)
+
+// runOutput receives the demultiplexed streams of one run. stdcopy.StdCopy
+// writes both streams from a single goroutine, and the run reads the
+// result only after that goroutine has returned, so there is no locking.
+//
+// Each stream is masked (host workspace path → /workspace) before anything
+// else, then kept up to the response cap. The spill copy holds both streams
+// interleaved in arrival order (as 2>&1 would); it stays in memory until a
+// stream first overflows its cap, and is written through to the spill file
+// from then on, up to its own cap. Bytes beyond every cap are dropped, never
+// blocked on: the container must not stall on a full pipe.
+type runOutput struct {
+	stdout, stderr stream
+	spill          spillFile
+}
+
+// stream is one of stdout and stderr.
+type stream struct {
+	out   *runOutput
+	mask  pathMask
+	limit int
+	kept  []byte
+	cut   bool
+}
+
+func newRunOutput(limit int, hostPaths []string, spill spillFile) *runOutput {
+	o := &runOutput{spill: spill}
+	for _, s := range []*stream{&o.stdout, &o.stderr} {
+		s.out, s.limit = o, limit
+		s.mask = newPathMask(hostPaths, workspaceMount)
+	}
+	return o
+}
+
+// Write implements io.Writer for stdcopy; it never fails, so a flood is
+// drained at full speed.
+func (s *stream) Write(p []byte) (int, error) {
+	s.mask.feed(p, s.keep)
+	return len(p), nil
+}
+
+// keep takes masked bytes.
+func (s *stream) keep(p []byte) {
+	if room := s.limit - len(s.kept); len(p) > room {
+		s.kept = append(s.kept, p[:max(room, 0)]...)
+		if !s.cut {
+			s.cut = true
+			s.out.spill.overflow()
+		}
+	} else {
+		s.kept = append(s.kept, p...)
+	}
+	s.out.spill.add(p)
+}
+
+// text returns what the response shows: a cut stream does not end in a
+// UTF-8 sequence the cut broke.
+func (s *stream) text() string {
+	if s.cut {
+		return string(dropBrokenRune(s.kept))
+	}
+	return string(s.kept)
+}
+
+func dropBrokenRune(b []byte) []byte {
+	for n := 1; n <= utf8.UTFMax && n <= len(b); n++ {
+		if utf8.RuneStart(b[len(b)-n]) {
+			if utf8.FullRune(b[len(b)-n:]) {
+				return b
+			}
+			return b[:len(b)-n]
+		}
+	}
+	return b
+}
+
+// finish flushes the masks and closes the spill file. It returns the
+// response texts, whether either was cut and, when the spill file holds
+// the full output, its path as the code sees it.
+func (o *runOutput) finish() (stdout, stderr string, truncated bool, spillPath string) {
+	o.stdout.mask.flush(o.stdout.keep)
+	o.stderr.mask.flush(o.stderr.keep)
+	truncated = o.stdout.cut || o.stderr.cut
+	if o.spill.close() && truncated {
+		spillPath = o.spill.shown
+	}
+	return o.stdout.text(), o.stderr.text(), truncated, spillPath
+}
+
+// pathMask replaces host paths in a byte stream that arrives in arbitrary
+// pieces. It holds back only a tail that could be the start of a path split
+// across two pieces.
+type pathMask struct {
+	paths [][]byte // longest first: a longer spelling wins over its prefix
+	repl  []byte
+	carry []byte
+	buf   []byte
+}
+
+func newPathMask(paths []string, repl string) pathMask {
+	m := pathMask{repl: []byte(repl)}
+	for _, p := range paths {
+		if p != "" && p != repl {
+			m.paths = append(m.paths, []byte(p))
+		}
+	}
+	slices.SortFunc(m.paths, func(a, b []byte) int { return len(b) - len(a) })
+	return m
+}
+
+func (m *pathMask) feed(p []byte, emit func([]byte)) {
+	if len(m.paths) == 0 {
+		emit(p)
+		return
+	}
+	m.buf = append(append(m.buf[:0], m.carry...), p...)
+	rest := m.buf
+	for {
+		at, n := m.next(rest)
+		if at < 0 {
+			break
+		}
+		emitNonEmpty(emit, rest[:at])
+		emit(m.repl)
+		rest = rest[at+n:]
+	}
+	hold := m.partialTail(rest)
+	emitNonEmpty(emit, rest[:len(rest)-hold])
+	m.carry = append(m.carry[:0], rest[len(rest)-hold:]...)
+}
+
+// next finds the earliest path in b.
+func (m *pathMask) next(b []byte) (at, n int) {
+	at = -1
+	for _, p := range m.paths {
+		if i := bytes.Index(b, p); i >= 0 && (at < 0 || i < at) {
+			at, n = i, len(p)
+		}
+	}
+	return at, n
+}
+
+// partialTail is the length of the longest suffix of b that is a proper
+// prefix of a path.
+func (m *pathMask) partialTail(b []byte) int {
+	longest := len(m.paths[0])
+	for i := max(0, len(b)-longest+1); i < len(b); i++ {
+		for _, p := range m.paths {
+			if len(b)-i < len(p) && bytes.HasPrefix(p, b[i:]) {
+				return len(b) - i
+			}
+		}
+	}
+	return 0
+}
+
+func (m *pathMask) flush(emit func([]byte)) {
+	emitNonEmpty(emit, m.carry)
+	m.carry = nil
+}
+
+func emitNonEmpty(emit func([]byte), b []byte) {
+	if len(b) > 0 {
+		emit(b)
+	}
+}
+
+// spillFile is the full-output copy of one run.
+type spillFile struct {
+	shown   string                         // the path as the code sees it
+	limit   int                            // bytes kept at most
+	open    func() (io.WriteCloser, error) // creates the file, on first overflow
+	onError func(error)
+
+	pending [][]byte // before the first overflow
+	w       io.WriteCloser
+	written int
+	broken  bool
+}
+
+func (s *spillFile) add(p []byte) {
+	switch {
+	case s.broken:
+	case s.w == nil:
+		s.pending = append(s.pending, bytes.Clone(p))
+	default:
+		s.write(p)
+	}
+}
+
+// overflow opens the file and writes what was held in memory.
+func (s *spillFile) overflow() {
+	if s.w != nil || s.broken || s.open == nil {
+		return
+	}
+	w, err := s.open()
+	if err != nil {
+		s.fail(err)
+		return
+	}
+	s.w = w
+	for _, p := range s.pending {
+		s.write(p)
+	}
+	s.pending = nil
+}
+
+func (s *spillFile) write(p []byte) {
+	p = p[:min(len(p), max(s.limit-s.written, 0))]
+	if len(p) == 0 || s.broken {
+		return
+	}
+	n, err := s.w.Write(p)
+	s.written += n
+	if err != nil {
+		s.fail(err)
+	}
+}
+
+func (s *spillFile) fail(err error) {
+	s.broken, s.pending = true, nil
+	if s.onError != nil {
+		s.onError(err)
+	}
+}
+
+// close reports whether the file was written and is complete up to its cap.
+func (s *spillFile) close() bool {
+	s.pending = nil
+	if s.w == nil {
+		return false
+	}
+	if err := s.w.Close(); err != nil && !s.broken {
+		s.fail(err)
+	}
+	return !s.broken
+}

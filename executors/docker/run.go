@@ -1,0 +1,259 @@
+package docker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+
+	"github.com/sandgate/sandgate/executors"
+)
+
+// box is a created, attached and started container whose boot step waits
+// for its program on stdin. It serves exactly one run.
+type box struct {
+	id    string
+	shape shape
+	conn  client.HijackedResponse
+	exit  *exitWatch
+}
+
+// exitWatch holds the outcome of the engine's wait on one container. The
+// wait is registered before the container starts, so no exit is missed.
+type exitWatch struct {
+	done   chan struct{}
+	code   int64
+	err    error
+	cancel context.CancelFunc
+}
+
+// watchExit registers the engine-side wait for the container's next exit.
+// It returns once the engine has registered it.
+func (e *Executor) watchExit(id string) *exitWatch {
+	ctx, cancel := context.WithCancel(e.life)
+	w := &exitWatch{done: make(chan struct{}), cancel: cancel}
+	res := e.cli.ContainerWait(ctx, id, client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
+	go func() {
+		defer close(w.done)
+		select {
+		case r := <-res.Result:
+			w.code = r.StatusCode
+			if r.Error != nil && r.Error.Message != "" {
+				w.err = errors.New(r.Error.Message)
+			}
+		case err := <-res.Error:
+			w.err = err
+		}
+	}()
+	return w
+}
+
+// exited reports whether the container is known to have exited.
+func (w *exitWatch) exited() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// prepare creates, attaches and starts a container of shape sh. The wait
+// and the attach are set up concurrently, both before the start, so no
+// output and no exit can be missed. On failure nothing is left behind.
+//
+// The engine calls themselves are not cut short by ctx: a create whose
+// answer was lost to a cancellation would leave a container nobody knows
+// of. ctx is checked between the steps instead, so a cancelled request
+// costs at most one step.
+func (e *Executor) prepare(ctx context.Context, sh shape, labels map[string]string) (*box, error) {
+	labels[labelBoot] = e.boot
+	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.EngineTimeout)
+	defer cancel()
+	created, err := e.cli.ContainerCreate(opCtx, e.createOptions(sh, labels))
+	if err != nil {
+		return nil, e.engineError(ctx, "create", err)
+	}
+	b := &box{id: created.ID, shape: sh}
+	fail := func(op string, err error) (*box, error) {
+		e.discard(b)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("docker: %s: %w", op, context.Cause(ctx))
+		}
+		return nil, e.engineError(ctx, op, err)
+	}
+	if ctx.Err() != nil {
+		return fail("create", ctx.Err())
+	}
+	var wg sync.WaitGroup
+	var attachErr error
+	wg.Go(func() { b.exit = e.watchExit(b.id) })
+	wg.Go(func() {
+		var a client.ContainerAttachResult
+		a, attachErr = e.cli.ContainerAttach(opCtx, b.id, client.ContainerAttachOptions{
+			Stream: true, Stdin: true, Stdout: true, Stderr: true,
+		})
+		b.conn = a.HijackedResponse
+	})
+	wg.Wait()
+	if attachErr != nil || ctx.Err() != nil {
+		return fail("attach", attachErr)
+	}
+	if _, err := e.cli.ContainerStart(opCtx, b.id, client.ContainerStartOptions{}); err != nil || ctx.Err() != nil {
+		return fail("start", err)
+	}
+	return b, nil
+}
+
+// discard closes the box's connections and removes its container in the
+// background.
+func (e *Executor) discard(b *box) {
+	if b.conn.Conn != nil {
+		b.conn.Close()
+	}
+	if b.exit != nil {
+		b.exit.cancel()
+	}
+	e.remove(b.id)
+}
+
+// runInput is what one run needs besides its container.
+type runInput struct {
+	lang, code string
+	timeout    time.Duration
+	limits     executors.Limits
+	dir        string // host workspace
+	requestID  string
+	log        *slog.Logger
+}
+
+// run feeds the program to b and collects its output and exit status. At
+// the timeout, or when ctx ends, the container is killed; the output
+// written before that is kept. A parent ctx that ends is an error (the
+// client went away), the timeout a Result.
+func (e *Executor) run(ctx context.Context, b *box, in runInput) (executors.Result, error) {
+	rel, shown := spillTarget(in.requestID)
+	out := newRunOutput(in.limits.MaxOutputBytes, hostPaths(in.dir), spillFile{
+		shown: shown, limit: in.limits.MaxSpillBytes,
+		open:    func() (io.WriteCloser, error) { return openSpill(in.dir, rel) },
+		onError: func(err error) { in.log.Warn("spill file", "err", err.Error()) },
+	})
+	began := time.Now()
+	copied := make(chan error, 1)
+	go func() {
+		_, err := stdcopy.StdCopy(&out.stdout, &out.stderr, b.conn.Reader)
+		copied <- err
+	}()
+	go e.feed(b, in.lang, in.code, in.log)
+
+	killedFor, copyErr := e.await(ctx, b, in.timeout, copied)
+	res := executors.Result{Duration: time.Since(began)}
+	code, waitErr := e.exitStatus(b, killedFor != nil)
+	res.Stdout, res.Stderr, res.Truncated, res.OutputPath = out.finish()
+
+	switch {
+	case killedFor != nil && !errors.Is(killedFor, errTimedOut):
+		return res, fmt.Errorf("docker: run aborted: %w", killedFor)
+	case killedFor != nil:
+		res.ExitCode, res.TimedOut = executors.ExitCodeTimeout, true
+		return res, nil
+	case waitErr != nil:
+		return res, e.engineError(ctx, "wait", errors.Join(waitErr, copyErr))
+	}
+	res.ExitCode = int(code)
+	if code == 128+9 {
+		res.OOMKilled = e.oomKilled(b.id)
+	}
+	return res, nil
+}
+
+// feed writes the language line and the program to the container's stdin
+// and closes it. A container that died early makes the write fail; the
+// run then reports what the container did.
+func (e *Executor) feed(b *box, lang, code string, log *slog.Logger) {
+	r := io.MultiReader(bytes.NewReader(stdinHeader(lang)), bytes.NewReader([]byte(code)))
+	if _, err := io.Copy(b.conn.Conn, r); err != nil {
+		log.Debug("write program", "err", err.Error())
+	}
+	if err := b.conn.CloseWrite(); err != nil {
+		log.Debug("close stdin", "err", err.Error())
+	}
+}
+
+// await waits for the output stream to end. At the timeout or when ctx
+// ends it kills the container first, and after KillGrace it stops waiting
+// for a stream the engine never closes. It returns why the container was
+// killed (errTimedOut or ctx's cause), nil when it ended by itself.
+func (e *Executor) await(ctx context.Context, b *box, timeout time.Duration, copied <-chan error) (killedFor, copyErr error) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	done := ctx.Done()
+	var grace <-chan time.Time
+	kill := func(why error) {
+		killedFor = why
+		deadline.Stop()
+		done = nil
+		e.kill(b.id)
+		grace = time.After(e.cfg.KillGrace)
+	}
+	for {
+		select {
+		case copyErr = <-copied:
+			return killedFor, copyErr
+		case <-deadline.C:
+			kill(errTimedOut)
+		case <-done:
+			kill(context.Cause(ctx))
+		case <-grace:
+			b.conn.Close() // unblocks the copy
+			grace = nil
+		}
+	}
+}
+
+// kill SIGKILLs the container: every process in it dies with its PID
+// namespace, setsid'd and double-forked ones included.
+func (e *Executor) kill(id string) {
+	ctx, cancel := context.WithTimeout(e.life, e.cfg.EngineTimeout)
+	defer cancel()
+	if _, err := e.cli.ContainerKill(ctx, id, client.ContainerKillOptions{Signal: "KILL"}); err != nil {
+		e.log.Debug("kill container", "container", shortID(id), "err", err.Error())
+	}
+}
+
+// exitStatus returns the container's exit code once the stream has ended.
+// After a kill it waits at most KillGrace: the result is 124 anyway.
+func (e *Executor) exitStatus(b *box, killed bool) (int64, error) {
+	limit := e.cfg.EngineTimeout
+	if killed {
+		limit = e.cfg.KillGrace
+	}
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case <-b.exit.done:
+		return b.exit.code, b.exit.err
+	case <-t.C:
+		return 0, errors.New("no exit status from the engine")
+	}
+}
+
+// oomKilled asks the engine whether the memory limit killed the container
+// (exit 137 is also what any SIGKILL gives).
+func (e *Executor) oomKilled(id string) bool {
+	ctx, cancel := context.WithTimeout(e.life, e.cfg.EngineTimeout)
+	defer cancel()
+	r, err := e.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+	if err != nil || r.Container.State == nil {
+		return false
+	}
+	return r.Container.State.OOMKilled
+}
