@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/browser"
 	"github.com/sandgate/sandgate/manager"
 	"github.com/sandgate/sandgate/policy"
 )
@@ -40,6 +41,9 @@ type Deps struct {
 	Auth     *Auth
 	Gatherer prometheus.Gatherer
 	Logger   *slog.Logger
+	// Browser is the browser router behind POST /v1/sessions/{id}/browser;
+	// nil answers that endpoint with executor_unavailable.
+	Browser *browser.Manager
 }
 
 // Server is the http.Handler of the gateway.
