@@ -34,6 +34,12 @@ const (
 	// request", which no client will ever read.
 	Cancelled Code = "cancelled"
 	Internal  Code = "internal"
+	// Browser codes (issue 8). BrowserTimeout is 504: the action waited on
+	// a page (an upstream server, or the page's own scripts) that did not
+	// answer in time. NavigationFailed is 502: the page's server could not
+	// be reached or answered with a network error.
+	BrowserTimeout   Code = "browser_timeout"
+	NavigationFailed Code = "navigation_failed"
 )
 
 var statuses = map[Code]int{
@@ -53,6 +59,8 @@ var statuses = map[Code]int{
 	MethodNotAllowed:    http.StatusMethodNotAllowed,
 	Cancelled:           499,
 	Internal:            http.StatusInternalServerError,
+	BrowserTimeout:      http.StatusGatewayTimeout,
+	NavigationFailed:    http.StatusBadGateway,
 }
 
 // Status is the HTTP status of c; unknown codes are 500.
