@@ -54,6 +54,33 @@ mirror() {
   done | head -n 1
 }
 
+# install_packages ROOTFS PKGS installs the comma-separated PKGS with apt in
+# the chroot. debootstrap left the mirror in the chroot's sources.list; the
+# recipe's trim.sh removes it before the image is made. No service starts.
+install_packages() {
+  local root=$1 pkgs=$2
+  [ -n "$pkgs" ] || return 0
+  printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
+  chmod +x "$root/usr/sbin/policy-rc.d"
+  mount -t proc proc "$root/proc"
+  local rc=0
+  chroot "$root" apt-get update -qq || rc=$?
+  [ $rc -ne 0 ] || DEBIAN_FRONTEND=noninteractive chroot "$root" \
+    apt-get install -y -qq --no-install-recommends ${pkgs//,/ } || rc=$?
+  [ $rc -ne 0 ] || chroot "$root" apt-get clean || rc=$?
+  umount "$root/proc"
+  rm -f "$root/usr/sbin/policy-rc.d"
+  return $rc
+}
+
+# cleanup WORK removes a build directory, never crossing into a mount a
+# failed build left behind.
+cleanup() {
+  local work=$1
+  umount "$work/rootfs/proc" 2>/dev/null || true
+  rm -rf --one-file-system "$work"
+}
+
 recipe_hash() {
   local dir=$1
   # Names and contents of every recipe file, then this script.
@@ -84,14 +111,16 @@ build() {
   pkgs=$(grep -v '^[[:space:]]*#' "$dir/packages" | xargs | tr ' ' ,)
   local work
   work=$(mktemp -d /var/tmp/sandgate-image.XXXXXX)
-  # shellcheck disable=SC2064
-  trap "rm -rf '$work'" RETURN
+  WORKDIRS+=("$work")
   local began=$SECONDS
-  echo "images: building $tag ($SUITE minbase + $pkgs)"
-  if ! debootstrap --variant=minbase ${pkgs:+--include="$pkgs"} "$SUITE" "$work/rootfs" "$url" \
-    >"$work/debootstrap.log" 2>&1; then
-    tail -n 30 "$work/debootstrap.log" >&2
-    die "debootstrap failed for $tag"
+  echo "images: building $tag ($SUITE minbase + ${pkgs//,/ })"
+  # The base system first; the packages then through apt in the chroot:
+  # debootstrap's own --include resolver cannot order the configuration of
+  # larger dependency trees (a browser's, say).
+  if ! debootstrap --variant=minbase "$SUITE" "$work/rootfs" "$url" >"$work/build.log" 2>&1 ||
+    ! install_packages "$work/rootfs" "$pkgs" >>"$work/build.log" 2>&1; then
+    tail -n 30 "$work/build.log" >&2
+    die "build failed for $tag"
   fi
   [ -x "$dir/trim.sh" ] && "$dir/trim.sh" "$work/rootfs"
   local args=(--message "sandgate recipe $dir $hash")
@@ -106,6 +135,9 @@ build() {
   docker image ls --format '{{.Repository}}:{{.Tag}}' "$NAME" | grep -v -e ":latest$" -e ":$hash$" |
     xargs -r docker image rm >/dev/null 2>&1 || true
 }
+
+WORKDIRS=()
+trap 'for w in "${WORKDIRS[@]}"; do cleanup "$w"; done' EXIT
 
 docker version >/dev/null 2>&1 || die "no Docker engine answers (scripts/dockerd.sh start)"
 if [ $# -eq 0 ]; then
