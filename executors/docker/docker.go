@@ -40,7 +40,8 @@ type Executor struct {
 	mu       sync.Mutex
 	leftover map[string]bool // containers whose removal failed; retried
 
-	warm *warmPool
+	warm     *warmPool
+	warmHits atomic.Int64 // runs served by a warm container
 }
 
 // Interface guards.
@@ -361,6 +362,7 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 func (e *Executor) acquire(ctx context.Context, session, request string, sh shape) (*box, bool, error) {
 	if session != "" {
 		if b := e.warm.take(ctx, session, sh); b != nil {
+			e.warmHits.Add(1)
 			return b, true, nil
 		}
 		if ctx.Err() != nil {

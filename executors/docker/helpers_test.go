@@ -114,7 +114,7 @@ func execute(t testing.TB, e *Executor, s executors.Spec) executors.Result {
 // the containers of one executor instance.
 func instanceContainers(t testing.TB, instance string) []string {
 	t.Helper()
-	out, err := exec.Command("docker", "ps", "-a", "--format", "{{.ID}} {{.Status}}",
+	out, err := exec.Command("docker", "ps", "-a", "--format", "{{.ID}}",
 		"--filter", "label="+labelManaged,
 		"--filter", "label="+labelInstance+"="+instance).CombinedOutput()
 	if err != nil {
