@@ -1,0 +1,533 @@
+// sandgate approval page. Plain script, no build step, no dependencies.
+//
+// Security notes:
+//  - The token arrives once as /?token=...; it is moved to sessionStorage
+//    (this tab only, gone when the tab closes) and removed from the address
+//    bar before the page renders, so it does not stay in history, bookmarks
+//    or screenshots.
+//  - The socket carries the token as a subprotocol, never in its URL.
+//  - Everything from the server is rendered with textContent, never as HTML.
+"use strict";
+
+(function () {
+  const TOKEN_KEY = "sandgate.approver.token";
+  const url = new URL(window.location.href);
+  const fromURL = url.searchParams.get("token");
+  if (fromURL !== null) {
+    if (fromURL) sessionStorage.setItem(TOKEN_KEY, fromURL);
+    url.searchParams.delete("token");
+    history.replaceState(null, "", url.pathname + url.search + url.hash);
+  }
+
+  const HISTORY_MAX = 50;
+  const RESOLVED_LINGER_MS = 5000;
+  const BACKOFF_MIN_MS = 1000;
+  const BACKOFF_MAX_MS = 30000;
+  const DECISION_TIMEOUT_MS = 15000;
+
+  const state = {
+    token: sessionStorage.getItem(TOKEN_KEY) || "",
+    ws: null,
+    live: false,
+    skew: 0, // server clock minus ours, ms
+    timeoutS: 120,
+    cards: new Map(), // id -> {view, el, resolved}
+    order: [], // ids in arrival order
+    selected: null,
+    history: [],
+    backoff: BACKOFF_MIN_MS,
+    retryTimer: null,
+    retryAt: 0,
+    refs: new Map(), // ref -> {id, timer}
+    refSeq: 0,
+    stopped: false,
+  };
+
+  const $ = (id) => document.getElementById(id);
+  let els = {};
+
+  function el(tag, cls, text) {
+    const e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text !== undefined && text !== null) e.textContent = String(text);
+    return e;
+  }
+
+  // ---- connection -------------------------------------------------------
+
+  function b64url(s) {
+    const bytes = new TextEncoder().encode(s);
+    let bin = "";
+    for (const b of bytes) bin += String.fromCharCode(b);
+    return btoa(bin).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+  }
+
+  function setConn(st, text) {
+    els.conn.dataset.state = st;
+    els.connText.textContent = text;
+    els.retry.hidden = !(st === "reconnecting" || st === "offline");
+  }
+
+  function connect() {
+    clearTimeout(state.retryTimer);
+    state.retryTimer = null;
+    if (state.stopped) return;
+    if (!state.token) {
+      setConn("auth", "No token");
+      showNotice("This page needs an approver token. Open the approval link the gateway printed at start " +
+        "(…/?token=…), or ask an administrator for an approver token.");
+      return;
+    }
+    setConn("connecting", "Connecting…");
+    const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+    let ws;
+    try {
+      ws = new WebSocket(scheme + "//" + location.host + "/v1/approvals/ws",
+        ["sandgate.v1", "sandgate.bearer." + b64url(state.token)]);
+    } catch (e) {
+      setConn("auth", "Bad token");
+      showNotice("The token cannot be used (it contains characters a browser refuses).");
+      return;
+    }
+    state.ws = ws;
+    let opened = false;
+    ws.onopen = () => { opened = true; };
+    ws.onmessage = (ev) => {
+      let m;
+      try { m = JSON.parse(ev.data); } catch (e) { return; }
+      onMessage(m);
+    };
+    ws.onclose = (ev) => {
+      if (state.ws !== ws) return;
+      state.ws = null;
+      state.live = false;
+      updateButtons();
+      failPendingRefs("the connection was lost before the gateway answered");
+      if (!opened) {
+        checkAuth();
+      } else {
+        scheduleReconnect(ev.code === 1001 ? "The gateway is restarting" : "Connection lost");
+      }
+    };
+  }
+
+  // A failed handshake gives a browser no status code; ask the API once to
+  // tell a rejected token from an unreachable gateway.
+  function checkAuth() {
+    fetch("/v1/approvals?status=pending", { headers: { Authorization: "Bearer " + state.token }, cache: "no-store" })
+      .then((r) => {
+        if (r.status === 401 || r.status === 403) {
+          state.stopped = true;
+          setConn("auth", r.status === 401 ? "Token rejected" : "Not an approver token");
+          showNotice(r.status === 401
+            ? "The gateway rejected this token. Open the approval link printed at start, or ask for a new approver token."
+            : "This token may not approve requests (only approver and admin tokens may).");
+          return;
+        }
+        scheduleReconnect("Cannot connect");
+      })
+      .catch(() => scheduleReconnect("Gateway unreachable"));
+  }
+
+  function scheduleReconnect(why) {
+    const jitter = 0.8 + Math.random() * 0.4;
+    const delay = Math.min(BACKOFF_MAX_MS, state.backoff) * jitter;
+    state.backoff = Math.min(BACKOFF_MAX_MS, state.backoff * 2);
+    state.retryAt = Date.now() + delay;
+    state.retryWhy = why;
+    tickRetry();
+    state.retryTimer = setTimeout(connect, delay);
+  }
+
+  function tickRetry() {
+    if (!state.retryTimer && state.retryAt <= Date.now()) return;
+    if (state.ws || state.stopped) return;
+    const s = Math.max(0, Math.ceil((state.retryAt - Date.now()) / 1000));
+    setConn(s > 10 ? "offline" : "reconnecting", state.retryWhy + " · retrying in " + s + " s");
+  }
+
+  // ---- messages ---------------------------------------------------------
+
+  function onMessage(m) {
+    if (m.server_time) state.skew = Date.parse(m.server_time) - Date.now();
+    switch (m.type) {
+      case "snapshot":
+        state.live = true;
+        state.backoff = BACKOFF_MIN_MS;
+        hideNotice();
+        setConn("live", "Live");
+        if (m.approver) els.who.textContent = m.approver.name + " (" + m.approver.role + ")";
+        if (m.timeout_s) state.timeoutS = m.timeout_s;
+        applySnapshot(m.pending || [], m.history || []);
+        break;
+      case "approval.requested":
+        addCard(m.approval);
+        break;
+      case "approval.resolved":
+        resolveCard(m.approval, false);
+        break;
+      case "decision.result":
+        onResult(m);
+        break;
+      case "error":
+        toast(m.error ? m.error.message : "error");
+        break;
+    }
+    updateButtons();
+  }
+
+  function applySnapshot(pending, hist) {
+    const keep = new Set(pending.map((v) => v.id));
+    // Cards the gateway no longer lists were resolved while we were away;
+    // their outcome is in the history.
+    for (const id of [...state.order]) {
+      const c = state.cards.get(id);
+      if (!keep.has(id) && c && !c.resolved) removeCard(id);
+    }
+    for (const v of pending) if (!state.cards.has(v.id)) addCard(v);
+    state.history = hist.slice(0, HISTORY_MAX);
+    renderHistory();
+  }
+
+  function send(obj) {
+    if (!state.ws || state.ws.readyState !== WebSocket.OPEN) return false;
+    state.ws.send(JSON.stringify(obj));
+    return true;
+  }
+
+  function decide(id, decision) {
+    const c = state.cards.get(id);
+    if (!c || c.resolved || c.busy) return;
+    const reason = c.el.querySelector(".reason-input").value.trim();
+    const ref = "r" + (++state.refSeq);
+    if (!send({ type: "decide", ref, id, decision, reason, digest: c.view.digest })) {
+      toast("Not connected: the decision was not sent.");
+      return;
+    }
+    c.busy = true;
+    updateButtons();
+    const timer = setTimeout(() => {
+      state.refs.delete(ref);
+      c.busy = false;
+      updateButtons();
+      toast("No answer from the gateway; check the request's state before deciding again.");
+    }, DECISION_TIMEOUT_MS);
+    state.refs.set(ref, { id, timer });
+  }
+
+  function onResult(m) {
+    const r = state.refs.get(m.ref);
+    if (r) {
+      clearTimeout(r.timer);
+      state.refs.delete(m.ref);
+    }
+    const id = r ? r.id : m.approval && m.approval.id;
+    const c = id && state.cards.get(id);
+    if (c) c.busy = false;
+    if (m.ok) {
+      resolveCard(m.approval, true);
+      return;
+    }
+    if (m.approval && m.approval.status !== "pending") {
+      // Someone (or something) resolved it first: say who.
+      resolveCard(m.approval, false, true);
+      return;
+    }
+    if (c) showBanner(c, "error", (m.error && m.error.message) || "The decision failed.");
+  }
+
+  function failPendingRefs(why) {
+    for (const [ref, r] of state.refs) {
+      clearTimeout(r.timer);
+      const c = state.cards.get(r.id);
+      if (c) {
+        c.busy = false;
+        showBanner(c, "error", "Not confirmed: " + why + ". Check the request after reconnecting.");
+      }
+      state.refs.delete(ref);
+    }
+  }
+
+  // ---- cards ------------------------------------------------------------
+
+  function addCard(v) {
+    if (!v || state.cards.has(v.id)) return;
+    const node = els.tpl.content.firstElementChild.cloneNode(true);
+    node.dataset.id = v.id;
+    const risk = node.querySelector(".risk");
+    risk.textContent = v.risk_level || "?";
+    risk.dataset.level = v.risk_level || "";
+    node.querySelector(".session").textContent = v.session_id;
+    node.querySelector(".session").title = "session " + v.session_id;
+    node.querySelector(".lang").textContent = v.language;
+    node.querySelector(".executor").textContent = "→ " + (v.executor || "?");
+    node.querySelector(".principal").textContent = v.principal ? "by " + v.principal : "";
+
+    const reasons = node.querySelector(".reasons");
+    for (const r of v.reasons || []) {
+      const li = el("li");
+      li.append(el("code", null, r.code), document.createTextNode(r.message || ""));
+      reasons.append(li);
+    }
+    renderCode(node.querySelector(".code"), v.code || "", v.patterns || []);
+    const pats = node.querySelector(".patterns");
+    for (const p of v.patterns || []) {
+      pats.append(el("li", null, (p.line > 0 ? "line " + p.line + ": " : "") + p.message + " (" + p.id + ")"));
+    }
+    node.querySelector(".digest").textContent = "digest " + v.digest + " · policy " + shortRev(v.policy_revision);
+
+    const form = node.querySelector(".actions");
+    form.addEventListener("submit", (e) => { e.preventDefault(); decide(v.id, "approve"); });
+    node.querySelector(".deny").addEventListener("click", () => decide(v.id, "deny"));
+    node.addEventListener("click", () => select(v.id, false));
+    const input = node.querySelector(".reason-input");
+    input.addEventListener("keydown", (e) => {
+      if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); decide(v.id, "approve"); }
+      else if (e.key === "Enter" && e.shiftKey) { e.preventDefault(); decide(v.id, "deny"); }
+      else if (e.key === "Enter") { e.preventDefault(); } // never approve by a stray Enter
+    });
+
+    state.cards.set(v.id, { view: v, el: node, resolved: false, busy: false });
+    state.order.push(v.id);
+    els.queue.append(node);
+    tickCard(state.cards.get(v.id));
+    if (!state.selected || !state.cards.has(state.selected) || state.cards.get(state.selected).resolved) select(v.id, false);
+    updateCount();
+  }
+
+  function renderCode(box, code, patterns) {
+    const hits = new Map();
+    for (const p of patterns) {
+      if (p.line > 0) hits.set(p.line, (hits.get(p.line) || []).concat(p.id + ": " + p.message));
+    }
+    const lines = code.split("\n");
+    if (lines.length > 1 && lines[lines.length - 1] === "") lines.pop();
+    const frag = document.createDocumentFragment();
+    lines.forEach((text, i) => {
+      const n = i + 1;
+      const row = el("div", "line");
+      row.dataset.line = n;
+      if (hits.has(n)) {
+        row.classList.add("hit");
+        row.title = hits.get(n).join("\n");
+      }
+      row.append(el("span", "no", n), el("span", "src", text === "" ? " " : text));
+      frag.append(row);
+    });
+    box.append(frag);
+    const first = box.querySelector(".line.hit");
+    if (first && first.offsetTop > box.clientHeight) box.scrollTop = first.offsetTop - 40;
+  }
+
+  function shortRev(r) {
+    if (!r) return "?";
+    return r.replace(/^sha256:/, "").slice(0, 12);
+  }
+
+  const BANNERS = {
+    approved: (v) => "Approved by " + (v.decided_by || "?"),
+    denied: (v) => "Denied by " + (v.decided_by || "?"),
+    timeout: () => "Timed out: nobody decided in time, so it was denied",
+    withdrawn: () => "Withdrawn: the agent cancelled the request",
+    interrupted: () => "Interrupted: the gateway stopped before anyone decided",
+  };
+
+  function resolveCard(v, mine, late) {
+    if (!v) return;
+    addHistory(v);
+    const c = state.cards.get(v.id);
+    if (!c) return;
+    if (!c.resolved) {
+      c.resolved = true;
+      c.el.classList.add("resolved");
+      let text = (BANNERS[v.status] || (() => v.status))(v);
+      if (v.reason) text += " — “" + v.reason + "”";
+      if (late) text = "Already decided. " + text;
+      showBanner(c, v.status, text);
+      if (state.selected === v.id) selectNext(v.id);
+      setTimeout(() => removeCard(v.id), v.status === "withdrawn" ? RESOLVED_LINGER_MS * 2 : RESOLVED_LINGER_MS);
+    }
+    updateCount();
+    updateButtons();
+  }
+
+  function showBanner(c, status, text) {
+    const b = c.el.querySelector(".banner");
+    b.dataset.status = status;
+    b.textContent = text;
+    b.hidden = false;
+  }
+
+  function removeCard(id) {
+    const c = state.cards.get(id);
+    if (!c) return;
+    c.el.remove();
+    state.cards.delete(id);
+    state.order = state.order.filter((x) => x !== id);
+    if (state.selected === id) selectNext(id);
+    updateCount();
+  }
+
+  function openIds() {
+    return state.order.filter((id) => { const c = state.cards.get(id); return c && !c.resolved; });
+  }
+
+  function select(id, scroll) {
+    if (state.selected && state.cards.has(state.selected)) state.cards.get(state.selected).el.classList.remove("selected");
+    state.selected = id;
+    const c = id && state.cards.get(id);
+    if (!c) return;
+    c.el.classList.add("selected");
+    if (scroll) c.el.scrollIntoView({ block: "nearest", behavior: "smooth" });
+  }
+
+  function selectNext(fromId) {
+    const ids = openIds();
+    if (!ids.length) { select(null); return; }
+    const i = state.order.indexOf(fromId);
+    const after = ids.find((id) => state.order.indexOf(id) > i);
+    select(after || ids[ids.length - 1], false);
+  }
+
+  function move(delta) {
+    const ids = openIds();
+    if (!ids.length) return;
+    let i = ids.indexOf(state.selected);
+    i = i < 0 ? 0 : Math.max(0, Math.min(ids.length - 1, i + delta));
+    select(ids[i], true);
+  }
+
+  function updateCount() {
+    const n = openIds().length;
+    els.count.textContent = n;
+    els.count.classList.toggle("zero", n === 0);
+    els.empty.hidden = state.cards.size > 0;
+    document.title = (n ? "(" + n + ") " : "") + "sandgate · approvals";
+  }
+
+  function updateButtons() {
+    for (const c of state.cards.values()) {
+      const off = !state.live || c.resolved || c.busy;
+      for (const b of c.el.querySelectorAll(".actions button")) b.disabled = off;
+    }
+  }
+
+  // ---- countdowns -------------------------------------------------------
+
+  function tickCard(c) {
+    if (c.resolved) return;
+    const v = c.view;
+    const now = Date.now() + state.skew;
+    const end = Date.parse(v.deadline);
+    const start = Date.parse(v.requested_at);
+    const left = Math.max(0, end - now);
+    const s = Math.ceil(left / 1000);
+    const cd = c.el.querySelector(".countdown");
+    c.el.querySelector(".left").textContent = left > 0 ? Math.floor(s / 60) + ":" + String(s % 60).padStart(2, "0") : "expiring…";
+    const total = Math.max(1, end - start);
+    c.el.querySelector(".fill").style.width = (100 * left / total).toFixed(1) + "%";
+    cd.classList.toggle("low", s <= 20);
+  }
+
+  // ---- history ----------------------------------------------------------
+
+  function addHistory(v) {
+    if (v.status === "pending") return;
+    state.history = [v].concat(state.history.filter((h) => h.id !== v.id)).slice(0, HISTORY_MAX);
+    renderHistory();
+  }
+
+  function renderHistory() {
+    els.history.replaceChildren(...state.history.map(historyItem));
+    els.histEmpty.hidden = state.history.length > 0;
+  }
+
+  function historyItem(v) {
+    const li = el("li");
+    li.dataset.id = v.id;
+    const top = el("div", "h-top");
+    const st = el("span", "status", v.status);
+    st.dataset.status = v.status;
+    top.append(st, el("span", null, v.decided_by ? "by " + v.decided_by : ""),
+      el("span", "h-time", v.decided_at ? new Date(v.decided_at).toLocaleTimeString() : ""));
+    li.append(top);
+    const sub = [v.session_id, v.language, v.risk_level];
+    if (v.time_to_decide_ms) sub.push(fmtDuration(v.time_to_decide_ms) + " to decide");
+    li.append(el("div", "h-sub", sub.filter(Boolean).join(" · ")));
+    if (v.reason) li.append(el("div", "h-reason", "“" + v.reason + "”"));
+    return li;
+  }
+
+  function fmtDuration(ms) {
+    if (ms < 1000) return ms + " ms";
+    if (ms < 60000) return (ms / 1000).toFixed(1) + " s";
+    return Math.floor(ms / 60000) + " min " + Math.round((ms % 60000) / 1000) + " s";
+  }
+
+  // ---- misc UI ----------------------------------------------------------
+
+  let toastTimer = null;
+  function toast(text) {
+    showNotice(text);
+    clearTimeout(toastTimer);
+    toastTimer = setTimeout(hideNotice, 6000);
+  }
+  function showNotice(text) { els.notice.textContent = text; els.notice.hidden = false; }
+  function hideNotice() { els.notice.hidden = true; }
+
+  function onKey(e) {
+    if (e.defaultPrevented || e.altKey) return;
+    const typing = e.target && (e.target.tagName === "INPUT" || e.target.tagName === "TEXTAREA");
+    if (e.key === "Escape") {
+      if (!els.help.hidden) { els.help.hidden = true; return; }
+      if (typing) e.target.blur();
+      return;
+    }
+    if (typing || e.ctrlKey || e.metaKey) return;
+    if (!els.help.hidden && e.key !== "?") return;
+    switch (e.key) {
+      case "j": case "ArrowDown": move(1); break;
+      case "k": case "ArrowUp": move(-1); break;
+      case "a": if (state.selected) decide(state.selected, "approve"); break;
+      case "d": if (state.selected) decide(state.selected, "deny"); break;
+      case "r": {
+        const c = state.selected && state.cards.get(state.selected);
+        if (c && !c.resolved) c.el.querySelector(".reason-input").focus();
+        break;
+      }
+      case "?": els.help.hidden = !els.help.hidden; break;
+      default: return;
+    }
+    e.preventDefault();
+  }
+
+  function init() {
+    els = {
+      conn: $("conn"), connText: $("conn-text"), retry: $("retry"), who: $("who"), notice: $("notice"),
+      queue: $("queue"), empty: $("empty"), count: $("count"), history: $("history"), histEmpty: $("hist-empty"),
+      help: $("help"), tpl: $("card-tpl"),
+    };
+    $("help-btn").addEventListener("click", () => { els.help.hidden = !els.help.hidden; });
+    $("help-close").addEventListener("click", () => { els.help.hidden = true; });
+    els.help.addEventListener("click", (e) => { if (e.target === els.help) els.help.hidden = true; });
+    els.retry.addEventListener("click", () => { state.backoff = BACKOFF_MIN_MS; connect(); });
+    $("forget").addEventListener("click", () => {
+      sessionStorage.removeItem(TOKEN_KEY);
+      state.token = "";
+      state.stopped = true;
+      if (state.ws) state.ws.close();
+      setConn("auth", "Signed out");
+      showNotice("The token was removed from this tab. Open the approval link again to sign back in.");
+    });
+    document.addEventListener("keydown", onKey);
+    setInterval(() => {
+      for (const c of state.cards.values()) tickCard(c);
+      tickRetry();
+    }, 1000);
+    updateCount();
+    renderHistory();
+    connect();
+  }
+
+  document.addEventListener("DOMContentLoaded", init);
+})();
