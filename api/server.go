@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/browser"
+	"github.com/sandgate/sandgate/confirm"
 	"github.com/sandgate/sandgate/manager"
 	"github.com/sandgate/sandgate/policy"
 )
@@ -44,6 +45,9 @@ type Deps struct {
 	// Browser is the browser router behind POST /v1/sessions/{id}/browser;
 	// nil answers that endpoint with executor_unavailable.
 	Browser *browser.Manager
+	// Approvals is the approval hub behind /v1/approvals and the page; nil
+	// answers those endpoints with 404 (approvals not enabled).
+	Approvals *confirm.Hub
 }
 
 // Server is the http.Handler of the gateway.
