@@ -1,0 +1,547 @@
+package main
+
+import (
+	"encoding/base64"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// runExtension is sandboxd's optional addition to /v1/bash/exec and
+// /v1/code/execute requests, used by the gateway's executor. The real AIO
+// server ignores unknown fields, so a client may always send it and must
+// cope with a response that has no x_sandgate part.
+type runExtension struct {
+	// OutputLimit is the number of bytes kept per stream for the response.
+	OutputLimit int `json:"output_limit"`
+	// SpillPath, when set, receives the combined output (up to SpillLimit
+	// bytes) if a stream overflowed OutputLimit.
+	SpillPath  string `json:"spill_path"`
+	SpillLimit int    `json:"spill_limit"`
+	// TimeoutMS is the hard timeout in milliseconds, more precise than the
+	// AIO fields' seconds; it wins over them.
+	TimeoutMS int64      `json:"timeout_ms"`
+	Limits    *runLimits `json:"limits"`
+}
+
+// runOutput is the x_sandgate part of a response: the exact bytes of both
+// streams (JSON strings cannot carry invalid UTF-8) and the spill file.
+type runOutput struct {
+	StdoutB64  string  `json:"stdout_b64"`
+	StderrB64  string  `json:"stderr_b64"`
+	Truncated  bool    `json:"truncated"`
+	SpillPath  *string `json:"spill_path"`
+	DurationMS int64   `json:"duration_ms"`
+}
+
+// bashSession is a /v1/bash session: only API-level state (its default
+// working directory) and its commands; every exec is a new process.
+type bashSession struct {
+	id         string
+	workingDir string
+	created    time.Time
+	lastUsed   time.Time
+	commands   map[string]*job
+	order      []string // command ids, oldest first
+	current    *job
+	closed     bool
+}
+
+// maxCommandsKept bounds the finished commands a session remembers for
+// /v1/bash/output.
+const maxCommandsKept = 16
+
+type bashSessions struct {
+	s  *server
+	mu sync.Mutex
+	m  map[string]*bashSession
+}
+
+func newBashSessions(s *server) *bashSessions {
+	return &bashSessions{s: s, m: make(map[string]*bashSession)}
+}
+
+// get returns the session id, creating it (with dir as its working
+// directory) when it does not exist.
+func (b *bashSessions) get(id, dir string) *bashSession {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if id == "" {
+		id = newID()
+	}
+	if sess, ok := b.m[id]; ok {
+		return sess
+	}
+	if dir == "" {
+		dir = b.s.cfg.Workspace
+	}
+	now := time.Now()
+	sess := &bashSession{id: id, workingDir: dir, created: now, lastUsed: now, commands: make(map[string]*job)}
+	b.m[id] = sess
+	b.evictLocked()
+	return sess
+}
+
+func (b *bashSessions) lookup(id string) *bashSession {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.m[id]
+}
+
+// evictLocked closes the least recently used idle sessions beyond the cap.
+func (b *bashSessions) evictLocked() {
+	for len(b.m) > b.s.cfg.MaxBashSessions {
+		var oldest *bashSession
+		for _, sess := range b.m {
+			if sess.current != nil && !isDone(sess.current) {
+				continue
+			}
+			if oldest == nil || sess.lastUsed.Before(oldest.lastUsed) {
+				oldest = sess
+			}
+		}
+		if oldest == nil {
+			return
+		}
+		oldest.closed = true
+		delete(b.m, oldest.id)
+	}
+}
+
+// close removes a session and kills its running command.
+func (b *bashSessions) close(id string) bool {
+	b.mu.Lock()
+	sess, ok := b.m[id]
+	var running *job
+	if ok {
+		delete(b.m, id)
+		sess.closed = true
+		running = sess.current
+	}
+	b.mu.Unlock()
+	if running != nil {
+		b.s.jobs.kill(running, statusKilled)
+	}
+	return ok
+}
+
+func isDone(j *job) bool {
+	select {
+	case <-j.done:
+		return true
+	default:
+		return false
+	}
+}
+
+type bashExecReq struct {
+	Command         *string           `json:"command"`
+	SessionID       *string           `json:"session_id"`
+	ExecDir         *string           `json:"exec_dir"`
+	Env             map[string]string `json:"env"`
+	AsyncMode       bool              `json:"async_mode"`
+	Timeout         *float64          `json:"timeout"`
+	HardTimeout     *float64          `json:"hard_timeout"`
+	MaxOutputLength *int              `json:"max_output_length"`
+	XSandgate       *runExtension     `json:"x_sandgate"`
+}
+
+type bashExecResult struct {
+	SessionID    string     `json:"session_id"`
+	CommandID    string     `json:"command_id"`
+	Command      string     `json:"command"`
+	Status       string     `json:"status"`
+	Stdout       *string    `json:"stdout"`
+	Stderr       *string    `json:"stderr"`
+	ExitCode     *int       `json:"exit_code"`
+	Offset       int        `json:"offset"`
+	StderrOffset int        `json:"stderr_offset"`
+	XSandgate    *runOutput `json:"x_sandgate,omitempty"`
+}
+
+// largeCommand is the size above which a command is run from a file: one
+// argv string may not exceed 128 KiB on Linux.
+const largeCommand = 64 << 10
+
+func (s *server) handleBashExec(w http.ResponseWriter, r *http.Request) {
+	var req bashExecReq
+	if !decodeBody(w, r, &req, "command") {
+		return
+	}
+	if req.ExecDir != nil && *req.ExecDir != "" {
+		if err := checkDir(*req.ExecDir); err != nil {
+			writeFail(w, http.StatusBadRequest, "Invalid exec_dir: "+err.Error(), nil)
+			return
+		}
+	}
+	sid, dir := "", ""
+	if req.SessionID != nil {
+		sid = *req.SessionID
+	}
+	if req.ExecDir != nil {
+		dir = *req.ExecDir
+	}
+	sess := s.bash.get(sid, dir)
+	s.bash.mu.Lock()
+	if sess.current != nil && !isDone(sess.current) {
+		s.bash.mu.Unlock()
+		writeFail(w, http.StatusBadRequest, "Session "+sess.id+" already has a running command", nil)
+		return
+	}
+	if dir != "" {
+		sess.workingDir = dir
+	}
+	dir = sess.workingDir
+	s.bash.mu.Unlock()
+
+	spec := jobSpec{dir: dir, env: req.Env, label: *req.Command}
+	cleanup := func() {}
+	if len(*req.Command) > largeCommand {
+		f, err := os.CreateTemp("", "sandboxd-cmd-*.sh")
+		if err != nil {
+			writeFail(w, http.StatusInternalServerError, "Cannot stage the command: "+err.Error(), nil)
+			return
+		}
+		_, werr := f.WriteString(*req.Command)
+		if cerr := f.Close(); werr == nil {
+			werr = cerr
+		}
+		if werr != nil {
+			_ = os.Remove(f.Name())
+			writeFail(w, http.StatusInternalServerError, "Cannot stage the command: "+werr.Error(), nil)
+			return
+		}
+		spec.argv = []string{"bash", "--noprofile", "--norc", f.Name()}
+		cleanup = func() { _ = os.Remove(f.Name()) }
+	} else {
+		spec.argv = []string{"bash", "--noprofile", "--norc", "-c", *req.Command}
+	}
+	if req.HardTimeout != nil && *req.HardTimeout > 0 {
+		spec.hardTimeout = seconds(*req.HardTimeout)
+	}
+	applyExtension(&spec, req.XSandgate)
+	j, err := s.jobs.start(spec)
+	if err != nil {
+		cleanup()
+		writeFail(w, http.StatusInternalServerError, "Failed to start the command: "+err.Error(), nil)
+		return
+	}
+	go func() { <-j.done; cleanup() }()
+	s.bash.mu.Lock()
+	sess.current = j
+	sess.lastUsed = time.Now()
+	sess.commands[j.id] = j
+	sess.order = append(sess.order, j.id)
+	for len(sess.order) > maxCommandsKept {
+		delete(sess.commands, sess.order[0])
+		sess.order = sess.order[1:]
+	}
+	s.bash.mu.Unlock()
+
+	if !req.AsyncMode {
+		var soft time.Duration
+		if req.Timeout != nil && *req.Timeout > 0 {
+			soft = seconds(*req.Timeout)
+		}
+		if !waitJob(j, soft, r.Context().Done()) && r.Context().Err() != nil {
+			// The caller went away from a synchronous exec: nobody will
+			// collect the result, so the command dies with the request.
+			s.jobs.kill(j, statusKilled)
+			<-j.done
+		}
+	}
+	maxLen := 50000
+	if req.MaxOutputLength != nil {
+		maxLen = *req.MaxOutputLength
+	}
+	writeOK(w, s.bashResult(sess.id, j, maxLen, req.XSandgate != nil))
+}
+
+// applyExtension adds the gateway's output and timeout settings to spec.
+func applyExtension(spec *jobSpec, x *runExtension) {
+	if x == nil {
+		return
+	}
+	if x.OutputLimit > 0 {
+		spec.retain = x.OutputLimit
+	}
+	if x.SpillPath != "" && x.SpillLimit > 0 && filepath.IsAbs(x.SpillPath) {
+		spec.spill = &spillSpec{path: filepath.Clean(x.SpillPath), limit: x.SpillLimit}
+	}
+	if x.TimeoutMS > 0 {
+		spec.hardTimeout = time.Duration(x.TimeoutMS) * time.Millisecond
+	}
+	spec.limits = x.Limits
+}
+
+func (s *server) bashResult(sid string, j *job, maxLen int, ext bool) bashExecResult {
+	status, code := j.state()
+	if status != statusRunning {
+		<-j.done // final status: the output is complete too
+	}
+	out, outTrunc := j.out.all(stdout)
+	errb, errTrunc := j.out.all(stderr)
+	res := bashExecResult{
+		SessionID: sid, CommandID: j.id, Command: j.label, Status: status, ExitCode: code,
+		Stdout: nonEmpty(middleTruncate(string(out), maxLen)), Stderr: nonEmpty(middleTruncate(string(errb), maxLen)),
+		Offset: len(out), StderrOffset: len(errb),
+	}
+	if ext {
+		res.XSandgate = s.runOutput(j, out, errb, outTrunc || errTrunc)
+	}
+	return res
+}
+
+func (s *server) runOutput(j *job, out, errb []byte, truncated bool) *runOutput {
+	ro := &runOutput{
+		StdoutB64: base64.StdEncoding.EncodeToString(out), StderrB64: base64.StdEncoding.EncodeToString(errb),
+		Truncated: truncated,
+	}
+	j.mu.Lock()
+	if truncated && j.spilled != "" {
+		ro.SpillPath = ptr(j.spilled)
+	}
+	end := j.finished
+	j.mu.Unlock()
+	if end.IsZero() {
+		end = time.Now()
+	}
+	ro.DurationMS = end.Sub(j.started).Milliseconds()
+	return ro
+}
+
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func seconds(f float64) time.Duration {
+	if f > math.MaxInt64/float64(time.Second) {
+		return math.MaxInt64
+	}
+	return time.Duration(f * float64(time.Second))
+}
+
+type bashOutputReq struct {
+	SessionID    *string  `json:"session_id"`
+	CommandID    *string  `json:"command_id"`
+	Offset       int      `json:"offset"`
+	StderrOffset int      `json:"stderr_offset"`
+	Wait         bool     `json:"wait"`
+	WaitTimeout  *float64 `json:"wait_timeout"`
+}
+
+type commandInfo struct {
+	CommandID string `json:"command_id"`
+	Command   string `json:"command"`
+	Status    string `json:"status"`
+	ExitCode  *int   `json:"exit_code"`
+}
+
+type bashOutputResult struct {
+	SessionID    string       `json:"session_id"`
+	Stdout       string       `json:"stdout"`
+	Stderr       string       `json:"stderr"`
+	Offset       int          `json:"offset"`
+	StderrOffset int          `json:"stderr_offset"`
+	Command      *commandInfo `json:"command"`
+}
+
+func (s *server) handleBashOutput(w http.ResponseWriter, r *http.Request) {
+	var req bashOutputReq
+	if !decodeBody(w, r, &req, "session_id") {
+		return
+	}
+	sess := s.bash.lookup(*req.SessionID)
+	if sess == nil {
+		writeFail(w, http.StatusNotFound, "Session not found", nil)
+		return
+	}
+	s.bash.mu.Lock()
+	j := sess.current
+	if req.CommandID != nil && *req.CommandID != "" {
+		j = sess.commands[*req.CommandID]
+	}
+	s.bash.mu.Unlock()
+	res := bashOutputResult{SessionID: sess.id, Offset: req.Offset, StderrOffset: req.StderrOffset}
+	if j == nil {
+		if req.CommandID != nil && *req.CommandID != "" {
+			writeFail(w, http.StatusNotFound, "Command not found", nil)
+			return
+		}
+		writeOK(w, res)
+		return
+	}
+	if req.Wait {
+		wait := 30 * time.Second
+		if req.WaitTimeout != nil && *req.WaitTimeout >= 0 {
+			wait = seconds(*req.WaitTimeout)
+		}
+		timer := time.NewTimer(wait)
+		defer timer.Stop()
+	poll:
+		for !isDone(j) {
+			changed := j.out.wait()
+			o, _ := j.out.read(stdout, req.Offset)
+			e, _ := j.out.read(stderr, req.StderrOffset)
+			if len(o) > 0 || len(e) > 0 {
+				break
+			}
+			select {
+			case <-changed:
+			case <-j.done:
+			case <-timer.C:
+				break poll
+			case <-r.Context().Done():
+				break poll
+			}
+		}
+	}
+	status, code := j.state()
+	if status != statusRunning {
+		<-j.done
+	}
+	o, next := j.out.read(stdout, req.Offset)
+	e, nextErr := j.out.read(stderr, req.StderrOffset)
+	res.Stdout, res.Stderr, res.Offset, res.StderrOffset = string(o), string(e), next, nextErr
+	res.Command = &commandInfo{CommandID: j.id, Command: j.label, Status: status, ExitCode: code}
+	writeOK(w, res)
+}
+
+type bashKillReq struct {
+	SessionID *string `json:"session_id"`
+	Signal    *string `json:"signal"`
+}
+
+func (s *server) handleBashKill(w http.ResponseWriter, r *http.Request) {
+	var req bashKillReq
+	if !decodeBody(w, r, &req, "session_id") {
+		return
+	}
+	verr := &validationError{}
+	literal(verr, "signal", req.Signal, "SIGTERM", "SIGKILL", "SIGINT")
+	if !check(w, verr) {
+		return
+	}
+	sess := s.bash.lookup(*req.SessionID)
+	if sess == nil {
+		writeFail(w, http.StatusNotFound, "Session not found", nil)
+		return
+	}
+	sig := syscall.SIGTERM
+	if req.Signal != nil {
+		sig = map[string]syscall.Signal{"SIGTERM": syscall.SIGTERM, "SIGKILL": syscall.SIGKILL, "SIGINT": syscall.SIGINT}[*req.Signal]
+	}
+	s.bash.mu.Lock()
+	j := sess.current
+	s.bash.mu.Unlock()
+	if j == nil || isDone(j) {
+		writeOK(w, map[string]any{"session_id": sess.id, "command_id": nil, "signal": sigName(sig), "status": "no_running_command"})
+		return
+	}
+	s.jobs.signal(j, sig)
+	if sig == syscall.SIGKILL {
+		<-j.done
+	} else {
+		waitJob(j, time.Second, r.Context().Done())
+	}
+	status, code := j.state()
+	writeOK(w, map[string]any{"session_id": sess.id, "command_id": j.id, "signal": sigName(sig), "status": status, "exit_code": code})
+}
+
+func sigName(sig syscall.Signal) string {
+	switch sig {
+	case syscall.SIGKILL:
+		return "SIGKILL"
+	case syscall.SIGINT:
+		return "SIGINT"
+	default:
+		return "SIGTERM"
+	}
+}
+
+type bashSessionInfo struct {
+	SessionID      string  `json:"session_id"`
+	Status         string  `json:"status"`
+	WorkingDir     string  `json:"working_dir"`
+	CreatedAt      string  `json:"created_at"`
+	LastUsedAt     string  `json:"last_used_at"`
+	CurrentCommand *string `json:"current_command"`
+	CommandCount   int     `json:"command_count"`
+}
+
+func (b *bashSessions) infoLocked(sess *bashSession) bashSessionInfo {
+	info := bashSessionInfo{
+		SessionID: sess.id, Status: "ready", WorkingDir: sess.workingDir,
+		CreatedAt: sess.created.UTC().Format(time.RFC3339Nano), LastUsedAt: sess.lastUsed.UTC().Format(time.RFC3339Nano),
+		CommandCount: len(sess.order),
+	}
+	if sess.closed {
+		info.Status = "closed"
+	}
+	if sess.current != nil && !isDone(sess.current) {
+		info.CurrentCommand = ptr(sess.current.label)
+	}
+	return info
+}
+
+type bashCreateReq struct {
+	SessionID    *string `json:"session_id"`
+	ExecDir      *string `json:"exec_dir"`
+	SnapshotPath *string `json:"snapshot_path"`
+}
+
+func (s *server) handleBashSessionCreate(w http.ResponseWriter, r *http.Request) {
+	var req bashCreateReq
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if req.SnapshotPath != nil && *req.SnapshotPath != "" {
+		writeFail(w, http.StatusBadRequest, "snapshot_path is not supported by sandboxd", nil)
+		return
+	}
+	dir := ""
+	if req.ExecDir != nil && *req.ExecDir != "" {
+		if err := checkDir(*req.ExecDir); err != nil {
+			writeFail(w, http.StatusBadRequest, "Invalid exec_dir: "+err.Error(), nil)
+			return
+		}
+		dir = *req.ExecDir
+	}
+	id := ""
+	if req.SessionID != nil {
+		id = *req.SessionID
+	}
+	sess := s.bash.get(id, dir)
+	s.bash.mu.Lock()
+	info := s.bash.infoLocked(sess)
+	s.bash.mu.Unlock()
+	writeOK(w, info)
+}
+
+func (s *server) handleBashSessions(w http.ResponseWriter, _ *http.Request) {
+	s.bash.mu.Lock()
+	out := make([]bashSessionInfo, 0, len(s.bash.m))
+	for _, sess := range s.bash.m {
+		out = append(out, s.bash.infoLocked(sess))
+	}
+	s.bash.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt < out[j].CreatedAt })
+	writeOK(w, out)
+}
+
+func (s *server) handleBashSessionClose(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if !s.bash.close(id) {
+		writeFail(w, http.StatusNotFound, "Session not found", nil)
+		return
+	}
+	writeOK(w, map[string]any{"session_id": id, "status": "closed"})
+}

@@ -1,0 +1,254 @@
+package main
+
+import (
+	"encoding/base64"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate/executors/executortest"
+)
+
+func TestBashExecShape(t *testing.T) {
+	ts := newTestServer(t)
+	r := ts.post("/v1/bash/exec", map[string]any{"command": "echo hello; pwd"})
+	d := r.envelope(t, true)
+	if r.status != http.StatusOK || r.body["message"] != "Operation successful" {
+		t.Fatalf("status %d message %v", r.status, r.body["message"])
+	}
+	for _, k := range []string{"session_id", "command_id", "command", "status", "stdout", "stderr", "exit_code", "offset", "stderr_offset"} {
+		if _, ok := d[k]; !ok {
+			t.Errorf("data has no %q: %s", k, r.raw)
+		}
+	}
+	if d["status"] != "completed" || num(d["exit_code"]) != 0 || d["stdout"] != "hello\n"+ts.ws+"\n" {
+		t.Errorf("data %v", d)
+	}
+	if !hasNull(d, "stderr") {
+		t.Errorf("empty stderr is not an explicit null: %s", r.raw)
+	}
+	if num(d["offset"]) != len("hello\n"+ts.ws+"\n") || num(d["stderr_offset"]) != 0 {
+		t.Errorf("offsets %v %v", d["offset"], d["stderr_offset"])
+	}
+	if _, ok := d["x_sandgate"]; ok {
+		t.Errorf("x_sandgate present without being asked for")
+	}
+}
+
+func TestBashExecSemantics(t *testing.T) {
+	ts := newTestServer(t)
+	t.Run("non-zero exit is completed", func(t *testing.T) {
+		d := ts.post("/v1/bash/exec", map[string]any{"command": "echo oops >&2; exit 3"}).envelope(t, true)
+		if d["status"] != "completed" || num(d["exit_code"]) != 3 || d["stderr"] != "oops\n" || !hasNull(d, "stdout") {
+			t.Errorf("data %v", d)
+		}
+	})
+	t.Run("env and exec_dir", func(t *testing.T) {
+		sub := filepath.Join(ts.ws, "sub")
+		if err := os.Mkdir(sub, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		d := ts.post("/v1/bash/exec", map[string]any{"command": "echo $FOO; pwd", "env": map[string]string{"FOO": "bar"}, "exec_dir": sub}).envelope(t, true)
+		if d["stdout"] != "bar\n"+sub+"\n" {
+			t.Errorf("stdout %q", d["stdout"])
+		}
+		// The session keeps exec_dir as its default cwd; cd inside a
+		// command does not carry over (each exec is a new process).
+		sid := d["session_id"].(string)
+		ts.post("/v1/bash/exec", map[string]any{"command": "cd /; pwd", "session_id": sid}).envelope(t, true)
+		d = ts.post("/v1/bash/exec", map[string]any{"command": "pwd", "session_id": sid}).envelope(t, true)
+		if d["stdout"] != sub+"\n" {
+			t.Errorf("session cwd %q, want %q", d["stdout"], sub)
+		}
+	})
+	t.Run("environment is not inherited", func(t *testing.T) {
+		t.Setenv("SANDBOXD_CANARY", "leak")
+		d := ts.post("/v1/bash/exec", map[string]any{"command": "env"}).envelope(t, true)
+		out := d["stdout"].(string)
+		if strings.Contains(out, "SANDBOXD_CANARY") || !strings.Contains(out, "PATH=") || !strings.Contains(out, "HOME="+ts.ws) {
+			t.Errorf("env:\n%s", out)
+		}
+	})
+	t.Run("missing exec_dir", func(t *testing.T) {
+		r := ts.post("/v1/bash/exec", map[string]any{"command": "true", "exec_dir": "/no/such/dir"})
+		if r.status != http.StatusBadRequest {
+			t.Fatalf("status %d", r.status)
+		}
+		if d := r.envelope(t, false); d != nil {
+			t.Errorf("data %v, want null", d)
+		}
+	})
+	t.Run("max_output_length middle-truncates", func(t *testing.T) {
+		d := ts.post("/v1/bash/exec", map[string]any{"command": "printf 'a%.0s' $(seq 1000); printf 'z'", "max_output_length": 100}).envelope(t, true)
+		out := d["stdout"].(string)
+		if len(out) > 100 || !strings.HasPrefix(out, "aaa") || !strings.HasSuffix(out, "az") || num(d["offset"]) != 1001 {
+			t.Errorf("stdout %q (%d bytes), offset %v", out, len(out), d["offset"])
+		}
+	})
+	t.Run("large command", func(t *testing.T) {
+		cmd := "x='" + strings.Repeat("y", 200<<10) + "'\necho ${#x}"
+		d := ts.post("/v1/bash/exec", map[string]any{"command": cmd}).envelope(t, true)
+		if d["stdout"] != fmt.Sprint(200<<10)+"\n" {
+			t.Errorf("stdout %v stderr %v", d["stdout"], d["stderr"])
+		}
+	})
+}
+
+func TestBashHardTimeoutKillsTree(t *testing.T) {
+	ts := newTestServer(t)
+	m := markers(3)
+	cmd := fmt.Sprintf("sleep %s &\nsetsid sleep %s &\n( setsid sleep %s & ) &\necho spawned\nsleep 1000\n", m[0], m[1], m[2])
+	start := time.Now()
+	d := ts.post("/v1/bash/exec", map[string]any{"command": cmd, "hard_timeout": 1.5}).envelope(t, true)
+	if took := time.Since(start); took > 6*time.Second {
+		t.Errorf("exec took %v with hard_timeout 1.5", took)
+	}
+	if d["status"] != "timed_out" || !hasNull(d, "exit_code") || d["stdout"] != "spawned\n" {
+		t.Errorf("data %v", d)
+	}
+	waitGone(t, m)
+}
+
+func TestBashSoftTimeoutAndOutput(t *testing.T) {
+	ts := newTestServer(t)
+	d := ts.post("/v1/bash/exec", map[string]any{"command": "echo one; sleep 1; echo two >&2; exit 4", "timeout": 0.3}).envelope(t, true)
+	if d["status"] != "running" || !hasNull(d, "exit_code") {
+		t.Fatalf("data %v", d)
+	}
+	sid, cid := d["session_id"].(string), d["command_id"].(string)
+	// Long-poll until the command ends, collecting both streams by offset.
+	var out, errOut string
+	off, eoff := 0, 0
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		o := ts.post("/v1/bash/output", map[string]any{"session_id": sid, "command_id": cid, "offset": off, "stderr_offset": eoff, "wait": true, "wait_timeout": 5}).envelope(t, true)
+		out += o["stdout"].(string)
+		errOut += o["stderr"].(string)
+		off, eoff = num(o["offset"]), num(o["stderr_offset"])
+		c := o["command"].(map[string]any)
+		if c["status"] != "running" {
+			if c["status"] != "completed" || num(c["exit_code"]) != 4 {
+				t.Errorf("command %v", c)
+			}
+			break
+		}
+	}
+	if out != "one\n" || errOut != "two\n" {
+		t.Errorf("collected %q %q", out, errOut)
+	}
+	// Busy session: a second exec while the first runs is refused.
+	d = ts.post("/v1/bash/exec", map[string]any{"command": "sleep 5", "async_mode": true, "session_id": "busy"}).envelope(t, true)
+	if d["status"] != "running" {
+		t.Fatalf("async exec %v", d)
+	}
+	r := ts.post("/v1/bash/exec", map[string]any{"command": "true", "session_id": "busy"})
+	if r.status != http.StatusBadRequest {
+		t.Errorf("exec on a busy session: %d %s", r.status, r.raw)
+	}
+	k := ts.post("/v1/bash/kill", map[string]any{"session_id": "busy", "signal": "SIGKILL"}).envelope(t, true)
+	if k["status"] != "killed" {
+		t.Errorf("kill %v", k)
+	}
+	if r := ts.post("/v1/bash/output", map[string]any{"session_id": "nope"}); r.status != http.StatusNotFound {
+		t.Errorf("output of an unknown session: %d", r.status)
+	}
+}
+
+func TestBashSessions(t *testing.T) {
+	ts := newTestServer(t)
+	info := ts.post("/v1/bash/sessions/create", map[string]any{"session_id": "s1"}).envelope(t, true)
+	for _, k := range []string{"session_id", "status", "working_dir", "created_at", "last_used_at", "current_command", "command_count"} {
+		if _, ok := info[k]; !ok {
+			t.Errorf("BashSessionInfo has no %q", k)
+		}
+	}
+	if info["session_id"] != "s1" || info["status"] != "ready" || info["working_dir"] != ts.ws || !hasNull(info, "current_command") {
+		t.Errorf("info %v", info)
+	}
+	list := ts.do(http.MethodGet, "/v1/bash/sessions", nil)
+	if items, _ := list.body["data"].([]any); len(items) != 1 {
+		t.Errorf("sessions %s", list.raw)
+	}
+	ts.post("/v1/bash/sessions/s1/close", nil).envelope(t, true)
+	r := ts.post("/v1/bash/sessions/s1/close", nil)
+	if r.status != http.StatusNotFound || r.body["message"] != "Session not found" {
+		t.Errorf("second close: %d %s", r.status, r.raw)
+	}
+}
+
+// TestRunExtension: x_sandgate returns the exact bytes, cuts the response
+// at output_limit and keeps the combined output in the spill file.
+func TestRunExtension(t *testing.T) {
+	ts := newTestServer(t)
+	spill := filepath.Join(ts.ws, ".sandgate", "outputs", "r1.log")
+	cmd := `printf '\377\000ok'; printf 'E' >&2; head -c 5000 /dev/zero | tr '\0' x`
+	d := ts.post("/v1/bash/exec", map[string]any{"command": cmd, "x_sandgate": map[string]any{
+		"output_limit": 1000, "spill_path": spill, "spill_limit": 3000}}).envelope(t, true)
+	x := d["x_sandgate"].(map[string]any)
+	out, _ := base64.StdEncoding.DecodeString(x["stdout_b64"].(string))
+	errb, _ := base64.StdEncoding.DecodeString(x["stderr_b64"].(string))
+	if len(out) != 1000 || string(out[:4]) != "\377\000ok" || string(errb) != "E" || x["truncated"] != true {
+		t.Errorf("stdout %q... (%d bytes) stderr %q truncated %v", out[:min(8, len(out))], len(out), errb, x["truncated"])
+	}
+	if x["spill_path"] != spill {
+		t.Errorf("spill_path %v", x["spill_path"])
+	}
+	b, err := os.ReadFile(spill)
+	if err != nil || len(b) != 3000 || string(b[:5]) != "\377\000okE" {
+		t.Errorf("spill file: %d bytes %q, %v", len(b), b[:min(6, len(b))], err)
+	}
+	// Under the limit: no spill file, spill_path null.
+	d = ts.post("/v1/bash/exec", map[string]any{"command": "echo small", "x_sandgate": map[string]any{
+		"output_limit": 1000, "spill_path": filepath.Join(ts.ws, "never.log"), "spill_limit": 3000, "timeout_ms": 5000}}).envelope(t, true)
+	x = d["x_sandgate"].(map[string]any)
+	if !hasNull(x, "spill_path") || x["truncated"] != false {
+		t.Errorf("x_sandgate %v", x)
+	}
+	if _, err := os.Stat(filepath.Join(ts.ws, "never.log")); err == nil {
+		t.Errorf("spill file written for a small output")
+	}
+}
+
+// TestFloodDoesNotBlock: a 50 MiB flood completes and memory holds only
+// the retain limit.
+func TestFloodDoesNotBlock(t *testing.T) {
+	ts := newTestServer(t)
+	d := ts.post("/v1/bash/exec", map[string]any{"command": "head -c $((50 << 20)) /dev/zero | tr '\\0' x; echo done >&2",
+		"x_sandgate": map[string]any{"output_limit": 1 << 20}, "hard_timeout": 60}).envelope(t, true)
+	if d["status"] != "completed" || num(d["exit_code"]) != 0 || d["stderr"] != "done\n" {
+		t.Errorf("status %v exit %v stderr %v", d["status"], d["exit_code"], d["stderr"])
+	}
+}
+
+func markers(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("1000.%09d%d", rand.IntN(1e9), i)
+	}
+	return out
+}
+
+func waitGone(t *testing.T, m []string) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		var left []string
+		for _, x := range m {
+			if len(executortest.ProcessesMatching(x)) > 0 {
+				left = append(left, x)
+			}
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("processes still alive: %v", left)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,365 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Command statuses of /v1/bash (aio-api.md §2.3).
+const (
+	statusRunning   = "running"
+	statusCompleted = "completed"
+	statusTimedOut  = "timed_out"
+	statusKilled    = "killed"
+)
+
+// jobSpec is one command to start.
+type jobSpec struct {
+	argv  []string
+	dir   string
+	env   map[string]string
+	stdin string
+	// retain is the number of bytes kept per stream (0: the default).
+	retain int
+	spill  *spillSpec
+	// hardTimeout kills the tree and ends the job as timed_out (0: none).
+	hardTimeout time.Duration
+	// limits are per-run rlimits applied through the shell (nil: none).
+	limits *runLimits
+	// label is the command text reported by the API.
+	label string
+}
+
+// runLimits are the rlimits of one run, applied with ulimit before the
+// interpreter starts. Zero fields are not set.
+type runLimits struct {
+	CPUSeconds    int `json:"cpu_seconds"`
+	MaxOpenFiles  int `json:"max_open_files"`
+	MaxFileSizeMB int `json:"max_file_size_mb"`
+}
+
+// job is one running or finished command.
+type job struct {
+	id      string
+	label   string
+	started time.Time
+	root    treeRoot
+	out     *outputBuf
+	done    chan struct{} // closed once the status is final and output complete
+
+	mu       sync.Mutex
+	status   string
+	exitCode *int
+	finished time.Time
+	spilled  string
+}
+
+// state returns the status and exit code.
+func (j *job) state() (string, *int) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.status, j.exitCode
+}
+
+// jobTable runs commands and knows every live one, so that a kill sweep
+// never reaches another run's processes.
+type jobTable struct {
+	cfg config
+	mu  sync.Mutex
+	// live maps a job id to its job while its process tree may exist.
+	live map[string]*job
+	// trees are long-lived process trees that are not jobs (shell
+	// sessions, the browser): no job's sweep may kill them.
+	trees map[int]treeRoot
+}
+
+func newJobTable(cfg config) *jobTable {
+	return &jobTable{cfg: cfg, live: make(map[string]*job), trees: make(map[int]treeRoot)}
+}
+
+// addTree registers a long-lived tree; the returned func removes it.
+func (t *jobTable) addTree(root treeRoot) func() {
+	t.mu.Lock()
+	t.trees[root.pid] = root
+	t.mu.Unlock()
+	return func() {
+		t.mu.Lock()
+		delete(t.trees, root.pid)
+		t.mu.Unlock()
+	}
+}
+
+func newID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// env builds a command's whole environment: nothing of sandboxd's own.
+func (t *jobTable) env(extra map[string]string, marker string) []string {
+	base := map[string]string{"PATH": t.cfg.Path, "HOME": t.cfg.Home, "LANG": t.cfg.Lang}
+	for k, v := range extra {
+		if k != "" && !strings.ContainsAny(k, "=\x00") && !strings.Contains(v, "\x00") {
+			base[k] = v
+		}
+	}
+	base[markerEnv] = marker
+	out := make([]string, 0, len(base))
+	for k, v := range base {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// start launches spec in its own process group.
+func (t *jobTable) start(spec jobSpec) (*job, error) {
+	id := newID()
+	argv := spec.argv
+	if spec.limits != nil {
+		argv = append([]string{"/bin/sh", "-c", ulimitScript(*spec.limits), "sh"}, argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = spec.dir
+	cmd.Env = t.env(spec.env, id)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if spec.stdin != "" {
+		cmd.Stdin = strings.NewReader(spec.stdin)
+	}
+	retain := spec.retain
+	if retain <= 0 {
+		retain = t.cfg.RetainBytes
+	}
+	out := newOutputBuf(retain, spec.spill)
+	// The pipes are created here, not by os/exec, so that Wait returns as
+	// soon as the process exits; the readers are drained separately and
+	// cut off after WaitDelay if a detached child holds a pipe open.
+	var readers [2]*os.File
+	var writers [2]*os.File
+	for i := range readers {
+		r, w, err := os.Pipe()
+		if err != nil {
+			closeAll(readers[:], writers[:])
+			return nil, err
+		}
+		readers[i], writers[i] = r, w
+	}
+	cmd.Stdout, cmd.Stderr = writers[stdout], writers[stderr]
+
+	j := &job{id: id, label: spec.label, started: time.Now(), out: out, done: make(chan struct{}), status: statusRunning}
+	t.mu.Lock()
+	err := cmd.Start()
+	if err == nil {
+		j.root = treeRoot{pid: cmd.Process.Pid, marker: id}
+		if p, ok := readProc(cmd.Process.Pid); ok {
+			j.root.start = p.start
+		}
+		t.live[id] = j
+	}
+	t.mu.Unlock()
+	for _, w := range writers {
+		_ = w.Close()
+	}
+	if err != nil {
+		closeAll(readers[:], nil)
+		return nil, err
+	}
+	var pumps sync.WaitGroup
+	for i, r := range readers {
+		pumps.Go(func() { pump(r, streamWriter{out, i}) })
+	}
+	var timer *time.Timer
+	if spec.hardTimeout > 0 {
+		timer = time.AfterFunc(spec.hardTimeout, func() { t.kill(j, statusTimedOut) })
+	}
+	go func() {
+		werr := cmd.Wait()
+		if timer != nil {
+			timer.Stop()
+		}
+		j.mu.Lock()
+		if j.status == statusRunning {
+			j.status = statusCompleted
+			j.exitCode = ptr(exitCode(cmd.ProcessState, werr))
+		}
+		j.mu.Unlock()
+		// Children left in the group would hold the pipes: they end with
+		// the command. Detached ones are cut off after WaitDelay.
+		_ = syscall.Kill(-j.root.pid, syscall.SIGKILL)
+		drained := make(chan struct{})
+		go func() { pumps.Wait(); close(drained) }()
+		select {
+		case <-drained:
+		case <-time.After(t.cfg.WaitDelay):
+			for _, r := range readers {
+				_ = r.SetReadDeadline(time.Now())
+			}
+			<-drained
+		}
+		for _, r := range readers {
+			_ = r.Close()
+		}
+		spilled := out.finish()
+		j.mu.Lock()
+		j.finished = time.Now()
+		j.spilled = spilled
+		j.mu.Unlock()
+		t.mu.Lock()
+		delete(t.live, id)
+		t.mu.Unlock()
+		close(j.done)
+	}()
+	return j, nil
+}
+
+// kill ends j's whole tree and sets its final status, unless it already
+// finished.
+func (t *jobTable) kill(j *job, status string) {
+	j.mu.Lock()
+	if j.status != statusRunning {
+		j.mu.Unlock()
+		return
+	}
+	j.status = status
+	j.mu.Unlock()
+	t.sweep(j).kill(2 * time.Second)
+}
+
+// signal sends sig to j's process group only (/v1/bash/kill with SIGTERM
+// or SIGINT): the program may handle it.
+func (t *jobTable) signal(j *job, sig syscall.Signal) {
+	if sig == syscall.SIGKILL {
+		t.kill(j, statusKilled)
+		return
+	}
+	j.mu.Lock()
+	running := j.status == statusRunning
+	j.mu.Unlock()
+	if running {
+		_ = syscall.Kill(-j.root.pid, sig)
+	}
+}
+
+func (t *jobTable) sweep(j *job) sweep { return t.sweepTree(j.root) }
+
+// sweepTree describes the kill of root's tree, sparing every other live
+// job and registered tree.
+func (t *jobTable) sweepTree(root treeRoot) sweep {
+	t.mu.Lock()
+	others := make([]treeRoot, 0, len(t.live)+len(t.trees))
+	for _, o := range t.live {
+		if o.root.pid != root.pid {
+			others = append(others, o.root)
+		}
+	}
+	for pid, o := range t.trees {
+		if pid != root.pid {
+			others = append(others, o)
+		}
+	}
+	t.mu.Unlock()
+	return sweep{target: root, others: others, orphans: t.cfg.Contained, self: os.Getpid(), uid: os.Geteuid()}
+}
+
+// killAll kills every live job (shutdown).
+func (t *jobTable) killAll() {
+	t.mu.Lock()
+	jobs := make([]*job, 0, len(t.live))
+	for _, j := range t.live {
+		jobs = append(jobs, j)
+	}
+	t.mu.Unlock()
+	for _, j := range jobs {
+		t.kill(j, statusKilled)
+	}
+}
+
+// exitCode is the shell's view of how the process ended: its exit status,
+// or 128+signal.
+func exitCode(ps *os.ProcessState, err error) int {
+	if ps == nil {
+		if err != nil {
+			return 127
+		}
+		return 0
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+func closeAll(a, b []*os.File) {
+	for _, f := range append(a, b...) {
+		if f != nil {
+			_ = f.Close()
+		}
+	}
+}
+
+// ulimitScript sets lim and then executes the command line passed as
+// arguments. dash's ulimit -f counts 512-byte blocks.
+func ulimitScript(lim runLimits) string {
+	var b strings.Builder
+	if lim.CPUSeconds > 0 {
+		b.WriteString("ulimit -t " + strconv.Itoa(lim.CPUSeconds) + " && ")
+	}
+	if lim.MaxOpenFiles > 0 {
+		b.WriteString("ulimit -n " + strconv.Itoa(lim.MaxOpenFiles) + " && ")
+	}
+	if lim.MaxFileSizeMB > 0 {
+		b.WriteString("ulimit -f " + strconv.Itoa(lim.MaxFileSizeMB*2048) + " && ")
+	}
+	b.WriteString(`exec "$@"`)
+	return b.String()
+}
+
+// waitJob waits for j to finish, at most d (d <= 0: no limit), or until
+// cancel is closed. It reports whether j finished.
+func waitJob(j *job, d time.Duration, cancel <-chan struct{}) bool {
+	var tc <-chan time.Time
+	if d > 0 {
+		timer := time.NewTimer(d)
+		defer timer.Stop()
+		tc = timer.C
+	}
+	select {
+	case <-j.done:
+		return true
+	case <-tc:
+		return false
+	case <-cancel:
+		return false
+	}
+}
+
+// errNoDir is returned for an exec_dir that does not exist.
+var errNoDir = errors.New("directory does not exist")
+
+// checkDir validates a working directory.
+func checkDir(dir string) error {
+	if !strings.HasPrefix(dir, "/") {
+		return fmt.Errorf("%q is not an absolute path", dir)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("%w: %s", errNoDir, dir)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	return nil
+}
+
+var _ io.Writer = streamWriter{}

@@ -1,0 +1,152 @@
+// Command sandboxd is the agent that runs inside a pooled AIO sandbox
+// container. It serves the subset of the AIO sandbox HTTP API
+// (agent-infra/sandbox, ../shared/research/aio-api.md §3) that the gateway
+// and agent frameworks use, with the same request and response shapes:
+// the {success, message, data, hint} envelope with explicit nulls, FastAPI's
+// 404 {"detail":"Not Found"} for unknown routes and 422 {"detail":[...]} for
+// invalid bodies, and file errors as HTTP 200 with success:false.
+//
+// Usage:
+//
+//	sandboxd serve --listen unix:/run/sandboxd/sandboxd.sock
+//	sandboxd serve --listen 127.0.0.1:8080
+//	sandboxd standby
+//
+// serve reads the API key from the environment variable named by
+// --api-key-env (default SANDBOXD_API_KEY), removes it from its own
+// environment, and refuses to start without one: every request must carry
+// it as X-AIO-API-Key or Authorization: Bearer. The key is compared in
+// constant time and never logged.
+//
+// standby only waits for SIGTERM: it is the main process of a pool
+// instance started ahead of its session. The pool starts `sandboxd serve`
+// with docker exec as the session's own uid once it knows the session
+// (executors/aio).
+//
+// Every command runs in its own process group with an environment built
+// from scratch (PATH, HOME, LANG and what the request adds). When a command
+// times out or is killed, its whole tree dies: the process group, every
+// descendant, every process carrying the run's marker variable and, with
+// --contained (the container's PID namespace is sandboxd's alone), every
+// process that appeared during the run and belongs to no other run.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// version is reported by GET /v1/sandbox.
+const version = "sandboxd-1.0"
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	var err error
+	switch os.Args[1] {
+	case "serve":
+		err = serve(os.Args[2:])
+	case "standby":
+		standby()
+	default:
+		usage()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sandboxd:", err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: sandboxd serve [flags] | sandboxd standby")
+	os.Exit(2)
+}
+
+// standby blocks until SIGTERM or SIGINT.
+func standby() {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT)
+	<-ch
+}
+
+func serve(args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	cfg := defaultConfig()
+	listen := fs.String("listen", "unix:/run/sandboxd/sandboxd.sock", "unix:PATH or HOST:PORT")
+	keyEnv := fs.String("api-key-env", "SANDBOXD_API_KEY", "environment variable holding the API key")
+	fs.StringVar(&cfg.Workspace, "workspace", cfg.Workspace, "the workspace directory: default cwd of commands")
+	fs.StringVar(&cfg.Home, "home", "", "HOME of commands (default: the workspace)")
+	fs.StringVar(&cfg.Chromium, "chromium", cfg.Chromium, "the Chromium binary started by /v1/browser/info")
+	fs.BoolVar(&cfg.Contained, "contained", false, "sandboxd owns its PID namespace: kill orphans of a killed run too")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	key := os.Getenv(*keyEnv)
+	_ = os.Unsetenv(*keyEnv)
+	if key == "" {
+		return fmt.Errorf("no API key in $%s: refusing to serve without one", *keyEnv)
+	}
+	cfg.APIKey = key
+	if cfg.Home == "" {
+		cfg.Home = cfg.Workspace
+	}
+	cfg.Log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+
+	ln, err := listenOn(*listen)
+	if err != nil {
+		return err
+	}
+	srv := newServer(cfg)
+	go srv.detail() // probe the interpreters before the first readiness check asks
+	hs := &http.Server{
+		Handler:           srv,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	cfg.Log.Info("sandboxd serving", "listen", *listen, "workspace", cfg.Workspace, "version", version)
+	select {
+	case err := <-errc:
+		srv.Close()
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err = hs.Shutdown(sctx)
+	srv.Close()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// listenOn opens a Unix socket (mode 0600, a stale file replaced) or a TCP
+// listener.
+func listenOn(addr string) (net.Listener, error) {
+	path, ok := strings.CutPrefix(addr, "unix:")
+	if !ok {
+		return net.Listen("tcp", addr)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("remove stale socket: %w", err)
+	}
+	old := syscall.Umask(0o177)
+	ln, err := net.Listen("unix", path)
+	syscall.Umask(old)
+	return ln, err
+}

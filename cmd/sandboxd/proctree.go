@@ -1,0 +1,182 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// markerEnv is the variable every process of one run inherits. It lets the
+// kill sweep find descendants that left the run's process group (setsid)
+// and were re-parented (double fork). Code can clear it; the orphan rule
+// below covers that case inside a container.
+const markerEnv = "SANDBOXD_RUN"
+
+// proc is what the kill sweep needs of one process.
+type proc struct {
+	pid, ppid, pgid, sid int
+	start                uint64 // clock ticks since boot
+	uid                  int
+}
+
+// readProc parses /proc/<pid>/stat. ok is false for processes that are
+// gone or unreadable.
+func readProc(pid int) (p proc, ok bool) {
+	dir := "/proc/" + strconv.Itoa(pid)
+	b, err := os.ReadFile(dir + "/stat")
+	if err != nil {
+		return p, false
+	}
+	// The command name may contain spaces and parentheses: the fields
+	// start after the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return p, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// f[0] is the state (field 3); ppid, pgrp, session follow; starttime is
+	// field 22, so f[19].
+	if len(f) < 20 {
+		return p, false
+	}
+	p.pid = pid
+	p.ppid, _ = strconv.Atoi(f[1])
+	p.pgid, _ = strconv.Atoi(f[2])
+	p.sid, _ = strconv.Atoi(f[3])
+	p.start, _ = strconv.ParseUint(f[19], 10, 64)
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return p, false
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		p.uid = int(st.Uid)
+	}
+	return p, f[0] != "Z"
+}
+
+// listProcs returns every live process this /proc shows.
+func listProcs() map[int]proc {
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	out := make(map[int]proc, len(dirs))
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(filepath.Base(d))
+		if err != nil {
+			continue
+		}
+		if p, ok := readProc(pid); ok {
+			out[pid] = p
+		}
+	}
+	return out
+}
+
+// runMarker returns the value of markerEnv in pid's environment, or "".
+func runMarker(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		return ""
+	}
+	for _, kv := range bytes.Split(b, []byte{0}) {
+		if v, ok := bytes.CutPrefix(kv, []byte(markerEnv+"=")); ok {
+			return string(v)
+		}
+	}
+	return ""
+}
+
+// descends reports whether pid has root among its ancestors (or is root).
+func descends(procs map[int]proc, pid, root int) bool {
+	for seen := 0; pid > 1 && seen < 4096; seen++ {
+		if pid == root {
+			return true
+		}
+		p, ok := procs[pid]
+		if !ok {
+			return false
+		}
+		pid = p.ppid
+	}
+	return false
+}
+
+// treeRoot is the identity of one run's process tree.
+type treeRoot struct {
+	pid    int
+	start  uint64
+	marker string
+}
+
+// sweep describes the processes one kill must reach.
+type sweep struct {
+	target treeRoot
+	// others are the trees of the other live runs and of the browser: never
+	// killed by this sweep.
+	others []treeRoot
+	// orphans enables the rule for processes that left the tree and
+	// cleared the marker: any process that started during the run, is not
+	// sandboxd or one of its ancestors, and belongs to no other tree.
+	orphans bool
+	self    int
+	uid     int
+	// marker reads a process's run marker (runMarker; replaced in tests).
+	marker func(pid int) string
+}
+
+// victims returns the pids the sweep kills now.
+func (s sweep) victims(procs map[int]proc) []int {
+	var out []int
+	for pid, p := range procs {
+		if pid == s.self || pid == 1 || descends(procs, s.self, pid) {
+			continue // sandboxd, the init and sandboxd's own ancestors
+		}
+		if s.owns(procs, p) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+func (s sweep) owns(procs map[int]proc, p proc) bool {
+	t := s.target
+	if p.pgid == t.pid || descends(procs, p.pid, t.pid) {
+		return true
+	}
+	read := s.marker
+	if read == nil {
+		read = runMarker
+	}
+	m := read(p.pid)
+	if m != "" {
+		return m == t.marker
+	}
+	if !s.orphans || p.start < t.start || p.uid != s.uid {
+		return false
+	}
+	for _, o := range s.others {
+		if p.pgid == o.pid || descends(procs, p.pid, o.pid) {
+			return false
+		}
+	}
+	return true
+}
+
+// kill SIGKILLs the sweep's victims until none is left (a fork racing the
+// scan is caught by the next round), for at most budget.
+func (s sweep) kill(budget time.Duration) {
+	_ = syscall.Kill(-s.target.pid, syscall.SIGKILL)
+	deadline := time.Now().Add(budget)
+	for {
+		v := s.victims(listProcs())
+		if len(v) == 0 || time.Now().After(deadline) {
+			return
+		}
+		for _, pid := range v {
+			_ = syscall.Kill(pid, syscall.SIGKILL) // ESRCH: already gone
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"slices"
+	"testing"
+)
+
+// TestSweepRules checks which processes one run's kill reaches, on a
+// synthetic process table (the orphan rule is only ever enabled inside a
+// container, so it cannot be exercised on the host).
+func TestSweepRules(t *testing.T) {
+	const uid = 1000
+	procs := map[int]proc{
+		1:  {pid: 1, ppid: 0, pgid: 1, start: 1, uid: 0},       // the container's init
+		10: {pid: 10, ppid: 0, pgid: 10, start: 5, uid: uid},   // sandboxd
+		20: {pid: 20, ppid: 10, pgid: 20, start: 50, uid: uid}, // target run root
+		21: {pid: 21, ppid: 20, pgid: 20, start: 51, uid: uid}, // in-group child
+		22: {pid: 22, ppid: 20, pgid: 22, start: 52, uid: uid}, // setsid child, still a descendant
+		23: {pid: 23, ppid: 1, pgid: 23, start: 53, uid: uid},  // double-forked daemon with the marker
+		24: {pid: 24, ppid: 1, pgid: 24, start: 54, uid: uid},  // double-forked, marker cleared
+		25: {pid: 25, ppid: 1, pgid: 25, start: 30, uid: uid},  // daemon of an earlier run
+		30: {pid: 30, ppid: 10, pgid: 30, start: 40, uid: uid}, // another live run
+		31: {pid: 31, ppid: 1, pgid: 31, start: 55, uid: uid},  // its daemon, marker kept
+		32: {pid: 32, ppid: 30, pgid: 30, start: 56, uid: uid}, // its child
+		40: {pid: 40, ppid: 10, pgid: 40, start: 45, uid: uid}, // the browser
+		41: {pid: 41, ppid: 40, pgid: 40, start: 57, uid: uid}, // a renderer
+		50: {pid: 50, ppid: 1, pgid: 50, start: 58, uid: 2},    // someone else's process
+	}
+	markers := map[int]string{20: "run", 21: "run", 22: "run", 23: "run", 30: "other", 31: "other", 32: "other", 40: "browser", 41: "browser"}
+	s := sweep{
+		target: treeRoot{pid: 20, start: 50, marker: "run"},
+		others: []treeRoot{{pid: 30, start: 40, marker: "other"}, {pid: 40, start: 45, marker: "browser"}},
+		self:   10, uid: uid,
+		marker: func(pid int) string { return markers[pid] },
+	}
+	got := s.victims(procs)
+	slices.Sort(got)
+	if want := []int{20, 21, 22, 23}; !slices.Equal(got, want) {
+		t.Errorf("without the orphan rule: %v, want %v", got, want)
+	}
+	s.orphans = true
+	got = s.victims(procs)
+	slices.Sort(got)
+	if want := []int{20, 21, 22, 23, 24}; !slices.Equal(got, want) {
+		t.Errorf("with the orphan rule: %v, want %v", got, want)
+	}
+}
