@@ -124,6 +124,7 @@ func (c *wsClient) start(t testing.TB) *wsClient {
 		defer close(c.closed)
 		for {
 			_, data, err := c.ws.ReadMessage()
+			at := time.Now()
 			if err != nil {
 				if ce, ok := err.(*websocket.CloseError); ok {
 					c.closeCode = ce.Code
@@ -135,7 +136,7 @@ func (c *wsClient) start(t testing.TB) *wsClient {
 				t.Errorf("bad message %s: %v", data, err)
 				return
 			}
-			m.Raw, m.At = data, time.Now()
+			m.Raw, m.At = data, at
 			c.events <- m
 		}
 	}()

@@ -4,10 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -265,40 +268,56 @@ func TestReconnectGetsPendingAndHistory(t *testing.T) {
 }
 
 func TestSlowClientDoesNotDelayOthers(t *testing.T) {
-	th := newTestHub(t, HubOptions{SendBuffer: 8})
-	// The slow client never reads: its TCP buffers fill, its writer blocks,
-	// its queue fills, and the hub drops it.
-	slow, err := th.dialErr("slow", nil)
+	// A hub that blocked on the slow client would hold every later event
+	// until the slow client's write timed out (WriteTimeout); the fast
+	// client must get each event far sooner than that.
+	th := newTestHub(t, HubOptions{SendBuffer: 16, WriteTimeout: 30 * time.Second})
+	// The slow client never reads, with a tiny receive buffer: the kernel
+	// soon stops taking data for it, its writer blocks, its queue fills,
+	// and the hub drops it.
+	d := websocket.Dialer{NetDialContext: (&net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+		return errors.Join(err, serr)
+	}}).DialContext}
+	slow, _, err := d.Dial(th.wsURL(), http.Header{"X-Test-Approver": {"slow"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer slow.ws.Close()
-	fast := th.dial(t, "fast")
-	fast.next(EventSnapshot)
+	defer slow.Close()
+	fast := dialLoad(t, th, "fast") // reads without decoding the code
+	defer fast.ws.Close()
+	if err := fast.waitFor(EventSnapshot, 1, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
 	waitFor(t, func() bool { return th.subCount() == 2 })
 
-	big := strings.Repeat("# filler to fill socket buffers quickly\n", 4000) // ~160 KB per event
-	const n = 60
+	big := strings.Repeat("# filler that fills socket buffers quickly\n", 1000) // ~44 KB per event
+	const n = 80
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			req := request("s"+string(rune('A'+i)), big+string(rune('A'+i)))
-			req.Deadline = time.Now().Add(200 * time.Millisecond)
+			req := request(fmt.Sprintf("s%d", i), big+fmt.Sprint(i))
+			req.Deadline = time.Now().Add(time.Second)
 			_, _ = th.Confirm(t.Context(), req)
 		}()
 	}
-	// Every event reaches the fast client promptly, whatever the slow one does.
-	for range n {
-		if m := fast.next(EventRequested); time.Since(m.ServerTime) > 2*time.Second {
-			t.Fatalf("event delayed %v", time.Since(m.ServerTime))
-		}
+	if err := fast.waitFor(EventRequested, n, 20*time.Second); err != nil {
+		t.Fatal(err)
 	}
-	wg.Wait()
 	waitFor(t, func() bool { return th.subCount() == 1 })
-	for range n {
-		fast.next(EventResolved)
+	wg.Wait()
+	if err := fast.waitFor(EventResolved, n, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	fast.mu.Lock()
+	defer fast.mu.Unlock()
+	for _, l := range fast.lat {
+		if l > 5*time.Second {
+			t.Fatalf("an event reached the fast client after %v", l)
+		}
 	}
 }
 
