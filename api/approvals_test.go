@@ -517,10 +517,8 @@ func TestApprovalReplayForDifferentCodeRefused(t *testing.T) {
 		t.Fatalf("pending %v", l)
 	}
 	second.cancel()
-	second.wait2()
+	<-second.done
 }
-
-func (c *pendingCall) wait2() { <-c.done }
 
 func TestApprovalReconnectReceivesPending(t *testing.T) {
 	e := newApprovalEnv(t, approvalOpts{})
