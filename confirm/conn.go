@@ -138,6 +138,7 @@ type conn struct {
 	// send is the bounded queue the writer drains. Only the hub closes it,
 	// under Hub.mu, when it detaches the connection.
 	send       chan *websocket.PreparedMessage
+	pongs      chan string // pongs the writer owes the client's pings
 	writerDone chan struct{}
 	// closeCode and closeText are the close frame the writer sends once
 	// send is closed; set under Hub.mu before the close.
@@ -173,7 +174,7 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request, who Approver) erro
 		return nil
 	}
 	c := &conn{hub: h, ws: ws, who: who, send: make(chan *websocket.PreparedMessage, h.opts.SendBuffer),
-		writerDone: make(chan struct{})}
+		pongs: make(chan string, 1), writerDone: make(chan struct{})}
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -281,8 +282,8 @@ func (h *Hub) detachLocked(c *conn, code int, text string) {
 	close(c.send)
 }
 
-// writeLoop is the connection's only writer of data frames, pings and the
-// close frame.
+// writeLoop is the connection's only writer: data frames, pings, pongs and
+// the close frame.
 func (c *conn) writeLoop() {
 	defer close(c.writerDone)
 	h := c.hub
@@ -298,6 +299,12 @@ func (c *conn) writeLoop() {
 			_ = c.ws.SetWriteDeadline(time.Now().Add(h.opts.WriteTimeout))
 			if err := c.ws.WritePreparedMessage(pm); err != nil {
 				_ = c.ws.Close() // ends the reader, which detaches us
+				return
+			}
+		case data := <-c.pongs:
+			_ = c.ws.SetWriteDeadline(time.Now().Add(h.opts.WriteTimeout))
+			if err := c.ws.WriteMessage(websocket.PongMessage, []byte(data)); err != nil {
+				_ = c.ws.Close()
 				return
 			}
 		case <-ping.C:
@@ -326,11 +333,26 @@ func (c *conn) closeFrame() {
 
 // readLoop runs on the handler's goroutine until the connection ends.
 // Any message, or a pong, proves the client alive.
+//
+// gorilla's default ping and close handlers answer from the reading
+// goroutine; these hand the answer to the writer instead, so the writer
+// stays the connection's only writer: a pong is queued for it (one at a
+// time; a client that pings faster gets fewer pongs), and a close frame
+// from the client ends the read loop, after which the writer sends the
+// closing handshake's reply.
 func (c *conn) readLoop() {
 	wait := 2 * c.hub.opts.PingInterval
 	c.ws.SetReadLimit(maxClientMessage)
 	_ = c.ws.SetReadDeadline(time.Now().Add(wait))
 	c.ws.SetPongHandler(func(string) error { return c.ws.SetReadDeadline(time.Now().Add(wait)) })
+	c.ws.SetPingHandler(func(data string) error {
+		select {
+		case c.pongs <- data:
+		default:
+		}
+		return c.ws.SetReadDeadline(time.Now().Add(wait))
+	})
+	c.ws.SetCloseHandler(func(int, string) error { return nil })
 	for {
 		_, data, err := c.ws.ReadMessage()
 		if err != nil {

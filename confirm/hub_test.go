@@ -533,6 +533,42 @@ func TestKeepalivePings(t *testing.T) {
 	}
 }
 
+func TestClientPingAndCloseAnsweredByTheWriter(t *testing.T) {
+	th := newTestHub(t, HubOptions{})
+	c, err := th.dialErr("p", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pong := make(chan string, 1)
+	c.ws.SetPongHandler(func(data string) error { pong <- data; return nil })
+	c.start(t)
+	c.next(EventSnapshot)
+	if err := c.ws.WriteControl(websocket.PingMessage, []byte("hello"), time.Now().Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-pong:
+		if got != "hello" {
+			t.Fatalf("pong %q", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no pong")
+	}
+	if err := c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "bye"),
+		time.Now().Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c.closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the hub did not answer the close frame")
+	}
+	if c.closeCode != websocket.CloseNormalClosure {
+		t.Fatalf("close code %d", c.closeCode)
+	}
+	waitFor(t, func() bool { return th.liveCount() == 0 })
+}
+
 func TestDeadClientIsDropped(t *testing.T) {
 	th := newTestHub(t, HubOptions{PingInterval: 50 * time.Millisecond})
 	// This client never answers pings (it never reads, so pongs are never
