@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"slices"
+	"strconv"
 	"unicode/utf8"
 )
 
@@ -19,6 +20,7 @@ import (
 // blocked on: the container must not stall on a full pipe.
 type runOutput struct {
 	stdout, stderr stream
+	trailer        trailerCatcher // in front of stderr
 	spill          spillFile
 }
 
@@ -37,8 +39,13 @@ func newRunOutput(limit int, hostPaths []string, spill spillFile) *runOutput {
 		s.out, s.limit = o, limit
 		s.mask = newPathMask(hostPaths, workspaceMount)
 	}
+	o.trailer.next = &o.stderr
 	return o
 }
+
+// Stdout and Stderr are the writers for stdcopy.
+func (o *runOutput) Stdout() io.Writer { return &o.stdout }
+func (o *runOutput) Stderr() io.Writer { return &o.trailer }
 
 // Write implements io.Writer for stdcopy; it never fails, so a flood is
 // drained at full speed.
@@ -86,6 +93,7 @@ func dropBrokenRune(b []byte) []byte {
 // response texts, whether either was cut and, when the spill file holds
 // the full output, its path as the code sees it.
 func (o *runOutput) finish() (stdout, stderr string, truncated bool, spillPath string) {
+	o.trailer.end()
 	o.stdout.mask.flush(o.stdout.keep)
 	o.stderr.mask.flush(o.stderr.keep)
 	truncated = o.stdout.cut || o.stderr.cut
@@ -93,6 +101,81 @@ func (o *runOutput) finish() (stdout, stderr string, truncated bool, spillPath s
 		spillPath = o.spill.shown
 	}
 	return o.stdout.text(), o.stderr.text(), truncated, spillPath
+}
+
+// exitStatus returns the exit status the boot script reported at the end
+// of stderr, if the stream ended with it. Valid after finish.
+func (o *runOutput) exitStatus() (int, bool) {
+	return o.trailer.code, o.trailer.found
+}
+
+// trailerCatcher holds back the last bytes of stderr until the stream ends,
+// then strips the boot script's exit trailer from them, if they end with
+// one, and passes the rest on.
+type trailerCatcher struct {
+	next  io.Writer
+	held  []byte
+	code  int
+	found bool
+}
+
+func (c *trailerCatcher) Write(p []byte) (int, error) {
+	c.held = append(c.held, p...)
+	keep := trailerStart(c.held)
+	if keep < len(c.held) {
+		_, _ = c.next.Write(c.held[:len(c.held)-keep])
+		c.held = append(c.held[:0], c.held[len(c.held)-keep:]...)
+	}
+	return len(p), nil
+}
+
+// trailerStart returns the length of the longest suffix of b that is the
+// start of an exit trailer (or a whole one): only those bytes are held
+// back, so ordinary output flows on at once and keeps its order relative
+// to stdout in the spill file.
+func trailerStart(b []byte) int {
+	for i := max(0, len(b)-exitTrailerMax); i < len(b); i++ {
+		if b[i] == 0 && couldBeTrailer(b[i:]) {
+			return len(b) - i
+		}
+	}
+	return 0
+}
+
+// couldBeTrailer reports whether t is a prefix of some exit trailer.
+func couldBeTrailer(t []byte) bool {
+	pre := []byte(exitTrailerPrefix)
+	if len(t) <= len(pre) {
+		return bytes.HasPrefix(pre, t)
+	}
+	if !bytes.HasPrefix(t, pre) {
+		return false
+	}
+	t = t[len(pre):]
+	n := 0
+	for n < len(t) && n < 3 && t[n] >= '0' && t[n] <= '9' {
+		n++
+	}
+	if n == 0 {
+		return false
+	}
+	return n == len(t) || bytes.HasPrefix([]byte(exitTrailerSuffix), t[n:])
+}
+
+// end parses and strips the trailer and passes the rest on.
+func (c *trailerCatcher) end() {
+	rest := c.held
+	if i := bytes.LastIndex(rest, []byte(exitTrailerPrefix)); i >= 0 && bytes.HasSuffix(rest, []byte(exitTrailerSuffix)) {
+		digits := rest[i+len(exitTrailerPrefix) : len(rest)-len(exitTrailerSuffix)]
+		if code, err := strconv.Atoi(string(digits)); err == nil && len(digits) > 0 && code >= 0 && code <= 255 {
+			c.code, c.found = code, true
+			rest = rest[:i]
+		}
+	}
+	if len(rest) > 0 {
+		_, _ = c.next.Write(rest)
+	}
+	c.held = nil
 }
 
 // pathMask replaces host paths in a byte stream that arrives in arbitrary
@@ -128,6 +211,13 @@ func (m *pathMask) feed(p []byte, emit func([]byte)) {
 		if at < 0 {
 			break
 		}
+		if m.longerMayFollow(rest[at:], n) {
+			// A longer spelling may still complete here: decide when
+			// more bytes have arrived.
+			emitNonEmpty(emit, rest[:at])
+			m.carry = append(m.carry[:0], rest[at:]...)
+			return
+		}
 		emitNonEmpty(emit, rest[:at])
 		emit(m.repl)
 		rest = rest[at+n:]
@@ -135,6 +225,17 @@ func (m *pathMask) feed(p []byte, emit func([]byte)) {
 	hold := m.partialTail(rest)
 	emitNonEmpty(emit, rest[:len(rest)-hold])
 	m.carry = append(m.carry[:0], rest[len(rest)-hold:]...)
+}
+
+// longerMayFollow reports whether b, which starts with a match of length
+// n, is a proper prefix of a longer path.
+func (m *pathMask) longerMayFollow(b []byte, n int) bool {
+	for _, p := range m.paths {
+		if len(p) > n && len(b) < len(p) && bytes.HasPrefix(p, b) {
+			return true
+		}
+	}
+	return false
 }
 
 // next finds the earliest path in b.
@@ -162,9 +263,20 @@ func (m *pathMask) partialTail(b []byte) int {
 	return 0
 }
 
+// flush passes on what was held back, masking what is a whole path.
 func (m *pathMask) flush(emit func([]byte)) {
-	emitNonEmpty(emit, m.carry)
+	rest := m.carry
 	m.carry = nil
+	for {
+		at, n := m.next(rest)
+		if at < 0 {
+			break
+		}
+		emitNonEmpty(emit, rest[:at])
+		emit(m.repl)
+		rest = rest[at+n:]
+	}
+	emitNonEmpty(emit, rest)
 }
 
 func emitNonEmpty(emit func([]byte), b []byte) {

@@ -149,14 +149,13 @@ func (e *Executor) run(ctx context.Context, b *box, in runInput) (executors.Resu
 	began := time.Now()
 	copied := make(chan error, 1)
 	go func() {
-		_, err := stdcopy.StdCopy(&out.stdout, &out.stderr, b.conn.Reader)
+		_, err := stdcopy.StdCopy(out.Stdout(), out.Stderr(), b.conn.Reader)
 		copied <- err
 	}()
 	go e.feed(b, in.lang, in.code, in.log)
 
 	killedFor, copyErr := e.await(ctx, b, in.timeout, copied)
 	res := executors.Result{Duration: time.Since(began)}
-	code, waitErr := e.exitStatus(b, killedFor != nil)
 	res.Stdout, res.Stderr, res.Truncated, res.OutputPath = out.finish()
 
 	switch {
@@ -165,15 +164,28 @@ func (e *Executor) run(ctx context.Context, b *box, in runInput) (executors.Resu
 	case killedFor != nil:
 		res.ExitCode, res.TimedOut = executors.ExitCodeTimeout, true
 		return res, nil
-	case waitErr != nil:
+	}
+	// The boot script's trailer gives the status at once. Without it (the
+	// shell itself was killed) or for a SIGKILL, which may be the memory
+	// limit's, the engine has the last word.
+	if code, ok := out.exitStatus(); ok && code != exitSIGKILL && copyErr == nil {
+		res.ExitCode = code
+		return res, nil
+	}
+	code, waitErr := e.exitStatus(b)
+	if waitErr != nil {
 		return res, e.engineError(ctx, "wait", errors.Join(waitErr, copyErr))
 	}
 	res.ExitCode = int(code)
-	if code == 128+9 {
+	if code == exitSIGKILL {
 		res.OOMKilled = e.oomKilled(b.id)
 	}
 	return res, nil
 }
+
+// exitSIGKILL is the status of a process killed by SIGKILL: a kill, or the
+// memory cgroup's OOM killer.
+const exitSIGKILL = 128 + 9
 
 // feed writes the language line and the program to the container's stdin
 // and closes it. A container that died early makes the write fail; the
@@ -229,14 +241,10 @@ func (e *Executor) kill(id string) {
 	}
 }
 
-// exitStatus returns the container's exit code once the stream has ended.
-// After a kill it waits at most KillGrace: the result is 124 anyway.
-func (e *Executor) exitStatus(b *box, killed bool) (int64, error) {
-	limit := e.cfg.EngineTimeout
-	if killed {
-		limit = e.cfg.KillGrace
-	}
-	t := time.NewTimer(limit)
+// exitStatus returns the container's exit code from the engine once the
+// stream has ended.
+func (e *Executor) exitStatus(b *box) (int64, error) {
+	t := time.NewTimer(e.cfg.EngineTimeout)
 	defer t.Stop()
 	select {
 	case <-b.exit.done:
