@@ -34,6 +34,27 @@ const (
 	// request", which no client will ever read.
 	Cancelled Code = "cancelled"
 	Internal  Code = "internal"
+
+	// Workspace file codes (issue 4).
+	//
+	// EditNoMatch and EditAmbiguous are 409 rather than 422: the request is
+	// well formed and would succeed against another version of the file;
+	// what it conflicts with is the file's current content, which is the
+	// case RFC 9110 §15.5.10 gives 409 for ("the user might be able to
+	// resolve the conflict and resubmit").
+	EditNoMatch   Code = "edit_no_match"
+	EditAmbiguous Code = "edit_ambiguous"
+	// FileTooLarge is a write (or an edit's result) over the per-file limit,
+	// or a file too large for an operation that loads it whole.
+	FileTooLarge Code = "file_too_large"
+	// QuotaExceeded is 413, not 507: the limit is the session's own, the
+	// remedy is the client's (send less, delete files), exactly as for
+	// 413, whereas a 5xx would blame the server and invite retries.
+	QuotaExceeded Code = "quota_exceeded"
+	// BinaryFile is 422, not 415: 415 describes the request's own body
+	// format, and the numbered-line read is a GET with no body; the request
+	// is valid, the target just cannot be rendered as text (raw get can).
+	BinaryFile Code = "binary_file"
 	// Browser codes (issue 8). BrowserTimeout is 504: the action waited on
 	// a page (an upstream server, or the page's own scripts) that did not
 	// answer in time. NavigationFailed is 502: the page's server could not
@@ -59,6 +80,11 @@ var statuses = map[Code]int{
 	MethodNotAllowed:    http.StatusMethodNotAllowed,
 	Cancelled:           499,
 	Internal:            http.StatusInternalServerError,
+	EditNoMatch:         http.StatusConflict,
+	EditAmbiguous:       http.StatusConflict,
+	FileTooLarge:        http.StatusRequestEntityTooLarge,
+	QuotaExceeded:       http.StatusRequestEntityTooLarge,
+	BinaryFile:          http.StatusUnprocessableEntity,
 	BrowserTimeout:      http.StatusGatewayTimeout,
 	NavigationFailed:    http.StatusBadGateway,
 }

@@ -35,6 +35,11 @@ func TestOf(t *testing.T) {
 		{"method", New(MethodNotAllowed, "m"), MethodNotAllowed, 405, "m"},
 		{"unknown code", New("made_up", "m"), "made_up", 500, "m"},
 		{"cancelled", New(Cancelled, "c"), Cancelled, 499, "c"},
+		{"edit no match", New(EditNoMatch, "e"), EditNoMatch, 409, "e"},
+		{"edit ambiguous", New(EditAmbiguous, "e"), EditAmbiguous, 409, "e"},
+		{"file too large", New(FileTooLarge, "f"), FileTooLarge, 413, "f"},
+		{"quota exceeded", New(QuotaExceeded, "q"), QuotaExceeded, 413, "q"},
+		{"binary file", New(BinaryFile, "b"), BinaryFile, 422, "b"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
