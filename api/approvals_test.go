@@ -5,11 +5,16 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -703,5 +708,121 @@ func waitPendingAPI(t *testing.T, e *approvalEnv, n int) []map[string]any {
 			t.Fatalf("pending: %s", r.raw)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestApprovalSlowApproverDoesNotDelayOthers(t *testing.T) {
+	// Small per-connection queues so the slow approver is dropped quickly;
+	// a long write timeout so a hub that waited on it would show.
+	e := newApprovalEnv(t, approvalOpts{timeout: 3 * time.Second,
+		hub: confirm.HubOptions{SendBuffer: 32, WriteTimeout: 30 * time.Second}})
+	// The slow approver completes the handshake and never reads, with a
+	// 4 KiB receive buffer, so its writer soon blocks.
+	d := websocket.Dialer{NetDialContext: (&net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+		return errors.Join(err, serr)
+	}}).DialContext}
+	slow, _, err := d.Dial(e.wsURL(), bearer(approverTok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	fast, _, err := (&websocket.Dialer{}).Dial(e.wsURL(), bearer(adminTok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fast.Close()
+	var (
+		mu                  sync.Mutex
+		requested, resolved = map[string]bool{}, map[string]bool{}
+		worst               time.Duration
+		readerDone          = make(chan struct{})
+	)
+	go func() {
+		defer close(readerDone)
+		for {
+			_, data, err := fast.ReadMessage()
+			at := time.Now()
+			if err != nil {
+				return
+			}
+			var m struct {
+				Type       string    `json:"type"`
+				ServerTime time.Time `json:"server_time"`
+				Approval   struct {
+					SessionID string `json:"session_id"`
+				} `json:"approval"`
+			}
+			if json.Unmarshal(data, &m) != nil {
+				continue
+			}
+			mu.Lock()
+			worst = max(worst, at.Sub(m.ServerTime))
+			switch m.Type {
+			case confirm.EventRequested:
+				requested[m.Approval.SessionID] = true
+			case confirm.EventResolved:
+				resolved[m.Approval.SessionID] = true
+			}
+			mu.Unlock()
+		}
+	}()
+	seen := func(set map[string]bool, session string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return set[session]
+	}
+
+	// Requests go in one after another (each once its approval is out), so
+	// the policy engine is not asked for 60 evaluations at once on a busy
+	// machine; the approvals still pile up, each with a ~46 KB event.
+	filler := strings.Repeat("# a long comment that makes every event large\n", 1000)
+	const n = 60
+	calls := make([]*pendingCall, n)
+	for i := range calls {
+		session := fmt.Sprintf("s%d", i)
+		calls[i] = e.runAsync(session, highRisk+"\n"+filler)
+		deadline := time.Now().Add(20 * time.Second)
+		for !seen(requested, session) {
+			select {
+			case <-readerDone:
+				t.Fatal("the fast approver was disconnected")
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never reached the fast approver", session)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	for i, c := range calls {
+		if r := c.wait(t); r.status != 403 || r.errCode() != "approval_timeout" {
+			t.Fatalf("s%d: %d %s", i, r.status, r.raw)
+		}
+		session := fmt.Sprintf("s%d", i)
+		deadline := time.Now().Add(20 * time.Second)
+		for !seen(resolved, session) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: no resolved event", session)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	mu.Lock()
+	if worst > 5*time.Second {
+		t.Errorf("an event reached the fast approver after %v", worst)
+	}
+	mu.Unlock()
+	// The slow approver was dropped: its socket is closed from the far end.
+	_ = slow.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		if _, _, err := slow.ReadMessage(); err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatal("the slow approver is still connected")
+			}
+			break
+		}
 	}
 }
