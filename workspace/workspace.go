@@ -1,9 +1,16 @@
 // Package workspace owns the per-session directory tree that every executor
-// runs in and that the file API (a later issue) reads and writes.
+// runs in and that the file API reads and writes.
 //
 // Each session gets one directory under a configured root. The session id is
 // the directory name, so ids are validated strictly before they ever touch a
 // path: [A-Za-z0-9._-]{1,128}, and never "." or "..".
+//
+// The file operations (files.go, walk.go) treat the session directory as
+// hostile ground: the session's code owns it and may plant symlinks, hard
+// links, FIFOs, or swap a directory for a symlink at any moment. Every
+// access goes through an os.Root opened on the session directory, after a
+// lexical check of the client's path (path.go) that gives a clear
+// path_traversal error. See files.go for the rest of the contract.
 package workspace
 
 import (
@@ -48,10 +55,92 @@ const (
 	DefaultUIDCount = 1_000_000
 )
 
-// Options tune a Workspaces. Zero fields take the defaults.
+// Defaults of the file API's limits (Options).
+const (
+	DefaultMaxFileBytes   = 32 << 20 // one file written through the API
+	DefaultQuotaBytes     = 1 << 30  // all regular files of a session
+	DefaultQuotaFiles     = 100_000  // entries (files, directories, links) of a session
+	DefaultMaxListEntries = 200      // list and glob results
+	DefaultMaxGrepMatches = 100
+	DefaultMaxReadChars   = 50_000 // numbered read, line-number prefixes included
+	DefaultMaxWalkEntries = 100_000
+	DefaultMaxGrepBytes   = 256 << 20
+	DefaultUsageMaxAge    = 2 * time.Second
+)
+
+// Options tune a Workspaces. Zero fields take the defaults; no limit can be
+// switched off.
 type Options struct {
 	// UIDBase and UIDCount bound the per-session uids.
 	UIDBase, UIDCount int
+
+	// MaxFileBytes caps one file written, appended to or edited through
+	// the API, and the files an edit loads (file_too_large).
+	MaxFileBytes int64
+	// QuotaBytes and QuotaFiles cap a session's workspace as seen by API
+	// writes (quota_exceeded): the sum of regular file sizes, and the
+	// number of entries. Code running in the session is not stopped by
+	// them (the executors' RLIMIT_FSIZE bounds each file it writes); an
+	// API write that would grow a workspace already over quota is refused.
+	QuotaBytes int64
+	QuotaFiles int64
+	// MaxListEntries caps list and glob results; MaxGrepMatches caps grep
+	// matches; MaxReadChars caps one numbered read. Results cut by a cap
+	// say truncated.
+	MaxListEntries int
+	MaxGrepMatches int
+	MaxReadChars   int
+	// MaxWalkEntries bounds the directory entries one list, glob or grep
+	// visits, and MaxGrepBytes the file bytes one grep scans; past either
+	// the result is truncated.
+	MaxWalkEntries int
+	MaxGrepBytes   int64
+	// UsageMaxAge is how old the measured usage of a workspace may be
+	// before a write measures it again (a walk of the tree). Between walks
+	// the API's own writes are added to it; files the code wrote meanwhile
+	// count from the next walk.
+	UsageMaxAge time.Duration
+	// SyncWrites fsyncs each file before it is renamed into place, so an
+	// API write survives a host crash, not only a failed request. Off by
+	// default: the workspace is scratch space, and the code writing next
+	// to the API does not fsync either.
+	SyncWrites bool
+}
+
+func (o *Options) applyDefaults() {
+	if o.UIDBase <= 0 {
+		o.UIDBase = DefaultUIDBase
+	}
+	if o.UIDCount <= 0 {
+		o.UIDCount = DefaultUIDCount
+	}
+	if o.MaxFileBytes <= 0 {
+		o.MaxFileBytes = DefaultMaxFileBytes
+	}
+	if o.QuotaBytes <= 0 {
+		o.QuotaBytes = DefaultQuotaBytes
+	}
+	if o.QuotaFiles <= 0 {
+		o.QuotaFiles = DefaultQuotaFiles
+	}
+	if o.MaxListEntries <= 0 {
+		o.MaxListEntries = DefaultMaxListEntries
+	}
+	if o.MaxGrepMatches <= 0 {
+		o.MaxGrepMatches = DefaultMaxGrepMatches
+	}
+	if o.MaxReadChars <= 0 {
+		o.MaxReadChars = DefaultMaxReadChars
+	}
+	if o.MaxWalkEntries <= 0 {
+		o.MaxWalkEntries = DefaultMaxWalkEntries
+	}
+	if o.MaxGrepBytes <= 0 {
+		o.MaxGrepBytes = DefaultMaxGrepBytes
+	}
+	if o.UsageMaxAge <= 0 {
+		o.UsageMaxAge = DefaultUsageMaxAge
+	}
 }
 
 // Workspaces is the set of session directories under one root.
@@ -66,6 +155,10 @@ type Workspaces struct {
 	uidBase  int
 	uidCount int
 	mu       sync.Mutex // serialises uid allocation
+
+	opts  Options
+	locks keyedMutex // per-file locks of mutating file operations
+	usage usageCache // measured size of each workspace, for quotas
 }
 
 // Dir is a session's workspace and the identity that owns it.
@@ -96,14 +189,12 @@ func New(root string, opts Options) (*Workspaces, error) {
 	if err := os.Chmod(abs, 0o711); err != nil {
 		return nil, fmt.Errorf("workspace root: %w", err)
 	}
-	if opts.UIDBase <= 0 {
-		opts.UIDBase = DefaultUIDBase
-	}
-	if opts.UIDCount <= 0 {
-		opts.UIDCount = DefaultUIDCount
-	}
-	return &Workspaces{root: abs, uidBase: opts.UIDBase, uidCount: opts.UIDCount}, nil
+	opts.applyDefaults()
+	return &Workspaces{root: abs, uidBase: opts.UIDBase, uidCount: opts.UIDCount, opts: opts}, nil
 }
+
+// Limits returns the options in force, defaults applied.
+func (w *Workspaces) Limits() Options { return w.opts }
 
 // ErrUnreachable is returned by CheckReachable when a directory above the
 // root is closed to other users.
@@ -248,5 +339,6 @@ func (w *Workspaces) Remove(_ context.Context, sessionID string) error {
 	if err := os.RemoveAll(filepath.Join(w.root, sessionID)); err != nil {
 		return fmt.Errorf("remove workspace: %w", err)
 	}
+	w.usage.forget(sessionID)
 	return nil
 }
