@@ -26,16 +26,25 @@ const auditWriteTimeout = 5 * time.Second
 
 // finish is step 7: one record per request, whatever happened.
 func (m *Manager) finish(ctx context.Context, rec *audit.Record, res *RunResult, err error, start time.Time) {
-	elapsed := time.Since(start)
-	rec.DurationMS = elapsed.Milliseconds()
-	code, status, _ := errcode.Of(err)
-	rec.ErrorCode, rec.HTTPStatus = string(code), status
-	rec.Outcome = outcomeOf(code, res, err)
+	code, _, _ := errcode.Of(err)
 	if err == nil && res != nil {
 		exit := res.Result.ExitCode
 		rec.ExitCode = &exit
 		rec.Executor = res.SandboxType
 	}
+	m.record(ctx, rec, outcomeOf(code, res, err), err, start)
+}
+
+// record completes rec with the outcome, error code, status and duration,
+// appends it to the audit log (detached from the request's cancellation),
+// and counts the request. Executions and file operations share it, so
+// their records have one shape.
+func (m *Manager) record(ctx context.Context, rec *audit.Record, outcome string, err error, start time.Time) {
+	elapsed := time.Since(start)
+	rec.DurationMS = elapsed.Milliseconds()
+	code, status, _ := errcode.Of(err)
+	rec.ErrorCode, rec.HTTPStatus = string(code), status
+	rec.Outcome = outcome
 	if code == errcode.Internal {
 		m.log.ErrorContext(ctx, "request failed", "request_id", rec.RequestID, "session_id", rec.SessionID, "err", err)
 	}
