@@ -67,6 +67,27 @@ type ApprovalConfig struct {
 // ExecutorsConfig enables backends.
 type ExecutorsConfig struct {
 	Subprocess SubprocessConfig `yaml:"subprocess"`
+	Docker     DockerConfig     `yaml:"docker"`
+}
+
+// DockerConfig tunes the network-less container executor. It is enabled by
+// default: STRICT sends everything not proven SAFE there, and an engine that
+// is down only makes those requests 503 until it answers again.
+type DockerConfig struct {
+	Enabled bool `yaml:"enabled"`
+	// Host is the engine address; empty means DOCKER_HOST or the local socket.
+	Host string `yaml:"host"`
+	// Image is the runtime image for every language.
+	Image    string  `yaml:"image"`
+	MemoryMB int     `yaml:"memory_mb"`
+	CPUs     float64 `yaml:"cpus"`
+	MaxProcs int     `yaml:"max_procs"`
+	TmpfsMB  int     `yaml:"tmpfs_mb"`
+	// WarmMax bounds the per-session warm containers; negative disables.
+	WarmMax  int           `yaml:"warm_max"`
+	WarmIdle time.Duration `yaml:"warm_idle"`
+	// Runtime is the OCI runtime (runsc for gVisor); empty is the engine's.
+	Runtime string `yaml:"runtime"`
 }
 
 // SubprocessConfig tunes the hardened host-process executor.
@@ -116,8 +137,12 @@ func Default() Config {
 		Limits: LimitsConfig{
 			MaxCodeBytes: 256 << 10, MaxBodyBytes: 2 << 20, DefaultTimeout: 30 * time.Second,
 		},
-		Approval:  ApprovalConfig{Timeout: 120 * time.Second},
-		Executors: ExecutorsConfig{Subprocess: SubprocessConfig{Enabled: true, MemoryMB: 1024, CPUSeconds: 60, MaxProcs: 256, MaxOutputKiB: 1024}},
+		Approval: ApprovalConfig{Timeout: 120 * time.Second},
+		Executors: ExecutorsConfig{
+			Subprocess: SubprocessConfig{Enabled: true, MemoryMB: 1024, CPUSeconds: 60, MaxProcs: 256, MaxOutputKiB: 1024},
+			Docker: DockerConfig{Enabled: true, Image: "sandgate/runtime:latest", MemoryMB: 512, CPUs: 1,
+				MaxProcs: 256, TmpfsMB: 64, WarmMax: 8, WarmIdle: 60 * time.Second},
+		},
 		Server: ServerConfig{
 			ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second,
 			// A request may wait for approval and then run to the policy's
@@ -178,6 +203,9 @@ func (c Config) Validate() error {
 	sp := c.Executors.Subprocess
 	if sp.Enabled && (sp.MemoryMB <= 0 || sp.CPUSeconds <= 0 || sp.MaxProcs <= 0 || sp.MaxOutputKiB <= 0) {
 		add("executors.subprocess: memory_mb, cpu_seconds, max_procs and max_output_kib must be positive")
+	}
+	if d := c.Executors.Docker; d.Enabled && (d.Image == "" || d.MemoryMB <= 0 || d.CPUs <= 0 || d.MaxProcs <= 0 || d.TmpfsMB <= 0 || d.WarmIdle <= 0) {
+		add("executors.docker: image, memory_mb, cpus, max_procs, tmpfs_mb and warm_idle must be set and positive")
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":

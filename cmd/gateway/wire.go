@@ -22,6 +22,7 @@ import (
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/confirm"
 	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/executors/docker"
 	"github.com/sandgate/sandgate/executors/subprocess"
 	"github.com/sandgate/sandgate/manager"
 	"github.com/sandgate/sandgate/policy"
@@ -164,6 +165,24 @@ func (gw *gateway) executors(ctx context.Context) ([]executors.Executor, error) 
 			return nil, fmt.Errorf("subprocess executor: %w", err)
 		}
 		gw.log.Info("subprocess executor ready", "isolation", e.Isolation())
+		out = append(out, e)
+	}
+	if d := gw.cfg.Executors.Docker; d.Enabled {
+		images := map[string]string{}
+		for _, lang := range []string{executors.LangPython, executors.LangBash, executors.LangJavaScript} {
+			images[lang] = d.Image
+		}
+		e, err := docker.New(ctx, docker.Config{
+			Host: d.Host, Images: images, CPUs: d.CPUs, TmpfsMB: d.TmpfsMB, WarmMax: d.WarmMax, WarmIdle: d.WarmIdle,
+			Runtime: d.Runtime, Logger: gw.log,
+			Limits: executors.Limits{MemoryMB: d.MemoryMB, MaxProcs: d.MaxProcs},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("docker executor: %w", err)
+		}
+		if err := e.Available(ctx); err != nil {
+			gw.log.Warn("docker engine not reachable; requests routed to docker get 503 until it answers", "err", err)
+		}
 		out = append(out, e)
 	}
 	return out, nil
