@@ -29,7 +29,10 @@ import (
 var testDataDir string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "sandgate-browser-test-")
+	if dir := os.Getenv("SANDGATE_BROWSER_HELPER_DIR"); dir != "" {
+		gatewayHelper(dir) // never returns
+	}
+	dir, err := os.MkdirTemp("", "sgbt-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -57,23 +60,36 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// processesUnder lists processes whose --user-data-dir is below dir
-// (prefix: a session's directories are named <session>-<random>).
+// processesUnder lists processes whose command line mentions a path
+// starting with prefix (a session's directories are <session>-<random>).
 func processesUnder(prefix string) []int {
 	entries, _ := os.ReadDir("/proc")
 	var out []int
 	for _, e := range entries {
+		var pid int
+		if _, err := fmt.Sscan(e.Name(), &pid); err != nil || pid == os.Getpid() {
+			continue
+		}
 		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && strings.Contains(string(b), prefix) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// browserMains lists the browser (main) processes under prefix: Chromium
+// processes that are none of its children (no --type=), crashpad excluded.
+func browserMains(prefix string) []int {
+	var out []int
+	for _, pid := range processesUnder(prefix) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		if err != nil {
 			continue
 		}
-		for _, arg := range strings.Split(string(b), "\x00") {
-			if strings.HasPrefix(arg, "--user-data-dir="+prefix) {
-				var pid int
-				fmt.Sscan(e.Name(), &pid)
-				out = append(out, pid)
-				break
-			}
+		cmd := string(b)
+		if !strings.Contains(cmd, "--type=") && !strings.Contains(cmd, "crashpad") {
+			out = append(out, pid)
 		}
 	}
 	return out
@@ -198,6 +214,8 @@ func newTrap(t testing.TB) *trap {
 	t.Cleanup(tr.Close)
 	return tr
 }
+
+func (tr *trap) hostPort() string { return strings.TrimPrefix(tr.URL, "http://") }
 
 // harness is a Manager on real parts: the embedded policy, an in-memory
 // audit store and a workspace tree.

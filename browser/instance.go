@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/inspector"
 	"github.com/chromedp/cdproto/network"
@@ -38,6 +40,10 @@ const cdpCallTimeout = 10 * time.Second
 // closeTimeout bounds a graceful browser close before the process group is
 // killed.
 const closeTimeout = 5 * time.Second
+
+// tmpPrefix names the browsers' TMPDIRs; "~" is never in a session id, so
+// they cannot be mistaken for a session's user data directory.
+const tmpPrefix = "~tmp-"
 
 // maxInflightPauses bounds the paused requests decided concurrently.
 const maxInflightPauses = 32
@@ -69,9 +75,28 @@ type instance struct {
 	loops     sync.WaitGroup
 }
 
-// alive reports whether the browser can take another action.
+// alive reports whether the browser can take another action, as far as
+// the events seen so far tell.
 func (in *instance) alive() bool {
 	return in.browserCtx.Err() == nil && in.tabCtx.Err() == nil && !in.crashed.Load()
+}
+
+// probeTimeout bounds the liveness probe before an action.
+const probeTimeout = 2 * time.Second
+
+// responsive asks the browser process for its version: a process that died
+// a moment ago (its exit not yet noticed) or hung fails it, and the router
+// starts a new browser before the action instead of failing the action.
+func (in *instance) responsive(ctx context.Context) bool {
+	if !in.alive() {
+		return false
+	}
+	pctx, cancel := context.WithTimeout(in.browserCtx, probeTimeout)
+	defer cancel()
+	stop := context.AfterFunc(ctx, cancel)
+	defer stop()
+	_, err := chromedp.CallBrowser(pctx, browser.GetVersion, cdp.Empty{})
+	return err == nil || ctx.Err() != nil
 }
 
 // startExternal launches a headless Chromium for the session, pinned to a
@@ -93,7 +118,11 @@ func (m *Manager) startExternal(ctx context.Context, sessionID string, rec *reco
 	// Chromium puts Unix sockets in TMPDIR, whose paths may not exceed 107
 	// bytes: a short directory of its own, not one below the (session-
 	// named) user data directory.
-	if in.tmpDir, err = os.MkdirTemp("", "sgb-"); err != nil {
+	tmpParent := m.cfg.DataDir
+	if len(tmpParent)+len("/"+tmpPrefix+"1234567890/org.chromium.Chromium.abcdef/SingletonSocket") > 107 {
+		tmpParent = os.TempDir()
+	}
+	if in.tmpDir, err = os.MkdirTemp(tmpParent, tmpPrefix); err != nil {
 		return nil, fmt.Errorf("browser temp dir: %w", err)
 	}
 	if in.proxy, err = newEgressProxy(in.guard, m.log); err != nil {
@@ -443,13 +472,17 @@ func killUsing(dir string) {
 	}
 }
 
-// processesUsing lists the processes started with --user-data-dir=dir.
+// processesUsing lists the processes whose command line mentions dir.
+// Chromium names its user data directory in every child's arguments
+// (--user-data-dir=, or --database= below it for the crashpad handler, which
+// daemonises out of the process group), and zygote children rewrite their
+// argv into one string, so the match is on the text, not on one argument.
+// The directory's name is random, so nothing else matches it.
 func processesUsing(dir string) []int {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
 	}
-	want := "--user-data-dir=" + dir
 	self := os.Getpid()
 	var out []int
 	for _, e := range entries {
@@ -461,11 +494,8 @@ func processesUsing(dir string) []int {
 		if err != nil {
 			continue
 		}
-		for _, arg := range strings.Split(string(b), "\x00") {
-			if arg == want {
-				out = append(out, pid)
-				break
-			}
+		if strings.Contains(string(b), dir) {
+			out = append(out, pid)
 		}
 	}
 	return out
@@ -482,4 +512,21 @@ func removeAllRetry(dir string) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return err
+}
+
+// reapStale removes what browsers of an earlier gateway left in dataDir
+// (a gateway that was killed cannot clean up; its browsers died with it).
+// An entry that a running process still names is left alone: another
+// gateway may share the directory.
+func reapStale(dataDir string) {
+	entries, err := os.ReadDir(dataDir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		p := filepath.Join(dataDir, e.Name())
+		if len(processesUsing(p)) == 0 {
+			_ = os.RemoveAll(p)
+		}
+	}
 }

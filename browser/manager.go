@@ -124,6 +124,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	m := &Manager{cfg: cfg, deps: deps, log: log, resolver: res, routers: make(map[string]*Router),
 		janitorDone: make(chan struct{})}
 	m.lifetime, m.cancelLifetime = context.WithCancel(context.Background())
+	reapStale(cfg.DataDir)
 	go m.janitor()
 	return m, nil
 }

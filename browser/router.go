@@ -70,7 +70,7 @@ func (r *Router) closeInstance() {
 // first, so the session never has two) or one that crashed. The caller
 // holds the lock.
 func (r *Router) ensure(ctx context.Context, backend string) (in *instance, started bool, err error) {
-	if r.inst != nil && r.inst.backend == backend && r.inst.alive() {
+	if r.inst != nil && r.inst.backend == backend && r.inst.responsive(ctx) {
 		return r.inst, false, nil
 	}
 	if r.inst != nil {
