@@ -1,7 +1,6 @@
 package docker
 
 import (
-	"fmt"
 	"maps"
 	"strconv"
 
@@ -76,10 +75,6 @@ const (
 
 // bootArg0 names the boot step in ps output.
 const bootArg0 = "sandgate-boot"
-
-// exitBoot is what the boot step exits with when it could not start the
-// interpreter (its stdin was cut short, say).
-const exitBoot = 125
 
 // shape is everything fixed when a container is created. A warm container
 // may serve a run only when the run's shape equals the container's.
@@ -213,8 +208,4 @@ func (e *Executor) instanceFilter() client.Filters {
 // stdinHeader is what precedes the program text on the container's stdin.
 func stdinHeader(lang string) []byte {
 	return []byte(lang + "\n")
-}
-
-func describe(s shape) string {
-	return fmt.Sprintf("%s uid=%d gid=%d mem=%dMB pids=%d", s.image, s.uid, s.gid, s.limits.MemoryMB, s.limits.MaxProcs)
 }

@@ -61,13 +61,13 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 		return nil, fmt.Errorf("docker: config: %w", err)
 	}
 	cfg = cfg.withDefaults()
-	opts := []client.Opt{client.WithAPIVersionNegotiation()}
+	// The client negotiates the API version with the engine on first use
+	// (and on every ping, see ping).
+	host := client.WithHostFromEnv()
 	if cfg.Host != "" {
-		opts = append(opts, client.WithHost(cfg.Host))
-	} else {
-		opts = append(opts, client.WithHostFromEnv())
+		host = client.WithHost(cfg.Host)
 	}
-	cli, err := client.New(opts...)
+	cli, err := client.New(host)
 	if err != nil {
 		return nil, fmt.Errorf("docker: client: %w", err)
 	}

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moby/moby/client"
-
 	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/executors/executortest"
 )
@@ -121,15 +119,4 @@ func instanceContainers(t testing.TB, instance string) []string {
 		t.Fatalf("docker ps: %v: %s", err, out)
 	}
 	return strings.Fields(strings.TrimSpace(string(out)))
-}
-
-// rawClient is an engine client for tests that inspect containers.
-func rawClient(t testing.TB) *client.Client {
-	t.Helper()
-	c, err := client.New(client.WithHostFromEnv(), client.WithAPIVersionNegotiation())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
 }

@@ -43,8 +43,8 @@ func TestTrailerStripped(t *testing.T) {
 	trailer := exitTrailerPrefix + "42" + exitTrailerSuffix
 	for _, tc := range []struct {
 		name, in, wantErr string
-		code             int
-		found            bool
+		code              int
+		found             bool
 	}{
 		{"plain", "oops\n" + trailer, "oops\n", 42, true},
 		{"only trailer", trailer, "", 42, true},
