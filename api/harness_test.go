@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/browser"
 	"github.com/sandgate/sandgate/confirm"
 	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/executors/subprocess"
@@ -49,6 +50,9 @@ type envOpts struct {
 	dataDir  string
 	// extra executors wired next to the subprocess one (docker, aio).
 	executors []executors.Executor
+	// browser builds the browser router on the env's policy engine, audit
+	// store and workspaces; nil leaves the browser endpoint off.
+	browser func(eng *policy.Engine, st audit.Store, ws *workspace.Workspaces) *browser.Manager
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -91,7 +95,11 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := New(Config{MaxBodyBytes: o.maxBody}, Deps{Manager: mgr, Policy: eng, Audit: st, Auth: auth, Gatherer: reg})
+	var bm *browser.Manager
+	if o.browser != nil {
+		bm = o.browser(eng, st, ws)
+	}
+	h := New(Config{MaxBodyBytes: o.maxBody}, Deps{Manager: mgr, Policy: eng, Audit: st, Auth: auth, Gatherer: reg, Browser: bm})
 	e := &env{t: t, srv: httptest.NewServer(h), dataDir: o.dataDir, audit: st, ws: ws}
 	t.Cleanup(func() {
 		e.srv.Close()
