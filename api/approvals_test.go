@@ -685,8 +685,10 @@ func TestApprovalsNotWired(t *testing.T) {
 			t.Errorf("%s: %d %s", path, r.status, r.raw)
 		}
 	}
-	if r := e.do("GET", "/v1/approvals", agentTok, nil); r.status != 403 {
-		t.Errorf("agent: %d", r.status)
+	for _, path := range []string{"/v1/approvals", "/v1/approvals/ws"} {
+		if r := e.do("GET", path, agentTok, nil); r.status != 403 {
+			t.Errorf("agent %s: %d", path, r.status)
+		}
 	}
 }
 

@@ -131,11 +131,7 @@ func resolvedBy(v confirm.View) string {
 // so a cross-site page learns nothing, not even whether a token is valid.
 func (s *Server) socketAuth(next handlerFunc) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
-		hub := s.deps.Approvals
-		if hub == nil {
-			return errApprovalsOff
-		}
-		if !hub.CheckOrigin(r) {
+		if hub := s.deps.Approvals; hub != nil && !hub.CheckOrigin(r) {
 			return confirm.ErrOrigin
 		}
 		if r.Header.Get("Authorization") == "" {
@@ -149,6 +145,9 @@ func (s *Server) socketAuth(next handlerFunc) handlerFunc {
 }
 
 func (s *Server) approvalSocket(w http.ResponseWriter, r *http.Request) error {
+	if s.deps.Approvals == nil {
+		return errApprovalsOff
+	}
 	who := principal(r)
 	return s.deps.Approvals.ServeWS(w, r, confirm.Approver{Name: who.Name, Role: who.Role})
 }
