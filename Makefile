@@ -7,11 +7,37 @@ SCHEMA_DIR := policy/schemas
 OPA        := $(GO) tool opa
 COVERAGE   := 90
 
-.PHONY: test deps test-go policy-check lint bench bench-gateway build
+.PHONY: test deps test-go policy-check lint bench bench-gateway build images dockerd-start dockerd-stop
 
-## test: the full suite: system dependencies, policy checks, then every Go
-## test with -race.
-test: deps policy-check test-go
+## test: the full suite: system dependencies, a Docker engine (started only
+## if none answers), the runtime images, policy checks, then every Go test
+## with -race, SANDGATE_REQUIRE_DOCKER=1 and SANDGATE_REQUIRE_BROWSER=1 (Docker
+## and Chromium tests fail rather than
+## skip). The engine this run started is stopped afterwards whatever the
+## tests did, and test-go's exit status is kept. The recipe shell's pid is
+## the engine lease's holder (scripts/dockerd.sh).
+test: deps
+	@holder=$$$$; rc=0; \
+	$(MAKE) --no-print-directory dockerd-start DOCKERD_HOLDER=$$holder && \
+	$(MAKE) --no-print-directory images && \
+	$(MAKE) --no-print-directory policy-check && \
+	SANDGATE_REQUIRE_DOCKER=1 SANDGATE_REQUIRE_BROWSER=1 $(MAKE) --no-print-directory test-go || rc=$$?; \
+	$(MAKE) --no-print-directory dockerd-stop DOCKERD_HOLDER=$$holder || true; \
+	exit $$rc
+
+## dockerd-start / dockerd-stop: start dockerd when no engine answers, and
+## stop it again only if scripts/dockerd.sh started it and no other holder
+## still needs it.
+dockerd-start:
+	./scripts/dockerd.sh start $(DOCKERD_HOLDER)
+
+dockerd-stop:
+	./scripts/dockerd.sh stop $(DOCKERD_HOLDER)
+
+## images: build the runtime image(s) from images/*/ (debootstrap minbase +
+## docker import); skipped when the recipe's hash tag exists.
+images:
+	./scripts/images.sh
 
 ## deps: install the system tools the tests need (Debian apt), if missing.
 deps:

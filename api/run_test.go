@@ -105,28 +105,10 @@ func TestApprovalUnavailableFailsClosed(t *testing.T) {
 	}
 }
 
-// approvalToSubprocess is the default tree with PERMISSIVE HIGH routed to the
-// subprocess executor, so auto-approval can be seen ending in a real run.
-func approvalToSubprocess(t *testing.T) fstest.MapFS {
-	t.Helper()
-	m := fstest.MapFS{}
-	err := fsWalk(policy.DefaultFS(), func(p string, b []byte) {
-		if p == "sandgate/config/data.json" {
-			s := strings.Replace(string(b), `"HIGH": {"action": "require_approval", "executor": "docker"},
-      "CRITICAL": {"action": "require_approval"`, `"HIGH": {"action": "require_approval", "executor": "subprocess"},
-      "CRITICAL": {"action": "require_approval"`, 1)
-			if s == string(b) {
-				t.Fatal("data.json layout changed; update the test")
-			}
-			b = []byte(s)
-		}
-		m[p] = &fstest.MapFile{Data: b}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
+// approvalToSubprocess is the default tree with PERMISSIVE's approvals
+// routed to the subprocess executor, so auto-approval can be seen ending in
+// a real run (approvalPolicy edits data.json as JSON).
+func approvalToSubprocess(t *testing.T) fstest.MapFS { return approvalPolicy(t) }
 
 // everythingToSubprocess routes every level to the subprocess executor (with
 // the default approvals), so isolation tests can aim hostile code at it.

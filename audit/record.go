@@ -86,6 +86,8 @@ type Approval struct {
 	Status    string `json:"status"`
 	DecidedBy string `json:"decided_by,omitempty"`
 	Reason    string `json:"reason,omitempty"`
+	// TimeToDecideMS is how long the request waited for the decision.
+	TimeToDecideMS int64 `json:"time_to_decide_ms,omitempty"`
 }
 
 // Query selects records, newest first. Zero fields do not filter.

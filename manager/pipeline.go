@@ -277,5 +277,6 @@ func approvalRecord(o *confirm.Outcome) *audit.Approval {
 	if o == nil {
 		return nil
 	}
-	return &audit.Approval{ID: o.ApprovalID, Status: o.Status, DecidedBy: o.DecidedBy, Reason: o.Reason}
+	return &audit.Approval{ID: o.ApprovalID, Status: o.Status, DecidedBy: o.DecidedBy, Reason: o.Reason,
+		TimeToDecideMS: o.TimeToDecide.Milliseconds()}
 }

@@ -60,8 +60,12 @@ type LimitsConfig struct {
 type ApprovalConfig struct {
 	Timeout time.Duration `yaml:"timeout"`
 	// AutoApprove approves every require_approval. PERMISSIVE mode only;
-	// Validate rejects it in STRICT.
+	// Validate rejects it in STRICT. Without it, approvers decide in the web
+	// page (GET /) or through /v1/approvals.
 	AutoApprove bool `yaml:"auto_approve"`
+	// AllowedOrigins are extra browser origins accepted on the approval
+	// socket besides the gateway's own (behind a TLS-terminating proxy).
+	AllowedOrigins []string `yaml:"allowed_origins"`
 }
 
 // ExecutorsConfig enables backends.

@@ -40,6 +40,7 @@ type gateway struct {
 	manager  *manager.Manager
 	policy   *policy.Engine
 	audit    *audit.SQLite
+	hub      *confirm.Hub // nil when auto-approve is configured
 	// baseCancel ends every request context; called when the shutdown
 	// deadline passes so running executions are killed, not abandoned.
 	baseCancel context.CancelFunc
@@ -104,7 +105,7 @@ func build(ctx context.Context, cfg Config, _ func(string) string, stdout, stder
 	if err != nil {
 		return nil, err
 	}
-	confirmer, err := gw.confirmer()
+	confirmer, err := gw.confirmer(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -122,6 +123,7 @@ func build(ctx context.Context, cfg Config, _ func(string) string, stdout, stder
 	}
 	handler := api.New(api.Config{MaxBodyBytes: cfg.Limits.MaxBodyBytes}, api.Deps{
 		Manager: gw.manager, Policy: gw.policy, Audit: gw.audit, Auth: auth, Gatherer: reg, Logger: gw.log,
+		Approvals: gw.hub,
 	})
 	if err := gw.listen(handler); err != nil {
 		return nil, err
@@ -188,14 +190,22 @@ func (gw *gateway) executors(ctx context.Context) ([]executors.Executor, error) 
 	return out, nil
 }
 
-// confirmer is nil unless auto-approve is configured (PERMISSIVE only, as
-// Validate and NewAutoApprove both check). Without one, every
-// require_approval is denied with approval_unavailable.
-func (gw *gateway) confirmer() (confirm.Service, error) {
-	if !gw.cfg.Approval.AutoApprove {
-		return nil, nil
+// confirmer is the approval hub behind the web page, or AutoApprove when it
+// is configured (PERMISSIVE only, as Validate and NewAutoApprove both
+// check).
+func (gw *gateway) confirmer(ctx context.Context) (confirm.Service, error) {
+	if gw.cfg.Approval.AutoApprove {
+		return confirm.NewAutoApprove(gw.cfg.Mode)
 	}
-	return confirm.NewAutoApprove(gw.cfg.Mode)
+	hub, err := confirm.NewHub(ctx, confirm.HubOptions{
+		Store: gw.audit, Timeout: gw.cfg.Approval.Timeout, Logger: gw.log,
+		AllowedOrigins: gw.cfg.Approval.AllowedOrigins,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("approval hub: %w", err)
+	}
+	gw.hub = hub
+	return hub, nil
 }
 
 // tokens returns the configured tokens, or generates one per role when none
@@ -305,6 +315,13 @@ func (gw *gateway) shutdown() {
 	gw.log.Info("shutting down", "timeout", gw.cfg.Server.ShutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), gw.cfg.Server.ShutdownTimeout)
 	defer cancel()
+	// Requests waiting for a human would hold the shutdown to its deadline:
+	// the hub resolves them as interrupted (a deny) and closes every socket.
+	if gw.hub != nil {
+		if err := gw.hub.Close(sctx); err != nil {
+			gw.log.Warn("approval hub close", "err", err)
+		}
+	}
 	if err := gw.server.Shutdown(sctx); err != nil {
 		gw.log.Warn("shutdown deadline passed; cancelling running requests", "err", err)
 	}
