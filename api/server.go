@@ -138,7 +138,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := newRequestID()
 	w.Header().Set("X-Request-Id", id)
 	r = r.WithContext(withRequestID(r.Context(), id))
-	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	r.Body = http.MaxBytesReader(w, r.Body, s.bodyLimit(r))
 	defer func() {
 		if v := recover(); v != nil {
 			if v == http.ErrAbortHandler {
