@@ -484,3 +484,36 @@ func matches(g GrepResult) string {
 }
 
 var _ io.Reader = (*failingReader)(nil)
+
+// TestDeepTree: code can build trees deeper than MaxPathDepth; the API
+// refuses paths that deep and its walks stop there, and a walk costs one
+// open per directory, not one per component of every path.
+func TestDeepTree(t *testing.T) {
+	f := newFixture(t, Options{})
+	ctx := context.Background()
+	deep := filepath.Join(f.ws, strings.Repeat("d/", 200))
+	must(t, os.MkdirAll(deep, 0o755))
+	shallow := strings.Repeat("d/", 100) + "f.txt"
+	must(t, os.WriteFile(filepath.Join(f.ws, shallow), []byte("needle\n"), 0o644))
+	must(t, os.WriteFile(filepath.Join(deep, "f.txt"), []byte("needle\n"), 0o644))
+	start := time.Now()
+	g, err := f.w.Grep(ctx, sess, GrepQuery{Pattern: "needle", Literal: true})
+	if err != nil || len(g.Matches) != 1 || g.Matches[0].Path != DisplayPath(shallow) {
+		t.Fatalf("grep: %+v %v", g, err)
+	}
+	l, err := f.w.Glob(ctx, sess, "", "**/f.txt")
+	if err != nil || paths(l.Entries) != DisplayPath(shallow) {
+		t.Fatalf("glob: %s %v", paths(l.Entries), err)
+	}
+	if page, err := f.w.ReadText(ctx, sess, shallow, 0, 0); err != nil || page.Content != "     1\tneedle" {
+		t.Fatalf("read at depth 101: %+v %v", page, err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("walking a 200-deep tree took %v", d)
+	}
+	_, err = f.w.ReadText(ctx, sess, strings.Repeat("d/", 200)+"f.txt", 0, 0)
+	wantCode(t, err, errcode.PathTraversal)
+	if _, err := f.w.Write(ctx, sess, strings.Repeat("d/", 127)+"g.txt", WriteOverwrite, strings.NewReader("x")); err != nil {
+		t.Fatalf("write at the depth limit: %v", err)
+	}
+}

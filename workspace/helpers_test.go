@@ -93,12 +93,13 @@ func (f *fixture) plant() {
 // expand replaces the placeholders of the testdata files.
 func (f *fixture) expand(p string) string {
 	return strings.NewReplacer("$SELF", f.ws, "$OTHER", f.other, "$OUT", f.out,
-		"$LONG_PATH", longPath, "$LONG_NAME", longName).Replace(p)
+		"$LONG_PATH", longPath, "$LONG_NAME", longName, "$DEEP_PATH", deepPath).Replace(p)
 }
 
 var (
 	longPath = strings.Repeat("a/", 2049) + "x"
 	longName = strings.Repeat("n", 256)
+	deepPath = strings.Repeat("d/", MaxPathDepth) + "x"
 )
 
 // checkOutside fails the test if anything outside session s changed: the

@@ -13,11 +13,17 @@ import (
 // checks of ResolvePath) or by a symlink on the way that leads out.
 var ErrPathTraversal = errcode.New(errcode.PathTraversal, "the path is not inside the workspace")
 
-// Lexical limits on a client's path. They match Linux's PATH_MAX and
-// NAME_MAX, so a path that passes can be handed to the kernel whole.
+// Lexical limits on a client's path. The first two match Linux's PATH_MAX
+// and NAME_MAX, so a path that passes can be handed to the kernel whole.
+// MaxPathDepth has no kernel counterpart: os.Root resolves every access
+// one component at a time from the workspace, so checking each directory
+// of a path costs depth² opens; 128 levels keep that bounded (about 8,000
+// system calls) and are far beyond any real project. Walks (list, glob,
+// grep) do not descend below it either.
 const (
 	MaxPathBytes      = 4096
 	MaxComponentBytes = 255
+	MaxPathDepth      = 128
 )
 
 // Mount is where code sees the workspace, and the only absolute prefix the
@@ -33,6 +39,7 @@ var (
 	errTraversalDotDot    = errcode.New(errcode.PathTraversal, "the path leaves the workspace through ..")
 	errTraversalLong      = errcode.New(errcode.PathTraversal, "the path is longer than 4096 bytes")
 	errTraversalComponent = errcode.New(errcode.PathTraversal, "a path component is longer than 255 bytes")
+	errTraversalDepth     = errcode.New(errcode.PathTraversal, "the path has more than 128 components")
 	errTraversalSymlink   = errcode.New(errcode.PathTraversal, "a symlink on the path leads out of the workspace")
 )
 
@@ -58,7 +65,8 @@ func traversal(reason *errcode.Error, detail string) error {
 //     is stripped;
 //   - ".." that would leave the workspace. ".." is resolved lexically,
 //     before any symlink, so "a/../b" is "b" whatever "a" is;
-//   - paths over MaxPathBytes and components over MaxComponentBytes.
+//   - paths over MaxPathBytes or MaxPathDepth components, and components
+//     over MaxComponentBytes.
 //
 // Nothing else is special. Percent signs are not decoded (the HTTP layer
 // decoded the query once; "%2e%2e" is a file name here), and Unicode
@@ -89,10 +97,15 @@ func ResolvePath(p string) (string, error) {
 	if c == ".." || strings.HasPrefix(c, "../") {
 		return "", traversal(errTraversalDotDot, "dot-dot")
 	}
+	depth := 0
 	for comp := range strings.SplitSeq(c, "/") {
 		if len(comp) > MaxComponentBytes {
 			return "", traversal(errTraversalComponent, fmt.Sprintf("%d bytes", len(comp)))
 		}
+		depth++
+	}
+	if depth > MaxPathDepth {
+		return "", traversal(errTraversalDepth, fmt.Sprintf("%d components", depth))
 	}
 	return c, nil
 }

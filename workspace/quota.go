@@ -3,9 +3,9 @@ package workspace
 import (
 	"context"
 	"fmt"
-	"io"
+	"io/fs"
+	"math"
 	"os"
-	"path"
 	"strings"
 	"sync"
 	"time"
@@ -103,41 +103,23 @@ func (w *Workspaces) release(id string, dBytes, dFiles int64) {
 // Symlinks are counted, never followed. The temp files of writes in
 // flight are not counted: their writes reserve what they will add.
 func measure(ctx context.Context, root *os.Root, maxFiles int64) (bytes, files int64, err error) {
-	stack := []string{"."}
-	for len(stack) > 0 && files < maxFiles {
-		if err := ctx.Err(); err != nil {
-			return 0, 0, err
-		}
-		dir := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		d, err := openDir(root, dir)
-		if err != nil {
-			continue // removed, or swapped for a link that leads out, meanwhile
-		}
-		for files < maxFiles {
-			entries, err := d.ReadDir(512)
-			for _, e := range entries {
-				if strings.HasPrefix(e.Name(), tmpPrefix) {
-					continue
-				}
-				files++
-				switch {
-				case e.Type().IsDir():
-					stack = append(stack, path.Join(dir, e.Name()))
-				case e.Type().IsRegular():
-					if fi, err := e.Info(); err == nil {
-						bytes += fi.Size()
-					}
-				}
-			}
-			if err == io.EOF || len(entries) == 0 {
-				break
-			}
-			if err != nil {
-				break
-			}
-		}
-		d.Close()
+	top, err := subRoot(root, ".")
+	if err != nil {
+		return 0, 0, fmt.Errorf("measure workspace: %w", err)
 	}
-	return bytes, files, nil
+	defer top.Close()
+	wk := walker{ctx: ctx, budget: math.MaxInt}
+	err = walkTree(&wk, top, ".", 0, struct{}{}, func(_ *os.Root, _ string, e fs.DirEntry, _ struct{}) (struct{}, bool, bool) {
+		if strings.HasPrefix(e.Name(), tmpPrefix) {
+			return struct{}{}, false, false
+		}
+		files++
+		if e.Type().IsRegular() {
+			if fi, err := e.Info(); err == nil {
+				bytes += fi.Size()
+			}
+		}
+		return struct{}{}, true, files >= maxFiles
+	})
+	return bytes, files, err
 }

@@ -12,6 +12,7 @@ import (
 	"path"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -125,7 +126,7 @@ func (w *Workspaces) ListFiles(ctx context.Context, sessionID, p string, depth i
 		out.Entries = append(out.Entries, entryOf(rel, fi))
 		return out, nil
 	}
-	depth = max(depth, 1)
+	depth = min(max(depth, 1), MaxPathDepth-depthOf(rel))
 	budget := w.opts.MaxWalkEntries
 	type item struct {
 		rel   string
@@ -184,68 +185,33 @@ func (w *Workspaces) Glob(ctx context.Context, sessionID, base, pattern string) 
 		return Listing{}, err
 	}
 	defer s.close()
-	if err := s.checkDir(rel); err != nil {
+	top, err := s.openTree(rel)
+	if err != nil {
 		return Listing{}, err
 	}
+	defer top.Close()
 	out := Listing{Entries: []Entry{}}
-	budget := w.opts.MaxWalkEntries
-	type frame struct {
-		dir string
-		st  globState
-	}
-	stack := []frame{{rel, g.start()}}
-	for len(stack) > 0 && !out.Truncated {
-		if err := ctx.Err(); err != nil {
-			return Listing{}, err
-		}
-		f := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		entries, cut, err := readDir(s.root, f.dir, budget)
-		if err != nil {
-			if f.dir == rel {
-				return Listing{}, mapErr(err)
-			}
-			continue
-		}
-		budget -= len(entries)
-		out.Truncated = cut
-		var sub []frame
-		for _, e := range entries {
-			st := g.step(f.st, e.Name())
-			child := join(f.dir, e.Name())
+	wk := walker{ctx: ctx, budget: w.opts.MaxWalkEntries}
+	err = walkTree(&wk, top, rel, depthOf(rel), g.start(),
+		func(_ *os.Root, child string, e fs.DirEntry, st globState) (globState, bool, bool) {
+			st = g.step(st, e.Name())
 			if g.matched(st) {
-				info, err := e.Info()
-				if err != nil {
-					continue
-				}
 				if len(out.Entries) == w.opts.MaxListEntries {
 					out.Truncated = true
-					break
+					return st, false, true
 				}
-				out.Entries = append(out.Entries, entryOf(child, info))
+				if info, err := e.Info(); err == nil {
+					out.Entries = append(out.Entries, entryOf(child, info))
+				}
 			}
-			if e.IsDir() && g.alive(st) {
-				sub = append(sub, frame{child, st})
-			}
-		}
-		for i := len(sub) - 1; i >= 0; i-- {
-			stack = append(stack, sub[i])
-		}
+			return st, g.alive(st), false
+		})
+	if err != nil {
+		return Listing{}, err
 	}
+	out.Truncated = out.Truncated || wk.cut
 	sortEntries(out.Entries)
 	return out, nil
-}
-
-// checkDir reports whether rel is a directory (following links inside).
-func (s *session) checkDir(rel string) error {
-	fi, err := s.root.Stat(rel)
-	if err != nil {
-		return mapErr(err)
-	}
-	if !fi.IsDir() {
-		return fmt.Errorf("%w: %s", ErrNotDir, rel)
-	}
-	return nil
 }
 
 // GrepQuery is a search. Pattern is a literal string, or with Literal
@@ -321,50 +287,32 @@ func (w *Workspaces) Grep(ctx context.Context, sessionID string, q GrepQuery) (G
 	gr := grepper{ctx: ctx, s: s, match: match, maxMatches: w.opts.MaxGrepMatches, budget: w.opts.MaxGrepBytes,
 		res: GrepResult{Matches: []GrepMatch{}}}
 	if !fi.IsDir() {
-		if err := gr.file(rel, true); err != nil {
+		if err := gr.file(s.root, rel, rel, true); err != nil {
 			return GrepResult{}, err
 		}
 		return gr.res, nil
 	}
-	gr.walkBudget = w.opts.MaxWalkEntries
-	gr.filter = func(child string) bool { return filter(relTo(rel, child)) }
-	if err := gr.dir(rel, true); err != nil {
+	top, err := s.openTree(rel)
+	if err != nil {
 		return GrepResult{}, err
 	}
-	return gr.res, nil
-}
-
-// dir searches a directory depth first, in name order, so matches come out
-// in path order and a cut result keeps the first ones.
-func (g *grepper) dir(dir string, top bool) error {
-	if err := g.ctx.Err(); err != nil {
-		return err
+	defer top.Close()
+	wk := walker{ctx: ctx, budget: w.opts.MaxWalkEntries}
+	err = walkTree(&wk, top, rel, depthOf(rel), struct{}{},
+		func(r *os.Root, child string, e fs.DirEntry, _ struct{}) (struct{}, bool, bool) {
+			if e.Type().IsRegular() && filter(relTo(rel, child)) {
+				_ = gr.file(r, e.Name(), child, false)
+			}
+			return struct{}{}, true, gr.res.Truncated || gr.err != nil
+		})
+	if err == nil {
+		err = gr.err
 	}
-	entries, cut, err := readDir(g.s.root, dir, g.walkBudget)
 	if err != nil {
-		if top {
-			return mapErr(err)
-		}
-		return nil // removed or swapped meanwhile
+		return GrepResult{}, err
 	}
-	g.walkBudget -= len(entries)
-	for _, e := range entries {
-		if g.res.Truncated {
-			return nil
-		}
-		child := join(dir, e.Name())
-		switch {
-		case e.IsDir():
-			err = g.dir(child, false)
-		case e.Type().IsRegular() && g.filter(child):
-			err = g.file(child, false)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	g.res.Truncated = g.res.Truncated || cut
-	return nil
+	gr.res.Truncated = gr.res.Truncated || wk.cut
+	return gr.res, nil
 }
 
 func relTo(base, rel string) string {
@@ -396,17 +344,17 @@ type grepper struct {
 	ctx        context.Context
 	s          *session
 	match      func([]byte) bool
-	filter     func(rel string) bool
 	maxMatches int
 	budget     int64
-	walkBudget int
 	res        GrepResult
+	err        error // the context's, which ends the walk
 }
 
-// file searches one file. Errors opening it skip it, except for the file
-// the client named (explicit), whose error is the answer.
-func (g *grepper) file(rel string, explicit bool) error {
-	f, _, err := g.s.openRead(g.s.root, rel)
+// file searches the file name under r, shown as rel. Errors opening it
+// skip it, except for the file the client named (explicit), whose error is
+// the answer.
+func (g *grepper) file(r *os.Root, name, rel string, explicit bool) error {
+	f, _, err := g.s.openRead(r, name)
 	if err != nil {
 		if explicit {
 			return err
@@ -414,14 +362,14 @@ func (g *grepper) file(rel string, explicit bool) error {
 		return nil
 	}
 	defer f.Close()
-	r := bufio.NewReaderSize(f, 64<<10)
-	if head, _ := r.Peek(sniffBytes); bytes.IndexByte(head, 0) >= 0 {
+	br := bufio.NewReaderSize(f, 64<<10)
+	if head, _ := br.Peek(sniffBytes); bytes.IndexByte(head, 0) >= 0 {
 		return nil
 	}
 	g.res.FilesScanned++
 	line, lastMatch, atStart := 0, 0, true
 	for chunks := 0; ; chunks++ {
-		chunk, err := r.ReadSlice('\n')
+		chunk, err := br.ReadSlice('\n')
 		if len(chunk) > 0 {
 			if atStart {
 				line++
@@ -450,6 +398,7 @@ func (g *grepper) file(rel string, explicit bool) error {
 		}
 		if chunks%256 == 255 {
 			if err := g.ctx.Err(); err != nil {
+				g.err = err
 				return err
 			}
 		}
@@ -477,4 +426,107 @@ func lastRuneStart(s string) int {
 		}
 	}
 	return 0
+}
+
+// walker bounds a walk: its context and the entries it may still visit.
+type walker struct {
+	ctx     context.Context
+	budget  int
+	cut     bool // the budget ran out
+	stopped bool // visit said stop
+}
+
+// walkTree visits the entries under the directory r (shown as rel, depth
+// components below the workspace) depth first, in name order. visit gets
+// the Root of the entry's directory, the entry's path and the state of its
+// directory; it returns the state for the entry's children, whether to
+// descend into it (directories only; symlinks never), and whether to stop.
+//
+// Each directory is entered through a Root pinned on it (subRoot), so a
+// walk costs one open per directory whatever the depth, and a directory
+// swapped for a link while the walk is inside it changes nothing: children
+// are always opened from the directory already open, never by path from
+// the top. The walk goes no deeper than MaxPathDepth.
+func walkTree[T any](wk *walker, r *os.Root, rel string, depth int, st T,
+	visit func(r *os.Root, rel string, e fs.DirEntry, st T) (child T, descend, stop bool)) error {
+	if err := wk.ctx.Err(); err != nil {
+		return err
+	}
+	entries, cut, err := readDir(r, ".", wk.budget)
+	if err != nil {
+		return nil // removed or swapped meanwhile: nothing to see
+	}
+	wk.budget -= len(entries)
+	wk.cut = wk.cut || cut
+	for _, e := range entries {
+		child := join(rel, e.Name())
+		cst, descend, stop := visit(r, child, e, st)
+		if stop {
+			wk.stopped = true
+			return nil
+		}
+		if !descend || !e.IsDir() || depth+1 >= MaxPathDepth {
+			continue
+		}
+		sub, err := subRoot(r, e.Name())
+		if err != nil {
+			continue
+		}
+		err = walkTree(wk, sub, child, depth+1, cst, visit)
+		sub.Close()
+		if err != nil || wk.stopped {
+			return err
+		}
+	}
+	return nil
+}
+
+// openTree opens the directory a walk starts from, through the session's
+// Root (a link on the way that leads out is path_traversal).
+func (s *session) openTree(rel string) (*os.Root, error) {
+	fi, err := s.root.Stat(rel)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("%w: %s", ErrNotDir, rel)
+	}
+	r, err := subRoot(s.root, rel)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	return r, nil
+}
+
+// subRoot returns a Root on the directory name under r, pinned to the
+// directory opened now. The directory is opened once, with O_DIRECTORY (a
+// FIFO swapped in fails at once rather than blocking, which r.OpenRoot
+// would do), and the Root is made from that descriptor through
+// /proc/self/fd, so the path is never resolved a second time.
+func subRoot(r *os.Root, name string) (*os.Root, error) {
+	d, err := openDir(r, name)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	rc, err := d.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var sub *os.Root
+	cerr := rc.Control(func(fd uintptr) {
+		sub, err = os.OpenRoot("/proc/self/fd/" + strconv.FormatUint(uint64(fd), 10))
+	})
+	if cerr != nil {
+		return nil, cerr
+	}
+	return sub, err
+}
+
+// depthOf is the number of components of a path from ResolvePath.
+func depthOf(rel string) int {
+	if rel == "." {
+		return 0
+	}
+	return strings.Count(rel, "/") + 1
 }
