@@ -274,7 +274,8 @@ func plantHostile(t *testing.T, e *env, sid, otherSid string) *strings.Replacer 
 		}
 	}
 	return strings.NewReplacer("$SELF", d.Path, "$OTHER", od.Path, "$OUT", out,
-		"$LONG_PATH", strings.Repeat("a/", 2049)+"x", "$LONG_NAME", strings.Repeat("n", 256))
+		"$LONG_PATH", strings.Repeat("a/", 2049)+"x", "$LONG_NAME", strings.Repeat("n", 256),
+		"$DEEP_PATH", strings.Repeat("d/", workspace.MaxPathDepth)+"x")
 }
 
 const (
