@@ -24,9 +24,12 @@ const (
 	DefaultInstance = "default"
 	// DefaultSandboxID is the uid and gid of a run whose Spec names none.
 	// The gateway always passes the session's own uid; this is for callers
-	// without a workspace identity (tests, tools). It matches the
-	// subprocess executor's default.
-	DefaultSandboxID = 60000
+	// without a workspace identity (tests, tools). Containers share the
+	// host's uid space (no user namespace), so it is deliberately not the
+	// subprocess executor's default (60000): RLIMIT_NPROC and process
+	// accounting are per host uid, and container processes would eat that
+	// executor's process budget.
+	DefaultSandboxID = 61000
 	// DefaultTimeout applies when Spec.Timeout is zero.
 	DefaultTimeout = 30 * time.Second
 	// DefaultCPUs is the CPU quota of one container, in CPUs.

@@ -234,7 +234,7 @@ func (e *Executor) await(ctx context.Context, b *box, timeout time.Duration, cop
 // kill SIGKILLs the container: every process in it dies with its PID
 // namespace, setsid'd and double-forked ones included.
 func (e *Executor) kill(id string) {
-	ctx, cancel := context.WithTimeout(e.life, e.cfg.EngineTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(e.life), e.cfg.EngineTimeout)
 	defer cancel()
 	if _, err := e.cli.ContainerKill(ctx, id, client.ContainerKillOptions{Signal: "KILL"}); err != nil {
 		e.log.Debug("kill container", "container", shortID(id), "err", err.Error())
