@@ -27,6 +27,7 @@ type Config struct {
 	Policy    PolicyConfig    `yaml:"policy"`
 	Risk      RiskConfig      `yaml:"risk"`
 	Limits    LimitsConfig    `yaml:"limits"`
+	Workspace WorkspaceConfig `yaml:"workspace"`
 	Approval  ApprovalConfig  `yaml:"approval"`
 	Executors ExecutorsConfig `yaml:"executors"`
 	Auth      AuthConfig      `yaml:"auth"`
@@ -54,6 +55,15 @@ type LimitsConfig struct {
 	MaxCodeBytes   int           `yaml:"max_code_bytes"`
 	MaxBodyBytes   int64         `yaml:"max_body_bytes"`
 	DefaultTimeout time.Duration `yaml:"default_timeout"`
+}
+
+// WorkspaceConfig limits the file API. Result caps (list/glob 200, grep
+// 100, read 50,000 characters) are the deepagents contract and not
+// configurable here.
+type WorkspaceConfig struct {
+	MaxFileMiB int   `yaml:"max_file_mib"`
+	QuotaMiB   int64 `yaml:"quota_mib"`
+	QuotaFiles int64 `yaml:"quota_files"`
 }
 
 // ApprovalConfig configures step 4.
@@ -203,6 +213,9 @@ func (c Config) Validate() error {
 	}
 	if c.Limits.MaxCodeBytes <= 0 || c.Limits.MaxBodyBytes < int64(c.Limits.MaxCodeBytes) {
 		add("limits: max_code_bytes must be positive and max_body_bytes at least as large")
+	}
+	if w := c.Workspace; w.MaxFileMiB <= 0 || w.QuotaMiB <= 0 || w.QuotaFiles <= 0 {
+		add("workspace: max_file_mib, quota_mib and quota_files must be positive")
 	}
 	sp := c.Executors.Subprocess
 	if sp.Enabled && (sp.MemoryMB <= 0 || sp.CPUSeconds <= 0 || sp.MaxProcs <= 0 || sp.MaxOutputKiB <= 0) {

@@ -85,7 +85,10 @@ func build(ctx context.Context, cfg Config, _ func(string) string, stdout, stder
 	if gw.audit, err = audit.Open(ctx, filepath.Join(cfg.DataDir, "audit", "audit.db"), audit.Options{Logger: gw.log}); err != nil {
 		return nil, err
 	}
-	workspaces, err := workspace.New(filepath.Join(cfg.DataDir, "workspaces"), workspace.Options{})
+	workspaces, err := workspace.New(filepath.Join(cfg.DataDir, "workspaces"), workspace.Options{
+		MaxFileBytes: int64(cfg.Workspace.MaxFileMiB) << 20, QuotaBytes: cfg.Workspace.QuotaMiB << 20,
+		QuotaFiles: cfg.Workspace.QuotaFiles,
+	})
 	if err != nil {
 		return nil, err
 	}
