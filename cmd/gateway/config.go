@@ -151,7 +151,8 @@ func Default() Config {
 		Limits: LimitsConfig{
 			MaxCodeBytes: 256 << 10, MaxBodyBytes: 2 << 20, DefaultTimeout: 30 * time.Second,
 		},
-		Approval: ApprovalConfig{Timeout: 120 * time.Second},
+		Workspace: WorkspaceConfig{MaxFileMiB: 32, QuotaMiB: 1024, QuotaFiles: 100_000},
+		Approval:  ApprovalConfig{Timeout: 120 * time.Second},
 		Executors: ExecutorsConfig{
 			Subprocess: SubprocessConfig{Enabled: true, MemoryMB: 1024, CPUSeconds: 60, MaxProcs: 256, MaxOutputKiB: 1024},
 			Docker: DockerConfig{Enabled: true, Image: "sandgate/runtime:latest", MemoryMB: 512, CPUs: 1,
