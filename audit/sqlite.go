@@ -40,6 +40,11 @@ type Options struct {
 	// MaxQueryLimit is the largest page Query returns. Default 1000; the
 	// default page size is DefaultQueryLimit (100).
 	MaxQueryLimit int
+	// Synchronous is SQLite's synchronous setting for the WAL: "full"
+	// (default, see SQLite) or "normal", which skips the fsync per commit
+	// and can lose the newest records on a power or kernel failure (never
+	// on a process crash).
+	Synchronous string
 }
 
 func (o Options) withDefaults() Options {
@@ -54,6 +59,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxQueryLimit <= 0 {
 		o.MaxQueryLimit = DefaultMaxQueryLimit
+	}
+	if o.Synchronous == "" {
+		o.Synchronous = "full"
 	}
 	return o
 }
@@ -92,6 +100,7 @@ type SQLite struct {
 	log          *slog.Logger
 	writeTimeout time.Duration
 	maxLimit     int
+	synchronous  string // validated: "FULL" or "NORMAL"
 
 	w      *sql.DB       // exactly one connection; use only while holding wtoken
 	r      *sql.DB       // read-only pool
@@ -117,6 +126,10 @@ type SQLite struct {
 // to 0600. It applies pending migrations before returning.
 func Open(ctx context.Context, path string, opts Options) (*SQLite, error) {
 	opts = opts.withDefaults()
+	sync := strings.ToUpper(opts.Synchronous)
+	if sync != "FULL" && sync != "NORMAL" {
+		return nil, fmt.Errorf("audit: synchronous %q: want full or normal", opts.Synchronous)
+	}
 	if err := checkPath(path); err != nil {
 		return nil, err
 	}
@@ -129,6 +142,7 @@ func Open(ctx context.Context, path string, opts Options) (*SQLite, error) {
 	}
 
 	s := &SQLite{
+		synchronous:  sync,
 		path:         abs,
 		log:          opts.Logger,
 		writeTimeout: opts.WriteTimeout,
@@ -142,7 +156,7 @@ func Open(ctx context.Context, path string, opts Options) (*SQLite, error) {
 		return nil, errors.Join(err, s.closeDBs())
 	}
 	go s.writeLoop()
-	s.log.InfoContext(ctx, "audit database open", "path", abs, "journal_mode", "wal", "synchronous", "full")
+	s.log.InfoContext(ctx, "audit database open", "path", abs, "journal_mode", "wal", "synchronous", strings.ToLower(s.synchronous))
 	return s, nil
 }
 
@@ -212,7 +226,7 @@ func (s *SQLite) open(ctx context.Context, busy time.Duration) error {
 	// The writer sets the persistent journal mode; BEGIN IMMEDIATE takes
 	// the write lock up front so a transaction cannot fail halfway on a
 	// read-to-write upgrade.
-	s.w, err = sql.Open("sqlite", dsn(s.path, busy, "journal_mode(WAL)", "synchronous(FULL)", "journal_size_limit(67108864)")+"&_txlock=immediate")
+	s.w, err = sql.Open("sqlite", dsn(s.path, busy, "journal_mode(WAL)", "synchronous("+s.synchronous+")", "journal_size_limit(67108864)")+"&_txlock=immediate")
 	if err != nil {
 		return fmt.Errorf("audit: open %q: %w", s.path, err)
 	}

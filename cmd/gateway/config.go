@@ -28,6 +28,7 @@ type Config struct {
 	Risk      RiskConfig      `yaml:"risk"`
 	Limits    LimitsConfig    `yaml:"limits"`
 	Workspace WorkspaceConfig `yaml:"workspace"`
+	Audit     AuditConfig     `yaml:"audit"`
 	Approval  ApprovalConfig  `yaml:"approval"`
 	Executors ExecutorsConfig `yaml:"executors"`
 	Auth      AuthConfig      `yaml:"auth"`
@@ -64,6 +65,15 @@ type WorkspaceConfig struct {
 	MaxFileMiB int   `yaml:"max_file_mib"`
 	QuotaMiB   int64 `yaml:"quota_mib"`
 	QuotaFiles int64 `yaml:"quota_files"`
+}
+
+// AuditConfig tunes the audit database.
+type AuditConfig struct {
+	// Synchronous is "full" (default: every record is fsynced before the
+	// response, so not even a kernel crash caused by sandboxed code can
+	// erase it) or "normal" (faster; the newest records can be lost on a
+	// power or kernel failure, never on a gateway crash).
+	Synchronous string `yaml:"synchronous"`
 }
 
 // ApprovalConfig configures step 4.
@@ -151,6 +161,7 @@ func Default() Config {
 		Limits: LimitsConfig{
 			MaxCodeBytes: 256 << 10, MaxBodyBytes: 2 << 20, DefaultTimeout: 30 * time.Second,
 		},
+		Audit:     AuditConfig{Synchronous: "full"},
 		Workspace: WorkspaceConfig{MaxFileMiB: 32, QuotaMiB: 1024, QuotaFiles: 100_000},
 		Approval:  ApprovalConfig{Timeout: 120 * time.Second},
 		Executors: ExecutorsConfig{
@@ -217,6 +228,9 @@ func (c Config) Validate() error {
 	}
 	if w := c.Workspace; w.MaxFileMiB <= 0 || w.QuotaMiB <= 0 || w.QuotaFiles <= 0 {
 		add("workspace: max_file_mib, quota_mib and quota_files must be positive")
+	}
+	if c.Audit.Synchronous != "full" && c.Audit.Synchronous != "normal" {
+		add("audit.synchronous %q: want full or normal", c.Audit.Synchronous)
 	}
 	sp := c.Executors.Subprocess
 	if sp.Enabled && (sp.MemoryMB <= 0 || sp.CPUSeconds <= 0 || sp.MaxProcs <= 0 || sp.MaxOutputKiB <= 0) {

@@ -82,7 +82,7 @@ func build(ctx context.Context, cfg Config, _ func(string) string, stdout, stder
 	if err := prepareDataDir(cfg.DataDir); err != nil {
 		return nil, err
 	}
-	if gw.audit, err = audit.Open(ctx, filepath.Join(cfg.DataDir, "audit", "audit.db"), audit.Options{Logger: gw.log}); err != nil {
+	if gw.audit, err = audit.Open(ctx, filepath.Join(cfg.DataDir, "audit", "audit.db"), audit.Options{Logger: gw.log, Synchronous: cfg.Audit.Synchronous}); err != nil {
 		return nil, err
 	}
 	workspaces, err := workspace.New(filepath.Join(cfg.DataDir, "workspaces"), workspace.Options{
