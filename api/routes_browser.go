@@ -1,5 +1,8 @@
 package api
 
 // browserRoutes registers POST /v1/sessions/{id}/browser (DESIGN.md §5
-// "Browser").
-func (s *Server) browserRoutes() {}
+// "Browser"). Driving a browser is the agent's; approvers and admins read
+// what it did in the audit log.
+func (s *Server) browserRoutes() {
+	s.handle("POST /v1/sessions/{id}/browser", []Role{RoleAgent}, s.browserAction)
+}

@@ -106,7 +106,7 @@ func (a *navigateAction) validate(cfg *Config, fs *[]FieldError) {
 // precheck decides the typed URL before the browser sees it (and before
 // one is started for it): schemes the Fetch domain never pauses
 // (javascript:, chrome:, data:) stop here.
-func (a *navigateAction) precheck(ctx context.Context, g *guard, rec *audit.Record) error {
+func (a *navigateAction) precheck(ctx context.Context, g *guard, rec *audit.Record) (*typedURL, error) {
 	t, _ := targetOf(a.URL)
 	t.navigation, t.resourceType, t.method = true, string(network.ResourceTypeDocument), "GET"
 	rec.Detail["scheme"] = t.scheme
@@ -115,9 +115,9 @@ func (a *navigateAction) precheck(ctx context.Context, g *guard, rec *audit.Reco
 	}
 	v := g.decide(ctx, t, layerAction)
 	if !v.decision.Allowed() {
-		return &DeniedError{Reasons: v.decision.Reasons, PolicyRevision: v.decision.PolicyRevision}
+		return nil, &DeniedError{Reasons: v.decision.Reasons, PolicyRevision: v.decision.PolicyRevision}
 	}
-	return nil
+	return &typedURL{raw: a.URL, v: v}, nil
 }
 
 func (a *navigateAction) do(ctx context.Context, e *env) (any, error) {
@@ -163,17 +163,12 @@ func (g *guard) blockedNavigation(mainFrame string, origins []string) *Blocked {
 	return nil
 }
 
-// page describes the tab's current document.
+// page describes the tab's current document, in one round trip.
 func (in *instance) page(ctx context.Context, resp *network.Response) (PageResult, error) {
-	loc, err := chromedp.Run(ctx, chromedp.Location())
+	out, err := chromedp.Run(ctx, chromedp.Evaluate[PageResult](`({url: document.location.href, title: document.title})`))
 	if err != nil {
 		return PageResult{}, err
 	}
-	title, err := chromedp.Run(ctx, chromedp.Title())
-	if err != nil {
-		return PageResult{}, err
-	}
-	out := PageResult{URL: loc, Title: title}
 	if resp != nil {
 		out.Status = resp.Status
 	}

@@ -19,31 +19,96 @@ const (
 // request's cancellation, so a client that went away still gets its record.
 const auditWriteTimeout = 5 * time.Second
 
-// recorder appends the per-request decision records of one session without
+// recorder writes the per-request decision records of one session without
 // holding up the page: Chromium's paused request is answered first, and the
-// record is written next to it. Flush waits for every record queued before
-// it, so an action's response is never sent before the decisions taken
-// while it ran are durable (the manager's "audit before answer" rule), and
-// records appended concurrently share the store's group commit.
+// record is written next to it.
+//
+// What is durable before an action's response: the action's own record and
+// every denial (the decisions a client or an auditor acts on). Allow
+// records of page requests are batched and written in the background once
+// the session is idle for a moment (or the batch is full, or old), so that
+// they neither cost an action an extra commit nor queue in front of the
+// next action's record; Close writes what is left. A gateway that dies
+// meanwhile loses allow records, never a denial or an action.
 type recorder struct {
-	store audit.Store
-	log   *slog.Logger
-	wg    sync.WaitGroup
-	sem   chan struct{} // bounds concurrent appends
+	store      audit.Store
+	log        *slog.Logger
+	critical   sync.WaitGroup // denials: flushed before each action's response
+	background sync.WaitGroup // allow batches being written
+	sem        chan struct{}  // bounds concurrent appends
+
+	mu      sync.Mutex
+	pending []*audit.Record // allow records waiting for a quiet moment
+	oldest  time.Time
+	timer   *time.Timer
 }
+
+// Allow-record batching.
+const (
+	batchIdle   = 250 * time.Millisecond
+	batchMaxAge = 2 * time.Second
+	batchMax    = 64
+)
 
 func newRecorder(store audit.Store, log *slog.Logger) *recorder {
 	return &recorder{store: store, log: log, sem: make(chan struct{}, 64)}
 }
 
-// append writes rec in the background. It blocks only when 64 writes are
-// already in flight, which applies back-pressure to a page that floods
+// append queues rec: a critical record (a denial) is written at once; an
+// allow record joins the pending batch. Writing blocks only when 64 writes
+// are in flight, which applies back-pressure to a page that floods
 // requests rather than dropping records.
-func (r *recorder) append(rec *audit.Record) {
+func (r *recorder) append(rec *audit.Record, critical bool) {
+	if critical {
+		r.spawn(&r.critical, rec)
+		return
+	}
+	r.mu.Lock()
+	if len(r.pending) == 0 {
+		r.oldest = time.Now()
+	}
+	r.pending = append(r.pending, rec)
+	full := len(r.pending) >= batchMax || time.Since(r.oldest) >= batchMaxAge
+	r.mu.Unlock()
+	if full {
+		r.writePending()
+	} else {
+		r.quiet()
+	}
+}
+
+// quiet (re)arms the idle timer: the batch is written batchIdle after the
+// last record or action.
+func (r *recorder) quiet() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.pending) == 0 {
+		return
+	}
+	if r.timer == nil {
+		r.timer = time.AfterFunc(batchIdle, r.writePending)
+		return
+	}
+	r.timer.Reset(batchIdle)
+}
+
+// writePending writes the pending batch, its records concurrently so that
+// the store commits them together.
+func (r *recorder) writePending() {
+	r.mu.Lock()
+	batch := r.pending
+	r.pending = nil
+	r.mu.Unlock()
+	for _, rec := range batch {
+		r.spawn(&r.background, rec)
+	}
+}
+
+func (r *recorder) spawn(wg *sync.WaitGroup, rec *audit.Record) {
 	r.sem <- struct{}{}
-	r.wg.Add(1)
+	wg.Add(1)
 	go func() {
-		defer func() { <-r.sem; r.wg.Done() }()
+		defer func() { <-r.sem; wg.Done() }()
 		r.write(rec)
 	}()
 }
@@ -56,10 +121,20 @@ func (r *recorder) write(rec *audit.Record) {
 	}
 }
 
-// flush waits for the records queued so far, up to ctx.
-func (r *recorder) flush(ctx context.Context) {
+// flush waits for the denials queued so far, up to ctx.
+func (r *recorder) flush(ctx context.Context) { wait(ctx, &r.critical) }
+
+// drain writes the pending batch and waits for every record queued so
+// far, up to ctx.
+func (r *recorder) drain(ctx context.Context) {
+	r.writePending()
+	wait(ctx, &r.critical)
+	wait(ctx, &r.background)
+}
+
+func wait(ctx context.Context, wg *sync.WaitGroup) {
 	done := make(chan struct{})
-	go func() { r.wg.Wait(); close(done) }()
+	go func() { wg.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-ctx.Done():

@@ -45,6 +45,24 @@ func TestFormRoundTrip(t *testing.T) {
 	if n := sessionProcs(s); n != 0 {
 		t.Fatalf("%d Chromium processes left after close", n)
 	}
+	// Closing wrote the allow records still batched: the typed URL, the
+	// documents the Fetch layer let through (the form, its submission, the
+	// page back), each naming host and scheme only.
+	var typed, docs int
+	for _, r := range h.records(s, KindRequest) {
+		if r.Action != "allow" || r.Detail["host"] != "127.0.0.1" || r.Detail["scheme"] != "http" {
+			t.Fatalf("request record %+v", r)
+		}
+		switch {
+		case r.Detail["layer"] == layerAction:
+			typed++
+		case r.Detail["layer"] == layerFetch && r.Detail["resource_type"] == "Document":
+			docs++
+		}
+	}
+	if typed != 1 || docs < 3 {
+		t.Fatalf("allow records: %d typed, %d documents", typed, docs)
+	}
 }
 
 func TestScreenshot(t *testing.T) {

@@ -78,6 +78,36 @@ type guard struct {
 	tickets map[string]ticket // "host:port" → addresses an allow decision was made on
 	lookups map[string]lookup // host → recent answer, so both layers decide on one resolution
 	action  *actionState      // the action in progress, if any
+	typed   *typedURL         // the navigation the agent asked for, decided before the browser saw it
+}
+
+// typedURL is the decision already made on a navigation's URL: the Fetch
+// layer reuses it (once, for that exact URL, as the main frame's document)
+// instead of evaluating the same input again on the page's critical path.
+type typedURL struct {
+	raw     string
+	v       verdict
+	expires time.Time
+}
+
+// expect hands the guard the decision made on the URL about to be
+// navigated to.
+func (g *guard) expect(raw string, v verdict) {
+	g.mu.Lock()
+	g.typed = &typedURL{raw: raw, v: v, expires: time.Now().Add(ticketTTL)}
+	g.mu.Unlock()
+}
+
+// takeTyped returns the typed URL's decision for t, once.
+func (g *guard) takeTyped(t target) (verdict, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	tu := g.typed
+	if tu == nil || !t.navigation || t.method != "GET" || t.raw != tu.raw || time.Now().After(tu.expires) {
+		return verdict{}, false
+	}
+	g.typed = nil
+	return tu.v, true
 }
 
 // lookup is one cached resolution.
@@ -100,7 +130,16 @@ type actionState struct {
 	requestID string
 	blocked   []Blocked
 	dropped   int
+	// allowed holds the allow records of the action's requests, written
+	// together with the action's own record when it ends (one group commit
+	// instead of one per request on the action's path). Denials are never
+	// held back.
+	allowed []*audit.Record
 }
+
+// maxHeldRecords bounds the allow records one action holds back; past it
+// they are written at once.
+const maxHeldRecords = 256
 
 func newGuard(cfg *Config, p Decider, res Resolver, rec *recorder, sessionID, backend string) *guard {
 	return &guard{cfg: cfg, policy: p, resolver: res, rec: rec, sessionID: sessionID, backend: backend,
@@ -197,6 +236,13 @@ func (t target) hostPort() string { return net.JoinHostPort(t.host, strconv.Itoa
 // address list, which the policy denies unless the host is allowlisted,
 // and the engine turns its own failures into deny.
 func (g *guard) decide(ctx context.Context, t target, layer string) verdict {
+	if layer == layerFetch {
+		if v, ok := g.takeTyped(t); ok {
+			g.allowed(t, layer, v)
+			g.record(t, layer, v)
+			return v
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.DecisionTimeout)
 	defer cancel()
 	var v verdict
@@ -213,16 +259,22 @@ func (g *guard) decide(ctx context.Context, t target, layer string) verdict {
 		AllowHosts: g.cfg.AllowHosts,
 	}
 	v.decision = g.policy.DecideBrowser(ctx, in)
-	if v.decision.Allowed() && layer == layerFetch && g.backend == BackendExternal && t.host != "" {
-		g.mu.Lock()
-		if len(g.tickets) >= maxTickets {
-			clear(g.tickets)
-		}
-		g.tickets[t.hostPort()] = ticket{addrs: v.addrs, expires: time.Now().Add(ticketTTL)}
-		g.mu.Unlock()
-	}
+	g.allowed(t, layer, v)
 	g.record(t, layer, v)
 	return v
+}
+
+// allowed issues the proxy a ticket for an allow of the Fetch layer.
+func (g *guard) allowed(t target, layer string, v verdict) {
+	if !v.decision.Allowed() || layer != layerFetch || g.backend != BackendExternal || t.host == "" {
+		return
+	}
+	g.mu.Lock()
+	if len(g.tickets) >= maxTickets {
+		clear(g.tickets)
+	}
+	g.tickets[t.hostPort()] = ticket{addrs: v.addrs, expires: time.Now().Add(ticketTTL)}
+	g.mu.Unlock()
 }
 
 // ticketFor returns the addresses a recent Fetch-layer allow was made on
@@ -292,8 +344,10 @@ func addrStrings(as []netip.Addr) []string {
 // headers, cookies or page content.
 func (g *guard) record(t target, layer string, v verdict) {
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	reqID := ""
-	if a := g.action; a != nil {
+	a := g.action
+	if a != nil {
 		reqID = a.requestID
 		if !v.decision.Allowed() {
 			if len(a.blocked) < maxBlocked {
@@ -304,7 +358,6 @@ func (g *guard) record(t target, layer string, v verdict) {
 			}
 		}
 	}
-	g.mu.Unlock()
 	rec := &audit.Record{
 		RequestID: reqID, Kind: KindRequest, SessionID: g.sessionID,
 		Action: v.decision.Action, Executor: "browser." + g.backend, Reasons: auditReasons(v.decision.Reasons),
@@ -328,7 +381,11 @@ func (g *guard) record(t target, layer string, v verdict) {
 	if len(v.addrs) > 0 {
 		rec.Detail["resolved"] = strings.Join(addrStrings(v.addrs), ",")
 	}
-	g.rec.append(rec)
+	if a != nil && v.decision.Allowed() && len(a.allowed) < maxHeldRecords {
+		a.allowed = append(a.allowed, rec)
+		return
+	}
+	g.rec.append(rec, !v.decision.Allowed())
 }
 
 func auditReasons(rs []policy.Reason) []audit.Reason {

@@ -1,10 +1,10 @@
 package browser
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"iter"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -16,8 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/chromedp/cdproto/browser"
-	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/inspector"
 	"github.com/chromedp/cdproto/network"
@@ -72,7 +70,20 @@ type instance struct {
 
 	crashed   atomic.Bool // the renderer crashed or the tab went away
 	closeOnce sync.Once
-	loops     sync.WaitGroup
+
+	loopsMu  sync.Mutex
+	stopping bool           // set by close: no new event handler starts
+	loops    sync.WaitGroup // event handlers in flight
+}
+
+// spawn runs an event handler, unless the instance is closing.
+func (in *instance) spawn(fn func()) {
+	in.loopsMu.Lock()
+	defer in.loopsMu.Unlock()
+	if in.stopping {
+		return
+	}
+	in.loops.Go(fn)
 }
 
 // alive reports whether the browser can take another action, as far as
@@ -81,22 +92,25 @@ func (in *instance) alive() bool {
 	return in.browserCtx.Err() == nil && in.tabCtx.Err() == nil && !in.crashed.Load()
 }
 
-// probeTimeout bounds the liveness probe before an action.
-const probeTimeout = 2 * time.Second
-
-// responsive asks the browser process for its version: a process that died
-// a moment ago (its exit not yet noticed) or hung fails it, and the router
-// starts a new browser before the action instead of failing the action.
-func (in *instance) responsive(ctx context.Context) bool {
+// responsive tells a browser that died a moment ago (its exit not yet
+// noticed by chromedp) from a live one, so that the router starts a new
+// browser before the action instead of failing the action. For the
+// external backend it looks at the process itself (gone, or a zombie);
+// a remote (aio) browser's lost connection ends its context at once.
+func (in *instance) responsive() bool {
 	if !in.alive() {
 		return false
 	}
-	pctx, cancel := context.WithTimeout(in.browserCtx, probeTimeout)
-	defer cancel()
-	stop := context.AfterFunc(ctx, cancel)
-	defer stop()
-	_, err := chromedp.CallBrowser(pctx, browser.GetVersion, cdp.Empty{})
-	return err == nil || ctx.Err() != nil
+	if in.pid <= 0 {
+		return true
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(in.pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ...: the state follows the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	return i > 0 && i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X'
 }
 
 // startExternal launches a headless Chromium for the session, pinned to a
@@ -239,50 +253,36 @@ func (in *instance) openTab(ctx context.Context, m *Manager) error {
 // iframes) and worker is paused until the policy has decided it. With
 // proxyAuth the proxy's credential challenges are answered too.
 func (in *instance) interceptRequests(ctx context.Context, proxyAuth bool) error {
-	paused := chromedp.BrowserEvents(in.browserCtx, fetch.RequestPaused)
-	var auths iter.Seq2[fetch.EventAuthRequired, error]
-	if proxyAuth {
-		auths = chromedp.BrowserEvents(in.browserCtx, fetch.AuthRequired)
+	// The listener runs in chromedp's read loop and must not block (the
+	// answers to our own Fetch commands come through that loop): each
+	// event gets a goroutine, and at most maxInflightPauses of them decide
+	// at once.
+	sem := make(chan struct{}, maxInflightPauses)
+	err := chromedp.ListenBrowser(in.browserCtx, func(ev any) {
+		switch ev := ev.(type) {
+		case *fetch.EventRequestPaused:
+			in.spawn(func() {
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				in.onPaused(*ev)
+			})
+		case *fetch.EventAuthRequired:
+			in.spawn(func() { in.onAuth(*ev) })
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("listen for paused requests: %w", err)
 	}
 	cctx, cancel := context.WithTimeout(in.browserCtx, cdpCallTimeout)
 	defer cancel()
 	stop := context.AfterFunc(ctx, cancel)
 	defer stop()
-	_, err := chromedp.CallBrowser(cctx, fetch.Enable, fetch.EnableParams{
+	_, err = chromedp.CallBrowser(cctx, fetch.Enable, fetch.EnableParams{
 		Patterns:           []*fetch.RequestPattern{{URLPattern: "*", RequestStage: fetch.RequestStageRequest}},
 		HandleAuthRequests: &proxyAuth,
 	})
 	if err != nil {
 		return fmt.Errorf("enable request interception: %w", err)
-	}
-	in.loops.Add(1)
-	go func() {
-		defer in.loops.Done()
-		sem := make(chan struct{}, maxInflightPauses)
-		var wg sync.WaitGroup
-		defer wg.Wait()
-		for ev, err := range paused {
-			if err != nil {
-				return
-			}
-			sem <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-sem }()
-				in.onPaused(ev)
-			})
-		}
-	}()
-	if auths != nil {
-		in.loops.Add(1)
-		go func() {
-			defer in.loops.Done()
-			for ev, err := range auths {
-				if err != nil {
-					return
-				}
-				go in.onAuth(ev)
-			}
-		}()
 	}
 	return nil
 }
@@ -306,7 +306,6 @@ func (in *instance) onPaused(ev fetch.EventRequestPaused) {
 			Reasons: []policy.Reason{{Code: "browser.url", Message: "the request URL could not be parsed"}}}
 		in.guard.record(t, layerFetch, v)
 	}
-	in.log.Debug("browser: paused", "url", t.origin(), "type", t.resourceType, "action", v.decision.Action)
 	cctx, cancel := context.WithTimeout(ctx, cdpCallTimeout)
 	defer cancel()
 	var err error
@@ -370,9 +369,12 @@ func (in *instance) close() {
 		if in.proxy != nil {
 			in.proxy.close()
 		}
+		in.loopsMu.Lock()
+		in.stopping = true
+		in.loopsMu.Unlock()
 		in.loops.Wait()
 		ctx, cancel := context.WithTimeout(context.Background(), auditWriteTimeout)
-		in.rec.flush(ctx)
+		in.rec.drain(ctx)
 		cancel()
 	})
 }

@@ -141,20 +141,13 @@ func (m *Manager) Do(ctx context.Context, req Request) (*Result, error) {
 	start := time.Now()
 	rec := &audit.Record{RequestID: req.RequestID, Kind: KindAction, SessionID: req.SessionID, Principal: req.Principal,
 		Detail: map[string]string{"action": req.Action}}
-	res, err := m.do(ctx, req, rec)
-	if res != nil {
-		res.Duration = time.Since(start)
-	}
-	m.finish(ctx, rec, res, err, start)
-	return res, err
-}
-
-func (m *Manager) do(ctx context.Context, req Request, rec *audit.Record) (*Result, error) {
 	if err := workspace.ValidateSessionID(req.SessionID); err != nil {
+		m.finish(ctx, rec, nil, err, start, nil)
 		return nil, err
 	}
 	act, err := parseAction(&m.cfg, req.Action, req.Params)
 	if err != nil {
+		m.finish(ctx, rec, nil, err, start, nil)
 		return nil, err
 	}
 	backend := req.Context.Backend()
@@ -163,16 +156,23 @@ func (m *Manager) do(ctx context.Context, req Request, rec *audit.Record) (*Resu
 	for {
 		r, err := m.router(req.SessionID)
 		if err != nil {
+			m.finish(ctx, rec, nil, err, start, nil)
 			return nil, err
 		}
 		if err := r.acquire(ctx); err != nil {
-			return nil, cancelled(err)
+			err = cancelled(err)
+			m.finish(ctx, rec, nil, err, start, nil)
+			return nil, err
 		}
 		if r.released {
 			r.release() // ReleaseSession won the race: use a fresh router
 			continue
 		}
 		res, err := r.run(ctx, req, act, backend, rec)
+		if res != nil {
+			res.Duration = time.Since(start)
+		}
+		m.finish(ctx, rec, res, err, start, r)
 		r.release()
 		return res, err
 	}
@@ -230,8 +230,7 @@ func (m *Manager) ReleaseSession(ctx context.Context, sessionID string) error {
 	if err := r.acquire(ctx); err != nil {
 		return fmt.Errorf("browser: release session %s: %w", sessionID, err)
 	}
-	r.released = true
-	r.closeInstance()
+	r.retire(ctx)
 	r.release()
 	return nil
 }
@@ -266,8 +265,7 @@ func (m *Manager) Close(ctx context.Context) error {
 					mu.Unlock()
 					return
 				}
-				r.released = true
-				r.closeInstance()
+				r.retire(ctx)
 				r.release()
 			})
 		}
@@ -329,7 +327,7 @@ func (m *Manager) sweep(now time.Time) {
 				delete(m.routers, r.sessionID)
 			}
 			m.mu.Unlock()
-			r.released = true
+			r.retire(m.lifetime)
 		}
 		r.release()
 	}
@@ -353,8 +351,9 @@ func (m *Manager) Live() map[string]string {
 	return out
 }
 
-// finish writes the action's audit record.
-func (m *Manager) finish(ctx context.Context, rec *audit.Record, res *Result, err error, start time.Time) {
+// finish writes the action's audit record; with a router (whose lock the
+// caller holds), together with the decisions taken while it ran.
+func (m *Manager) finish(ctx context.Context, rec *audit.Record, res *Result, err error, start time.Time, r *Router) {
 	rec.DurationMS = time.Since(start).Milliseconds()
 	code, status, _ := errcodeOf(err)
 	rec.ErrorCode, rec.HTTPStatus = string(code), status
@@ -373,6 +372,10 @@ func (m *Manager) finish(ctx context.Context, rec *audit.Record, res *Result, er
 	}
 	if rec.ErrorCode == "internal" {
 		m.log.ErrorContext(ctx, "browser action failed", "request_id", rec.RequestID, "session_id", rec.SessionID, "err", err)
+	}
+	if r != nil {
+		r.writeRecords(ctx, rec)
+		return
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditWriteTimeout)
 	defer cancel()

@@ -87,7 +87,7 @@ func newEgressProxy(g *guard, log *slog.Logger) (*egressProxy, error) {
 		Rewrite:   func(*httputil.ProxyRequest) {}, // the outgoing request is prepared in serveHTTP
 		Transport: p.tr,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			log.Debug("browser proxy upstream failed", "host", r.Host, "err", err)
+			log.Debug("browser proxy: upstream failed", "err", err)
 			w.WriteHeader(http.StatusBadGateway)
 		},
 	}
@@ -122,7 +122,6 @@ func (p *egressProxy) authorized(r *http.Request) bool {
 }
 
 func (p *egressProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	p.log.Debug("browser proxy", "method", r.Method, "host", r.Host, "auth", p.authorized(r))
 	if !p.authorized(r) {
 		w.Header().Set("Proxy-Authenticate", `Basic realm="sandgate"`)
 		w.WriteHeader(http.StatusProxyAuthRequired)

@@ -3,6 +3,7 @@ package browser
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,7 +22,8 @@ type Router struct {
 	backend   atomic.Pointer[string] // the live instance's backend, for Live
 
 	inst     *instance
-	rec      *recorder // the session's decision records, across instances
+	rec      *recorder       // the session's decision records, across instances
+	held     []*audit.Record // allow records of the running action, written with its record
 	lastUsed time.Time
 	released bool // forgotten by the manager; a waiter must get a new router
 }
@@ -51,6 +53,38 @@ func (r *Router) tryAcquire() bool {
 
 func (r *Router) release() { <-r.sem }
 
+// writeRecords writes the action's record, durably, with every denial
+// queued so far; then the allow records the action held, in the background
+// (see recorder). The caller holds the lock; nothing reaches the client
+// before this returns.
+func (r *Router) writeRecords(ctx context.Context, action *audit.Record) {
+	held := r.held
+	r.held = nil
+	var wg sync.WaitGroup
+	wg.Go(func() { r.rec.write(action) })
+	wg.Go(func() {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditWriteTimeout)
+		defer cancel()
+		r.rec.flush(fctx)
+	})
+	wg.Wait()
+	for _, rec := range held {
+		r.rec.append(rec, false)
+	}
+	r.rec.quiet()
+}
+
+// retire ends the router for good: its browser is closed and its records
+// written. A waiter that acquires it afterwards gets a new router. The
+// caller holds the lock.
+func (r *Router) retire(ctx context.Context) {
+	r.released = true
+	r.closeInstance()
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditWriteTimeout)
+	defer cancel()
+	r.rec.drain(dctx)
+}
+
 // closeInstance ends the live instance, if any. The caller holds the lock.
 func (r *Router) closeInstance() {
 	if r.inst == nil {
@@ -70,7 +104,7 @@ func (r *Router) closeInstance() {
 // first, so the session never has two) or one that crashed. The caller
 // holds the lock.
 func (r *Router) ensure(ctx context.Context, backend string) (in *instance, started bool, err error) {
-	if r.inst != nil && r.inst.backend == backend && r.inst.responsive(ctx) {
+	if r.inst != nil && r.inst.backend == backend && r.inst.responsive() {
 		return r.inst, false, nil
 	}
 	if r.inst != nil {
@@ -114,9 +148,10 @@ func startError(ctx context.Context, err error) error {
 	return errors.Join(ErrUnavailable, err)
 }
 
-// prechecker is an action with a policy check that needs no browser.
+// prechecker is an action with a policy check that needs no browser. The
+// verdict, if any, is handed to the instance's guard (see guard.expect).
 type prechecker interface {
-	precheck(ctx context.Context, g *guard, rec *audit.Record) error
+	precheck(ctx context.Context, g *guard, rec *audit.Record) (*typedURL, error)
 }
 
 // run executes one action with the lock held.
@@ -131,15 +166,15 @@ func (r *Router) run(ctx context.Context, req Request, act action, backend strin
 	}
 	// An action that can be refused without a browser (a navigation to a
 	// URL the policy denies) is refused before one is started.
+	var typed *typedURL
 	if pc, ok := act.(prechecker); ok {
 		g := newGuard(&r.m.cfg, r.m.deps.Policy, r.m.resolver, r.rec, r.sessionID, backend)
 		g.begin(req.RequestID)
-		err := pc.precheck(ctx, g, rec)
+		var err error
+		typed, err = pc.precheck(ctx, g, rec)
 		st := g.end()
+		r.held = append(r.held, st.allowed...)
 		if err != nil {
-			fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), auditWriteTimeout)
-			r.rec.flush(fctx)
-			fcancel()
 			res.Blocked = st.blocked
 			return res, err
 		}
@@ -147,6 +182,9 @@ func (r *Router) run(ctx context.Context, req Request, act action, backend strin
 	in, started, err := r.ensure(ctx, backend)
 	if err != nil {
 		return nil, err
+	}
+	if typed != nil {
+		in.guard.expect(typed.raw, typed.v)
 	}
 	res.Started = started
 	in.guard.begin(req.RequestID)
@@ -156,12 +194,8 @@ func (r *Router) run(ctx context.Context, req Request, act action, backend strin
 	data, err := act.do(actx, &env{m: r.m, in: in, req: req, rec: rec})
 	stop()
 	cancel()
-	// Decisions of the requests the action caused are durable before the
-	// action's own record and response.
-	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), auditWriteTimeout)
-	r.rec.flush(fctx)
-	fcancel()
 	st := in.guard.end()
+	r.held = append(r.held, st.allowed...)
 	res.Blocked, res.BlockedDropped = st.blocked, st.dropped
 	if res.Blocked == nil {
 		res.Blocked = []Blocked{}

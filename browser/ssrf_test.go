@@ -2,6 +2,7 @@ package browser
 
 import (
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -109,6 +110,7 @@ func TestSSRF(t *testing.T) {
 		}
 		// The fetch is paused and failed by the Fetch layer; the WebSocket,
 		// which Fetch never sees, is refused by the proxy.
+		slices.Sort(layers)
 		if strings.Join(layers, ",") != "fetch,proxy" {
 			t.Fatalf("denials by layer = %v", layers)
 		}

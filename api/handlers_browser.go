@@ -1,0 +1,76 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/sandgate/sandgate/browser"
+	"github.com/sandgate/sandgate/errcode"
+	"github.com/sandgate/sandgate/manager"
+)
+
+var errBrowserOff = errcode.New(errcode.ExecutorUnavailable, "the browser is not enabled on this gateway")
+
+// browserBody is POST /v1/sessions/{id}/browser. Params are decoded by the
+// browser package, strictly, per action.
+type browserBody struct {
+	Action  string               `json:"action"`
+	Params  json.RawMessage      `json:"params"`
+	Context browser.RouteContext `json:"context"`
+}
+
+// browserResponse is a finished action.
+type browserResponse struct {
+	Action  string `json:"action"`
+	Backend string `json:"backend"`
+	Started bool   `json:"started"`
+	Result  any    `json:"result"`
+	// Blocked lists the requests the policy refused while the action ran.
+	Blocked        []browser.Blocked `json:"blocked"`
+	BlockedDropped int               `json:"blocked_dropped,omitempty"`
+	DurationMS     int64             `json:"duration_ms"`
+	RequestID      string            `json:"request_id"`
+}
+
+func (s *Server) browserAction(w http.ResponseWriter, r *http.Request) error {
+	if s.deps.Browser == nil {
+		return errBrowserOff
+	}
+	var body browserBody
+	if err := decodeJSON(r, &body); err != nil {
+		return err
+	}
+	p := principal(r)
+	res, err := s.deps.Browser.Do(r.Context(), browser.Request{
+		RequestID: requestID(r.Context()), SessionID: r.PathValue("id"), Principal: p.Role + ":" + p.Name,
+		Action: body.Action, Params: body.Params, Context: body.Context,
+	})
+	if err != nil {
+		return browserError(err)
+	}
+	writeJSON(w, http.StatusOK, browserResponse{
+		Action: res.Action, Backend: res.Backend, Started: res.Started, Result: res.Data,
+		Blocked: res.Blocked, BlockedDropped: res.BlockedDropped, DurationMS: res.Duration.Milliseconds(),
+		RequestID: requestID(r.Context()),
+	})
+	return nil
+}
+
+// browserError gives the browser's field and policy errors the shapes the
+// one error writer renders (fields, reasons); the code is unchanged.
+func browserError(err error) error {
+	var ve *browser.ValidationError
+	if errors.As(err, &ve) {
+		fields := make([]manager.FieldError, len(ve.Fields))
+		for i, f := range ve.Fields {
+			fields[i] = manager.FieldError{Field: f.Field, Code: f.Code, Message: f.Message}
+		}
+		return &manager.ValidationError{Fields: fields}
+	}
+	var de *browser.DeniedError
+	if errors.As(err, &de) {
+		return &manager.DeniedError{Kind: de, Reasons: de.Reasons}
+	}
+	return err
+}
