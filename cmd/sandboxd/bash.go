@@ -32,11 +32,15 @@ type runExtension struct {
 // runOutput is the x_sandgate part of a response: the exact bytes of both
 // streams (JSON strings cannot carry invalid UTF-8) and the spill file.
 type runOutput struct {
-	StdoutB64  string  `json:"stdout_b64"`
-	StderrB64  string  `json:"stderr_b64"`
-	Truncated  bool    `json:"truncated"`
-	SpillPath  *string `json:"spill_path"`
-	DurationMS int64   `json:"duration_ms"`
+	StdoutB64 string `json:"stdout_b64"`
+	StderrB64 string `json:"stderr_b64"`
+	// Truncated is set when either stream overflowed output_limit;
+	// StdoutTruncated and StderrTruncated say which.
+	Truncated       bool    `json:"truncated"`
+	StdoutTruncated bool    `json:"stdout_truncated"`
+	StderrTruncated bool    `json:"stderr_truncated"`
+	SpillPath       *string `json:"spill_path"`
+	DurationMS      int64   `json:"duration_ms"`
 }
 
 // bashSession is a /v1/bash session: only API-level state (its default
@@ -292,15 +296,16 @@ func (s *server) bashResult(sid string, j *job, maxLen int, ext bool) bashExecRe
 		Offset: len(out), StderrOffset: len(errb),
 	}
 	if ext {
-		res.XSandgate = s.runOutput(j, out, errb, outTrunc || errTrunc)
+		res.XSandgate = s.runOutput(j, out, errb, outTrunc, errTrunc)
 	}
 	return res
 }
 
-func (s *server) runOutput(j *job, out, errb []byte, truncated bool) *runOutput {
+func (s *server) runOutput(j *job, out, errb []byte, outTrunc, errTrunc bool) *runOutput {
+	truncated := outTrunc || errTrunc
 	ro := &runOutput{
 		StdoutB64: base64.StdEncoding.EncodeToString(out), StderrB64: base64.StdEncoding.EncodeToString(errb),
-		Truncated: truncated,
+		Truncated: truncated, StdoutTruncated: outTrunc, StderrTruncated: errTrunc,
 	}
 	j.mu.Lock()
 	if truncated && j.spilled != "" {

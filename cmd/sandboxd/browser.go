@@ -74,7 +74,8 @@ func (b *browser) ensure(ctx context.Context) (int, error) {
 	}
 	cmd := exec.Command(b.cfg.Chromium, b.flags(dataDir)...)
 	cmd.Dir = dataDir
-	cmd.Env = b.jobs.env(map[string]string{"HOME": dataDir, "XDG_CONFIG_HOME": dataDir, "XDG_CACHE_HOME": dataDir}, "browser")
+	marker := "browser-" + newID()
+	cmd.Env = b.jobs.env(map[string]string{"HOME": dataDir, "XDG_CONFIG_HOME": dataDir, "XDG_CACHE_HOME": dataDir}, marker)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	tail := &tailBuffer{max: 4096}
 	cmd.Stderr = tail
@@ -82,7 +83,7 @@ func (b *browser) ensure(ctx context.Context) (int, error) {
 		_ = os.RemoveAll(dataDir)
 		return 0, fmt.Errorf("start %s: %w", b.cfg.Chromium, err)
 	}
-	root := treeRoot{pid: cmd.Process.Pid, marker: "browser"}
+	root := treeRoot{pid: cmd.Process.Pid, marker: marker}
 	if p, ok := readProc(root.pid); ok {
 		root.start = p.start
 	}

@@ -122,7 +122,7 @@ func (s *server) handleCodeExecute(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if req.XSandgate != nil {
-		res.XSandgate = s.runOutput(j, out, errb, outTrunc || errTrunc)
+		res.XSandgate = s.runOutput(j, out, errb, outTrunc, errTrunc)
 	}
 	writeOK(w, res)
 }

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Command statuses of /v1/bash (aio-api.md §2.3).
@@ -128,14 +130,29 @@ func (t *jobTable) start(spec jobSpec) (*job, error) {
 	id := newID()
 	argv := spec.argv
 	if spec.limits != nil {
+		l := clampLimits(*spec.limits)
+		spec.limits = &l
+	}
+	// Per-run rlimits. A program read from stdin (python, node) cannot run
+	// before its text arrives: its limits are set with prlimit(2) between
+	// the start and the first byte, at no cost. A command line (bash -c)
+	// runs at once, so it goes through a shell that sets them first.
+	gate := spec.limits != nil && spec.stdin != ""
+	if spec.limits != nil && !gate {
 		argv = append([]string{"/bin/sh", "-c", ulimitScript(*spec.limits), "sh"}, argv...)
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = spec.dir
 	cmd.Env = t.env(spec.env, id)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var stdinW *os.File
 	if spec.stdin != "" {
-		cmd.Stdin = strings.NewReader(spec.stdin)
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		defer r.Close() // the child has its copy once started
+		cmd.Stdin, stdinW = r, w
 	}
 	retain := spec.retain
 	if retain <= 0 {
@@ -171,9 +188,21 @@ func (t *jobTable) start(spec jobSpec) (*job, error) {
 	for _, w := range writers {
 		_ = w.Close()
 	}
+	if err == nil && gate {
+		if err = setLimits(cmd.Process.Pid, *spec.limits); err != nil {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		}
+	}
 	if err != nil {
-		closeAll(readers[:], nil)
+		closeAll(readers[:], []*os.File{stdinW})
 		return nil, err
+	}
+	if stdinW != nil {
+		go func() {
+			// EPIPE when the program exits without reading it all.
+			_, _ = io.WriteString(stdinW, spec.stdin)
+			_ = stdinW.Close()
+		}()
 	}
 	var pumps sync.WaitGroup
 	for i, r := range readers {
@@ -306,6 +335,44 @@ func closeAll(a, b []*os.File) {
 			_ = f.Close()
 		}
 	}
+}
+
+// clampLimits lowers each limit to sandboxd's own hard limit, which its
+// children inherit and cannot raise.
+func clampLimits(lim runLimits) runLimits {
+	clamp := func(v, res int, unit uint64) int {
+		var cur unix.Rlimit
+		if v <= 0 || unix.Getrlimit(res, &cur) != nil || cur.Max == unix.RLIM_INFINITY {
+			return v
+		}
+		return int(min(uint64(v), cur.Max/unit))
+	}
+	lim.CPUSeconds = clamp(lim.CPUSeconds, unix.RLIMIT_CPU, 1)
+	lim.MaxOpenFiles = clamp(lim.MaxOpenFiles, unix.RLIMIT_NOFILE, 1)
+	lim.MaxFileSizeMB = clamp(lim.MaxFileSizeMB, unix.RLIMIT_FSIZE, 1<<20)
+	return lim
+}
+
+// setLimits applies lim to pid with prlimit(2) (same uid: allowed, and
+// only lowering).
+func setLimits(pid int, lim runLimits) error {
+	set := func(res int, v uint64) error {
+		if err := unix.Prlimit(pid, res, &unix.Rlimit{Cur: v, Max: v}, nil); err != nil {
+			return fmt.Errorf("prlimit %d: %w", res, err)
+		}
+		return nil
+	}
+	var errs []error
+	if lim.CPUSeconds > 0 {
+		errs = append(errs, set(unix.RLIMIT_CPU, uint64(lim.CPUSeconds)))
+	}
+	if lim.MaxOpenFiles > 0 {
+		errs = append(errs, set(unix.RLIMIT_NOFILE, uint64(lim.MaxOpenFiles)))
+	}
+	if lim.MaxFileSizeMB > 0 {
+		errs = append(errs, set(unix.RLIMIT_FSIZE, uint64(lim.MaxFileSizeMB)<<20))
+	}
+	return errors.Join(errs...)
 }
 
 // ulimitScript sets lim and then executes the command line passed as

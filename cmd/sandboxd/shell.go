@@ -192,7 +192,7 @@ func (s *server) shellStop(sess *shellSession) {
 
 // startShell starts the session's bash; called with sess.mu held.
 func (s *server) startShell(sess *shellSession) error {
-	marker := "shell-" + sess.id
+	marker := "shell-" + newID() // unique per shell: a late sweep of an old one spares the next
 	cmd := exec.Command("bash", "--noprofile", "--norc")
 	cmd.Dir = sess.workingDir
 	if _, err := os.Stat(cmd.Dir); err != nil {
