@@ -1,0 +1,214 @@
+package aio
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate/executors"
+)
+
+// localSandboxd runs the sandboxd binary on the host (as the test's user)
+// on a Unix socket, with ws as its workspace: enough for the client's own
+// tests, which need no container.
+func localSandboxd(t *testing.T, ws string) *Client {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "sgc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "s.sock")
+	key := newKey()
+	cmd := exec.Command(sandboxdBin, "serve", "--workspace", ws, "--listen", "unix:"+sock)
+	cmd.Env = []string{"SANDBOXD_API_KEY=" + key, "PATH=/usr/local/bin:/usr/bin:/bin"}
+	cmd.Stderr = t.Output()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+		_ = os.RemoveAll(dir)
+	})
+	c := NewUnixClient(sock, key)
+	t.Cleanup(c.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := waitReady(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func localRun(lang, code string, timeout time.Duration) runRequest {
+	return runRequest{dir: localWS, id: "r" + newSlot(), lang: lang, code: code, timeout: timeout, margin: 2 * time.Second,
+		limits: DefaultLimits, extended: true}
+}
+
+// localWS is the workspace of localRun's requests.
+var localWS = "/workspace"
+
+func TestClientAgainstSandboxd(t *testing.T) {
+	ws := t.TempDir()
+	c := localSandboxd(t, ws)
+	localWS = ws
+	defer func() { localWS = "/workspace" }()
+	info, err := c.Sandbox(context.Background())
+	if err != nil || info.HomeDir != ws || !strings.HasPrefix(info.Version, "sandboxd") {
+		t.Fatalf("Sandbox: %+v %v", info, err)
+	}
+	// The workspace path in the output is the local one here (no
+	// container), so the tests compare cwd against ws.
+	for _, tc := range []struct {
+		lang, code, stdout, stderr string
+		exit                       int
+	}{
+		{executors.LangBash, "pwd; echo e >&2; exit 3", ws + "\n", "e\n", 3},
+		{executors.LangPython, "import os,sys; print(os.getcwd()); sys.exit(4)", ws + "\n", "", 4},
+		{executors.LangPython, "print('\\u00e9t\\u00e9')", "été\n", "", 0},
+	} {
+		res, err := run(context.Background(), c, localRun(tc.lang, tc.code, 10*time.Second))
+		if err != nil {
+			t.Fatalf("%s %q: %v", tc.lang, tc.code, err)
+		}
+		if res.Stdout != tc.stdout || res.Stderr != tc.stderr || res.ExitCode != tc.exit || res.TimedOut {
+			t.Errorf("%s %q: %+v", tc.lang, tc.code, res)
+		}
+	}
+	// A hard timeout: 124 and TimedOut, well before the client deadline.
+	start := time.Now()
+	res, err := run(context.Background(), c, localRun(executors.LangBash, "echo before; sleep 30", 500*time.Millisecond))
+	if err != nil || !res.TimedOut || res.ExitCode != executors.ExitCodeTimeout || res.Stdout != "before\n" || time.Since(start) > 2*time.Second {
+		t.Errorf("timeout: %+v %v after %v", res, err, time.Since(start))
+	}
+	// The bash session made for the run is closed afterwards.
+	if sessions := countBashSessions(t, c); sessions != 0 {
+		t.Errorf("%d bash sessions left open", sessions)
+	}
+	// Output beyond the cap is cut; the rest is in the spill file.
+	r := localRun(executors.LangBash, "head -c 5000 /dev/zero | tr '\\0' y", 10*time.Second)
+	r.limits.MaxOutputBytes, r.limits.MaxSpillBytes = 100, 1000
+	res, err = run(context.Background(), c, r)
+	if err != nil || !res.Truncated || len(res.Stdout) != 100 || res.OutputPath != ws+outputsRel+"/"+r.id+".log" {
+		t.Errorf("cap: %v truncated=%v len=%d path=%q", err, res.Truncated, len(res.Stdout), res.OutputPath)
+	}
+}
+
+func countBashSessions(t *testing.T, c *Client) int {
+	t.Helper()
+	var list []map[string]any
+	if err := c.call(context.Background(), http.MethodGet, "/v1/bash/sessions", nil, &list); err != nil {
+		t.Fatal(err)
+	}
+	return len(list)
+}
+
+// TestClientMissingEndpoint: an image without /v1/bash (FastAPI's plain
+// 404) is a clean executor_unavailable that says why.
+func TestClientMissingEndpoint(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/shell/exec" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`{"success":false,"message":"Session not found","data":null}`))
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte(`{"detail":"Not Found"}`))
+	}))
+	defer srv.Close()
+	c := NewHTTPClient(srv.URL, "k")
+	_, err := run(context.Background(), c, localRun(executors.LangBash, "true", time.Second))
+	var ue *executors.UnavailableError
+	if !errors.As(err, &ue) || !errors.Is(err, ErrEndpointMissing) || !strings.Contains(ue.Reason, "1.9.3") {
+		t.Fatalf("err %v, want an UnavailableError naming the missing endpoint", err)
+	}
+	// An envelope 404 is a handled failure, not a missing route.
+	err = c.call(context.Background(), http.MethodPost, "/v1/shell/exec", map[string]string{"command": "x", "id": "nope"}, nil)
+	var apiErr *APIError
+	if !errors.As(err, &apiErr) || apiErr.Status != 404 || apiErr.Message != "Session not found" || errors.Is(err, ErrEndpointMissing) {
+		t.Errorf("envelope 404: %v", err)
+	}
+}
+
+// TestClientNeverRetries: a connection dropped after the request was sent
+// is an unknown outcome, reported once; the server sees one request.
+func TestClientNeverRetries(t *testing.T) {
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/code/execute" {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"success":true,"message":"ok","data":null,"hint":null}`))
+			return
+		}
+		hits.Add(1)
+		hj, _ := w.(http.Hijacker)
+		conn, _, _ := hj.Hijack()
+		_ = conn.Close()
+	}))
+	defer srv.Close()
+	c := NewHTTPClient(srv.URL, "k")
+	// Make sure a kept-alive connection exists, the case where Go's
+	// transport retries idempotent requests.
+	_ = c.call(context.Background(), http.MethodGet, "/warm", nil, nil)
+	_, err := run(context.Background(), c, localRun(executors.LangPython, "print(1)", time.Second))
+	if !errors.Is(err, errUnknownOutcome) {
+		t.Errorf("err %v, want an unknown outcome", err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := hits.Load(); n != 1 {
+		t.Errorf("the server saw %d exec requests, want exactly 1", n)
+	}
+}
+
+// TestClientDeadline: the HTTP deadline is the run's timeout plus the
+// margin; a server that never answers does not hold the run longer.
+func TestClientDeadline(t *testing.T) {
+	block := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-block:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(block)
+	c := NewHTTPClient(srv.URL, "k")
+	r := localRun(executors.LangPython, "print(1)", 300*time.Millisecond)
+	r.margin = 200 * time.Millisecond
+	start := time.Now()
+	_, err := run(context.Background(), c, r)
+	took := time.Since(start)
+	if !errors.Is(err, errUnknownOutcome) || took < 500*time.Millisecond || took > 2*time.Second {
+		t.Errorf("err %v after %v, want an unknown outcome after ~500ms", err, took)
+	}
+	// The caller's cancellation is the caller's error.
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := run(ctx, c, r); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("cancelled: %v", err)
+	}
+}
+
+// TestClientUnreachable: a dead socket is unavailable, not a crash.
+func TestClientUnreachable(t *testing.T) {
+	c := NewUnixClient(filepath.Join(t.TempDir(), "none.sock"), "k")
+	_, err := run(context.Background(), c, localRun(executors.LangBash, "true", time.Second))
+	if !errors.Is(err, executors.ErrUnavailable) {
+		t.Errorf("err %v", err)
+	}
+	var op *net.OpError
+	if !errors.As(err, &op) {
+		t.Errorf("the dial error is lost: %v", err)
+	}
+}

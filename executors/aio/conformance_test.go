@@ -1,0 +1,154 @@
+package aio
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/testcontainers/testcontainers-go"
+
+	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/executors/executortest"
+)
+
+// TestConformancePool runs the conformance suite against the executor as
+// the gateway wires it: the pool and its local Docker backend. Every
+// sub-test uses a new session, so each run binds an instance started ahead
+// (or a fresh one) and the pool evicts idle ones as it fills.
+func TestConformancePool(t *testing.T) {
+	testImage(t)
+	var (
+		once sync.Once
+		e    *Executor
+	)
+	executortest.Run(t, executortest.Harness{
+		New: func(st *testing.T) executors.Executor {
+			once.Do(func() {
+				e = newTestExecutor(t, func(c *PoolConfig) { c.MinInstances, c.MaxInstances = 2, 4 })
+			})
+			return e
+		},
+		ProcessesVisible: true,
+	})
+}
+
+// TestConformanceSandboxd runs the suite against one sandboxd container
+// that testcontainers-go starts as a fixture (hardened as the pool's, but
+// with sandboxd as its main process): the client and sandboxd alone,
+// without the pool. Each run's workspace is bind-mounted onto the
+// fixture's propagated /workspace for the duration of the run.
+func TestConformanceSandboxd(t *testing.T) {
+	img := testImage(t)
+	fx := startFixture(t, img)
+	executortest.Run(t, executortest.Harness{
+		New:              func(*testing.T) executors.Executor { return fx },
+		ProcessesVisible: true,
+	})
+}
+
+// fixture is a single-sandbox executor over a testcontainers container.
+type fixture struct {
+	c      *Client
+	target string // host directory propagated to the container's /workspace
+	uid    int
+	mu     sync.Mutex // one workspace mounted at a time
+}
+
+func startFixture(t *testing.T, img string) *fixture {
+	t.Helper()
+	state := newStateDir(t)
+	if err := ensureSharedMount(state); err != nil {
+		t.Fatal(err)
+	}
+	ws, run := filepath.Join(state, "ws"), filepath.Join(state, "run")
+	for _, d := range []string{ws, run} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const uid = DefaultSandboxID
+	if err := os.Chown(run, uid, uid); err != nil {
+		t.Fatal(err)
+	}
+	key := newKey()
+	init, pids := true, int64(256)
+	ctx := context.Background()
+	ctr, err := testcontainers.GenericContainer(ctx, testcontainers.GenericContainerRequest{
+		ContainerRequest: testcontainers.ContainerRequest{
+			Image:  img,
+			Env:    map[string]string{"SANDBOXD_API_KEY": key},
+			Cmd:    []string{"serve", "--contained", "--workspace", workspaceMount, "--listen", "unix:" + containerRun + "/" + socketName},
+			Labels: map[string]string{"sandgate.test": testRun, labelExecutor: "aio"},
+			ConfigModifier: func(c *container.Config) {
+				c.User = strconv.Itoa(uid) + ":" + strconv.Itoa(uid)
+				c.WorkingDir = workspaceMount
+			},
+			HostConfigModifier: func(hc *container.HostConfig) {
+				hc.NetworkMode = "none"
+				hc.CapDrop = []string{"ALL"}
+				hc.SecurityOpt = []string{"no-new-privileges"}
+				hc.ReadonlyRootfs = true
+				hc.Init = &init
+				hc.Tmpfs = map[string]string{"/tmp": "rw,nosuid,nodev,mode=1777,size=512m"}
+				hc.Resources.Memory, hc.Resources.MemorySwap, hc.Resources.PidsLimit = 1<<30, 1<<30, &pids
+				hc.Mounts = []mount.Mount{
+					{Type: mount.TypeBind, Source: ws, Target: workspaceMount, BindOptions: &mount.BindOptions{Propagation: mount.PropagationRSlave}},
+					{Type: mount.TypeBind, Source: run, Target: containerRun},
+				}
+			},
+		},
+		Started: true,
+	})
+	if err != nil {
+		t.Fatalf("start the sandboxd fixture: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := ctr.Terminate(ctx); err != nil {
+			t.Errorf("terminate fixture: %v", err)
+		}
+		_ = unmountAll(ws)
+		for _, p := range []string{filepath.Join(run, socketName), run, ws} {
+			_ = os.Remove(p)
+		}
+	})
+	c := NewUnixClient(filepath.Join(run, socketName), key)
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := waitReady(rctx, c); err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{c: c, target: ws, uid: uid}
+}
+
+func (f *fixture) Kind() executors.Kind { return executors.KindAIO }
+
+func (f *fixture) Available(ctx context.Context) error {
+	_, err := f.c.Sandbox(ctx)
+	return err
+}
+
+func (f *fixture) Execute(ctx context.Context, spec executors.Spec) (executors.Result, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := prepareWorkspace(spec.WorkspaceDir, f.uid, f.uid); err != nil {
+		return executors.Result{}, err
+	}
+	if err := bindWorkspace(spec.WorkspaceDir, f.target); err != nil {
+		return executors.Result{}, err
+	}
+	defer func() { _ = unmountAll(f.target) }()
+	id, err := runID(spec.RequestID)
+	if err != nil {
+		return executors.Result{}, err
+	}
+	return run(ctx, f.c, runRequest{dir: workspaceMount, id: id, lang: spec.Language, code: spec.Code, timeout: spec.Timeout,
+		margin: DefaultClientMargin, limits: mergeLimits(spec.Limits, DefaultLimits), extended: true})
+}

@@ -1,0 +1,183 @@
+package aio
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/sandgate/sandgate/executors"
+)
+
+// Executor runs code in the session's pooled AIO sandbox. It implements
+// executors.Executor, executors.Closer and executors.SessionReleaser, and
+// offers InstanceInfo (GET /v1/sessions/{id}) and BrowserCDP (the browser
+// router). It is safe for concurrent use.
+type Executor struct {
+	cfg    PoolConfig
+	pool   *pool
+	be     backend
+	cdp    *cdpForwarder
+	closed atomic.Bool
+}
+
+// Interface guards.
+var (
+	_ executors.Executor        = (*Executor)(nil)
+	_ executors.Closer          = (*Executor)(nil)
+	_ executors.SessionReleaser = (*Executor)(nil)
+)
+
+// New builds the executor with the local Docker backend. It fails only on a
+// bad config or an unusable state directory: an engine that is down is not
+// an error here (Available reports it; adoption of a previous gateway's
+// containers and starting instances ahead happen once it answers).
+func New(ctx context.Context, cfg PoolConfig) (*Executor, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("aio: config: %w", err)
+	}
+	cfg = cfg.withDefaults()
+	be, err := newLocalBackend(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return newExecutor(ctx, cfg, be), nil
+}
+
+func newExecutor(ctx context.Context, cfg PoolConfig, be backend) *Executor {
+	e := &Executor{cfg: cfg, be: be}
+	e.pool = newPool(cfg, be)
+	e.cdp = newCDPForwarder(e.pool)
+	e.pool.start(ctx)
+	cfg.Logger.Info("aio executor ready", "image", cfg.Image, "network", cfg.Network,
+		"min_instances", cfg.MinInstances, "max_instances", cfg.MaxInstances)
+	return e
+}
+
+// Kind implements executors.Executor.
+func (e *Executor) Kind() executors.Kind { return executors.KindAIO }
+
+// Available implements executors.Executor: the engine answers and the
+// image exists. A full pool is not unavailability (see ErrPoolExhausted).
+func (e *Executor) Available(ctx context.Context) error {
+	if e.closed.Load() {
+		return unavailable("executor closed", nil)
+	}
+	return e.be.available(ctx)
+}
+
+// Execute implements executors.Executor. The run goes to the session's
+// instance, which it shares with the session's other concurrent runs.
+func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.Result, error) {
+	switch spec.Language {
+	case executors.LangPython, executors.LangBash, executors.LangJavaScript:
+	default:
+		return executors.Result{}, fmt.Errorf("aio: %w: %q", executors.ErrUnsupportedLanguage, spec.Language)
+	}
+	if e.cfg.Network == NetworkBridge && !spec.Network {
+		return executors.Result{}, unavailable("network=false cannot be enforced in bridge mode", nil)
+	}
+	if spec.SessionID == "" {
+		return executors.Result{}, errors.New("aio: a run needs a session id: the instance belongs to the session")
+	}
+	id, err := runID(spec.RequestID)
+	if err != nil {
+		return executors.Result{}, fmt.Errorf("aio: %w", err)
+	}
+	uid, gid := spec.UID, spec.GID
+	if uid == 0 && gid == 0 {
+		uid, gid = e.cfg.SandboxUID, e.cfg.SandboxGID
+	}
+	if uid <= 0 || gid <= 0 {
+		return executors.Result{}, fmt.Errorf("aio: refusing to run sandboxed code as root (uid %d gid %d)", uid, gid)
+	}
+	ws := Workspace{Dir: spec.WorkspaceDir, UID: uid, GID: gid}
+	timeout := spec.Timeout
+	if timeout <= 0 {
+		timeout = e.cfg.DefaultTimeout
+	}
+	l, err := e.acquire(ctx, spec.SessionID, ws)
+	if err != nil {
+		return executors.Result{}, err
+	}
+	res, err := run(ctx, l.client(), runRequest{
+		dir: workspaceMount, id: id, lang: spec.Language, code: spec.Code, timeout: timeout, margin: DefaultClientMargin,
+		limits: mergeLimits(spec.Limits, e.cfg.Limits), extended: e.cfg.Network == NetworkNone,
+	})
+	broken := errors.Is(err, errUnknownOutcome)
+	l.release(broken)
+	if broken {
+		e.cfg.Logger.Warn("aio: run outcome unknown; instance recycled", "session_id", spec.SessionID, "request_id", id, "err", err.Error())
+		return executors.Result{}, unavailable("sandbox did not deliver the run's outcome", err)
+	}
+	return res, err
+}
+
+// acquire gets the session's instance, recycling it first when it serves
+// another workspace or identity than the run's (a session's workspace does
+// not move, so this only happens after its directory was recreated).
+func (e *Executor) acquire(ctx context.Context, session string, ws Workspace) (*lease, error) {
+	for range 2 {
+		l, err := e.pool.acquire(ctx, binding{session: session, ws: ws})
+		if err != nil {
+			return nil, err
+		}
+		if l.in.ws == ws {
+			return l, nil
+		}
+		l.release(true)
+	}
+	return nil, unavailable("the session's instance serves another workspace", nil)
+}
+
+// ReleaseSession implements executors.SessionReleaser: the session's
+// instance is destroyed, at once when idle, when its last run ends
+// otherwise (DELETE /v1/sessions/{id}). A session that is deleted has no
+// use for a warm container, and its workspace may be purged next.
+func (e *Executor) ReleaseSession(_ context.Context, sessionID string) error {
+	e.pool.releaseSession(sessionID)
+	return nil
+}
+
+// InstanceInfo describes the session's instance, if it has one.
+func (e *Executor) InstanceInfo(sessionID string) (Info, bool) {
+	return e.pool.info(sessionID)
+}
+
+// Client returns the API client of the session's instance, if it has a
+// ready one: for tools that speak the AIO API to the session's sandbox
+// directly (the benchmarks' baseline, an operator's debugging). Calls made
+// with it do not hold the instance; the idle reaper may remove it.
+func (e *Executor) Client(sessionID string) (*Client, bool) {
+	e.pool.mu.Lock()
+	defer e.pool.mu.Unlock()
+	in := e.pool.bySession[sessionID]
+	if in == nil || in.client == nil || in.state == stateDestroying {
+		return nil, false
+	}
+	return in.client, true
+}
+
+// Close implements executors.Closer: it removes every instance (unless
+// PoolConfig.KeepOnClose), waiting for the removals under ctx.
+func (e *Executor) Close(ctx context.Context) error {
+	if e.closed.Swap(true) {
+		return nil
+	}
+	e.cdp.close()
+	err := e.pool.close(ctx, e.cfg.KeepOnClose)
+	e.be.close()
+	return err
+}
+
+// abandon stops the executor as a crash would: containers keep running.
+// Tests use it to show that the next executor adopts them.
+func (e *Executor) abandon() {
+	e.closed.Store(true)
+	e.cdp.close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = e.pool.close(ctx, true)
+	e.be.close()
+}

@@ -1,0 +1,547 @@
+package aio
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/api/types/network"
+	"github.com/moby/moby/client"
+
+	"github.com/sandgate/sandgate/executors"
+)
+
+// Labels on every container of the pool, following the docker executor's
+// conventions: sandgate.managed and sandgate.executor are what operators
+// and the acceptance tooling filter on, sandgate.instance scopes adoption
+// to this gateway. The docker executor's orphan reaper selects
+// sandgate.executor=docker, so it never touches these.
+const (
+	labelManaged  = "sandgate.managed"
+	labelExecutor = "sandgate.executor"
+	labelInstance = "sandgate.instance"
+	labelSession  = "sandgate.session"
+	labelSlot     = "sandgate.aio.slot"
+)
+
+// Paths in an instance's state directory and in the container.
+const (
+	stateWS        = "ws"  // mount point of the session workspace (container: /workspace)
+	stateRun       = "run" // sandboxd's socket directory (container: /run/sandboxd)
+	stateKey       = "key"
+	stateSession   = "session"
+	socketName     = "sandboxd.sock"
+	containerRun   = "/run/sandboxd"
+	sandboxdBinary = "/usr/local/bin/sandboxd"
+	// standbyID runs an unbound instance's idle main process: not a
+	// session's uid, so no session's code can signal it.
+	standbyID = 65534
+)
+
+// handle is one instance's container and state.
+type handle struct {
+	slot        string // names the state directory; fixed for the container's life
+	containerID string
+	dir         string
+	key         string
+	port        int // bridge mode: the published host port
+}
+
+// binding is what an instance serves once bound.
+type binding struct {
+	session string
+	ws      Workspace
+}
+
+// adoptable is an instance found at start-up.
+type adoptable struct {
+	h       *handle
+	session string // "" for an unbound one
+	ws      Workspace
+	client  *Client
+	created time.Time
+}
+
+// backend creates, binds and destroys instances. The pool holds the
+// state machine; a backend only does the work.
+type backend interface {
+	available(ctx context.Context) error
+	create(ctx context.Context, slot, session string) (*handle, error)
+	bind(ctx context.Context, h *handle, b binding) (*Client, error)
+	destroy(ctx context.Context, h *handle) error
+	adopt(ctx context.Context) ([]adoptable, error)
+	containerName(session string) string
+	close()
+}
+
+// localBackend runs instances on a Docker engine.
+type localBackend struct {
+	cfg PoolConfig
+	cli *client.Client
+	log *slog.Logger
+}
+
+func newLocalBackend(cfg PoolConfig) (*localBackend, error) {
+	// The client negotiates the API version with the engine (the default
+	// since moby client v0.3): Debian 12's engine speaks 1.41.
+	opts := []client.Opt{}
+	if cfg.Host != "" {
+		opts = append(opts, client.WithHost(cfg.Host))
+	} else {
+		opts = append(opts, client.WithHostFromEnv())
+	}
+	cli, err := client.New(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("aio: docker client: %w", err)
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("aio: state dir: %w", err)
+	}
+	if err := os.Chmod(cfg.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("aio: state dir: %w", err)
+	}
+	if cfg.Network == NetworkNone {
+		if err := ensureSharedMount(cfg.StateDir); err != nil {
+			return nil, fmt.Errorf("aio: state dir: %w", err)
+		}
+	}
+	return &localBackend{cfg: cfg, cli: cli, log: cfg.Logger}, nil
+}
+
+func (b *localBackend) close() { _ = b.cli.Close() }
+
+func (b *localBackend) available(ctx context.Context) error {
+	if _, err := b.cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
+		return unavailable("docker engine unreachable", err)
+	}
+	if _, err := b.cli.ImageInspect(ctx, b.cfg.Image); err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return unavailable("image "+b.cfg.Image+" missing (make images)", err)
+		}
+		return unavailable("image inspect", err)
+	}
+	return nil
+}
+
+func unavailable(reason string, err error) error {
+	return &executors.UnavailableError{Kind: executors.KindAIO, Reason: reason, Err: err}
+}
+
+// instanceID is the deterministic id of a session's instance: the same
+// session maps to the same container name across gateway restarts.
+func instanceID(instance, session string) string {
+	sum := sha256.Sum256([]byte("sandgate/aio\x00" + instance + "\x00" + session))
+	return hex.EncodeToString(sum[:8])
+}
+
+func (b *localBackend) containerName(session string) string {
+	return "sandgate-aio-" + b.cfg.Instance + "-" + instanceID(b.cfg.Instance, session)
+}
+
+func (b *localBackend) warmName(slot string) string {
+	return "sandgate-aio-" + b.cfg.Instance + "-w" + slot
+}
+
+func newSlot() string {
+	var s [6]byte
+	_, _ = rand.Read(s[:])
+	return hex.EncodeToString(s[:])
+}
+
+func newKey() string {
+	var k [32]byte
+	_, _ = rand.Read(k[:])
+	return hex.EncodeToString(k[:])
+}
+
+// create prepares the state directory and starts a container. With a
+// session the container gets its deterministic name at once; without one
+// it waits, unbound, under a warm name.
+func (b *localBackend) create(ctx context.Context, slot, session string) (*handle, error) {
+	h := &handle{slot: slot, dir: filepath.Join(b.cfg.StateDir, slot), key: newKey()}
+	if err := b.prepareState(h); err != nil {
+		return nil, err
+	}
+	name := b.warmName(slot)
+	labels := map[string]string{labelManaged: "true", labelExecutor: string(executors.KindAIO),
+		labelInstance: b.cfg.Instance, labelSlot: slot}
+	if session != "" {
+		name = b.containerName(session)
+		labels[labelSession] = session
+	}
+	cfg, hc := b.containerConfig(h, labels)
+	res, err := b.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: hc, Name: name})
+	if err != nil {
+		if cerrdefs.IsConflict(err) && session != "" {
+			// A container of an earlier life holds the name (its state was
+			// lost): it cannot be adopted, so it goes.
+			b.removeByName(ctx, name)
+			res, err = b.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: hc, Name: name})
+		}
+		if err != nil {
+			b.cleanState(h)
+			return nil, engineError("create container", err)
+		}
+	}
+	h.containerID = res.ID
+	if _, err := b.cli.ContainerStart(ctx, h.containerID, client.ContainerStartOptions{}); err != nil {
+		_ = b.destroy(context.WithoutCancel(ctx), h)
+		return nil, engineError("start container", err)
+	}
+	if b.cfg.Network == NetworkBridge {
+		port, err := b.publishedPort(ctx, h.containerID)
+		if err != nil {
+			_ = b.destroy(context.WithoutCancel(ctx), h)
+			return nil, err
+		}
+		h.port = port
+	}
+	return h, nil
+}
+
+func (b *localBackend) removeByName(ctx context.Context, name string) {
+	res, err := b.cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
+	if err != nil {
+		return
+	}
+	c := res.Container
+	if c.Config == nil || c.Config.Labels[labelManaged] != "true" || c.Config.Labels[labelExecutor] != string(executors.KindAIO) {
+		return // not ours: leave it, the create will fail
+	}
+	slot := c.Config.Labels[labelSlot]
+	_ = b.destroy(ctx, &handle{slot: slot, containerID: c.ID, dir: b.slotDir(slot)})
+}
+
+func (b *localBackend) slotDir(slot string) string {
+	if slot == "" || strings.ContainsAny(slot, "/.") {
+		return ""
+	}
+	return filepath.Join(b.cfg.StateDir, slot)
+}
+
+// prepareState makes <state>/<slot>/{ws,run} and the key file.
+func (b *localBackend) prepareState(h *handle) error {
+	for _, d := range []string{h.dir, filepath.Join(h.dir, stateWS), filepath.Join(h.dir, stateRun)} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			b.cleanState(h)
+			return fmt.Errorf("aio: state dir: %w", err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(h.dir, stateKey), []byte(h.key), 0o600); err != nil {
+		b.cleanState(h)
+		return fmt.Errorf("aio: state dir: %w", err)
+	}
+	return nil
+}
+
+// containerConfig applies the docker executor's hardening: no network
+// (or, in bridge mode, a port on loopback only), every capability dropped,
+// no-new-privileges, a read-only root with a private /tmp, cgroup limits,
+// and no log file. docker-init is the container's PID 1 so that orphans of
+// runs are reaped in a container that lives for many runs.
+func (b *localBackend) containerConfig(h *handle, labels map[string]string) (*container.Config, *container.HostConfig) {
+	init := true
+	mem := int64(b.cfg.MemoryMB) << 20
+	pids := int64(b.cfg.Pids)
+	cfg := &container.Config{
+		Image:      b.cfg.Image,
+		Hostname:   "sandbox",
+		Env:        []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"},
+		WorkingDir: workspaceMount,
+		Labels:     labels,
+	}
+	hc := &container.HostConfig{
+		CapDrop:     []string{"ALL"},
+		SecurityOpt: []string{"no-new-privileges"},
+		Tmpfs:       map[string]string{"/tmp": "rw,nosuid,nodev,mode=1777,size=" + strconv.Itoa(b.cfg.TmpfsMB) + "m"},
+		Mounts: []mount.Mount{{
+			Type: mount.TypeBind, Source: filepath.Join(h.dir, stateWS), Target: workspaceMount,
+			// rslave: the session's workspace, mounted on the host onto
+			// this directory when the instance is bound, appears here.
+			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRSlave},
+		}},
+		LogConfig: container.LogConfig{Type: "none"},
+		Init:      &init,
+		Resources: container.Resources{
+			Memory: mem, MemorySwap: mem, NanoCPUs: int64(b.cfg.CPUs * 1e9), PidsLimit: &pids,
+			Ulimits: []*container.Ulimit{{Name: "core", Soft: 0, Hard: 0}},
+		},
+	}
+	if b.cfg.Network == NetworkBridge {
+		// The real agent-infra image: its own entrypoint and user, its
+		// API key from SANDBOX_API_KEY, port 8080 on 127.0.0.1 only.
+		port := network.MustParsePort(strconv.Itoa(bridgePort) + "/tcp")
+		cfg.Env = append(cfg.Env, "SANDBOX_API_KEY="+h.key)
+		cfg.ExposedPorts = network.PortSet{port: {}}
+		hc.NetworkMode = "bridge"
+		hc.PortBindings = network.PortMap{port: {{HostIP: netip.MustParseAddr("127.0.0.1")}}}
+		return cfg, hc
+	}
+	cfg.User = strconv.Itoa(standbyID) + ":" + strconv.Itoa(standbyID)
+	cfg.Entrypoint = []string{sandboxdBinary}
+	cfg.Cmd = []string{"standby"}
+	hc.NetworkMode = "none"
+	hc.ReadonlyRootfs = true
+	hc.Mounts = append(hc.Mounts, mount.Mount{
+		Type: mount.TypeBind, Source: filepath.Join(h.dir, stateRun), Target: containerRun,
+		BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
+	})
+	return cfg, hc
+}
+
+func (b *localBackend) publishedPort(ctx context.Context, id string) (int, error) {
+	res, err := b.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+	if err != nil {
+		return 0, engineError("inspect container", err)
+	}
+	if res.Container.NetworkSettings != nil {
+		for p, binds := range res.Container.NetworkSettings.Ports {
+			if p.Num() != bridgePort {
+				continue
+			}
+			for _, bnd := range binds {
+				if n, err := strconv.Atoi(bnd.HostPort); err == nil && n > 0 {
+					return n, nil
+				}
+			}
+		}
+	}
+	return 0, unavailable("bridge mode: no published port for 8080", nil)
+}
+
+// bind mounts the session's workspace into the instance and, in none
+// mode, starts sandboxd as the session's uid with docker exec, then waits
+// until it answers.
+func (b *localBackend) bind(ctx context.Context, h *handle, bd binding) (*Client, error) {
+	if err := prepareWorkspace(bd.ws.Dir, bd.ws.UID, bd.ws.GID); err != nil {
+		return nil, fmt.Errorf("aio: %w", err)
+	}
+	target := filepath.Join(h.dir, stateWS)
+	if err := unmountAll(target); err != nil {
+		return nil, fmt.Errorf("aio: %w", err)
+	}
+	if err := bindWorkspace(bd.ws.Dir, target); err != nil {
+		return nil, fmt.Errorf("aio: %w", err)
+	}
+	rec, _ := json.Marshal(sessionRecord{Session: bd.session, Dir: bd.ws.Dir, UID: bd.ws.UID, GID: bd.ws.GID})
+	if err := os.WriteFile(filepath.Join(h.dir, stateSession), rec, 0o600); err != nil {
+		return nil, fmt.Errorf("aio: state dir: %w", err)
+	}
+	name := b.containerName(bd.session)
+	if _, err := b.cli.ContainerRename(ctx, h.containerID, client.ContainerRenameOptions{NewName: name}); err != nil {
+		if res, ierr := b.cli.ContainerInspect(ctx, h.containerID, client.ContainerInspectOptions{}); ierr != nil ||
+			strings.TrimPrefix(res.Container.Name, "/") != name {
+			return nil, engineError("rename container", err)
+		}
+	}
+	if b.cfg.Network == NetworkBridge {
+		c := NewHTTPClient("http://127.0.0.1:"+strconv.Itoa(h.port), h.key)
+		return c, waitReady(ctx, c)
+	}
+	run := filepath.Join(h.dir, stateRun)
+	if err := os.Chown(run, bd.ws.UID, bd.ws.GID); err != nil {
+		return nil, fmt.Errorf("aio: %w", err)
+	}
+	user := strconv.Itoa(bd.ws.UID) + ":" + strconv.Itoa(bd.ws.GID)
+	ex, err := b.cli.ExecCreate(ctx, h.containerID, client.ExecCreateOptions{
+		User:       user,
+		Env:        []string{"SANDBOXD_API_KEY=" + h.key},
+		WorkingDir: workspaceMount,
+		Cmd: []string{sandboxdBinary, "serve", "--contained", "--workspace", workspaceMount,
+			"--listen", "unix:" + containerRun + "/" + socketName},
+	})
+	if err != nil {
+		return nil, engineError("exec sandboxd", err)
+	}
+	if _, err := b.cli.ExecStart(ctx, ex.ID, client.ExecStartOptions{Detach: true}); err != nil {
+		return nil, engineError("start sandboxd", err)
+	}
+	c := NewUnixClient(filepath.Join(run, socketName), h.key)
+	if err := waitReady(ctx, c); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// waitReady polls GET /v1/sandbox until it answers 200.
+func waitReady(ctx context.Context, c *Client) error {
+	var last error
+	for delay := 5 * time.Millisecond; ; delay = min(delay*2, 100*time.Millisecond) {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := c.Sandbox(pctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return unavailable("sandbox not ready", fmt.Errorf("%w (last probe: %w)", ctx.Err(), last))
+		case <-time.After(delay):
+		}
+	}
+}
+
+// destroy removes the container, then the workspace mount, then the state
+// directory, one known entry at a time: never a recursive removal that
+// could reach through a mount into a session's files.
+func (b *localBackend) destroy(ctx context.Context, h *handle) error {
+	var errs []error
+	if h.containerID != "" {
+		_, err := b.cli.ContainerRemove(ctx, h.containerID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+		if err != nil && !cerrdefs.IsNotFound(err) {
+			errs = append(errs, engineError("remove container", err))
+		}
+	}
+	if h.dir != "" {
+		if err := unmountAll(filepath.Join(h.dir, stateWS)); err != nil {
+			errs = append(errs, err)
+		}
+		b.cleanState(h)
+	}
+	return errors.Join(errs...)
+}
+
+// cleanState removes the state directory's known entries, each with a
+// non-recursive remove.
+func (b *localBackend) cleanState(h *handle) {
+	for _, p := range []string{
+		filepath.Join(h.dir, stateRun, socketName), filepath.Join(h.dir, stateRun), filepath.Join(h.dir, stateWS),
+		filepath.Join(h.dir, stateKey), filepath.Join(h.dir, stateSession), h.dir,
+	} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			b.log.Warn("aio: state entry left behind", "path", p, "err", err.Error())
+		}
+	}
+}
+
+// sessionRecord is what an instance's state directory remembers of its
+// binding, for the adoption after a restart.
+type sessionRecord struct {
+	Session string `json:"session"`
+	Dir     string `json:"dir"`
+	UID     int    `json:"uid"`
+	GID     int    `json:"gid"`
+}
+
+// adopt lists this gateway's labelled containers after a restart. Running
+// ones whose state is intact are handed to the pool (bound ones only when
+// their sandboxd answers); everything else is removed, including state
+// directories no container uses any more.
+func (b *localBackend) adopt(ctx context.Context) ([]adoptable, error) {
+	f := make(client.Filters).Add("label", labelManaged+"=true").
+		Add("label", labelExecutor+"="+string(executors.KindAIO)).
+		Add("label", labelInstance+"="+b.cfg.Instance)
+	list, err := b.cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		return nil, engineError("list containers", err)
+	}
+	var out []adoptable
+	used := map[string]bool{}
+	for _, c := range list.Items {
+		slot := c.Labels[labelSlot]
+		h := &handle{slot: slot, containerID: c.ID, dir: b.slotDir(slot)}
+		used[slot] = true
+		a, ok := b.adoptOne(ctx, c, h)
+		if !ok {
+			if err := b.destroy(ctx, h); err != nil {
+				b.log.Warn("aio: removing a stale instance failed", "container", shortID(c.ID), "err", err.Error())
+			}
+			continue
+		}
+		out = append(out, a)
+	}
+	// State directories without a container: a crash between the two.
+	entries, _ := os.ReadDir(b.cfg.StateDir)
+	for _, e := range entries {
+		if e.IsDir() && !used[e.Name()] && b.slotDir(e.Name()) != "" {
+			b.cleanAfterUnmount(&handle{slot: e.Name(), dir: b.slotDir(e.Name())})
+		}
+	}
+	return out, nil
+}
+
+func (b *localBackend) cleanAfterUnmount(h *handle) {
+	if err := unmountAll(filepath.Join(h.dir, stateWS)); err != nil {
+		b.log.Warn("aio: stale mount left behind", "dir", h.dir, "err", err.Error())
+		return
+	}
+	b.cleanState(h)
+}
+
+func (b *localBackend) adoptOne(ctx context.Context, c container.Summary, h *handle) (adoptable, bool) {
+	if c.State != container.StateRunning || h.dir == "" {
+		return adoptable{}, false
+	}
+	key, err := os.ReadFile(filepath.Join(h.dir, stateKey))
+	if err != nil {
+		return adoptable{}, false
+	}
+	h.key = string(key)
+	a := adoptable{h: h, created: time.Unix(c.Created, 0)}
+	if b.cfg.Network == NetworkBridge {
+		if h.port, err = b.publishedPort(ctx, c.ID); err != nil {
+			return adoptable{}, false
+		}
+	}
+	name := ""
+	if len(c.Names) > 0 {
+		name = strings.TrimPrefix(c.Names[0], "/")
+	}
+	if name == b.warmName(h.slot) {
+		return a, true // unbound, started ahead
+	}
+	raw, err := os.ReadFile(filepath.Join(h.dir, stateSession))
+	var rec sessionRecord
+	if err != nil || json.Unmarshal(raw, &rec) != nil || rec.Session == "" || name != b.containerName(rec.Session) {
+		return adoptable{}, false
+	}
+	if mounted, _, err := isMountPoint(filepath.Join(h.dir, stateWS)); err != nil || !mounted {
+		return adoptable{}, false
+	}
+	a.session, a.ws = rec.Session, Workspace{Dir: rec.Dir, UID: rec.UID, GID: rec.GID}
+	if b.cfg.Network == NetworkBridge {
+		a.client = NewHTTPClient("http://127.0.0.1:"+strconv.Itoa(h.port), h.key)
+	} else {
+		a.client = NewUnixClient(filepath.Join(h.dir, stateRun, socketName), h.key)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := a.client.Sandbox(pctx); err != nil {
+		a.client.Close()
+		return adoptable{}, false
+	}
+	return a, true
+}
+
+// engineError wraps an engine failure: unavailable when the engine cannot
+// be reached, a plain error otherwise.
+func engineError(op string, err error) error {
+	if client.IsErrConnectionFailed(err) {
+		return unavailable("docker engine unreachable", fmt.Errorf("%s: %w", op, err))
+	}
+	return fmt.Errorf("aio: %s: %w", op, err)
+}
+
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}

@@ -1,0 +1,165 @@
+package aio
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// mountEntry is one line of /proc/self/mountinfo.
+type mountEntry struct {
+	point  string
+	shared bool
+}
+
+// mounts reads /proc/self/mountinfo.
+func mounts() ([]mountEntry, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []mountEntry
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		// id parent major:minor root mountpoint options optional... - type source super
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 7 {
+			continue
+		}
+		e := mountEntry{point: unescapeMount(fields[4])}
+		for _, opt := range fields[6:] {
+			if opt == "-" {
+				break
+			}
+			if strings.HasPrefix(opt, "shared:") {
+				e.shared = true
+			}
+		}
+		out = append(out, e)
+	}
+	return out, sc.Err()
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// isMountPoint reports whether path is a mount point, and whether its
+// topmost mount is shared.
+func isMountPoint(path string) (mounted, shared bool, err error) {
+	all, err := mounts()
+	if err != nil {
+		return false, false, err
+	}
+	for _, m := range all { // later lines are mounted on top
+		if m.point == path {
+			mounted, shared = true, m.shared
+		}
+	}
+	return mounted, shared, nil
+}
+
+// ensureSharedMount makes dir a mount point with shared propagation (a
+// bind mount onto itself when needed), so that a bind mount made under it
+// later shows up in every container that mounted a directory below it with
+// rslave propagation: how a session's workspace reaches an instance that
+// was started before the session was known.
+func ensureSharedMount(dir string) error {
+	mounted, shared, err := isMountPoint(dir)
+	if err != nil {
+		return err
+	}
+	if !mounted {
+		if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind %s onto itself: %w", dir, err)
+		}
+	}
+	if !shared {
+		if err := unix.Mount("", dir, "", unix.MS_SHARED, ""); err != nil {
+			return fmt.Errorf("make %s shared: %w", dir, err)
+		}
+	}
+	return nil
+}
+
+// bindWorkspace mounts the session's workspace directory onto target. The
+// directory is opened without following a symlink and mounted through its
+// descriptor, so what gets mounted is exactly the directory checked.
+func bindWorkspace(ws, target string) error {
+	fd, err := unix.Open(ws, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open workspace: %w", err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Mount("/proc/self/fd/"+strconv.Itoa(fd), target, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind workspace: %w", err)
+	}
+	return nil
+}
+
+// unmountAll removes every mount stacked on target. A target that is not
+// a mount point is fine.
+func unmountAll(target string) error {
+	for range 8 {
+		err := unix.Unmount(target, unix.MNT_DETACH)
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("unmount %s: %w", target, err)
+		}
+	}
+	return fmt.Errorf("unmount %s: still mounted", target)
+}
+
+// prepareWorkspace gives the workspace directory itself (not its content)
+// to the run's uid, as the subprocess executor does, and makes sure its
+// owner may enter it.
+func prepareWorkspace(dir string, uid, gid int) error {
+	if !filepath.IsAbs(dir) {
+		return fmt.Errorf("workspace %q is not an absolute path", dir)
+	}
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open workspace: %w", err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("stat workspace: %w", err)
+	}
+	if int(st.Uid) != uid || int(st.Gid) != gid {
+		if err := unix.Fchown(fd, uid, gid); err != nil {
+			return fmt.Errorf("chown workspace: %w", err)
+		}
+	}
+	if st.Mode&0o700 != 0o700 {
+		if err := unix.Fchmod(fd, st.Mode&0o7777|0o700); err != nil {
+			return fmt.Errorf("chmod workspace: %w", err)
+		}
+	}
+	return nil
+}

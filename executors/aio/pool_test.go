@@ -1,0 +1,342 @@
+package aio
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate/errcode"
+	"github.com/sandgate/sandgate/executors"
+)
+
+// fakeBackend stands in for the engine in the state machine's tests.
+type fakeBackend struct {
+	mu        sync.Mutex
+	live      map[string]bool // slots with a "container"
+	highWater int
+	creates   int
+	binds     int
+	destroys  int
+	delay     time.Duration
+	failNext  error
+	adoptable []adoptable
+}
+
+func newFakeBackend() *fakeBackend { return &fakeBackend{live: map[string]bool{}} }
+
+func (f *fakeBackend) available(context.Context) error { return nil }
+
+func (f *fakeBackend) create(ctx context.Context, slot, _ string) (*handle, error) {
+	f.mu.Lock()
+	if err := f.failNext; err != nil {
+		f.failNext = nil
+		f.mu.Unlock()
+		return nil, err
+	}
+	f.creates++
+	f.live[slot] = true
+	f.highWater = max(f.highWater, len(f.live))
+	delay := f.delay
+	f.mu.Unlock()
+	select {
+	case <-time.After(delay):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return &handle{slot: slot, containerID: "c-" + slot}, nil
+}
+
+func (f *fakeBackend) bind(context.Context, *handle, binding) (*Client, error) {
+	f.mu.Lock()
+	f.binds++
+	f.mu.Unlock()
+	return NewUnixClient("/nonexistent/sandboxd.sock", "k"), nil
+}
+
+func (f *fakeBackend) destroy(_ context.Context, h *handle) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.destroys++
+	delete(f.live, h.slot)
+	return nil
+}
+
+func (f *fakeBackend) adopt(context.Context) ([]adoptable, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, a := range f.adoptable {
+		f.live[a.h.slot] = true
+	}
+	return f.adoptable, nil
+}
+
+func (f *fakeBackend) containerName(s string) string { return "fake-" + s }
+func (f *fakeBackend) close()                        {}
+
+func (f *fakeBackend) counts() (creates, binds, destroys, live, high int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.creates, f.binds, f.destroys, len(f.live), f.highWater
+}
+
+func newFakePool(t *testing.T, be *fakeBackend, mutate ...func(*PoolConfig)) *pool {
+	t.Helper()
+	cfg := PoolConfig{MaxInstances: 4, IdleTimeout: time.Hour, AcquireTimeout: time.Second, StateDir: "/x",
+		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError}))}
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	p := newPool(cfg.withDefaults(), be)
+	p.start(context.Background())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := p.close(ctx, false); err != nil {
+			t.Errorf("close: %v", err)
+		}
+		if _, _, _, live, _ := be.counts(); live != 0 {
+			t.Errorf("%d fake containers left after close", live)
+		}
+	})
+	return p
+}
+
+func bindingFor(s string) binding {
+	return binding{session: s, ws: Workspace{Dir: "/ws/" + s, UID: 1, GID: 1}}
+}
+
+// TestPoolConcurrentAcquire: 100 concurrent acquires for one session
+// create one container; they share the BUSY instance.
+func TestPoolConcurrentAcquire(t *testing.T) {
+	be := newFakeBackend()
+	be.delay = 50 * time.Millisecond
+	p := newFakePool(t, be)
+	var wg sync.WaitGroup
+	leases := make(chan *lease, 100)
+	for range 100 {
+		wg.Go(func() {
+			l, err := p.acquire(context.Background(), bindingFor("s"))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			leases <- l
+		})
+	}
+	wg.Wait()
+	close(leases)
+	var first *instance
+	for l := range leases {
+		if first == nil {
+			first = l.in
+		}
+		if l.in != first {
+			t.Fatal("two instances for one session")
+		}
+		l.release(false)
+	}
+	if creates, binds, _, _, _ := be.counts(); creates != 1 || binds != 1 {
+		t.Errorf("creates %d binds %d, want 1 and 1", creates, binds)
+	}
+	if inf, _ := p.info("s"); inf.State != "idle" || inf.Uses != 100 || inf.Running != 0 {
+		t.Errorf("info %+v", inf)
+	}
+}
+
+// TestPoolExhausted: every slot busy → pool_exhausted after the wait, a
+// coded error distinct from executor_unavailable.
+func TestPoolExhausted(t *testing.T) {
+	be := newFakeBackend()
+	p := newFakePool(t, be, func(c *PoolConfig) { c.MaxInstances, c.AcquireTimeout = 2, 150*time.Millisecond })
+	l1, _ := p.acquire(context.Background(), bindingFor("a"))
+	l2, _ := p.acquire(context.Background(), bindingFor("b"))
+	start := time.Now()
+	_, err := p.acquire(context.Background(), bindingFor("c"))
+	if !errors.Is(err, ErrPoolExhausted) || errors.Is(err, executors.ErrUnavailable) {
+		t.Fatalf("err %v, want ErrPoolExhausted only", err)
+	}
+	if code, status, _ := errcode.Of(err); code != errcode.PoolExhausted || status != http.StatusServiceUnavailable {
+		t.Errorf("errcode %s %d", code, status)
+	}
+	if d := time.Since(start); d < 150*time.Millisecond || d > 2*time.Second {
+		t.Errorf("waited %v", d)
+	}
+	// The caller's own cancellation is reported as such, not as exhaustion.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := p.acquire(ctx, bindingFor("c")); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("cancelled wait: %v", err)
+	}
+	// A release while waiting lets the waiter in (evicting the idle one).
+	go func() { time.Sleep(50 * time.Millisecond); l1.release(false) }()
+	l3, err := p.acquire(context.Background(), bindingFor("c"))
+	if err != nil {
+		t.Fatalf("acquire after a release: %v", err)
+	}
+	if _, ok := p.info("a"); ok {
+		t.Errorf("a's idle instance was not evicted for c")
+	}
+	l2.release(false)
+	l3.release(false)
+	if _, _, _, _, high := be.counts(); high > 2 {
+		t.Errorf("%d containers at once with max_instances 2", high)
+	}
+}
+
+// TestPoolEvictsLRU: at max_instances the least recently used idle
+// instance goes first.
+func TestPoolEvictsLRU(t *testing.T) {
+	be := newFakeBackend()
+	p := newFakePool(t, be, func(c *PoolConfig) { c.MaxInstances = 3 })
+	for _, s := range []string{"a", "b", "c", "a"} { // b is now the least recently used
+		l, err := p.acquire(context.Background(), bindingFor(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.release(false)
+		time.Sleep(2 * time.Millisecond)
+	}
+	l, err := p.acquire(context.Background(), bindingFor("d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.release(false)
+	for s, want := range map[string]bool{"a": true, "b": false, "c": true, "d": true} {
+		if _, ok := p.info(s); ok != want {
+			t.Errorf("session %s has an instance: %v, want %v", s, ok, want)
+		}
+	}
+}
+
+func TestPoolIdleTimeoutAndMaxUses(t *testing.T) {
+	be := newFakeBackend()
+	p := newFakePool(t, be, func(c *PoolConfig) { c.IdleTimeout, c.MaxUses = 200*time.Millisecond, 2 })
+	var ids []string
+	for range 3 {
+		l, err := p.acquire(context.Background(), bindingFor("s"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, l.in.slot)
+		l.release(false)
+	}
+	if ids[0] != ids[1] || ids[1] == ids[2] {
+		t.Errorf("slots %v: want the instance recycled after 2 uses", ids)
+	}
+	waitFor(t, 3*time.Second, "the idle instance to go", func() bool { _, ok := p.info("s"); return !ok })
+	waitFor(t, 3*time.Second, "its container to go", func() bool { _, _, _, live, _ := be.counts(); return live == 0 })
+}
+
+func TestPoolFailureAndBroken(t *testing.T) {
+	be := newFakeBackend()
+	be.delay = 30 * time.Millisecond
+	p := newFakePool(t, be)
+	be.failNext = errors.New("engine said no")
+	var wg sync.WaitGroup
+	errs := make(chan error, 10)
+	for range 10 {
+		wg.Go(func() {
+			l, err := p.acquire(context.Background(), bindingFor("s"))
+			if err == nil {
+				l.release(false)
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	failed := 0
+	for err := range errs {
+		if err != nil {
+			failed++
+		}
+	}
+	if failed == 0 {
+		t.Errorf("no acquire saw the failure")
+	}
+	// The next acquire starts over.
+	l, err := p.acquire(context.Background(), bindingFor("s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := l.in.slot
+	l.release(true) // outcome unknown: recycled
+	l, err = p.acquire(context.Background(), bindingFor("s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.in.slot == slot {
+		t.Errorf("a broken instance was handed out again")
+	}
+	// ReleaseSession while busy: destroyed when the run ends.
+	p.releaseSession("s")
+	if inf, _ := p.info("s"); inf.State != "busy" {
+		t.Errorf("released while busy: %+v", inf)
+	}
+	l.release(false)
+	if _, ok := p.info("s"); ok {
+		t.Errorf("instance of a released session still listed")
+	}
+}
+
+func TestPoolStartsAheadAndAdopts(t *testing.T) {
+	be := newFakeBackend()
+	be.adoptable = []adoptable{
+		{h: &handle{slot: "old1"}, session: "kept", ws: bindingFor("kept").ws, client: NewUnixClient("/x", "k")},
+		{h: &handle{slot: "old2"}},
+	}
+	p := newFakePool(t, be, func(c *PoolConfig) { c.MinInstances, c.MaxInstances = 2, 4 })
+	waitFor(t, 2*time.Second, "two unbound instances", func() bool { st := p.stats(); return st["unbound"] == 2 && st["acquiring"] == 0 })
+	if creates, _, _, _, _ := be.counts(); creates != 1 {
+		t.Errorf("creates %d: the adopted unbound instance should count toward min_instances", creates)
+	}
+	inf, ok := p.info("kept")
+	if !ok || !inf.Adopted {
+		t.Fatalf("adopted session: %+v %v", inf, ok)
+	}
+	l, err := p.acquire(context.Background(), bindingFor("kept"))
+	if err != nil || l.in.slot != "old1" {
+		t.Fatalf("acquire of the adopted session: %v", err)
+	}
+	l.release(false)
+	l, err = p.acquire(context.Background(), bindingFor("new"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, binds, _, _, _ := be.counts(); binds != 1 {
+		t.Errorf("binds %d: a new session should bind an instance started ahead", binds)
+	}
+	l.release(false)
+	waitFor(t, 2*time.Second, "the unbound instances to be replenished", func() bool { return p.stats()["unbound"] == 2 })
+}
+
+// TestPoolNeverExceedsMax hammers the state machine with many sessions.
+func TestPoolNeverExceedsMax(t *testing.T) {
+	be := newFakeBackend()
+	be.delay = 5 * time.Millisecond
+	p := newFakePool(t, be, func(c *PoolConfig) { c.MaxInstances, c.MinInstances, c.AcquireTimeout = 5, 1, 5*time.Second })
+	var wg sync.WaitGroup
+	for i := range 200 {
+		wg.Go(func() {
+			l, err := p.acquire(context.Background(), bindingFor(fmt.Sprint("s", i%40)))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			time.Sleep(time.Millisecond)
+			l.release(i%17 == 0)
+		})
+	}
+	wg.Wait()
+	if _, _, _, _, high := be.counts(); high > 5 {
+		t.Errorf("%d containers at once, max_instances 5", high)
+	}
+}

@@ -1,0 +1,228 @@
+package aio
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"regexp"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sandgate/sandgate/executors"
+)
+
+// Paths as the sandbox sees them.
+const (
+	workspaceMount = "/workspace"
+	outputsRel     = "/.sandgate/outputs"
+)
+
+var requestIDRe = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+
+// ErrInvalidRequestID is returned for a RequestID that cannot name a file.
+var ErrInvalidRequestID = errors.New("invalid request id")
+
+// runID validates the request id, or makes one.
+func runID(id string) (string, error) {
+	if id == "" {
+		var b [12]byte
+		_, _ = rand.Read(b[:])
+		return "run-" + hex.EncodeToString(b[:]), nil
+	}
+	if !requestIDRe.MatchString(id) || id == "." || id == ".." {
+		return "", fmt.Errorf("%w: %q", ErrInvalidRequestID, id)
+	}
+	return id, nil
+}
+
+// runRequest is one run on one sandbox.
+type runRequest struct {
+	// dir is the workspace as the sandbox sees it (workspaceMount).
+	dir      string
+	id       string
+	lang     string
+	code     string
+	timeout  time.Duration
+	margin   time.Duration
+	limits   executors.Limits
+	extended bool // send sandboxd's x_sandgate part
+}
+
+// errUnknownOutcome marks a run whose result the sandbox never delivered
+// (transport failure after the request went out, or no answer by the
+// client deadline): the instance's state is unknown and it is recycled.
+var errUnknownOutcome = errors.New("run outcome unknown")
+
+// run executes r on c: bash through /v1/bash/exec (a fresh bash session,
+// closed afterwards), python and javascript through /v1/code/execute. The
+// HTTP deadline is the hard timeout plus a margin; nothing is retried.
+func run(ctx context.Context, c *Client, r runRequest) (executors.Result, error) {
+	start := time.Now()
+	ext := &RunExtension{
+		OutputLimit: r.limits.MaxOutputBytes,
+		SpillPath:   r.dir + outputsRel + "/" + r.id + ".log",
+		SpillLimit:  r.limits.MaxSpillBytes,
+		TimeoutMS:   max(r.timeout.Milliseconds(), 1),
+		Limits: &RunLimits{CPUSeconds: r.limits.CPUSeconds, MaxOpenFiles: r.limits.MaxOpenFiles,
+			MaxFileSizeMB: r.limits.MaxFileSizeMB},
+	}
+	if !r.extended {
+		ext = nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.timeout+r.margin)
+	defer cancel()
+
+	var (
+		status             string
+		exitCode           *int
+		stdout, stderr     *string
+		out                *RunOutput
+		timedOut, finished bool
+		err                error
+	)
+	switch r.lang {
+	case executors.LangBash:
+		var res BashExecResult
+		res, err = runBash(cctx, ctx, c, r, ext)
+		status, exitCode, stdout, stderr, out = res.Status, res.ExitCode, res.Stdout, res.Stderr, res.XSandgate
+		timedOut = status == "timed_out"
+		finished = status == "completed" || timedOut
+	case executors.LangPython, executors.LangJavaScript:
+		secs := int(math.Ceil(r.timeout.Seconds()))
+		var res CodeExecuteResult
+		res, err = c.CodeExecute(cctx, CodeExecuteRequest{Language: r.lang, Code: r.code, Timeout: &secs,
+			Cwd: r.dir, XSandgate: ext})
+		status, exitCode, stdout, stderr, out = res.Status, res.ExitCode, res.Stdout, res.Stderr, res.XSandgate
+		timedOut = status == "timeout"
+		finished = status == "ok" || status == "error" || timedOut
+		if exitCode == nil && status == "ok" {
+			exitCode = ptr(0)
+		}
+	default:
+		return executors.Result{}, fmt.Errorf("aio: %w: %q", executors.ErrUnsupportedLanguage, r.lang)
+	}
+	if err != nil {
+		return executors.Result{}, classify(ctx, cctx, err)
+	}
+	if !finished {
+		if ctx.Err() != nil {
+			return executors.Result{}, ctx.Err()
+		}
+		return executors.Result{}, fmt.Errorf("aio: %w: run ended with status %q", errUnknownOutcome, status)
+	}
+	res := executors.Result{Duration: time.Since(start)}
+	if out != nil {
+		o, err1 := base64.StdEncoding.DecodeString(out.StdoutB64)
+		e, err2 := base64.StdEncoding.DecodeString(out.StderrB64)
+		if err := errors.Join(err1, err2); err != nil {
+			return executors.Result{}, fmt.Errorf("aio: decode output: %w", err)
+		}
+		res.Stdout, res.Stderr = capText(o, r.limits.MaxOutputBytes, out.StdoutTruncated), capText(e, r.limits.MaxOutputBytes, out.StderrTruncated)
+		res.Truncated = out.Truncated
+		if out.SpillPath != nil && out.Truncated {
+			res.OutputPath = *out.SpillPath
+		}
+	} else {
+		// Another server: its strings are the output (UTF-8 only), cut
+		// here at the cap; there is no spill file then.
+		o, e := deref(stdout), deref(stderr)
+		res.Truncated = len(o) > r.limits.MaxOutputBytes || len(e) > r.limits.MaxOutputBytes
+		res.Stdout, res.Stderr = capText([]byte(o), r.limits.MaxOutputBytes, false), capText([]byte(e), r.limits.MaxOutputBytes, false)
+	}
+	switch {
+	case timedOut:
+		res.ExitCode, res.TimedOut = executors.ExitCodeTimeout, true
+	case exitCode != nil:
+		res.ExitCode = *exitCode
+	default:
+		res.ExitCode = 1
+	}
+	return res, nil
+}
+
+// runBash runs one bash command in a bash session of its own, so that a
+// cancelled run can be killed by session id on any server, and closes it.
+func runBash(cctx, parent context.Context, c *Client, r runRequest, ext *RunExtension) (BashExecResult, error) {
+	sid := "sg-" + r.id
+	if err := c.BashSessionCreate(cctx, sid, r.dir); err != nil {
+		return BashExecResult{}, err
+	}
+	defer func() {
+		// The clean-up must run even when the run's context ended.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(parent), 5*time.Second)
+		defer cancel()
+		if cctx.Err() != nil {
+			_ = c.BashKill(dctx, sid) // sandboxd already killed it; other servers may not have
+		}
+		_ = c.BashSessionClose(dctx, sid)
+	}()
+	hard := r.timeout.Seconds()
+	limit := r.limits.MaxOutputBytes
+	return c.BashExec(cctx, BashExecRequest{Command: r.code, SessionID: sid, ExecDir: r.dir,
+		HardTimeout: &hard, MaxOutputLength: &limit, XSandgate: ext})
+}
+
+// classify turns a client error into the executor's error: the caller's
+// cancellation as is, a missing endpoint or a refused key as unavailable,
+// anything that leaves the outcome unknown as errUnknownOutcome.
+func classify(parent, cctx context.Context, err error) error {
+	if perr := parent.Err(); perr != nil {
+		return perr
+	}
+	switch {
+	case errors.Is(err, ErrEndpointMissing):
+		return &executors.UnavailableError{Kind: executors.KindAIO,
+			Reason: "the sandbox image lacks an endpoint this executor needs (agent-infra ≥ 1.9.3 or sandboxd)", Err: err}
+	case errors.Is(err, ErrUnauthorized):
+		return &executors.UnavailableError{Kind: executors.KindAIO, Reason: "the sandbox refused the API key", Err: err}
+	case isDialError(err):
+		return &executors.UnavailableError{Kind: executors.KindAIO, Reason: "sandbox unreachable", Err: fmt.Errorf("%w: %w", errUnknownOutcome, err)}
+	case cctx.Err() != nil:
+		return fmt.Errorf("aio: %w: no answer by the client deadline: %w", errUnknownOutcome, err)
+	}
+	var apiErr *APIError
+	if errors.As(err, &apiErr) {
+		return fmt.Errorf("aio: %w", err)
+	}
+	return fmt.Errorf("aio: %w: %w", errUnknownOutcome, err)
+}
+
+// isDialError reports a connection that was never made: the request was
+// not delivered.
+func isDialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// capText cuts b at limit bytes and, when the output was cut, drops a
+// UTF-8 sequence the cut split.
+func capText(b []byte, limit int, truncated bool) string {
+	if limit > 0 && len(b) > limit {
+		b, truncated = b[:limit], true
+	}
+	if truncated {
+		for i := 1; i <= utf8.UTFMax && i <= len(b); i++ {
+			if utf8.RuneStart(b[len(b)-i]) {
+				if !utf8.Valid(b[len(b)-i:]) {
+					b = b[:len(b)-i]
+				}
+				break
+			}
+		}
+	}
+	return string(b)
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func ptr[T any](v T) *T { return &v }
