@@ -376,6 +376,21 @@ func (b *localBackend) bind(ctx context.Context, h *handle, bd binding) (*Client
 		c.Close()
 		return nil, err
 	}
+	// The socket exists: the directory goes back to root, so that code in
+	// the sandbox (the socket's owner) cannot swap the socket for a
+	// symlink the gateway would follow on the host when it connects.
+	if err := os.Chown(run, 0, 0); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("aio: %w", err)
+	}
+	if err := os.Chmod(run, 0o755); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("aio: %w", err)
+	}
+	if fi, err := os.Lstat(filepath.Join(run, socketName)); err != nil || fi.Mode().Type() != fs.ModeSocket {
+		c.Close()
+		return nil, unavailable("sandboxd socket replaced during start-up", err)
+	}
 	return c, nil
 }
 

@@ -99,3 +99,23 @@ func containsName(names []string, want string) bool {
 	}
 	return false
 }
+
+// TestSocketNotReplaceable: the sandbox owns the socket but not its
+// directory, so its code cannot swap the socket for a symlink that the
+// gateway, as root on the host, would follow.
+func TestSocketNotReplaceable(t *testing.T) {
+	e := newTestExecutor(t)
+	ws := newWorkspace(t)
+	res, err := e.Execute(context.Background(), executors.Spec{RequestID: "r", SessionID: "swap", Language: executors.LangBash,
+		Timeout: 30 * time.Second, WorkspaceDir: ws,
+		Code: "ls -ld /run/sandboxd | cut -d' ' -f1,3; rm -f /run/sandboxd/sandboxd.sock 2>&1 | sed 's/.*: //'; ln -s /var/run/docker.sock /run/sandboxd/x 2>&1 | sed 's/.*: //'"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(res.Stdout, "drwxr-xr-x root\n") || strings.Count(res.Stdout, "Permission denied") != 2 {
+		t.Errorf("the sandbox could change its socket directory:\n%s%s", res.Stdout, res.Stderr)
+	}
+	if res, err := e.Execute(context.Background(), bashSpec("swap", ws, "echo still here")); err != nil || res.Stdout != "still here\n" {
+		t.Errorf("after the attempt: %+v %v", res, err)
+	}
+}
