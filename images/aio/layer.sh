@@ -4,6 +4,7 @@
 #
 #   images/aio/layer.sh [BASE_IMAGE]     default sandgate/aio-base:latest
 #
+# scripts/images.sh runs it after building (or finding) the base image.
 # The tag is sandgate/aio:<hash>, where <hash> covers the base image id, the
 # binary and the Dockerfile; nothing is built when that tag exists. The
 # binary is static (CGO_ENABLED=0) and reproducible (-trimpath), so an
@@ -31,5 +32,5 @@ else
 fi
 docker tag "$tag" "$name:latest"
 # Older layers: removed unless a container still uses them.
-docker image ls --format '{{.Repository}}:{{.Tag}}' "$name" | grep -v -e ":latest$" -e ":$hash$" -e ":test-" |
+docker image ls --format '{{.Repository}}:{{.Tag}}' "$name" | grep -v -e ":latest$" -e ":$hash$" |
   xargs -r docker image rm >/dev/null 2>&1 || true
