@@ -7,7 +7,9 @@
 #
 # A recipe is a directory under images/ with image.conf (NAME, SUITE,
 # CHANGES), packages (one Debian package a line) and optionally trim.sh
-# (run with the root filesystem as $1 before import). The image is tagged
+# (run with the root filesystem as $1 before import) and layer.sh (run after
+# the image is built or found up to date, to add what is built from this
+# checkout on top: images/aio adds sandboxd). The image is tagged
 # NAME:<hash>, where <hash> covers every file of the recipe and this
 # script; when that tag exists already nothing is built. NAME:latest is
 # then pointed at it: that is what the executors' defaults name.
@@ -145,4 +147,7 @@ if [ $# -eq 0 ]; then
 fi
 for d in "$@"; do
   build "$d"
+  if [ -x "${d%/}/layer.sh" ]; then
+    "${d%/}/layer.sh"
+  fi
 done
