@@ -71,6 +71,17 @@ type Deps struct {
 	Audit      audit.Store
 	Metrics    *Metrics // nil: no metrics
 	Logger     *slog.Logger
+	// Resources are other per-session state (a browser, a pool instance)
+	// that DELETE /v1/sessions/{id} releases and GET shows.
+	Resources []SessionResource
+}
+
+// SessionResource is per-session state outside the executors, wired
+// explicitly in main. Either function may be nil.
+type SessionResource struct {
+	Name     string
+	Release  func(ctx context.Context, sessionID string) error
+	Describe func(sessionID string) (any, bool)
 }
 
 // Manager runs the pipeline.

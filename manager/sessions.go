@@ -21,6 +21,9 @@ type SessionInfo struct {
 	Runs         int       `json:"runs"`
 	Running      int       `json:"running"`
 	LastExecutor string    `json:"last_executor,omitempty"`
+	// Resources describes live per-session state (e.g. "aio": the pool
+	// instance, "browser": the live backend).
+	Resources map[string]any `json:"resources,omitempty"`
 }
 
 type sessionStats struct {
@@ -117,6 +120,17 @@ func (m *Manager) Session(ctx context.Context, id string) (SessionInfo, error) {
 	}
 	info := SessionInfo{ID: w.SessionID, CreatedAt: w.Created}
 	m.sessions.fill(&info)
+	for _, r := range m.deps.Resources {
+		if r.Describe == nil {
+			continue
+		}
+		if v, ok := r.Describe(id); ok {
+			if info.Resources == nil {
+				info.Resources = map[string]any{}
+			}
+			info.Resources[r.Name] = v
+		}
+	}
 	return info, nil
 }
 
@@ -131,6 +145,11 @@ func (m *Manager) DeleteSession(ctx context.Context, id string, purge bool) erro
 	for _, e := range m.deps.Executors {
 		if r, ok := e.(executors.SessionReleaser); ok {
 			errs = append(errs, r.ReleaseSession(ctx, id))
+		}
+	}
+	for _, r := range m.deps.Resources {
+		if r.Release != nil {
+			errs = append(errs, r.Release(ctx, id))
 		}
 	}
 	m.sessions.forget(id)

@@ -120,7 +120,7 @@ func TestSessionActivity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(page.Sessions) != 1 || page.Sessions[0] != info {
+	if len(page.Sessions) != 1 || !reflect.DeepEqual(page.Sessions[0], info) {
 		t.Errorf("ListSessions %+v, want [%+v]", page.Sessions, info)
 	}
 	// A denied request does not count as a run.

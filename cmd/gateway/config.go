@@ -9,6 +9,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sandgate/sandgate/executors/aio"
 	"github.com/sandgate/sandgate/policy"
 )
 
@@ -29,6 +30,7 @@ type Config struct {
 	Limits    LimitsConfig    `yaml:"limits"`
 	Workspace WorkspaceConfig `yaml:"workspace"`
 	Audit     AuditConfig     `yaml:"audit"`
+	Browser   BrowserConfig   `yaml:"browser"`
 	Approval  ApprovalConfig  `yaml:"approval"`
 	Executors ExecutorsConfig `yaml:"executors"`
 	Auth      AuthConfig      `yaml:"auth"`
@@ -67,6 +69,18 @@ type WorkspaceConfig struct {
 	QuotaFiles int64 `yaml:"quota_files"`
 }
 
+// BrowserConfig tunes the browser router (browser.Config).
+type BrowserConfig struct {
+	Enabled bool `yaml:"enabled"`
+	// AllowHosts opens "host" or "host:port" to the external browser even
+	// though it resolves to a loopback, private or metadata address.
+	AllowHosts  []string      `yaml:"allow_hosts"`
+	IdleTTL     time.Duration `yaml:"idle_ttl"`
+	MaxBrowsers int           `yaml:"max_browsers"`
+	// ChromiumPath is the external backend's binary; empty finds chromium.
+	ChromiumPath string `yaml:"chromium_path"`
+}
+
 // AuditConfig tunes the audit database.
 type AuditConfig struct {
 	// Synchronous is "full" (default: every record is fsynced before the
@@ -92,6 +106,16 @@ type ApprovalConfig struct {
 type ExecutorsConfig struct {
 	Subprocess SubprocessConfig `yaml:"subprocess"`
 	Docker     DockerConfig     `yaml:"docker"`
+	AIO        AIOConfig        `yaml:"aio"`
+}
+
+// AIOConfig is the pooled all-in-one sandbox (executors/aio). Its fields
+// are the pool's own (min_instances, max_instances, idle_timeout, max_uses,
+// image, network, ...), each with the default documented there.
+// Enabled by default: needs_browser and needs_persistent_fs route here.
+type AIOConfig struct {
+	Enabled        bool `yaml:"enabled"`
+	aio.PoolConfig `yaml:",inline"`
 }
 
 // DockerConfig tunes the network-less container executor. It is enabled by
@@ -162,12 +186,14 @@ func Default() Config {
 			MaxCodeBytes: 256 << 10, MaxBodyBytes: 2 << 20, DefaultTimeout: 30 * time.Second,
 		},
 		Audit:     AuditConfig{Synchronous: "full"},
+		Browser:   BrowserConfig{Enabled: true, IdleTTL: 5 * time.Minute, MaxBrowsers: 8},
 		Workspace: WorkspaceConfig{MaxFileMiB: 32, QuotaMiB: 1024, QuotaFiles: 100_000},
 		Approval:  ApprovalConfig{Timeout: 120 * time.Second},
 		Executors: ExecutorsConfig{
 			Subprocess: SubprocessConfig{Enabled: true, MemoryMB: 1024, CPUSeconds: 60, MaxProcs: 256, MaxOutputKiB: 1024},
 			Docker: DockerConfig{Enabled: true, Image: "sandgate/runtime:latest", MemoryMB: 512, CPUs: 1,
 				MaxProcs: 256, TmpfsMB: 64, WarmMax: 8, WarmIdle: 60 * time.Second},
+			AIO: AIOConfig{Enabled: true},
 		},
 		Server: ServerConfig{
 			ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second,
@@ -238,6 +264,9 @@ func (c Config) Validate() error {
 	}
 	if d := c.Executors.Docker; d.Enabled && (d.Image == "" || d.MemoryMB <= 0 || d.CPUs <= 0 || d.MaxProcs <= 0 || d.TmpfsMB <= 0 || d.WarmIdle <= 0) {
 		add("executors.docker: image, memory_mb, cpus, max_procs, tmpfs_mb and warm_idle must be set and positive")
+	}
+	if b := c.Browser; b.Enabled && (b.IdleTTL <= 0 || b.MaxBrowsers <= 0) {
+		add("browser: idle_ttl and max_browsers must be positive")
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":

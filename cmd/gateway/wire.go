@@ -20,8 +20,10 @@ import (
 
 	"github.com/sandgate/sandgate/api"
 	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/browser"
 	"github.com/sandgate/sandgate/confirm"
 	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/executors/aio"
 	"github.com/sandgate/sandgate/executors/docker"
 	"github.com/sandgate/sandgate/executors/subprocess"
 	"github.com/sandgate/sandgate/manager"
@@ -41,6 +43,8 @@ type gateway struct {
 	policy   *policy.Engine
 	audit    *audit.SQLite
 	hub      *confirm.Hub // nil when auto-approve is configured
+	aio      *aio.Executor
+	browser  *browser.Manager
 	// baseCancel ends every request context; called when the shutdown
 	// deadline passes so running executions are killed, not abandoned.
 	baseCancel context.CancelFunc
@@ -104,8 +108,11 @@ func build(ctx context.Context, cfg Config, _ func(string) string, stdout, stder
 	if err != nil {
 		return nil, err
 	}
-	execs, err := gw.executors(ctx)
+	execs, err := gw.executors(ctx, workspaces)
 	if err != nil {
+		return nil, err
+	}
+	if err := gw.browsers(workspaces); err != nil {
 		return nil, err
 	}
 	confirmer, err := gw.confirmer(ctx)
@@ -119,14 +126,14 @@ func build(ctx context.Context, cfg Config, _ func(string) string, stdout, stder
 		ApprovalTimeout: cfg.Approval.Timeout,
 	}, manager.Deps{
 		Assessor: assessor, Policy: gw.policy, Confirm: confirmer, Executors: execs, Workspaces: workspaces,
-		Audit: gw.audit, Metrics: manager.NewMetrics(reg), Logger: gw.log,
+		Audit: gw.audit, Metrics: manager.NewMetrics(reg), Logger: gw.log, Resources: gw.resources(),
 	})
 	if err != nil {
 		return nil, err
 	}
 	handler := api.New(api.Config{MaxBodyBytes: cfg.Limits.MaxBodyBytes}, api.Deps{
 		Manager: gw.manager, Policy: gw.policy, Audit: gw.audit, Auth: auth, Gatherer: reg, Logger: gw.log,
-		Approvals: gw.hub,
+		Approvals: gw.hub, Browser: gw.browser,
 	})
 	if err := gw.listen(handler); err != nil {
 		return nil, err
@@ -158,7 +165,7 @@ func (gw *gateway) assessor() (*risk.Assessor, error) {
 	return risk.NewAssessor(rules, gw.log), nil
 }
 
-func (gw *gateway) executors(ctx context.Context) ([]executors.Executor, error) {
+func (gw *gateway) executors(ctx context.Context, ws *workspace.Workspaces) ([]executors.Executor, error) {
 	var out []executors.Executor
 	if sp := gw.cfg.Executors.Subprocess; sp.Enabled {
 		e, err := subprocess.New(ctx, subprocess.Config{
@@ -190,7 +197,74 @@ func (gw *gateway) executors(ctx context.Context) ([]executors.Executor, error) 
 		}
 		out = append(out, e)
 	}
+	if a := gw.cfg.Executors.AIO; a.Enabled {
+		if e := gw.aioPool(ctx, a.PoolConfig, ws); e != nil {
+			out = append(out, e)
+		}
+	}
 	return out, nil
+}
+
+// aioPool starts the AIO pool. A pool that cannot start (no root for its
+// mounts, say) is left out with an error in the log: requests the policy
+// routes to aio then get 503 executor_unavailable, never another executor.
+func (gw *gateway) aioPool(ctx context.Context, pc aio.PoolConfig, ws *workspace.Workspaces) *aio.Executor {
+	if pc.StateDir == "" {
+		pc.StateDir = filepath.Join(gw.cfg.DataDir, "aio")
+	}
+	pc.Logger = gw.log
+	pc.Workspaces = func(ctx context.Context, sessionID string) (aio.Workspace, error) {
+		d, err := ws.Ensure(ctx, sessionID)
+		return aio.Workspace{Dir: d.Path, UID: d.UID, GID: d.GID}, err
+	}
+	e, err := aio.New(ctx, pc)
+	if err != nil {
+		gw.log.Error("aio pool not started; aio-routed requests will get 503", "err", err)
+		return nil
+	}
+	gw.aio = e
+	return e
+}
+
+// browsers builds the browser router; the aio backend uses the pool's
+// sandbox browsers when the pool runs.
+func (gw *gateway) browsers(ws *workspace.Workspaces) error {
+	b := gw.cfg.Browser
+	if !b.Enabled {
+		return nil
+	}
+	deps := browser.Deps{Policy: gw.policy, Audit: gw.audit, Workspaces: ws, Logger: gw.log}
+	if gw.aio != nil {
+		deps.AIO = gw.aio
+	}
+	m, err := browser.New(browser.Config{
+		ChromiumPath: b.ChromiumPath, AllowHosts: b.AllowHosts, Mode: gw.cfg.Mode,
+		IdleTTL: b.IdleTTL, MaxBrowsers: b.MaxBrowsers,
+	}, deps)
+	if err != nil {
+		return fmt.Errorf("browser: %w", err)
+	}
+	gw.browser = m
+	return nil
+}
+
+// resources are the per-session state DELETE /v1/sessions/{id} releases and
+// GET shows besides the executors.
+func (gw *gateway) resources() []manager.SessionResource {
+	var out []manager.SessionResource
+	if gw.aio != nil {
+		out = append(out, manager.SessionResource{Name: "aio", Describe: func(id string) (any, bool) {
+			return gw.aio.InstanceInfo(id)
+		}})
+	}
+	if gw.browser != nil {
+		out = append(out, manager.SessionResource{Name: "browser", Release: gw.browser.ReleaseSession,
+			Describe: func(id string) (any, bool) {
+				backend, ok := gw.browser.Live()[id]
+				return backend, ok
+			}})
+	}
+	return out
 }
 
 // confirmer is the approval hub behind the web page, or AutoApprove when it
@@ -339,6 +413,11 @@ func (gw *gateway) shutdown() {
 	}
 	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer ccancel()
+	if gw.browser != nil {
+		if err := gw.browser.Close(cctx); err != nil {
+			gw.log.Warn("browser close", "err", err)
+		}
+	}
 	if err := gw.manager.Close(cctx); err != nil {
 		gw.log.Warn("executor close", "err", err)
 	}
