@@ -310,7 +310,7 @@ func (p *pool) startAcquireLocked(in *instance, b binding) {
 		}
 		in.client, in.state, in.lastUsed = c, stateIdle, p.now()
 		close(in.ready)
-		if p.closed {
+		if p.closed || in.broken { // closing, or its session was deleted meanwhile
 			p.destroyLocked(in)
 			return
 		}

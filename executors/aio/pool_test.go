@@ -46,6 +46,9 @@ func (f *fakeBackend) create(ctx context.Context, slot, _ string) (*handle, erro
 	select {
 	case <-time.After(delay):
 	case <-ctx.Done():
+		f.mu.Lock()
+		delete(f.live, slot) // a failed create leaves nothing, as the real one
+		f.mu.Unlock()
 		return nil, ctx.Err()
 	}
 	return &handle{slot: slot, containerID: "c-" + slot}, nil
