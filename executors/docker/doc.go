@@ -108,6 +108,10 @@
 //	warm,  concurrency 1: executor 60 ms, CLI 384 ms (0.16×); p95 134 / 1122 ms; 14.5 runs/s
 //	warm,  concurrency 8: executor 395 ms, CLI 2350 ms (0.17×); 11.9 / 3.1 runs/s
 //
+// A second run at load average 19-23: fresh 427 / 518 ms (0.82×) at
+// concurrency 1 and 1820 / 2015 ms (0.90×) at 8; warm 87 / 643 ms (0.14×)
+// at 1 and 348 / 2049 ms (0.17×, 13.5 / 3.0 runs/s) at 8.
+//
 // Container start (runc) is ~200 ms of the fresh path whatever the
 // container's options (measured with each option group removed in turn);
 // the executor wins by skipping the CLI's own start-up and by removing the
