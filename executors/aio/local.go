@@ -57,6 +57,7 @@ const (
 type handle struct {
 	slot        string // names the state directory; fixed for the container's life
 	containerID string
+	name        string // the container's current name
 	dir         string
 	key         string
 	port        int // bridge mode: the published host port
@@ -198,7 +199,7 @@ func (b *localBackend) create(ctx context.Context, slot, session string) (*handl
 			return nil, engineError("create container", err)
 		}
 	}
-	h.containerID = res.ID
+	h.containerID, h.name = res.ID, name
 	if _, err := b.cli.ContainerStart(ctx, h.containerID, client.ContainerStartOptions{}); err != nil {
 		_ = b.destroy(context.WithoutCancel(ctx), h)
 		return nil, engineError("start container", err)
@@ -342,12 +343,14 @@ func (b *localBackend) bind(ctx context.Context, h *handle, bd binding) (*Client
 	if err := os.WriteFile(filepath.Join(h.dir, stateSession), rec, 0o600); err != nil {
 		return nil, fmt.Errorf("aio: state dir: %w", err)
 	}
-	name := b.containerName(bd.session)
-	if _, err := b.cli.ContainerRename(ctx, h.containerID, client.ContainerRenameOptions{NewName: name}); err != nil {
-		if res, ierr := b.cli.ContainerInspect(ctx, h.containerID, client.ContainerInspectOptions{}); ierr != nil ||
-			strings.TrimPrefix(res.Container.Name, "/") != name {
-			return nil, engineError("rename container", err)
+	if name := b.containerName(bd.session); h.name != name {
+		if _, err := b.cli.ContainerRename(ctx, h.containerID, client.ContainerRenameOptions{NewName: name}); err != nil {
+			if res, ierr := b.cli.ContainerInspect(ctx, h.containerID, client.ContainerInspectOptions{}); ierr != nil ||
+				strings.TrimPrefix(res.Container.Name, "/") != name {
+				return nil, engineError("rename container", err)
+			}
 		}
+		h.name = name
 	}
 	if b.cfg.Network == NetworkBridge {
 		c := NewHTTPClient("http://127.0.0.1:"+strconv.Itoa(h.port), h.key)
@@ -397,7 +400,7 @@ func (b *localBackend) bind(ctx context.Context, h *handle, bd binding) (*Client
 // waitReady polls GET /v1/sandbox until it answers 200.
 func waitReady(ctx context.Context, c *Client) error {
 	var last error
-	for delay := 5 * time.Millisecond; ; delay = min(delay*2, 100*time.Millisecond) {
+	for delay := 2 * time.Millisecond; ; delay = min(delay*2, 20*time.Millisecond) {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		_, err := c.Sandbox(pctx)
 		cancel()
@@ -519,6 +522,7 @@ func (b *localBackend) adoptOne(ctx context.Context, c container.Summary, h *han
 	if len(c.Names) > 0 {
 		name = strings.TrimPrefix(c.Names[0], "/")
 	}
+	h.name = name
 	if name == b.warmName(h.slot) {
 		return a, true // unbound, started ahead
 	}
