@@ -1,7 +1,6 @@
 package subprocess
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -68,8 +67,9 @@ func (r rlimits) args() []string {
 }
 
 // command builds the exec.Cmd for l under the executor's isolation. The
-// caller sets Stdout, Stderr, Cancel and WaitDelay.
-func (e *Executor) command(ctx context.Context, l launch) *exec.Cmd {
+// caller sets Stdout, Stderr, WaitDelay and, for a warm process,
+// ExtraFiles; killing is proc's job.
+func (e *Executor) command(l launch) *exec.Cmd {
 	args := []string{"-c", execScript, initArg0}
 	if e.isolation == IsolationNamespaces {
 		args[1] = initScript
@@ -88,7 +88,7 @@ func (e *Executor) command(ctx context.Context, l launch) *exec.Cmd {
 		attr.Credential = &syscall.Credential{Uid: uint32(l.uid), Gid: uint32(l.gid), Groups: []uint32{}}
 	}
 	args = append(args, l.argv...)
-	cmd := exec.CommandContext(ctx, e.cfg.Shell, args...)
+	cmd := exec.Command(e.cfg.Shell, args...)
 	cmd.Args[0] = initArg0
 	cmd.Dir = l.dir
 	cmd.Env = l.env

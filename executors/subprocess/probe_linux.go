@@ -56,16 +56,22 @@ func (e *Executor) probe(ctx context.Context) error {
 		uid:    e.cfg.SandboxUID,
 		gid:    e.cfg.SandboxGID,
 	}
-	cmd := e.command(ctx, l)
+	cmd := e.command(l)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.Cancel = func() error { return killTree(cmd.Process.Pid) }
 	cmd.WaitDelay = e.cfg.KillGrace
-	if err := start(cmd); err != nil {
+	p, err := startProc(cmd, e.log)
+	if err != nil {
 		return fmt.Errorf("%w: start: %w", errProbe, err)
 	}
-	if err := cmd.Wait(); err != nil {
-		return fmt.Errorf("%w: %w: %s", errProbe, err, strings.TrimSpace(stderr.String()))
+	select {
+	case <-p.exited:
+	case <-ctx.Done():
+		p.kill()
+	}
+	<-p.done
+	if p.err != nil {
+		return fmt.Errorf("%w: %w: %s", errProbe, p.err, strings.TrimSpace(stderr.String()))
 	}
 	if err := e.checkProbe(stdout.String()); err != nil {
 		return fmt.Errorf("%w: %w", errProbe, err)

@@ -309,43 +309,21 @@ func (e *Executor) newOutput(ws *os.Root, id, dir string, lim executors.Limits) 
 // errTimedOut is the cause of a run's context when Spec.Timeout expired.
 var errTimedOut = errors.New("run timed out")
 
-// run starts the launch and waits for it, killing the whole tree at the
-// timeout or when ctx is done. A parent ctx that ends first is returned as
-// an error (the client went away); the timeout is a Result.
+// run starts the launch cold and waits for it, killing the whole tree at
+// the timeout or when ctx is done. A parent ctx that ends first is
+// returned as an error (the client went away); the timeout is a Result.
 func (e *Executor) run(ctx context.Context, l launch, out *output, timeout time.Duration) (executors.Result, error) {
 	runCtx, cancel := context.WithTimeoutCause(ctx, timeout, errTimedOut)
 	defer cancel()
-	cmd := e.command(runCtx, l)
+	cmd := e.command(l)
 	cmd.Stdout, cmd.Stderr = out.Stdout(), out.Stderr()
-	// Cancel runs when runCtx is done before the process was reaped, so
-	// the pid is still ours. WaitDelay bounds the wait for pipes a
-	// surviving grandchild could hold (process-group mode only).
-	cmd.Cancel = func() error { return killTree(cmd.Process.Pid) }
+	// WaitDelay bounds the wait for pipes a surviving grandchild could
+	// hold (process-group mode only).
 	cmd.WaitDelay = e.cfg.KillGrace
-
 	began := time.Now()
-	if err := start(cmd); err != nil {
+	p, err := startProc(cmd, e.log)
+	if err != nil {
 		return executors.Result{}, fmt.Errorf("subprocess: start: %w", err)
 	}
-	if err := awaitExit(cmd.Process.Pid); err != nil {
-		e.log.Warn("waitid", "error", err.Error())
-	}
-	deadlineHit := runCtx.Err() != nil
-	// The leader is a zombie now, so its pid still names our group: kill
-	// what is left of it (background jobs in process-group mode).
-	_ = killTree(cmd.Process.Pid)
-	waitErr := cmd.Wait()
-	res := executors.Result{Duration: time.Since(began)}
-	res.Stdout, res.Stderr, res.Truncated, res.OutputPath = out.finish()
-	if cmd.ProcessState == nil {
-		return res, fmt.Errorf("subprocess: wait: %w", waitErr)
-	}
-	res.ExitCode = exitCode(cmd.ProcessState)
-	if deadlineHit {
-		if ctx.Err() != nil {
-			return res, fmt.Errorf("subprocess: run aborted: %w", context.Cause(ctx))
-		}
-		res.ExitCode, res.TimedOut = executors.ExitCodeTimeout, true
-	}
-	return res, nil
+	return e.await(ctx, runCtx, p, out, began)
 }

@@ -1,0 +1,93 @@
+package subprocess
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"sync"
+	"time"
+
+	"github.com/sandgate/sandgate/executors"
+)
+
+// proc is one started launch chain, cold or warm. Its reaper goroutine
+// waits for the init step to exit without reaping it, kills what is left
+// of its process group, and only then reaps it. kill may be called from
+// any goroutine at any time: it never signals a pid that was already
+// reaped, so it cannot hit a reused one.
+type proc struct {
+	cmd    *exec.Cmd
+	mu     sync.Mutex
+	reaped bool
+	exited chan struct{} // the init step has exited (a zombie, its pid still ours)
+	done   chan struct{} // reaped, output pipes drained; state and err are set
+	state  *os.ProcessState
+	err    error
+}
+
+// startProc starts cmd on the spawner thread and reaps it in the
+// background.
+func startProc(cmd *exec.Cmd, log *slog.Logger) (*proc, error) {
+	if err := start(cmd); err != nil {
+		return nil, err
+	}
+	p := &proc{cmd: cmd, exited: make(chan struct{}), done: make(chan struct{})}
+	go p.reap(log)
+	return p, nil
+}
+
+func (p *proc) reap(log *slog.Logger) {
+	pid := p.cmd.Process.Pid
+	if err := awaitExit(pid); err != nil {
+		log.Warn("waitid", "error", err.Error())
+	}
+	p.mu.Lock()
+	// The leader is a zombie, so its pid still names our group: kill what
+	// is left of it (background jobs in process-group mode).
+	_ = killTree(pid)
+	p.reaped = true
+	p.mu.Unlock()
+	close(p.exited)
+	p.err = p.cmd.Wait()
+	p.state = p.cmd.ProcessState
+	close(p.done)
+}
+
+// kill SIGKILLs the whole tree (see killTree) unless it was reaped.
+func (p *proc) kill() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.reaped {
+		_ = killTree(p.cmd.Process.Pid)
+	}
+}
+
+// await waits for p, killing the tree when runCtx is done first, and turns
+// its end into a Result. began is when the run's clock started. A parent
+// ctx that ended first is returned as an error (the client went away); the
+// timeout is a Result.
+func (e *Executor) await(ctx, runCtx context.Context, p *proc, out *output, began time.Time) (executors.Result, error) {
+	select {
+	case <-p.exited:
+	case <-runCtx.Done():
+		p.kill()
+		<-p.exited
+	}
+	deadlineHit := runCtx.Err() != nil
+	<-p.done
+	res := executors.Result{Duration: time.Since(began)}
+	res.Stdout, res.Stderr, res.Truncated, res.OutputPath = out.finish()
+	if p.state == nil {
+		return res, fmt.Errorf("subprocess: wait: %w", p.err)
+	}
+	res.ExitCode = exitCode(p.state)
+	if deadlineHit {
+		if ctx.Err() != nil {
+			return res, fmt.Errorf("subprocess: run aborted: %w", context.Cause(ctx))
+		}
+		res.ExitCode, res.TimedOut = executors.ExitCodeTimeout, true
+	}
+	return res, nil
+}
