@@ -44,11 +44,40 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	_ = os.RemoveAll(dir)
+	pruneTestImages()
 	if code == 0 && leftoverContainers() > 0 {
 		fmt.Fprintln(os.Stderr, "labelled aio test containers left behind")
 		code = 1
 	}
 	os.Exit(code)
+}
+
+// pruneTestImages removes sandgate/aio-test tags older than an hour other
+// than this run's: each change of sandboxd makes a new one, and each keeps
+// its base image's layers alive. Younger ones may belong to a test process
+// running now; an image a container uses is never removed by the engine.
+func pruneTestImages() {
+	cli, err := client.New(client.WithHostFromEnv())
+	if err != nil {
+		return
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	list, err := cli.ImageList(ctx, client.ImageListOptions{Filters: make(client.Filters).Add("reference", "sandgate/aio-test")})
+	if err != nil {
+		return
+	}
+	for _, img := range list.Items {
+		if time.Since(time.Unix(img.Created, 0)) < time.Hour {
+			continue
+		}
+		for _, tag := range img.RepoTags {
+			if tag != imageRef {
+				_, _ = cli.ImageRemove(ctx, tag, client.ImageRemoveOptions{})
+			}
+		}
+	}
 }
 
 // testInstancePrefix starts every pool instance name the tests use.
