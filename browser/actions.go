@@ -163,11 +163,17 @@ func (g *guard) blockedNavigation(mainFrame string, origins []string) *Blocked {
 	return nil
 }
 
-// page describes the tab's current document, in one round trip.
+// page describes the tab's current document. The browser process keeps
+// the URL and title in the navigation history, so asking it does not wait
+// on a renderer still busy with the page it just loaded.
 func (in *instance) page(ctx context.Context, resp *network.Response) (PageResult, error) {
-	out, err := chromedp.Run(ctx, chromedp.Evaluate[PageResult](`({url: document.location.href, title: document.title})`))
+	hist, err := chromedp.Run(ctx, chromedp.NavigationEntries())
 	if err != nil {
 		return PageResult{}, err
+	}
+	var out PageResult
+	if i := int(hist.CurrentIndex); i >= 0 && i < len(hist.Entries) {
+		out = PageResult{URL: hist.Entries[i].URL, Title: hist.Entries[i].Title}
 	}
 	if resp != nil {
 		out.Status = resp.Status

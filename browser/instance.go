@@ -424,6 +424,8 @@ func (m *Manager) execOptions(userDataDir, tmpDir, proxyAddr string) []chromedp.
 		chromedp.Flag("no-pings", true),
 		chromedp.Flag("metrics-recording-only", true),
 		chromedp.Flag("safebrowsing-disable-auto-update", true),
+		// BackForwardCache is off so that back loads its page again,
+		// through the policy, like any navigation.
 		chromedp.Flag("disable-features", "Translate,OptimizationHints,MediaRouter,DialMediaRouteProvider,"+
 			"NetworkTimeServiceQuerying,CertificateTransparencyComponentUpdater,AutofillServerCommunication,"+
 			"InterestFeedContentSuggestions,PrivacySandboxSettings4,BackForwardCache"),
