@@ -184,7 +184,14 @@ func (m *Manager) startAIO(ctx context.Context, sessionID string, rec *recorder)
 			in.close()
 		}
 	}()
-	allocCtx, allocCancel := remote.NewAllocator(m.lifetime, url, remote.WithDialTimeout(m.cfg.StartTimeout))
+	// A ws:// URL is the browser's own DevTools socket (the AIO executor's
+	// forwarder path carries a token before /devtools/): use it as given;
+	// an http:// address is asked for it at /json/version.
+	aopts := []remote.Option{remote.WithDialTimeout(m.cfg.StartTimeout)}
+	if strings.HasPrefix(url, "ws://") || strings.HasPrefix(url, "wss://") {
+		aopts = append(aopts, remote.NoModifyURL)
+	}
+	allocCtx, allocCancel := remote.NewAllocator(m.lifetime, url, aopts...)
 	in.allocCancel = allocCancel
 	// Attaching creates our own tab, so browserCtx is also the tab.
 	in.browserCtx, in.browserCancel = chromedp.NewContext(allocCtx)
