@@ -185,7 +185,7 @@ func targetOf(raw string) (target, bool) {
 	if err != nil || u.Scheme == "" {
 		return target{raw: raw}, false
 	}
-	t := target{raw: raw, scheme: strings.ToLower(u.Scheme), host: strings.ToLower(u.Hostname())}
+	t := target{raw: raw, scheme: strings.ToLower(u.Scheme), host: normHost(u.Hostname())}
 	if p := u.Port(); p != "" {
 		n, err := strconv.Atoi(p)
 		if err != nil || n < 1 || n > 65535 {
@@ -196,6 +196,13 @@ func targetOf(raw string) (target, bool) {
 		t.port = defaultPort(t.scheme)
 	}
 	return t, true
+}
+
+// normHost is the host as the policy sees it: lower case, without the
+// trailing dot of a fully qualified name ("localhost." is "localhost",
+// so a blocked_hosts pattern cannot be sidestepped with it).
+func normHost(h string) string {
+	return strings.TrimSuffix(strings.ToLower(h), ".")
 }
 
 func defaultPort(scheme string) int {

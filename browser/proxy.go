@@ -151,7 +151,7 @@ func (p *egressProxy) serveConnect(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "bad CONNECT target", http.StatusBadRequest)
 		return
 	}
-	t := target{raw: "https://" + r.Host + "/", scheme: "https", host: lower(host), port: n, method: http.MethodConnect}
+	t := target{raw: "https://" + r.Host + "/", scheme: "https", host: normHost(host), port: n, method: http.MethodConnect}
 	addrs, ok := p.allowed(r.Context(), t)
 	if !ok {
 		http.Error(w, "blocked by the sandgate browser policy", http.StatusForbidden)
@@ -293,14 +293,4 @@ func splice(a, b net.Conn) {
 	_ = a.Close()
 	_ = b.Close()
 	<-done
-}
-
-func lower(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if 'A' <= c && c <= 'Z' {
-			b[i] = c + 'a' - 'A'
-		}
-	}
-	return string(b)
 }

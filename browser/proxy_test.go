@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"net/url"
 	"strings"
@@ -171,5 +172,35 @@ func TestProxyAuthAndForwarding(t *testing.T) {
 	}
 	if tr.hits.Load() != 0 {
 		t.Fatal("the denied listener was reached")
+	}
+}
+
+// The proxy's credentials are hop-by-hop: the server behind it never sees
+// them.
+func TestProxyCredentialsStayWithTheProxy(t *testing.T) {
+	seen := make(chan http.Header, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.Header.Clone()
+	}))
+	defer up.Close()
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(up.URL, "http://"))
+	g, _ := newTestGuard(t, &flipDNS{ans: map[string][]netip.Addr{}}, "127.0.0.1:"+port)
+	p, err := newEgressProxy(g, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	pu, _ := url.Parse("http://" + p.addr())
+	pu.User = url.UserPassword(proxyUser, p.pass)
+	res, err := (&http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu)}}).Get(up.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	h := <-seen
+	for _, k := range []string{"Proxy-Authorization", "Proxy-Connection", "X-Forwarded-For"} {
+		if h.Get(k) != "" {
+			t.Errorf("upstream saw %s: %q", k, h.Get(k))
+		}
 	}
 }

@@ -75,6 +75,10 @@ func TestSSRF(t *testing.T) {
 		{"localhost name", "http://localhost:" + strings.Split(trapHP, ":")[1] + "/", "browser.blocked_host"},
 		{"metadata address", "http://169.254.169.254/latest/meta-data/", "browser.blocked_address"},
 		{"unresolvable name", "http://no-such-host.test/", "browser.unresolved"},
+		{"fully qualified localhost", "http://localhost.:" + strings.Split(trapHP, ":")[1] + "/", "browser.blocked_host"},
+		{"numeric IPv4 form", "http://2130706433:" + strings.Split(trapHP, ":")[1] + "/", "browser.unresolved"},
+		{"IPv6 loopback", "http://[::1]:" + strings.Split(trapHP, ":")[1] + "/", "browser.blocked_address"},
+		{"IPv4-mapped IPv6 loopback", "http://[::ffff:127.0.0.1]:" + strings.Split(trapHP, ":")[1] + "/", "browser.blocked_address"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := "ssrf-" + strings.ReplaceAll(c.name, " ", "-")
