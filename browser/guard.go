@@ -350,23 +350,8 @@ func addrStrings(as []netip.Addr) []string {
 // The record holds the origin (scheme, host, port), never the path, query,
 // headers, cookies or page content.
 func (g *guard) record(t target, layer string, v verdict) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	reqID := ""
-	a := g.action
-	if a != nil {
-		reqID = a.requestID
-		if !v.decision.Allowed() {
-			if len(a.blocked) < maxBlocked {
-				a.blocked = append(a.blocked, Blocked{URL: t.origin(), ResourceType: t.resourceType, Navigation: t.navigation,
-					Layer: layer, Reasons: v.decision.Reasons, frameID: t.frameID})
-			} else {
-				a.dropped++
-			}
-		}
-	}
 	rec := &audit.Record{
-		RequestID: reqID, Kind: KindRequest, SessionID: g.sessionID,
+		Kind: KindRequest, SessionID: g.sessionID,
 		Action: v.decision.Action, Executor: "browser." + g.backend, Reasons: auditReasons(v.decision.Reasons),
 		PolicyRevision: v.decision.PolicyRevision, Outcome: audit.OutcomeOK,
 		Detail: map[string]string{"layer": layer, "backend": g.backend, "scheme": t.scheme},
@@ -388,10 +373,23 @@ func (g *guard) record(t target, layer string, v verdict) {
 	if len(v.addrs) > 0 {
 		rec.Detail["resolved"] = strings.Join(addrStrings(v.addrs), ",")
 	}
-	if a != nil && v.decision.Allowed() && len(a.allowed) < maxHeldRecords {
-		a.allowed = append(a.allowed, rec)
-		return
+
+	g.mu.Lock()
+	if a := g.action; a != nil {
+		rec.RequestID = a.requestID
+		switch {
+		case v.decision.Allowed() && len(a.allowed) < maxHeldRecords:
+			a.allowed = append(a.allowed, rec)
+			g.mu.Unlock()
+			return
+		case !v.decision.Allowed() && len(a.blocked) < maxBlocked:
+			a.blocked = append(a.blocked, Blocked{URL: t.origin(), ResourceType: t.resourceType, Navigation: t.navigation,
+				Layer: layer, Reasons: v.decision.Reasons, frameID: t.frameID})
+		case !v.decision.Allowed():
+			a.dropped++
+		}
 	}
+	g.mu.Unlock()
 	g.rec.append(rec, !v.decision.Allowed())
 }
 
