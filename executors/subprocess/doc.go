@@ -16,8 +16,11 @@
 //   - no_new_privs, so setuid/file-capability binaries cannot raise it;
 //   - RLIMIT_CPU, RLIMIT_AS, RLIMIT_NOFILE, RLIMIT_NPROC, RLIMIT_FSIZE
 //     (and RLIMIT_CORE=0) set before the interpreter starts;
-//   - its own process group, an environment of PATH, HOME and LANG only,
-//     cwd = the session workspace, stdin /dev/null.
+//   - its own process group, an environment of PATH, HOME and LANG only
+//     (plus PWD, which the init shell exports), cwd = the session
+//     workspace, stdin /dev/null, and no other inherited descriptor: New
+//     sets close-on-exec on any descriptor the gateway itself inherited
+//     without it (os/exec would otherwise pass it to every run).
 //
 // Without root the executor degrades to IsolationProcessGroup (see there)
 // and says so through Executor.Isolation and a warning log;

@@ -134,6 +134,42 @@ func exitCode(ps *os.ProcessState) int {
 	return ps.ExitCode()
 }
 
+// sealInheritedFDs sets close-on-exec on every descriptor above 2 the
+// gateway process holds without it. Go opens its own descriptors
+// close-on-exec, but ones the gateway inherited from its parent (a
+// supervisor's, a test runner's, socket activation's) are not, and
+// os/exec passes every such descriptor on: without this, each run would
+// get them (a test runner's here: 10 and 251). The gateway's own use of
+// them is unaffected. It runs once per process; first is true for that call.
+func sealInheritedFDs() (fds []int, first bool) {
+	sealOnce.Do(func() { fds, first = sealFDs(), true })
+	return fds, first
+}
+
+var sealOnce sync.Once
+
+func sealFDs() []int {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return nil
+	}
+	var sealed []int
+	for _, ent := range entries {
+		fd, err := strconv.Atoi(ent.Name())
+		if err != nil || fd < 3 {
+			continue
+		}
+		flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+		if err != nil || flags&unix.FD_CLOEXEC != 0 {
+			continue
+		}
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, flags|unix.FD_CLOEXEC); err == nil {
+			sealed = append(sealed, fd)
+		}
+	}
+	return sealed
+}
+
 // spawner starts every child from one dedicated OS thread that has
 // PR_SET_NO_NEW_PRIVS set, so the sandboxed code inherits no_new_privs
 // without an extra exec (setpriv --nnp would cost about 1.3 ms a run):

@@ -75,6 +75,9 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 	if err := checkExecutable(cfg.Shell); err != nil {
 		return nil, fmt.Errorf("subprocess: init shell: %w", err)
 	}
+	if fds, first := sealInheritedFDs(); first && len(fds) > 0 {
+		e.log.Warn("descriptors the gateway inherited are now close-on-exec, so runs do not inherit them", "fds", fds)
+	}
 	if err := e.chooseIsolation(ctx); err != nil {
 		return nil, fmt.Errorf("subprocess: %w", err)
 	}
