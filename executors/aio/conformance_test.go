@@ -63,7 +63,7 @@ type fixture struct {
 func startFixture(t *testing.T, img string) *fixture {
 	t.Helper()
 	state := newStateDir(t)
-	if err := ensureSharedMount(state); err != nil {
+	if _, err := ensureSharedMount(state); err != nil {
 		t.Fatal(err)
 	}
 	ws, run := filepath.Join(state, "ws"), filepath.Join(state, "run")

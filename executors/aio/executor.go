@@ -167,7 +167,7 @@ func (e *Executor) Close(ctx context.Context) error {
 	}
 	e.cdp.close()
 	err := e.pool.close(ctx, e.cfg.KeepOnClose)
-	e.be.close()
+	e.be.close(e.cfg.KeepOnClose || err != nil)
 	return err
 }
 
@@ -179,5 +179,5 @@ func (e *Executor) abandon() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = e.pool.close(ctx, true)
-	e.be.close()
+	e.be.close(true)
 }

@@ -87,7 +87,9 @@ type backend interface {
 	destroy(ctx context.Context, h *handle) error
 	adopt(ctx context.Context) ([]adoptable, error)
 	containerName(session string) string
-	close()
+	// close releases the backend; keep leaves the instances' state for
+	// the next process to adopt.
+	close(keep bool)
 }
 
 // localBackend runs instances on a Docker engine.
@@ -95,6 +97,9 @@ type localBackend struct {
 	cfg PoolConfig
 	cli *client.Client
 	log *slog.Logger
+	// madeMount is set when this process made StateDir a mount point; it
+	// undoes that at a Close that removed every instance.
+	madeMount bool
 }
 
 func newLocalBackend(cfg PoolConfig) (*localBackend, error) {
@@ -116,15 +121,21 @@ func newLocalBackend(cfg PoolConfig) (*localBackend, error) {
 	if err := os.Chmod(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("aio: state dir: %w", err)
 	}
+	b := &localBackend{cfg: cfg, cli: cli, log: cfg.Logger}
 	if cfg.Network == NetworkNone {
-		if err := ensureSharedMount(cfg.StateDir); err != nil {
+		if b.madeMount, err = ensureSharedMount(cfg.StateDir); err != nil {
 			return nil, fmt.Errorf("aio: state dir: %w", err)
 		}
 	}
-	return &localBackend{cfg: cfg, cli: cli, log: cfg.Logger}, nil
+	return b, nil
 }
 
-func (b *localBackend) close() { _ = b.cli.Close() }
+func (b *localBackend) close(keep bool) {
+	_ = b.cli.Close()
+	if b.madeMount && !keep {
+		_ = unmountAll(b.cfg.StateDir)
+	}
+}
 
 func (b *localBackend) available(ctx context.Context) error {
 	if _, err := b.cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {

@@ -87,22 +87,26 @@ func isMountPoint(path string) (mounted, shared bool, err error) {
 // later shows up in every container that mounted a directory below it with
 // rslave propagation: how a session's workspace reaches an instance that
 // was started before the session was known.
-func ensureSharedMount(dir string) error {
+func ensureSharedMount(dir string) (made bool, err error) {
 	mounted, shared, err := isMountPoint(dir)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if !mounted {
 		if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
-			return fmt.Errorf("bind %s onto itself: %w", dir, err)
+			return false, fmt.Errorf("bind %s onto itself: %w", dir, err)
 		}
+		made = true
 	}
 	if !shared {
 		if err := unix.Mount("", dir, "", unix.MS_SHARED, ""); err != nil {
-			return fmt.Errorf("make %s shared: %w", dir, err)
+			if made {
+				_ = unix.Unmount(dir, unix.MNT_DETACH)
+			}
+			return false, fmt.Errorf("make %s shared: %w", dir, err)
 		}
 	}
-	return nil
+	return made, nil
 }
 
 // bindWorkspace mounts the session's workspace directory onto target. The

@@ -79,7 +79,7 @@ func (f *fakeBackend) adopt(context.Context) ([]adoptable, error) {
 }
 
 func (f *fakeBackend) containerName(s string) string { return "fake-" + s }
-func (f *fakeBackend) close()                        {}
+func (f *fakeBackend) close(bool)                    {}
 
 func (f *fakeBackend) counts() (creates, binds, destroys, live, high int) {
 	f.mu.Lock()
