@@ -42,9 +42,12 @@ const (
 	DefaultCPUs           = 1.0
 	DefaultPids           = 512
 	DefaultTmpfsMB        = 1024
-	// DefaultSandboxID is the uid/gid code runs as when a Spec names none,
-	// and the uid of an instance's idle main process before it is bound.
-	DefaultSandboxID = 60000
+	// DefaultSandboxID is the uid/gid code runs as when a Spec names none
+	// (the gateway always names the session's own). It differs from the
+	// subprocess (60000) and docker (61000) executors' defaults:
+	// RLIMIT_NPROC counts every process and thread of a uid on the host,
+	// and a sandbox's Chromium alone has dozens of threads.
+	DefaultSandboxID = 62000
 	// DefaultTimeout applies to a Spec without a timeout.
 	DefaultTimeout = 30 * time.Second
 	// DefaultClientMargin is added to a run's hard timeout to make the HTTP
