@@ -30,12 +30,18 @@ func TestForkBombContained(t *testing.T) {
 	}))
 	defer srv.Close()
 	e := newTestExecutor(t)
-	for _, b := range bombs {
+	for i, b := range bombs {
+		// A uid of its own, so that other packages' sandboxes running
+		// at the same time (go test ./... runs packages in parallel) are
+		// neither counted as leftovers nor share the bomb's NPROC budget.
+		uid := 64_100 + i
 		t.Run(b.name, func(t *testing.T) {
 			stop := make(chan struct{})
 			worst := make(chan time.Duration, 1)
 			go func() { worst <- pollHTTP(srv.URL, stop) }()
-			res, _ := execute(t, e, b.lang, b.code, func(s *executors.Spec) { s.Timeout = 4 * time.Second })
+			res, _ := execute(t, e, b.lang, b.code, func(s *executors.Spec) {
+				s.Timeout, s.UID, s.GID = 4*time.Second, uid, uid
+			})
 			close(stop)
 			d := <-worst
 			t.Logf("slowest HTTP answer during the bomb: %v", d)
@@ -45,7 +51,7 @@ func TestForkBombContained(t *testing.T) {
 			if res.Duration > 6*time.Second {
 				t.Errorf("the bomb ran %v, past its 4s timeout", res.Duration)
 			}
-			if left := waitUIDGone(strconv.Itoa(DefaultSandboxID), 3*time.Second); len(left) > 0 {
+			if left := waitUIDGone(strconv.Itoa(uid), 3*time.Second); len(left) > 0 {
 				t.Errorf("%d sandbox processes left after the bomb", len(left))
 			}
 		})
