@@ -78,8 +78,11 @@ type Config struct {
 	// (one per session); a session that would exceed it gets
 	// pool_exhausted. Default 8.
 	MaxBrowsers int
-	// DataDir holds the external browsers' user data directories, one
-	// fresh directory per browser start, removed when it stops. Default
+	// DataDir holds the external browsers' user data directories (and,
+	// when its path is short enough for Unix sockets, their TMPDIRs), one
+	// fresh directory per browser start, removed when it stops; what a
+	// killed gateway left there is removed by New. Use a directory of the
+	// gateway's own, such as <data-dir>/browser. Default
 	// $TMPDIR/sandgate-browser.
 	DataDir string
 }
