@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/sandgate/sandgate/executors"
@@ -51,6 +53,13 @@ const (
 	// headroom buys virtual space, not resident memory. WebAssembly memories
 	// (which reserve ~10 GiB each) stay unavailable.
 	DefaultNodeAddressSpaceHeadroomMB = 3072
+	// DefaultWarmMax bounds the warm interpreters held at once, across all
+	// sessions. Each is an idle interpreter under the same rlimits as a run
+	// (python3 ~10 MB resident, node ~40 MB).
+	DefaultWarmMax = 8
+	// DefaultWarmIdleTTL is how long a warm interpreter may wait for its
+	// session's next run before it is killed.
+	DefaultWarmIdleTTL = 30 * time.Second
 )
 
 // DefaultLimits are the limits applied to fields a Spec leaves at zero.
@@ -123,6 +132,22 @@ type Config struct {
 	// NodeAddressSpaceHeadroomMB is added to the address-space limit for
 	// javascript. Default DefaultNodeAddressSpaceHeadroomMB.
 	NodeAddressSpaceHeadroomMB int
+	// DisableWarm turns warm interpreters off: every run starts cold, and
+	// Prewarm does nothing. See "Warm interpreters" in the package
+	// documentation for what differs between a warm and a cold run.
+	DisableWarm bool
+	// WarmMax bounds the warm interpreters held at once, across all
+	// sessions; the least recently started one is killed to make room.
+	// Default DefaultWarmMax.
+	WarmMax int
+	// WarmIdleTTL is how long a warm interpreter waits for its session's
+	// next run before it is killed. Default DefaultWarmIdleTTL.
+	WarmIdleTTL time.Duration
+	// WarmDir is where the executor makes its own root-owned directory
+	// (mode 0711) for the Node.js hand-off preload. Every directory above
+	// it must be traversable by the sandbox uids, or javascript runs stay
+	// cold. Default os.TempDir().
+	WarmDir string
 	// Logger receives operational messages. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -140,6 +165,9 @@ func (c Config) withDefaults() Config {
 	c.DefaultTimeout = orDuration(c.DefaultTimeout, DefaultTimeout)
 	c.KillGrace = orDuration(c.KillGrace, DefaultKillGrace)
 	c.NodeAddressSpaceHeadroomMB = orInt(c.NodeAddressSpaceHeadroomMB, DefaultNodeAddressSpaceHeadroomMB)
+	c.WarmMax = orInt(c.WarmMax, DefaultWarmMax)
+	c.WarmIdleTTL = orDuration(c.WarmIdleTTL, DefaultWarmIdleTTL)
+	c.WarmDir = orString(c.WarmDir, os.TempDir())
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -155,6 +183,9 @@ func (c Config) Validate() error {
 		if _, ok := defaultInterpreters[lang]; !ok {
 			errs = append(errs, fmt.Errorf("interpreters: %w: %q", executors.ErrUnsupportedLanguage, lang))
 		}
+	}
+	if !filepath.IsAbs(c.WarmDir) {
+		errs = append(errs, fmt.Errorf("warm dir %q is not an absolute path", c.WarmDir))
 	}
 	return errors.Join(errs...)
 }

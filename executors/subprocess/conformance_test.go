@@ -1,6 +1,7 @@
 package subprocess
 
 import (
+	"context"
 	"log/slog"
 	"os"
 	"testing"
@@ -26,6 +27,11 @@ func newTestExecutor(t *testing.T, mutate ...func(*Config)) *Executor {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
+	t.Cleanup(func() {
+		if err := e.Close(context.Background()); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
 	return e
 }
 

@@ -62,6 +62,90 @@
 // where the chain silently fails (a container without CAP_SYS_ADMIN, a
 // shell whose ulimit units differ) is caught at start, not in production.
 //
+// # Warm interpreters
+//
+// Most of what is left is the interpreter's own start-up, which a cold run
+// pays on the request's critical path. Unless Config.DisableWarm is set,
+// when a run of a session (Spec.SessionID not empty) ends, the executor
+// starts that session's next interpreter in the background through
+// exactly the launch chain above (same namespaces, rlimits, uid/gid, cwd,
+// environment, stdin), blocked in a tiny bootstrap that waits on
+// descriptor 100, one end of a socketpair; Prewarm does the same ahead of
+// a session's first run. The session's next run is handed to it when it
+// names the same language, uid/gid, workspace (path, and the directory's
+// device and inode), Network flag and rlimit-relevant limits (MemoryMB,
+// CPUSeconds, MaxProcs, MaxOpenFiles, MaxFileSizeMB), and the interpreter
+// binary is unchanged on disk. Anything else kills the warm interpreter
+// and the run goes cold. The code file is written as for a cold run and
+// its relative path sent to the bootstrap, which then runs it as the cold
+// path would:
+//
+//   - python: as __main__ with the same sys.argv, sys.orig_argv, sys.path,
+//     -I isolation, __file__/__loader__/__cached__, tracebacks (absolute
+//     path, masked to /workspace), exit codes, excepthook and atexit
+//     behaviour (see pythonBoot);
+//   - javascript: as the main module, loaded by node's own loader from its
+//     real path (see nodeBootTemplate), so require.main, module paths,
+//     the CommonJS/ES module decision and stack traces are the cold ones;
+//   - bash: the waiting shell execs bash with the cold argv and
+//     environment at the hand-off; only the launch chain was warm.
+//
+// Then nothing differs from a cold run: the same proc, await and output
+// code apply, so timeouts and cancellation kill the whole tree at PID 1,
+// and capture, caps, masking and spill are the run's own (output caps are
+// not part of the match: they apply from the hand-off). The timeout counts
+// from the hand-off. The bootstraps print nothing; should an interpreter
+// print at start-up, that output is kept (up to 64 KiB) and becomes the
+// start of the run's output, as it would cold. A bootstrap says "G" before
+// anything of the program runs; a warm interpreter that dies before that
+// is not used and the run goes cold, so a broken warm interpreter costs
+// time, never a wrong result.
+//
+// A warm interpreter is single-use and per session: it runs one program
+// of its own session and is never reused or shared. It is killed by
+// ReleaseSession (which returns once it is gone, and stops a run still in
+// progress from starting a successor), after Config.WarmIdleTTL unused
+// (default 30 s), by Close, and to make room: at most Config.WarmMax
+// (default 8) are idle or starting at once, the oldest evicted first. It
+// dies with the gateway like a run (Pdeathsig on its init step). The
+// node preload lives in a root-owned 0711 directory the executor makes
+// under Config.WarmDir (default os.TempDir()) and removes on Close.
+//
+// What a warm run can observe that a cold one cannot:
+//
+//   - Its processes' start time (/proc/self/stat, ps, psutil) is the
+//     spawn's, up to WarmIdleTTL earlier, and for python and node
+//     /proc/self/cmdline (ps) shows the bootstrap's command line (python3
+//     -I -u -c <bootstrap>; node --max-old-space-size=N --require
+//     <warm dir>/boot.js <placeholder>), not the code file. For bash the
+//     command line and environ are the cold ones.
+//   - Python: the bootstrap's frame stays below the program's. Stack
+//     introspection from module level (sys._getframe(1), inspect.stack(),
+//     traceback.print_stack(), warnings.warn with a stacklevel past the
+//     module) sees a "<string>" frame, and the recursion limit leaves two
+//     fewer levels (996 instead of 998 reachable at the default 1000).
+//     Tracebacks of uncaught exceptions are cleaned of it. An audit hook
+//     the program installs sees, after an uncaught exception, the
+//     bootstrap's one-shot hook in the "sys.excepthook" event.
+//   - Node: require('module')._pathCache (internal) holds the placeholder
+//     path's entry, and while the run lasts the placeholder symlink exists
+//     in the warm directory (outside the workspace).
+//   - The interpreter's start-up happened at spawn time: a change to what
+//     it reads at start-up (site-packages .pth files, say) made in between
+//     is not seen; a replaced interpreter binary is (it is in the match).
+//   - RLIMIT_CPU counts from the spawn, as a cold run's counts from its
+//     start: both include the interpreter's start-up, and a waiting
+//     interpreter is blocked in read(2) and uses no CPU
+//     (TestWarmIdleCostsNothing), so the bound is unchanged. For bash the
+//     waiting shell's start-up (~1 ms of CPU) is counted too.
+//   - RLIMIT_NPROC counts per uid: a waiting interpreter holds one process
+//     (node: 7 threads) of its session's budget. It is started only after
+//     a run ended, so it never shares the budget with the run that started
+//     it, but a concurrent run of the same session does.
+//   - Memory: a waiting python3 holds ~8.5 MB resident, node ~38 MB, bash
+//     ~4 MB, plus ~1.7 MB for its init shell, under the same RLIMIT_AS as a
+//     run; at most WarmMax of them exist.
+//
 // # Workspace
 //
 // The code's cwd is the session directory, whose host path is replaced by

@@ -139,8 +139,9 @@ func exitCode(ps *os.ProcessState) int {
 // close-on-exec, but ones the gateway inherited from its parent (a
 // supervisor's, a test runner's, socket activation's) are not, and
 // os/exec passes every such descriptor on: without this, each run would
-// get them (a test runner's here: 10 and 251). The gateway's own use of
-// them is unaffected. It runs once per process; first is true for that call.
+// get them, and a warm run (whose start-up closes 3..handoffFD-1) would
+// not see the same ones as a cold run. The gateway's own use of them is
+// unaffected. It runs once per process; first is true for that call.
 func sealInheritedFDs() (fds []int, first bool) {
 	sealOnce.Do(func() { fds, first = sealFDs(), true })
 	return fds, first

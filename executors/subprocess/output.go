@@ -268,6 +268,15 @@ func (o *output) sink(st *streamState) func([]byte) {
 func (o *output) Stdout() io.Writer { return streamWriter{o, &o.stdout} }
 func (o *output) Stderr() io.Writer { return streamWriter{o, &o.stderr} }
 
+// write is Stdout().Write or Stderr().Write.
+func (o *output) write(stderr bool, p []byte) {
+	st := &o.stdout
+	if stderr {
+		st = &o.stderr
+	}
+	_, _ = streamWriter{o, st}.Write(p)
+}
+
 type streamWriter struct {
 	o  *output
 	st *streamState

@@ -64,6 +64,16 @@ func (p *proc) kill() {
 	}
 }
 
+// waitDone waits until p is reaped or ctx is done.
+func (p *proc) waitDone(ctx context.Context) error {
+	select {
+	case <-p.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // await waits for p, killing the tree when runCtx is done first, and turns
 // its end into a Result. began is when the run's clock started. A parent
 // ctx that ended first is returned as an error (the client went away); the

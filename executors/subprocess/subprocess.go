@@ -42,11 +42,17 @@ type Executor struct {
 	unshare      string
 	isolation    Isolation
 	dropUID      bool // run as the sandbox uid/gid (gateway is root)
+
+	warm     *warmPool // nil when Config.DisableWarm
+	nodeBoot nodeBoot  // the node preload's directory
+	envTool  string    // env(1), for the bash hand-off; "" disables warm bash
 }
 
 // Interface guards.
 var (
-	_ executors.Executor = (*Executor)(nil)
+	_ executors.Executor        = (*Executor)(nil)
+	_ executors.SessionReleaser = (*Executor)(nil)
+	_ executors.Closer          = (*Executor)(nil)
 )
 
 // New resolves the interpreters and the init-step tools, decides the
@@ -81,8 +87,16 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 	if err := e.chooseIsolation(ctx); err != nil {
 		return nil, fmt.Errorf("subprocess: %w", err)
 	}
+	if !cfg.DisableWarm {
+		e.warm = newWarmPool(e)
+		e.nodeBoot.parent = cfg.WarmDir
+		if p, err := lookPath("env", DefaultToolPATH); err == nil {
+			e.envTool = p
+		}
+	}
 	e.log.Info("subprocess executor ready", "isolation", string(e.isolation),
-		"sandbox_uid", e.cfg.SandboxUID, "drop_uid", e.dropUID)
+		"sandbox_uid", e.cfg.SandboxUID, "drop_uid", e.dropUID,
+		"warm_max", e.cfg.WarmMax, "warm_disabled", cfg.DisableWarm)
 	return e, nil
 }
 
@@ -238,18 +252,41 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 		uid:    uid,
 		gid:    gid,
 	}
-	out := e.newOutput(ws, id, dir, lim)
-	defer out.finish() // idempotent; closes the spill file on early returns
 	timeout := spec.Timeout
 	if timeout <= 0 {
 		timeout = e.cfg.DefaultTimeout
 	}
-	res, err := e.run(ctx, l, out, timeout)
+	newOut := func() *output { return e.newOutput(ws, id, dir, lim) }
+	var (
+		res    executors.Result
+		served bool
+	)
+	if e.warm != nil && spec.SessionID != "" {
+		next, werr := e.warmSpecFor(spec.Language, interp, ws, l, lim)
+		if werr != nil {
+			e.log.Warn("warm interpreter: cannot describe run", "session_id", spec.SessionID, "error", werr.Error())
+			next = nil
+		}
+		w := e.warm.begin(ctx, spec.SessionID)
+		// The session's next interpreter starts once this run is over, so
+		// the two never compete for the session's process budget.
+		defer func() { e.warm.end(spec.SessionID, next) }()
+		if w != nil {
+			res, served, err = e.runWarm(ctx, w, next, rel, newOut, timeout)
+		} else {
+			e.warm.count(false, false, false)
+		}
+	}
+	if !served {
+		out := newOut()
+		defer out.finish() // idempotent; closes the spill file on early returns
+		res, err = e.run(ctx, l, out, timeout)
+	}
 	if res.Truncated && res.OutputPath == "" {
 		e.log.Warn("output truncated and not spilled", "request_id", id)
 	}
 	e.log.DebugContext(ctx, "run finished", "request_id", id, "session_id", spec.SessionID,
-		"language", spec.Language, "exit_code", res.ExitCode, "timed_out", res.TimedOut,
+		"language", spec.Language, "warm", served, "exit_code", res.ExitCode, "timed_out", res.TimedOut,
 		"truncated", res.Truncated, "duration_ms", res.Duration.Milliseconds())
 	return res, err
 }
