@@ -142,14 +142,16 @@ func (m *Manager) DeleteSession(ctx context.Context, id string, purge bool) erro
 		return err
 	}
 	var errs []error
-	for _, e := range m.deps.Executors {
-		if r, ok := e.(executors.SessionReleaser); ok {
-			errs = append(errs, r.ReleaseSession(ctx, id))
-		}
-	}
+	// Resources first: a browser attached to the session's sandbox must let
+	// go before the sandbox itself is released.
 	for _, r := range m.deps.Resources {
 		if r.Release != nil {
 			errs = append(errs, r.Release(ctx, id))
+		}
+	}
+	for _, e := range m.deps.Executors {
+		if r, ok := e.(executors.SessionReleaser); ok {
+			errs = append(errs, r.ReleaseSession(ctx, id))
 		}
 	}
 	m.sessions.forget(id)

@@ -239,7 +239,7 @@ func (gw *gateway) browsers(ws *workspace.Workspaces) error {
 	}
 	m, err := browser.New(browser.Config{
 		ChromiumPath: b.ChromiumPath, AllowHosts: b.AllowHosts, Mode: gw.cfg.Mode,
-		IdleTTL: b.IdleTTL, MaxBrowsers: b.MaxBrowsers,
+		IdleTTL: b.IdleTTL, MaxBrowsers: b.MaxBrowsers, DataDir: filepath.Join(gw.cfg.DataDir, "browser"),
 	}, deps)
 	if err != nil {
 		return fmt.Errorf("browser: %w", err)
