@@ -52,6 +52,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sandgate"`)
 	}
+	if code == errcode.PoolExhausted {
+		w.Header().Set("Retry-After", "1") // busy, not broken: worth a retry
+	}
 	if status >= 500 {
 		s.log.ErrorContext(r.Context(), "request failed", "request_id", requestID(r.Context()), "status", status, "err", err)
 	}
