@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -26,14 +27,15 @@ const (
 // gatewayProc is a gateway built from this checkout and run as its own
 // process, so its RSS and goroutines are its own.
 type gatewayProc struct {
-	cmd    *exec.Cmd
-	base   string
-	dir    string
-	client *http.Client
+	cmd      *exec.Cmd
+	base     string
+	dir      string
+	aioState string
+	client   *http.Client
 }
 
 func startGateway(ctx context.Context) (*gatewayProc, error) {
-	dir, err := os.MkdirTemp("", "sandgate-bench-")
+	dir, err := os.MkdirTemp("", "sgbench")
 	if err != nil {
 		return nil, err
 	}
@@ -50,18 +52,31 @@ func startGateway(ctx context.Context) (*gatewayProc, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, "--listen", addr, "--data-dir", filepath.Join(dir, "data"))
+	// The defaults, except that the aio pool keeps its instances' state
+	// (and so their sandboxd sockets and keys) in this run's directory: the
+	// aio scenario calls the warm instance's sandboxd directly through it.
+	aioState := filepath.Join(dir, "aio")
+	conf := filepath.Join(dir, "gateway.yaml")
+	yaml := fmt.Sprintf("executors:\n  aio:\n    enabled: true\n    state_dir: %s\n", aioState)
+	if err := os.WriteFile(conf, []byte(yaml), 0o600); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "--config", conf, "--listen", addr, "--data-dir", filepath.Join(dir, "data"))
 	cmd.Env = append(os.Environ(), "SANDGATE_AGENT_TOKEN="+agentToken, "SANDGATE_ADMIN_TOKEN="+adminToken)
-	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	logf, err := os.Create(filepath.Join(os.TempDir(), "sandgate-bench-gateway.log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	g := &gatewayProc{cmd: cmd, base: "http://" + addr, dir: dir,
-		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
-	if err := g.waitHealthy(30 * time.Second); err != nil {
+	g := &gatewayProc{cmd: cmd, base: "http://" + addr, dir: dir, aioState: aioState,
+		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 128}}}
+	if err := g.waitHealthy(60 * time.Second); err != nil {
 		g.stop()
-		return nil, err
+		return nil, fmt.Errorf("%w (log: %s)", err, logf.Name())
 	}
 	return g, nil
 }
@@ -89,84 +104,119 @@ func (g *gatewayProc) waitHealthy(limit time.Duration) error {
 	return fmt.Errorf("gateway not healthy after %s", limit)
 }
 
+// stop ends the gateway with SIGTERM, so that it removes its containers and
+// aio instances itself, and kills it only if that takes over a minute.
 func (g *gatewayProc) stop() {
 	_ = g.cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan struct{})
 	go func() { _ = g.cmd.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(60 * time.Second):
 		_ = g.cmd.Process.Kill()
+		<-done
 	}
+	_ = exec.Command("umount", g.aioState).Run() // the pool's bind onto itself, if left
 	_ = os.RemoveAll(g.dir)
 }
 
-// runCodeSide posts run_code to a fixed session and checks the run succeeded
-// in the subprocess executor.
-func (g *gatewayProc) runCodeSide(code, lang string) side {
-	body, _ := json.Marshal(map[string]any{"code": code, "language": lang})
-	url := g.base + "/v1/sessions/bench/run_code"
-	return func(ctx context.Context) error {
-		req, _ := http.NewRequestWithContext(ctx, "POST", url, bytes.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+agentToken)
-		res, err := g.client.Do(req)
-		if err != nil {
-			return err
-		}
-		defer res.Body.Close()
-		raw, err := io.ReadAll(res.Body)
-		if err != nil {
-			return err
-		}
-		var out struct {
-			Success     bool   `json:"success"`
-			SandboxType string `json:"sandbox_type"`
-		}
-		if err := json.Unmarshal(raw, &out); err != nil {
-			return err
-		}
-		if res.StatusCode != 200 || !out.Success {
-			return fmt.Errorf("run_code: status %d: %.300s", res.StatusCode, raw)
-		}
-		return nil
-	}
+// httpError is a non-2xx answer, with the API's error code.
+type httpError struct {
+	Status int
+	Code   string
+	Body   string
 }
 
-// soakResult is the memory and goroutine check.
-type soakResult struct {
-	Requests        int     `json:"requests"`
-	RSSBeforeMB     float64 `json:"rss_before_mb"`
-	RSSAfterMB      float64 `json:"rss_after_mb"`
-	GoroutinesStart int     `json:"goroutines_start"`
-	GoroutinesEnd   int     `json:"goroutines_end"`
-	Stats           stats   `json:"stats"`
+func (e *httpError) Error() string {
+	return fmt.Sprintf("status %d %s: %.300s", e.Status, e.Code, e.Body)
 }
 
-func (g *gatewayProc) soak(ctx context.Context, s side, c, n int) (soakResult, error) {
-	r := soakResult{Requests: n}
-	if _, err := measure(ctx, s, c, 2*c); err != nil { // open the c connections first
-		return r, err
+// do sends one request with the agent token and returns the 2xx body.
+func (g *gatewayProc) do(ctx context.Context, method, path, ctype string, body []byte) ([]byte, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
 	}
-	r.RSSBeforeMB, r.GoroutinesStart = g.rssMB(), g.goroutines()
-	smp, err := measure(ctx, s, c, n)
+	req, err := http.NewRequestWithContext(ctx, method, g.base+path, rd)
 	if err != nil {
-		return r, err
+		return nil, err
 	}
-	r.Stats = summarize(smp.lat, smp.wall)
-	time.Sleep(time.Second) // let timers settle
-	r.RSSAfterMB, r.GoroutinesEnd = g.rssMB(), g.goroutines()
-	return r, nil
+	req.Header.Set("Authorization", "Bearer "+agentToken)
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	res, err := g.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	if err != nil {
+		return nil, err
+	}
+	if res.StatusCode/100 != 2 {
+		var eb struct {
+			Error struct {
+				Code string `json:"code"`
+			} `json:"error"`
+		}
+		_ = json.Unmarshal(raw, &eb)
+		return raw, &httpError{Status: res.StatusCode, Code: eb.Error.Code, Body: string(raw)}
+	}
+	return raw, nil
 }
 
-func (r soakResult) print(w io.Writer) {
-	fmt.Fprintf(w, "soak: %d requests at c=8, %.1f req/s\n", r.Requests, r.Stats.RPS)
-	fmt.Fprintf(w, "  RSS %.1f MB -> %.1f MB (target <= 80 MB: %s)\n", r.RSSBeforeMB, r.RSSAfterMB, verdict(r.RSSAfterMB <= 80))
-	fmt.Fprintf(w, "  goroutines %d -> %d (target: no growth: %s)\n", r.GoroutinesStart, r.GoroutinesEnd, verdict(r.GoroutinesEnd <= r.GoroutinesStart+2))
+func jsonBody(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
 }
+
+// runCode posts run_code and checks that the run succeeded in the wanted
+// executor.
+func (g *gatewayProc) runCode(ctx context.Context, session, code string, persistent bool, wantSandbox string) error {
+	body := map[string]any{"code": code, "language": "python"}
+	if persistent {
+		body["context"] = map[string]any{"needs_persistent_fs": true}
+	}
+	raw, err := g.do(ctx, "POST", "/v1/sessions/"+session+"/run_code", "application/json", jsonBody(body))
+	if err != nil {
+		return fmt.Errorf("run_code: %w", err)
+	}
+	var out struct {
+		Success     bool   `json:"success"`
+		Stdout      string `json:"stdout"`
+		SandboxType string `json:"sandbox_type"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return err
+	}
+	if !out.Success || out.Stdout != "1\n" {
+		return fmt.Errorf("run_code: %.300s", raw)
+	}
+	if wantSandbox != "" && out.SandboxType != wantSandbox {
+		return fmt.Errorf("run_code ran in %q, not %q: %.300s", out.SandboxType, wantSandbox, raw)
+	}
+	return nil
+}
+
+// runCodeSide posts run_code of code to a fixed session.
+func (g *gatewayProc) runCodeSide(session, code string, persistent bool, wantSandbox string) side {
+	return timed(func(ctx context.Context) error {
+		return g.runCode(ctx, session, code, persistent, wantSandbox)
+	})
+}
+
+func (g *gatewayProc) deleteSession(ctx context.Context, session string) error {
+	_, err := g.do(ctx, "DELETE", "/v1/sessions/"+session, "", nil)
+	return err
+}
+
+// pid is the gateway's process id.
+func (g *gatewayProc) pid() int { return g.cmd.Process.Pid }
 
 // rssMB reads VmRSS of the gateway process.
 func (g *gatewayProc) rssMB() float64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", g.cmd.Process.Pid))
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", g.pid()))
 	if err != nil {
 		return -1
 	}
@@ -181,21 +231,99 @@ func (g *gatewayProc) rssMB() float64 {
 	return -1
 }
 
-// goroutines reads go_goroutines from the gateway's own /metrics.
-func (g *gatewayProc) goroutines() int {
+// metrics returns the gateway's /metrics text (admin token).
+func (g *gatewayProc) metrics() (string, error) {
 	req, _ := http.NewRequest("GET", g.base+"/metrics", nil)
 	req.Header.Set("Authorization", "Bearer "+adminToken)
 	res, err := g.client.Do(req)
 	if err != nil {
-		return -1
+		return "", err
 	}
 	defer res.Body.Close()
-	sc := bufio.NewScanner(res.Body)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "go_goroutines "); ok {
+	b, err := io.ReadAll(res.Body)
+	if res.StatusCode != 200 {
+		return "", fmt.Errorf("metrics: status %d", res.StatusCode)
+	}
+	return string(b), err
+}
+
+// goroutines reads go_goroutines from the gateway's own /metrics.
+func (g *gatewayProc) goroutines() int {
+	m, err := g.metrics()
+	if err != nil {
+		return -1
+	}
+	for line := range strings.SplitSeq(m, "\n") {
+		if rest, ok := strings.CutPrefix(line, "go_goroutines "); ok {
 			v, _ := strconv.ParseFloat(rest, 64)
 			return int(v)
 		}
 	}
 	return -1
+}
+
+// histogram is the cumulative buckets of one Prometheus histogram.
+type histogram struct {
+	le    []float64
+	count []float64
+}
+
+// readHistogram parses the buckets of an unlabelled histogram.
+func readHistogram(text, name string) histogram {
+	var h histogram
+	prefix := name + `_bucket{le="`
+	for line := range strings.SplitSeq(text, "\n") {
+		rest, ok := strings.CutPrefix(line, prefix)
+		if !ok {
+			continue
+		}
+		leS, val, ok := strings.Cut(rest, `"} `)
+		if !ok {
+			continue
+		}
+		le, err1 := strconv.ParseFloat(leS, 64)
+		if leS == "+Inf" {
+			le, err1 = math.Inf(1), nil
+		}
+		v, err2 := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		if err1 == nil && err2 == nil {
+			h.le, h.count = append(h.le, le), append(h.count, v)
+		}
+	}
+	return h
+}
+
+// quantileSince is the q-quantile of the observations made between before
+// and h, interpolated linearly inside the bucket (Prometheus'
+// histogram_quantile), in seconds; NaN without observations.
+func (h histogram) quantileSince(before histogram, q float64) (float64, float64) {
+	if len(h.le) == 0 || len(before.le) != len(h.le) {
+		return math.NaN(), 0
+	}
+	d := make([]float64, len(h.count))
+	for i := range d {
+		d[i] = h.count[i] - before.count[i]
+	}
+	total := d[len(d)-1]
+	if total <= 0 {
+		return math.NaN(), 0
+	}
+	rank := q * total
+	for i := range d {
+		if d[i] >= rank {
+			lo, prev := 0.0, 0.0
+			if i > 0 {
+				lo, prev = h.le[i-1], d[i-1]
+			}
+			hi := h.le[i]
+			if math.IsInf(hi, 1) {
+				return lo, total
+			}
+			if d[i] == prev {
+				return hi, total
+			}
+			return lo + (hi-lo)*(rank-prev)/(d[i]-prev), total
+		}
+	}
+	return math.NaN(), total
 }

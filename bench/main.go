@@ -1,34 +1,91 @@
-// Command bench drives a real gateway process over HTTP and measures it
-// against a raw baseline in the same run, alternating blocks of A and B so
-// that machine drift hits both sides alike.
+// Command bench drives a real gateway process over HTTP and measures each
+// scenario against its baseline in the same run, alternating blocks of A
+// and B so that machine drift hits both sides alike (issue 9).
 //
-//	go run ./bench -c 1,8 -n 1000
+//	go run ./bench                      # every scenario, print only
+//	go run ./bench -out docs            # and write docs/performance.md, docs/perf/
+//	go run ./bench -soak 10m -out docs  # the soak run instead
+//	go run ./bench -render docs         # re-render the report from docs/perf/*.json
 //
-// Scenario "subprocess": run_code of SAFE Python print(1) through the
-// gateway versus spawning `python3 -c 'print(1)'` directly. It also checks
-// the gateway's RSS after a long run and that goroutines do not grow.
+// Scenarios: SAFE Python via subprocess vs python3 and srt; STRICT Python
+// via Docker (fresh and warm) vs the docker CLI; aio run_code vs sandboxd
+// directly; policy evaluation vs OPA's trivial allow; 64 KiB workspace
+// reads and writes vs os.ReadFile/os.WriteFile; a mixed agent workload at
+// several concurrencies.
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
 )
 
+type opts struct {
+	levels      []int
+	mixedLevels []int
+	n           int
+	block       int
+	srtN        int
+	dockerN     int
+	dockerBlock int
+	aioN        int
+	policyN     int
+	filesN      int
+	mixedDur    time.Duration
+	image       string
+	only        map[string]bool
+}
+
 func main() {
-	levels := flag.String("c", "1,8", "concurrency levels")
-	n := flag.Int("n", 1000, "requests per side and level")
-	block := flag.Int("block", 50, "requests per alternating block")
-	soakN := flag.Int("rss-requests", 10000, "requests for the RSS and goroutine check (0 skips)")
-	jsonOut := flag.String("json", "", "write raw results to this file")
+	var o opts
+	levels := flag.String("c", "1,8", "concurrency levels of the subprocess scenario")
+	mixed := flag.String("mixed-c", "1,8,32", "concurrent sessions of the mixed workload")
+	flag.IntVar(&o.n, "n", 400, "samples per side and level (subprocess)")
+	flag.IntVar(&o.block, "block", 25, "requests per alternating block")
+	flag.IntVar(&o.srtN, "srt-n", 100, "samples of srt (slower) per level")
+	flag.IntVar(&o.dockerN, "docker-n", 30, "samples per side of the Docker scenario")
+	flag.IntVar(&o.dockerBlock, "docker-block", 5, "requests per alternating block (Docker)")
+	flag.IntVar(&o.aioN, "aio-n", 300, "samples per side of the aio scenario")
+	flag.IntVar(&o.policyN, "policy-n", 3000, "samples per side of the policy scenario")
+	flag.IntVar(&o.filesN, "files-n", 1000, "samples per side of each file scenario")
+	flag.DurationVar(&o.mixedDur, "mixed-duration", 20*time.Second, "duration of each mixed workload level")
+	flag.StringVar(&o.image, "image", "sandgate/runtime:latest", "image of the docker run baseline")
+	only := flag.String("only", "", "comma-separated scenarios to run (subprocess,docker,aio,policy,files,mixed); empty: all")
+	out := flag.String("out", "", "write the report under this docs directory (performance.md, perf/)")
+	readme := flag.String("readme", "", "README whose perf:begin/perf:end block gets the headline figures")
+	render := flag.String("render", "", "only re-render the report under this docs directory from its JSON")
+	jsonOut := flag.String("json", "", "also write the raw results to this file")
+	soakDur := flag.Duration("soak", 0, "run the soak (the mixed workload for this long) instead of the scenarios")
+	soakC := flag.Int("soak-c", 8, "concurrent sessions of the soak")
+	soakEvery := flag.Duration("soak-interval", 5*time.Second, "soak sampling interval")
 	flag.Parse()
+	o.levels, o.mixedLevels = parseLevels(*levels), parseLevels(*mixed)
+	if *only != "" {
+		o.only = map[string]bool{}
+		for _, s := range strings.Split(*only, ",") {
+			o.only[strings.TrimSpace(s)] = true
+		}
+	}
 	ctx := context.Background()
-	if err := run(ctx, parseLevels(*levels), *n, *block, *soakN, *jsonOut); err != nil {
+	var err error
+	switch {
+	case *render != "":
+		err = renderReport(*render, *readme)
+	case *soakDur > 0:
+		err = runSoak(ctx, *soakDur, *soakC, *soakEvery, *out, *readme)
+	default:
+		err = run(ctx, o, *out, *readme, *jsonOut)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -57,48 +114,162 @@ func parseLevels(s string) []int {
 	return out
 }
 
-// report is the raw result set.
-type report struct {
-	Date      time.Time   `json:"date"`
-	Scenarios []abResult  `json:"scenarios"`
-	Soak      *soakResult `json:"soak,omitempty"`
+// machine describes where the figures were taken.
+type machine struct {
+	NProc  int    `json:"nproc"`
+	Model  string `json:"cpu_model"`
+	Kernel string `json:"kernel"`
+	GoVer  string `json:"go"`
 }
 
-func run(ctx context.Context, levels []int, n, block, soakN int, jsonOut string) error {
+func thisMachine() machine {
+	m := machine{NProc: runtime.NumCPU(), GoVer: runtime.Version()}
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.Model = strings.TrimSpace(v)
+				break
+			}
+		}
+		f.Close()
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	return m
+}
+
+func gitCommit() string {
+	out, err := exec.Command("git", "rev-parse", "--short=12", "HEAD").Output()
+	if err != nil {
+		return "unknown"
+	}
+	c := strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
+		c += " (with uncommitted changes)"
+	}
+	return c
+}
+
+// report is the raw result set (docs/perf/results.json).
+type report struct {
+	Date         time.Time         `json:"date"`
+	Commit       string            `json:"commit"`
+	Machine      machine           `json:"machine"`
+	WallS        float64           `json:"wall_s"`
+	Subprocess   []abResult        `json:"subprocess,omitempty"`
+	Docker       *abResult         `json:"docker,omitempty"`
+	AIO          *abResult         `json:"aio,omitempty"`
+	Policy       *policyResult     `json:"policy,omitempty"`
+	Files        []abResult        `json:"files,omitempty"`
+	Mixed        []mixedResult     `json:"mixed,omitempty"`
+	Unavailable  map[string]string `json:"unavailable,omitempty"`
+	GatewayRSSMB float64           `json:"gateway_rss_mb_end"`
+}
+
+func (o opts) want(s string) bool { return o.only == nil || o.only[s] }
+
+func run(ctx context.Context, o opts, out, readme, jsonOut string) error {
+	start := time.Now()
 	gw, err := startGateway(ctx)
 	if err != nil {
 		return err
 	}
 	defer gw.stop()
-	rep := report{Date: time.Now().UTC()}
-	gwSide := gw.runCodeSide("print(1)", "python")
-	python, err := sandboxPython()
+	rep := report{Date: time.Now().UTC(), Commit: gitCommit(), Machine: thisMachine(), Unavailable: map[string]string{}}
+	// A scenario that cannot run here is recorded as unavailable with its
+	// reason, and the others still run.
+	fail := func(name string, err error) {
+		fmt.Fprintf(os.Stderr, "bench: %s unavailable: %v\n", name, err)
+		rep.Unavailable[name] = err.Error()
+	}
+	if o.want("subprocess") {
+		if r, err := scenarioSubprocess(ctx, gw, o); err != nil {
+			fail("subprocess", err)
+		} else {
+			rep.Subprocess = r
+		}
+	}
+	if o.want("docker") {
+		if r, err := scenarioDocker(ctx, gw, o); err != nil {
+			fail("docker", err)
+		} else {
+			rep.Docker = &r
+		}
+	}
+	if o.want("aio") {
+		if r, err := scenarioAIO(ctx, gw, o); err != nil {
+			fail("aio", err)
+		} else {
+			rep.AIO = &r
+		}
+	}
+	if o.want("policy") {
+		if r, err := scenarioPolicy(ctx, gw, o); err != nil {
+			fail("policy", err)
+		} else {
+			rep.Policy = &r
+		}
+	}
+	if o.want("files") {
+		if r, err := scenarioFiles(ctx, gw, o); err != nil {
+			fail("files", err)
+		} else {
+			rep.Files = r
+		}
+	}
+	if o.want("mixed") {
+		deny := gw.denies(ctx)
+		for _, c := range o.mixedLevels {
+			m := runMixed(ctx, gw, c, o.mixedDur, deny, true)
+			m.print()
+			rep.Mixed = append(rep.Mixed, m)
+		}
+	}
+	rep.GatewayRSSMB = gw.rssMB()
+	rep.WallS = time.Since(start).Seconds()
+	b, _ := json.MarshalIndent(rep, "", " ")
+	if jsonOut != "" {
+		if err := os.WriteFile(jsonOut, b, 0o644); err != nil {
+			return err
+		}
+	}
+	if out == "" {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Join(out, "perf"), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(out, "perf", "results.json"), b, 0o644); err != nil {
+		return err
+	}
+	return renderReport(out, readme)
+}
+
+func runSoak(ctx context.Context, d time.Duration, c int, every time.Duration, out, readme string) error {
+	gw, err := startGateway(ctx)
 	if err != nil {
 		return err
 	}
-	raw := rawSide(python, "-I", "-u", "-c", "print(1)")
-	if _, err := measure(ctx, gwSide, 1, 50); err != nil { // warm-up
+	defer gw.stop()
+	// Warm-up outside the series: the sessions' interpreters and containers.
+	runMixed(ctx, gw, c, min(30*time.Second, d/10), false, false)
+	r := soak(ctx, gw, c, d, every)
+	r.Date, r.Commit, r.Machine = time.Now().UTC(), gitCommit(), thisMachine()
+	for name, f := range r.Flat {
+		fmt.Printf("soak %-16s last half min %.1f median %.1f max %.1f: flat %v\n", name, f.Min, f.Median, f.Max, f.Flat)
+	}
+	r.Workload.print()
+	if out == "" {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Join(out, "perf"), 0o755); err != nil {
 		return err
 	}
-	for _, c := range levels {
-		res, err := ab(ctx, "subprocess print(1)", gwSide, raw, c, n, block)
-		if err != nil {
-			return err
-		}
-		rep.Scenarios = append(rep.Scenarios, res)
-		res.print(os.Stdout)
+	b, _ := json.MarshalIndent(r, "", " ")
+	if err := os.WriteFile(filepath.Join(out, "perf", "soak.json"), b, 0o644); err != nil {
+		return err
 	}
-	if soakN > 0 {
-		s, err := gw.soak(ctx, gwSide, 8, soakN)
-		if err != nil {
-			return err
-		}
-		rep.Soak = &s
-		s.print(os.Stdout)
-	}
-	if jsonOut != "" {
-		b, _ := json.MarshalIndent(rep, "", "  ")
-		return os.WriteFile(jsonOut, b, 0o644)
-	}
-	return nil
+	return renderReport(out, readme)
 }

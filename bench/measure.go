@@ -10,20 +10,31 @@ import (
 	"time"
 )
 
-// side is one thing to measure: a single request or spawn.
-type side func(ctx context.Context) error
+// side is one thing to measure: a single request or spawn. It times itself
+// and returns how long the measured part took, so that set-up or clean-up a
+// side needs (deleting a fresh session) stays out of its latency.
+type side func(ctx context.Context) (time.Duration, error)
+
+// timed makes a side of f, timing all of it.
+func timed(f func(ctx context.Context) error) side {
+	return func(ctx context.Context) (time.Duration, error) {
+		t0 := time.Now()
+		err := f(ctx)
+		return time.Since(t0), err
+	}
+}
 
 func rawSide(name string, args ...string) side {
-	return func(ctx context.Context) error {
+	return timed(func(ctx context.Context) error {
 		out, err := exec.CommandContext(ctx, name, args...).Output()
 		if err != nil {
-			return err
+			return fmt.Errorf("%s: %w", name, err)
 		}
 		if len(out) == 0 {
 			return fmt.Errorf("%s: no output", name)
 		}
 		return nil
-	}
+	})
 }
 
 // sample is the latencies of one side and the wall time they took.
@@ -47,9 +58,7 @@ func measure(ctx context.Context, s side, c, n int) (sample, error) {
 	for range c {
 		wg.Go(func() {
 			for range jobs {
-				t0 := time.Now()
-				err := s(ctx)
-				d := time.Since(t0)
+				d, err := s(ctx)
 				mu.Lock()
 				lat = append(lat, d)
 				if err != nil && firstErr == nil {
@@ -63,14 +72,15 @@ func measure(ctx context.Context, s side, c, n int) (sample, error) {
 	return sample{lat: lat, wall: time.Since(start)}, firstErr
 }
 
-// stats summarises latencies.
+// stats summarises latencies. LatMS keeps every latency for the charts.
 type stats struct {
-	P50  float64 `json:"p50_ms"`
-	P95  float64 `json:"p95_ms"`
-	P99  float64 `json:"p99_ms"`
-	RPS  float64 `json:"req_per_s"`
-	N    int     `json:"n"`
-	Wall float64 `json:"wall_s"`
+	P50   float64   `json:"p50_ms"`
+	P95   float64   `json:"p95_ms"`
+	P99   float64   `json:"p99_ms"`
+	RPS   float64   `json:"req_per_s"`
+	N     int       `json:"n"`
+	Wall  float64   `json:"wall_s"`
+	LatMS []float64 `json:"latencies_ms,omitempty"`
 }
 
 func summarize(lat []time.Duration, wall time.Duration) stats {
@@ -82,53 +92,93 @@ func summarize(lat []time.Duration, wall time.Duration) stats {
 		}
 		return float64(s[int(p*float64(len(s)-1))]) / 1e6
 	}
-	return stats{P50: q(0.50), P95: q(0.95), P99: q(0.99), RPS: float64(len(s)) / wall.Seconds(), N: len(s), Wall: wall.Seconds()}
-}
-
-// abResult compares the gateway (A) with its baseline (B).
-type abResult struct {
-	Name        string  `json:"name"`
-	Concurrency int     `json:"concurrency"`
-	Gateway     stats   `json:"gateway"`
-	Baseline    stats   `json:"baseline"`
-	P50DeltaMS  float64 `json:"p50_delta_ms"`
-	RPSRatio    float64 `json:"rps_ratio"`
-}
-
-// ab alternates blocks of A and B until each side has n samples.
-func ab(ctx context.Context, name string, a, b side, c, n, block int) (abResult, error) {
-	var la, lb []time.Duration
-	var wa, wb time.Duration
-	for len(la) < n {
-		k := min(block, n-len(la))
-		sa, err := measure(ctx, a, c, k)
-		if err != nil {
-			return abResult{}, fmt.Errorf("%s gateway: %w", name, err)
-		}
-		sb, err := measure(ctx, b, c, k)
-		if err != nil {
-			return abResult{}, fmt.Errorf("%s baseline: %w", name, err)
-		}
-		la, lb = append(la, sa.lat...), append(lb, sb.lat...)
-		wa, wb = wa+sa.wall, wb+sb.wall
+	st := stats{P50: q(0.50), P95: q(0.95), P99: q(0.99), N: len(s), Wall: wall.Seconds()}
+	if wall > 0 {
+		st.RPS = float64(len(s)) / wall.Seconds()
 	}
-	r := abResult{Name: name, Concurrency: c, Gateway: summarize(la, wa), Baseline: summarize(lb, wb)}
-	r.P50DeltaMS = r.Gateway.P50 - r.Baseline.P50
-	r.RPSRatio = r.Gateway.RPS / r.Baseline.RPS
+	for _, d := range lat {
+		st.LatMS = append(st.LatMS, float64(d)/1e6)
+	}
+	return st
+}
+
+// named is a side with the label the report gives it.
+type named struct {
+	label string
+	s     side
+	// n caps this side's samples below the scenario's n (a slow peer).
+	n int
+}
+
+// sideResult is one side of a scenario.
+type sideResult struct {
+	Label       string `json:"label"`
+	Stats       stats  `json:"stats"`
+	Unavailable string `json:"unavailable,omitempty"`
+}
+
+// abResult compares the gateway (Sides[0]) with its baselines.
+type abResult struct {
+	Name        string       `json:"name"`
+	Key         string       `json:"key"`
+	Concurrency int          `json:"concurrency"`
+	Sides       []sideResult `json:"sides"`
+}
+
+func (r abResult) side(label string) (sideResult, bool) {
+	for _, s := range r.Sides {
+		if s.Label == label {
+			return s, s.Unavailable == ""
+		}
+	}
+	return sideResult{}, false
+}
+
+// ab alternates blocks of every side until each has its n samples, so that
+// machine drift hits all sides alike.
+func ab(ctx context.Context, key, name string, sides []named, c, n, block int) (abResult, error) {
+	lat := make([][]time.Duration, len(sides))
+	wall := make([]time.Duration, len(sides))
+	want := func(i int) int {
+		if sides[i].n > 0 && sides[i].n < n {
+			return sides[i].n
+		}
+		return n
+	}
+	for {
+		progressed := false
+		for i, sd := range sides {
+			k := min(block, want(i)-len(lat[i]))
+			if k <= 0 {
+				continue
+			}
+			progressed = true
+			smp, err := measure(ctx, sd.s, c, k)
+			if err != nil {
+				return abResult{}, fmt.Errorf("%s %s: %w", name, sd.label, err)
+			}
+			lat[i] = append(lat[i], smp.lat...)
+			wall[i] += smp.wall
+		}
+		if !progressed {
+			break
+		}
+	}
+	r := abResult{Name: name, Key: key, Concurrency: c}
+	for i, sd := range sides {
+		r.Sides = append(r.Sides, sideResult{Label: sd.label, Stats: summarize(lat[i], wall[i])})
+	}
 	return r, nil
 }
 
 func (r abResult) print(w io.Writer) {
-	fmt.Fprintf(w, "%s  c=%d  n=%d\n", r.Name, r.Concurrency, r.Gateway.N)
-	fmt.Fprintf(w, "  %-9s p50 %7.2f ms  p95 %7.2f ms  p99 %7.2f ms  %8.1f req/s\n", "gateway", r.Gateway.P50, r.Gateway.P95, r.Gateway.P99, r.Gateway.RPS)
-	fmt.Fprintf(w, "  %-9s p50 %7.2f ms  p95 %7.2f ms  p99 %7.2f ms  %8.1f req/s\n", "raw", r.Baseline.P50, r.Baseline.P95, r.Baseline.P99, r.Baseline.RPS)
-	fmt.Fprintf(w, "  p50 delta %+.2f ms (target <= +5 ms: %s)   throughput %.1f%% of raw (target >= 85%%: %s)\n",
-		r.P50DeltaMS, verdict(r.P50DeltaMS <= 5), 100*r.RPSRatio, verdict(r.RPSRatio >= 0.85))
-}
-
-func verdict(ok bool) string {
-	if ok {
-		return "met"
+	fmt.Fprintf(w, "%s  c=%d\n", r.Name, r.Concurrency)
+	for _, s := range r.Sides {
+		if s.Unavailable != "" {
+			fmt.Fprintf(w, "  %-22s unavailable: %s\n", s.Label, s.Unavailable)
+			continue
+		}
+		fmt.Fprintf(w, "  %-22s p50 %8.2f ms  p95 %8.2f ms  p99 %8.2f ms  %8.1f req/s  n=%d\n",
+			s.Label, s.Stats.P50, s.Stats.P95, s.Stats.P99, s.Stats.RPS, s.Stats.N)
 	}
-	return "MISSED"
 }

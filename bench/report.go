@@ -1,0 +1,377 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// loadResults reads docs/perf/results.json and, if present, soak.json.
+func loadResults(dir string) (*report, *soakResult, error) {
+	var rep report
+	b, err := os.ReadFile(filepath.Join(dir, "perf", "results.json"))
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return nil, nil, err
+	}
+	var sk *soakResult
+	if b, err := os.ReadFile(filepath.Join(dir, "perf", "soak.json")); err == nil {
+		sk = new(soakResult)
+		if err := json.Unmarshal(b, sk); err != nil {
+			return nil, nil, err
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, err
+	}
+	return &rep, sk, nil
+}
+
+// renderReport writes dir/performance.md and the charts under dir/perf from
+// the JSON there, and the README's perf block when readme is set.
+func renderReport(dir, readme string) error {
+	rep, sk, err := loadResults(dir)
+	if err != nil {
+		return err
+	}
+	if err := drawCharts(filepath.Join(dir, "perf"), rep, sk); err != nil {
+		return fmt.Errorf("charts: %w", err)
+	}
+	h := headlines(rep, sk)
+	md := markdown(rep, sk, h)
+	if err := os.WriteFile(filepath.Join(dir, "performance.md"), []byte(md), 0o644); err != nil {
+		return err
+	}
+	if readme != "" {
+		return updateReadme(readme, h)
+	}
+	return nil
+}
+
+// target is one acceptance target of issue 9 with its verdict.
+type target struct {
+	Name     string
+	Measured string
+	Met      bool
+	Reason   string // why missed, or why not measured
+	Missing  bool   // not measured
+}
+
+func (t target) verdict() string {
+	switch {
+	case t.Missing:
+		return "not measured: " + t.Reason
+	case t.Met:
+		return "met"
+	}
+	return "missed (" + t.Reason + ")"
+}
+
+func ms(v float64) string {
+	switch {
+	case v >= 100:
+		return fmt.Sprintf("%.0f ms", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f ms", v)
+	case v >= 1:
+		return fmt.Sprintf("%.2f ms", v)
+	}
+	return fmt.Sprintf("%.0f µs", v*1000)
+}
+
+// headline holds the targets and the README's one-line figures.
+type headline struct {
+	targets []target
+	lines   []string
+}
+
+func byConcurrency(rs []abResult, c int) (abResult, bool) {
+	for _, r := range rs {
+		if r.Concurrency == c {
+			return r, true
+		}
+	}
+	return abResult{}, false
+}
+
+func headlines(rep *report, sk *soakResult) headline {
+	var h headline
+	add := func(t target) { h.targets = append(h.targets, t) }
+	// 1. subprocess
+	if r, ok := byConcurrency(rep.Subprocess, 1); ok {
+		gw, _ := r.side("gateway")
+		raw, _ := r.side("python3 direct")
+		d := gw.Stats.P50 - raw.Stats.P50
+		t := target{Name: "subprocess p50 ≤ raw python3 + 5 ms (c=1)",
+			Measured: fmt.Sprintf("gateway %s, python3 %s: %+.2f ms", ms(gw.Stats.P50), ms(raw.Stats.P50), d), Met: d <= 5}
+		if !t.Met {
+			t.Reason = fmt.Sprintf("the gateway adds %.2f ms at p50", d)
+		}
+		add(t)
+		srt, ok := r.side("srt")
+		t = target{Name: "subprocess faster than srt (p50, c=1)"}
+		if !ok {
+			t.Missing, t.Reason = true, "srt unavailable: "+srt.Unavailable
+			h.lines = append(h.lines, fmt.Sprintf("SAFE Python `print(1)` via the gateway (warm per-session interpreter): p50 %s vs %s for `python3 -c` spawned directly (%.2f×); srt: unavailable (%s).",
+				ms(gw.Stats.P50), ms(raw.Stats.P50), gw.Stats.P50/raw.Stats.P50, srt.Unavailable))
+		} else {
+			t.Measured = fmt.Sprintf("gateway %s, srt %s (%.2f×)", ms(gw.Stats.P50), ms(srt.Stats.P50), gw.Stats.P50/srt.Stats.P50)
+			t.Met = gw.Stats.P50 < srt.Stats.P50
+			if !t.Met {
+				t.Reason = "srt's p50 is lower"
+			}
+			h.lines = append(h.lines, fmt.Sprintf("SAFE Python `print(1)` via the gateway (warm per-session interpreter): p50 %s vs %s for `python3 -c` spawned directly (%.2f×) and %s for srt (%.2f×).",
+				ms(gw.Stats.P50), ms(raw.Stats.P50), gw.Stats.P50/raw.Stats.P50, ms(srt.Stats.P50), gw.Stats.P50/srt.Stats.P50))
+		}
+		add(t)
+	} else {
+		add(target{Name: "subprocess p50 ≤ raw python3 + 5 ms (c=1)", Missing: true, Reason: unavailable(rep, "subprocess")})
+		add(target{Name: "subprocess faster than srt (p50, c=1)", Missing: true, Reason: unavailable(rep, "subprocess")})
+	}
+	// 2. docker
+	if r := rep.Docker; r != nil {
+		fresh, _ := r.side("gateway fresh")
+		warm, _ := r.side("gateway warm")
+		cli, _ := r.side("docker run CLI")
+		fr, wr := fresh.Stats.P50/cli.Stats.P50, warm.Stats.P50/cli.Stats.P50
+		t := target{Name: "Docker fresh ≤ 1.0× the CLI (p50)", Measured: fmt.Sprintf("fresh %s, CLI %s: %.2f×", ms(fresh.Stats.P50), ms(cli.Stats.P50), fr), Met: fr <= 1.0}
+		if !t.Met {
+			t.Reason = fmt.Sprintf("a fresh session's container costs %.2f× a docker run", fr)
+		}
+		add(t)
+		t = target{Name: "Docker warm ≤ 0.4× the CLI (p50)", Measured: fmt.Sprintf("warm %s, CLI %s: %.2f×", ms(warm.Stats.P50), ms(cli.Stats.P50), wr), Met: wr <= 0.4}
+		if !t.Met {
+			t.Reason = fmt.Sprintf("a run in the warm container costs %.2f× a docker run", wr)
+		}
+		add(t)
+		h.lines = append(h.lines, fmt.Sprintf("STRICT Python via Docker: warm session %.2f× and fresh session %.2f× the p50 of `docker run --rm --network none` (%s).", wr, fr, ms(cli.Stats.P50)))
+	} else {
+		add(target{Name: "Docker fresh ≤ 1.0× / warm ≤ 0.4× the CLI", Missing: true, Reason: unavailable(rep, "docker")})
+	}
+	// 3. aio
+	if r := rep.AIO; r != nil {
+		gw, _ := r.side("gateway")
+		dr, _ := r.side("sandboxd direct")
+		d := gw.Stats.P50 - dr.Stats.P50
+		t := target{Name: "aio warm ≤ direct sandboxd + 3 ms (p50)", Measured: fmt.Sprintf("gateway %s, direct %s: %+.2f ms", ms(gw.Stats.P50), ms(dr.Stats.P50), d), Met: d <= 3}
+		if !t.Met {
+			t.Reason = fmt.Sprintf("the gateway adds %.2f ms at p50", d)
+		}
+		add(t)
+		h.lines = append(h.lines, fmt.Sprintf("aio `run_code` on a warm instance: %+.2f ms at p50 over calling its sandboxd directly (%s vs %s).", d, ms(gw.Stats.P50), ms(dr.Stats.P50)))
+	} else {
+		add(target{Name: "aio warm ≤ direct sandboxd + 3 ms (p50)", Missing: true, Reason: unavailable(rep, "aio")})
+	}
+	// 4. policy
+	if r := rep.Policy; r != nil {
+		gw, _ := r.side("gateway evaluate")
+		opa, _ := r.side("OPA trivial allow")
+		us := r.InGatewayP50US
+		t := target{Name: "policy evaluation p50 ≤ 150 µs inside the gateway",
+			Measured: fmt.Sprintf("%.0f µs (gateway's policy-stage histogram, n=%d); over HTTP %s vs %s for OPA's trivial allow", us, r.InGatewayN, ms(gw.Stats.P50), ms(opa.Stats.P50)),
+			Met:      r.InGatewayN > 0 && us <= 150}
+		if !t.Met {
+			t.Reason = fmt.Sprintf("p50 %.0f µs", us)
+		}
+		add(t)
+		h.lines = append(h.lines, fmt.Sprintf("Policy evaluation inside the gateway: p50 %.0f µs; `POST /v1/policy/evaluate` end to end %s vs %s for OPA's trivial allow behind the same HTTP stack.", us, ms(gw.Stats.P50), ms(opa.Stats.P50)))
+	} else {
+		add(target{Name: "policy evaluation p50 ≤ 150 µs inside the gateway", Missing: true, Reason: unavailable(rep, "policy")})
+	}
+	// 5. mixed
+	if len(rep.Mixed) > 0 {
+		bad, denials := 0, 0
+		var rps []string
+		for _, m := range rep.Mixed {
+			bad += m.Unintended
+			denials += m.Intended
+			rps = append(rps, fmt.Sprintf("%.0f req/s at %d", m.All.RPS, m.Concurrency))
+		}
+		t := target{Name: "mixed workload: zero errors other than intended denials",
+			Measured: fmt.Sprintf("%d unintended errors, %d intended denials", bad, denials), Met: bad == 0}
+		if !t.Met {
+			t.Reason = fmt.Sprintf("%d unintended errors; see the classification below", bad)
+		}
+		add(t)
+		h.lines = append(h.lines, fmt.Sprintf("Mixed agent workload: %s concurrent sessions, %d unintended errors.", strings.Join(rps, ", "), bad))
+	} else {
+		add(target{Name: "mixed workload: zero errors other than intended denials", Missing: true, Reason: unavailable(rep, "mixed")})
+	}
+	// soak
+	if sk != nil {
+		var bad []string
+		for _, k := range soakSeries {
+			if !sk.Flat[k.key].Flat {
+				bad = append(bad, k.title)
+			}
+		}
+		t := target{Name: "soak: RSS, goroutines, fds, containers, processes flat (±10%) over the last half",
+			Measured: fmt.Sprintf("%.0f s at %d sessions, sampled every %.0f s", sk.DurationS, sk.Concurrency, sk.IntervalS), Met: len(bad) == 0}
+		if !t.Met {
+			t.Reason = "not flat: " + strings.Join(bad, ", ")
+		}
+		add(t)
+	} else {
+		add(target{Name: "soak: flat over the last half", Missing: true, Reason: "no soak run recorded (make soak)"})
+	}
+	return h
+}
+
+func unavailable(rep *report, name string) string {
+	if why, ok := rep.Unavailable[name]; ok {
+		return "unavailable: " + why
+	}
+	return "not run"
+}
+
+func markdown(rep *report, sk *soakResult, h headline) string {
+	var b bytes.Buffer
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	p("# Performance\n\n")
+	p("<!-- Generated by `make bench-report` (bench/): do not edit by hand. -->\n\n")
+	p("Every figure below was measured by `make bench-report` in one run on the machine named here, each scenario against its baseline in alternating blocks so that machine drift hits both sides alike. Raw results: [perf/results.json](perf/results.json).\n\n")
+	p("| | |\n|---|---|\n")
+	p("| date | %s |\n| commit | `%s` |\n| machine | %d × %s, Linux %s, %s |\n| measurement wall time | %.0f s |\n\n",
+		rep.Date.Format("2006-01-02 15:04 MST"), rep.Commit, rep.Machine.NProc, rep.Machine.Model, rep.Machine.Kernel, rep.Machine.GoVer, rep.WallS)
+	p("The machine is shared (2 cores, other work running); the A/B alternation keeps the comparisons fair, not the absolute figures quiet.\n\n")
+	p("## Targets (issue 9)\n\n| target | measured | verdict |\n|---|---|---|\n")
+	for _, t := range h.targets {
+		p("| %s | %s | %s |\n", t.Name, t.Measured, t.verdict())
+	}
+	p("\n## Headlines\n\n")
+	for _, l := range h.lines {
+		p("- %s\n", l)
+	}
+	p("\n**What \"warm\" means.** The gateway keeps a warm Python interpreter per session (subprocess executor) and a warm container per session (docker executor, at most 8 alive). An agent's realistic pattern is many runs in one session, so the gateway rows of the subprocess scenario and the \"gateway warm\" row of the Docker scenario reuse one session: each run forks from an interpreter or executes in a container that is already up. The baselines (`python3 -c`, `srt -c`, `docker run`) start from nothing every time, which is what a caller without a gateway pays. \"gateway fresh\" opens a new session per request (and deletes it afterwards, outside the timing), so it pays a container start like the CLI does.\n\n")
+	if len(rep.Unavailable) > 0 {
+		p("## Not measured\n\n")
+		keys := make([]string, 0, len(rep.Unavailable))
+		for k := range rep.Unavailable {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			p("- %s: measured: unavailable, %s\n", k, rep.Unavailable[k])
+		}
+		p("\n")
+	}
+	scen := func(title, note string, rs ...abResult) {
+		if len(rs) == 0 {
+			return
+		}
+		p("## %s\n\n%s\n\n", title, note)
+		for _, r := range rs {
+			base := r.Sides[len(r.Sides)-1]
+			if len(r.Sides) > 1 {
+				base = r.Sides[1]
+			}
+			p("**%s**, concurrency %d. Ratio: p50 ÷ the p50 of %s.\n\n", r.Name, r.Concurrency, base.Label)
+			p("| side | p50 | p95 | p99 | req/s | n | p50 ratio |\n|---|---|---|---|---|---|---|\n")
+			for _, s := range r.Sides {
+				if s.Unavailable != "" {
+					p("| %s | measured: unavailable, %s | | | | | |\n", s.Label, s.Unavailable)
+					continue
+				}
+				p("| %s | %s | %s | %s | %.1f | %d | %.2f× |\n", s.Label, ms(s.Stats.P50), ms(s.Stats.P95), ms(s.Stats.P99), s.Stats.RPS, s.Stats.N, s.Stats.P50/base.Stats.P50)
+			}
+			p("\n![latency distribution](perf/%s)\n\n", latencyChartName(r))
+		}
+	}
+	scen("SAFE Python via subprocess", "`run_code` of `print(1)` (proven SAFE, so the subprocess executor) in one session, against `/usr/bin/python3 -I -u -c 'print(1)'` spawned directly and the same command under Anthropic's sandbox-runtime (`srt -c`, npm `@anthropic-ai/sandbox-runtime` with Debian bubblewrap and socat). The gateway figure includes HTTP, validation, risk assessment, the policy decision, audit and the run.", rep.Subprocess...)
+	if rep.Docker != nil {
+		scen("STRICT Python via Docker", "`run_code` of `import os\\nprint(1)` (not proven SAFE: STRICT sends it to Docker), fresh and warm, against `docker run --rm --network none sandgate/runtime:latest python3 -c 'print(1)'` through the CLI.", *rep.Docker)
+	}
+	if rep.AIO != nil {
+		scen("aio on a warm instance", "`run_code` of `print(1)` with `needs_persistent_fs` (the aio pool) on the session's warm instance, against `POST /v1/code/execute` sent straight to that instance's sandboxd over its Unix socket (the gateway's pool state directory is the run's, so bench reads the socket and key from it).", *rep.AIO)
+	}
+	if rep.Policy != nil {
+		scen("Policy only", fmt.Sprintf("`POST /v1/policy/evaluate` (risk assessment and the real policy; nothing runs) against OPA's trivial-allow policy (`allow := true`, prepared query) served by a net/http server in bench: the same HTTP stack, loopback and JSON. Inside the gateway the policy stage's p50 was %.0f µs over %d decisions, read from the gateway's `sandgate_policy_eval_duration_seconds` histogram (interpolated inside its bucket).", rep.Policy.InGatewayP50US, rep.Policy.InGatewayN), rep.Policy.abResult)
+	}
+	scen("Workspace files, 64 KiB", "`PUT` and `GET /v1/sessions/{id}/files/content` of 64 KiB against `os.WriteFile` and `os.ReadFile` of the same bytes in a temporary directory.", rep.Files...)
+	if len(rep.Mixed) > 0 {
+		p("## Mixed agent workload\n\nEach session is one agent cycling through `run_code` (SAFE Python), `execute` (`echo hi`), a file write, an edit, a grep, and one `execute` of `%s` that the policy denies (the intended denial). No baseline. Every non-2xx answer is counted and classified below.\n\n", deniedCommand)
+		p("| sessions | req/s | p50 | p95 | p99 | requests | intended denials | unintended errors |\n|---|---|---|---|---|---|---|---|\n")
+		for _, m := range rep.Mixed {
+			p("| %d | %.1f | %s | %s | %s | %d | %d | %d |\n", m.Concurrency, m.All.RPS, ms(m.All.P50), ms(m.All.P95), ms(m.All.P99), m.All.N, m.Intended, m.Unintended)
+		}
+		p("\nNon-2xx answers by operation, status and error code:\n\n| sessions | operation: status code | count |\n|---|---|---|\n")
+		for _, m := range rep.Mixed {
+			keys := make([]string, 0, len(m.Outcomes))
+			for k := range m.Outcomes {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			if len(keys) == 0 {
+				p("| %d | none | 0 |\n", m.Concurrency)
+			}
+			for _, k := range keys {
+				p("| %d | %s | %d |\n", m.Concurrency, k, m.Outcomes[k])
+			}
+		}
+		p("\nPer operation:\n\n| sessions | operation | p50 | p95 | p99 | n |\n|---|---|---|---|---|---|\n")
+		for _, m := range rep.Mixed {
+			ops := make([]string, 0, len(m.PerOp))
+			for k := range m.PerOp {
+				ops = append(ops, k)
+			}
+			slices.Sort(ops)
+			for _, k := range ops {
+				s := m.PerOp[k]
+				p("| %d | %s | %s | %s | %s | %d |\n", m.Concurrency, k, ms(s.P50), ms(s.P95), ms(s.P99), s.N)
+			}
+		}
+		p("\n![throughput against concurrency](perf/throughput.svg)\n\n![mixed latency distribution](perf/latency-mixed.svg)\n\n")
+	}
+	p("## Soak\n\n")
+	if sk == nil {
+		p("No soak recorded yet: `make soak` (10 minutes by default) runs the mixed workload and writes perf/soak.json and perf/soak.svg.\n")
+		return b.String()
+	}
+	p("`make soak` on %s, commit `%s`, %d × %s: the mixed workload at %d sessions for %.0f s, sampling the gateway every %.0f s (after a warm-up outside the series). Flat means every sample of the second half lies within 10%% of that half's median (series with a median under 10 may move by 1). Raw: [perf/soak.json](perf/soak.json).\n\n",
+		sk.Date.Format("2006-01-02 15:04 MST"), sk.Commit, sk.Machine.NProc, sk.Machine.Model, sk.Concurrency, sk.DurationS, sk.IntervalS)
+	p("| series | last half min | median | max | verdict |\n|---|---|---|---|---|\n")
+	for _, k := range soakSeries {
+		f := sk.Flat[k.key]
+		v := "flat (met)"
+		if !f.Flat {
+			v = "missed (not within 10%)"
+		}
+		p("| %s | %.1f | %.1f | %.1f | %s |\n", k.title, f.Min, f.Median, f.Max, v)
+	}
+	p("\nWorkload during the soak: %.1f req/s, p50 %s, p99 %s, %d requests, %d intended denials, %d unintended errors.\n\n![soak](perf/soak.svg)\n",
+		sk.Workload.All.RPS, ms(sk.Workload.All.P50), ms(sk.Workload.All.P99), sk.Workload.All.N, sk.Workload.Intended, sk.Workload.Unintended)
+	return b.String()
+}
+
+const (
+	perfBegin = "<!-- perf:begin -->"
+	perfEnd   = "<!-- perf:end -->"
+)
+
+// updateReadme rewrites the README's block between the perf markers.
+func updateReadme(path string, h headline) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	s := string(b)
+	i, j := strings.Index(s, perfBegin), strings.Index(s, perfEnd)
+	if i < 0 || j < i {
+		return fmt.Errorf("%s has no %s ... %s block", path, perfBegin, perfEnd)
+	}
+	var blk strings.Builder
+	blk.WriteString(perfBegin + "\n")
+	for _, l := range h.lines {
+		blk.WriteString("- " + l + "\n")
+	}
+	blk.WriteString("\n")
+	s = s[:i] + blk.String() + s[j:]
+	return os.WriteFile(path, []byte(s), 0o644)
+}
