@@ -35,13 +35,50 @@ func newTestExecutor(t *testing.T, mutate ...func(*Config)) *Executor {
 	return e
 }
 
+// TestConformance runs the suite cold (warm interpreters disabled) and
+// warm: there every run is its session's second, served by the warm
+// interpreter the first one left, which the harness checks.
 func TestConformance(t *testing.T) {
-	h := executortest.Harness{
-		New:              func(t *testing.T) executors.Executor { return newTestExecutor(t) },
-		ProcessesVisible: true,
+	for _, mode := range []string{"cold", "warm"} {
+		t.Run(mode, func(t *testing.T) {
+			h := executortest.Harness{
+				New: func(t *testing.T) executors.Executor {
+					if mode == "cold" {
+						return newTestExecutor(t, func(c *Config) { c.DisableWarm = true })
+					}
+					return warmSecondRun{newTestExecutor(t), t}
+				},
+				ProcessesVisible: true,
+			}
+			if os.Geteuid() != 0 {
+				h.DetachedEscape = "not root: process-group isolation cannot reach children that called setsid"
+			}
+			executortest.Run(t, h)
+		})
 	}
-	if os.Geteuid() != 0 {
-		h.DetachedEscape = "not root: process-group isolation cannot reach children that called setsid"
+}
+
+// warmSecondRun makes every Execute its session's second run: it first
+// runs a no-op program with the same parameters (cold), waits for the
+// session's warm interpreter, then runs the real one and fails the test
+// unless that was served warm.
+type warmSecondRun struct {
+	*Executor
+	t *testing.T
+}
+
+func (w warmSecondRun) Execute(ctx context.Context, spec executors.Spec) (executors.Result, error) {
+	first := spec
+	first.RequestID += "-first"
+	first.Code = map[string]string{executors.LangJavaScript: "", executors.LangBash: ":", executors.LangPython: "pass"}[spec.Language]
+	if res, err := w.Executor.Execute(ctx, first); err != nil || res.ExitCode != 0 {
+		w.t.Fatalf("first run: %+v %v", res, err)
 	}
-	executortest.Run(t, h)
+	waitWarm(w.t, w.Executor, spec.SessionID, false)
+	hits := w.WarmStats().Hits
+	res, err := w.Executor.Execute(ctx, spec)
+	if w.WarmStats().Hits != hits+1 {
+		w.t.Errorf("the run was not served warm: %+v", w.WarmStats())
+	}
+	return res, err
 }

@@ -20,8 +20,11 @@ import (
 // TestMain doubles as a fake gateway process for TestTreeDiesWithGateway
 // (the os/exec helper-process pattern).
 func TestMain(m *testing.M) {
-	if os.Getenv(helperEnv) == "gateway" {
+	switch os.Getenv(helperEnv) {
+	case "gateway":
 		os.Exit(helperGateway())
+	case "gateway-warm":
+		os.Exit(helperGatewayWarm())
 	}
 	os.Exit(m.Run())
 }

@@ -68,3 +68,20 @@ func processesOfUID(uid string) []string {
 func chmod711(dir string) error {
 	return os.Chmod(filepath.Dir(dir), 0o711)
 }
+
+// processesInDir returns the pids of live processes whose cwd is dir:
+// a run's or a warm interpreter's init step and interpreter.
+func processesInDir(dir string) []string {
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		real = dir
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	var pids []string
+	for _, p := range procs {
+		if cwd, err := os.Readlink(filepath.Join(p, "cwd")); err == nil && cwd == real {
+			pids = append(pids, filepath.Base(p))
+		}
+	}
+	return pids
+}
