@@ -72,3 +72,35 @@ bench-gateway:
 
 build:
 	$(GO) build -o bin/ ./cmd/...
+
+.PHONY: bench-report soak
+
+BENCH_FLAGS   ?=
+SOAK_DURATION ?= 10m
+SOAK_FLAGS    ?=
+
+## bench-report: every scenario of issue 9 against its baseline (bench/),
+## then docs/performance.md, docs/perf/*.svg, docs/perf/results.json and
+## the README's perf block. Starts an engine if none answers (the recipe
+## shell's pid holds the lease), builds the images, installs the peers
+## (bench/tools.sh: bubblewrap, socat, ripgrep, srt), and stops only the
+## engine it started. Sample counts: BENCH_FLAGS (go run ./bench -h).
+bench-report:
+	@holder=$$$$; rc=0; \
+	./scripts/dockerd.sh start $$holder && \
+	$(MAKE) --no-print-directory images && \
+	./bench/tools.sh && \
+	$(GO) run ./bench -out docs -readme README.md $(BENCH_FLAGS) || rc=$$?; \
+	./scripts/dockerd.sh stop $$holder || true; \
+	exit $$rc
+
+## soak: the mixed workload for SOAK_DURATION (default 10m), sampling the
+## gateway's RSS, goroutines, fds, containers and child processes; writes
+## docs/perf/soak.json and soak.svg and re-renders the report.
+soak:
+	@holder=$$$$; rc=0; \
+	./scripts/dockerd.sh start $$holder && \
+	$(MAKE) --no-print-directory images && \
+	$(GO) run ./bench -soak $(SOAK_DURATION) -out docs -readme README.md $(SOAK_FLAGS) || rc=$$?; \
+	./scripts/dockerd.sh stop $$holder || true; \
+	exit $$rc

@@ -22,10 +22,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -49,15 +51,15 @@ func main() {
 	var o opts
 	levels := flag.String("c", "1,8", "concurrency levels of the subprocess scenario")
 	mixed := flag.String("mixed-c", "1,8,32", "concurrent sessions of the mixed workload")
-	flag.IntVar(&o.n, "n", 400, "samples per side and level (subprocess)")
+	flag.IntVar(&o.n, "n", 500, "samples per side and level (subprocess)")
 	flag.IntVar(&o.block, "block", 25, "requests per alternating block")
-	flag.IntVar(&o.srtN, "srt-n", 100, "samples of srt (slower) per level")
-	flag.IntVar(&o.dockerN, "docker-n", 30, "samples per side of the Docker scenario")
+	flag.IntVar(&o.srtN, "srt-n", 150, "samples of srt (slower) per level")
+	flag.IntVar(&o.dockerN, "docker-n", 40, "samples per side of the Docker scenario")
 	flag.IntVar(&o.dockerBlock, "docker-block", 5, "requests per alternating block (Docker)")
 	flag.IntVar(&o.aioN, "aio-n", 300, "samples per side of the aio scenario")
 	flag.IntVar(&o.policyN, "policy-n", 3000, "samples per side of the policy scenario")
 	flag.IntVar(&o.filesN, "files-n", 1000, "samples per side of each file scenario")
-	flag.DurationVar(&o.mixedDur, "mixed-duration", 20*time.Second, "duration of each mixed workload level")
+	flag.DurationVar(&o.mixedDur, "mixed-duration", 30*time.Second, "duration of each mixed workload level")
 	flag.StringVar(&o.image, "image", "sandgate/runtime:latest", "image of the docker run baseline")
 	only := flag.String("only", "", "comma-separated scenarios to run (subprocess,docker,aio,policy,files,mixed); empty: all")
 	out := flag.String("out", "", "write the report under this docs directory (performance.md, perf/)")
@@ -75,7 +77,9 @@ func main() {
 			o.only[strings.TrimSpace(s)] = true
 		}
 	}
-	ctx := context.Background()
+	// SIGINT or SIGTERM cancels the runs, so that the gateway is still
+	// stopped with SIGTERM and removes its containers and instances.
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	var err error
 	switch {
 	case *render != "":
@@ -85,6 +89,7 @@ func main() {
 	default:
 		err = run(ctx, o, *out, *readme, *jsonOut)
 	}
+	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os/exec"
@@ -28,6 +29,10 @@ func rawSide(name string, args ...string) side {
 	return timed(func(ctx context.Context) error {
 		out, err := exec.CommandContext(ctx, name, args...).Output()
 		if err != nil {
+			var ee *exec.ExitError
+			if errors.As(err, &ee) && len(ee.Stderr) > 0 {
+				return fmt.Errorf("%s: %w: %.300s", name, err, ee.Stderr)
+			}
 			return fmt.Errorf("%s: %w", name, err)
 		}
 		if len(out) == 0 {
@@ -35,6 +40,33 @@ func rawSide(name string, args ...string) side {
 		}
 		return nil
 	})
+}
+
+// retried is a side whose failures are counted and retried (up to twice)
+// rather than ending the scenario: a peer that fails now and then is
+// reported with its failure count, and only successful runs are timed.
+type retried struct {
+	s        side
+	mu       sync.Mutex
+	failures int
+	first    string
+}
+
+func (r *retried) side(ctx context.Context) (time.Duration, error) {
+	var err error
+	for range 3 {
+		var d time.Duration
+		if d, err = r.s(ctx); err == nil {
+			return d, nil
+		}
+		r.mu.Lock()
+		r.failures++
+		if r.first == "" {
+			r.first = err.Error()
+		}
+		r.mu.Unlock()
+	}
+	return 0, err
 }
 
 // sample is the latencies of one side and the wall time they took.
@@ -115,6 +147,9 @@ type sideResult struct {
 	Label       string `json:"label"`
 	Stats       stats  `json:"stats"`
 	Unavailable string `json:"unavailable,omitempty"`
+	// Failures counts failed runs of a retried side (not in Stats).
+	Failures     int    `json:"failures,omitempty"`
+	FirstFailure string `json:"first_failure,omitempty"`
 }
 
 // abResult compares the gateway (Sides[0]) with its baselines.

@@ -16,11 +16,14 @@ import (
 func loadResults(dir string) (*report, *soakResult, error) {
 	var rep report
 	b, err := os.ReadFile(filepath.Join(dir, "perf", "results.json"))
-	if err != nil {
+	switch {
+	case errors.Is(err, fs.ErrNotExist): // a soak before any bench-report
+	case err != nil:
 		return nil, nil, err
-	}
-	if err := json.Unmarshal(b, &rep); err != nil {
-		return nil, nil, err
+	default:
+		if err := json.Unmarshal(b, &rep); err != nil {
+			return nil, nil, err
+		}
 	}
 	var sk *soakResult
 	if b, err := os.ReadFile(filepath.Join(dir, "perf", "soak.json")); err == nil {
@@ -280,6 +283,11 @@ func markdown(rep *report, sk *soakResult, h headline) string {
 					continue
 				}
 				p("| %s | %s | %s | %s | %.1f | %d | %.2f× |\n", s.Label, ms(s.Stats.P50), ms(s.Stats.P95), ms(s.Stats.P99), s.Stats.RPS, s.Stats.N, s.Stats.P50/base.Stats.P50)
+			}
+			for _, s := range r.Sides {
+				if s.Failures > 0 {
+					p("\n%s failed %d times during this table's runs; each failure was retried and only successful runs are timed. First failure: `%s`\n", s.Label, s.Failures, strings.ReplaceAll(firstLine(s.FirstFailure), "`", "'"))
+				}
 			}
 			p("\n![latency distribution](perf/%s)\n\n", latencyChartName(r))
 		}

@@ -83,8 +83,10 @@ func scenarioSubprocess(ctx context.Context, g *gatewayProc, o opts) ([]abResult
 	}
 	sides := []named{{label: "gateway", s: gw}, {label: "python3 direct", s: rawSide(python, "-I", "-u", "-c", "print(1)")}}
 	srt, why := srtSide(ctx, python)
+	var srtR *retried
 	if srt != nil {
-		sides = append(sides, named{label: "srt", s: srt, n: o.srtN})
+		srtR = &retried{s: srt}
+		sides = append(sides, named{label: "srt", s: srtR.side, n: o.srtN})
 	}
 	var out []abResult
 	for _, c := range o.levels {
@@ -94,6 +96,9 @@ func scenarioSubprocess(ctx context.Context, g *gatewayProc, o opts) ([]abResult
 		}
 		if srt == nil {
 			r.Sides = append(r.Sides, sideResult{Label: "srt", Unavailable: why})
+		} else {
+			r.Sides[2].Failures, r.Sides[2].FirstFailure = srtR.failures, srtR.first
+			srtR.failures, srtR.first = 0, ""
 		}
 		r.print(os.Stdout)
 		out = append(out, r)
