@@ -31,7 +31,10 @@ type gatewayProc struct {
 	base     string
 	dir      string
 	aioState string
-	client   *http.Client
+	// aioInstance labels this gateway's aio containers; its docker
+	// executor's are labelled with the default instance.
+	aioInstance string
+	client      *http.Client
 }
 
 func startGateway(ctx context.Context) (*gatewayProc, error) {
@@ -55,9 +58,9 @@ func startGateway(ctx context.Context) (*gatewayProc, error) {
 	// The defaults, except that the aio pool keeps its instances' state
 	// (and so their sandboxd sockets and keys) in this run's directory: the
 	// aio scenario calls the warm instance's sandboxd directly through it.
-	aioState := filepath.Join(dir, "aio")
+	aioState, aioInstance := filepath.Join(dir, "aio"), "sgbench"+randHex()
 	conf := filepath.Join(dir, "gateway.yaml")
-	yaml := fmt.Sprintf("executors:\n  aio:\n    enabled: true\n    state_dir: %s\n", aioState)
+	yaml := fmt.Sprintf("executors:\n  aio:\n    enabled: true\n    state_dir: %s\n    instance: %s\n", aioState, aioInstance)
 	if err := os.WriteFile(conf, []byte(yaml), 0o600); err != nil {
 		return nil, err
 	}
@@ -72,7 +75,7 @@ func startGateway(ctx context.Context) (*gatewayProc, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	g := &gatewayProc{cmd: cmd, base: "http://" + addr, dir: dir, aioState: aioState,
+	g := &gatewayProc{cmd: cmd, base: "http://" + addr, dir: dir, aioState: aioState, aioInstance: aioInstance,
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 128}}}
 	if err := g.waitHealthy(60 * time.Second); err != nil {
 		g.stop()

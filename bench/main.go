@@ -227,7 +227,7 @@ func run(ctx context.Context, o opts, out, readme, jsonOut string) error {
 	if o.want("mixed") {
 		deny := gw.denies(ctx)
 		for _, c := range o.mixedLevels {
-			m := runMixed(ctx, gw, c, o.mixedDur, deny, true)
+			m := runMixed(ctx, gw, c, o.mixedDur, deny, true, nil)
 			m.print()
 			rep.Mixed = append(rep.Mixed, m)
 		}
@@ -259,7 +259,7 @@ func runSoak(ctx context.Context, d time.Duration, c int, every time.Duration, o
 	}
 	defer gw.stop()
 	// Warm-up outside the series: the sessions' interpreters and containers.
-	runMixed(ctx, gw, c, min(30*time.Second, d/10), false, false)
+	runMixed(ctx, gw, c, min(30*time.Second, d/10), false, false, nil)
 	r := soak(ctx, gw, c, d, every)
 	r.Date, r.Commit, r.Machine = time.Now().UTC(), gitCommit(), thisMachine()
 	for name, f := range r.Flat {

@@ -96,7 +96,9 @@ type mixedResult struct {
 
 // runMixed runs c agents, each in a session of its own, cycling through
 // ops until d has passed.
-func runMixed(ctx context.Context, g *gatewayProc, c int, d time.Duration, withDenial bool, keepLat bool) mixedResult {
+// A non-nil rest is read-locked for each cycle, so that whoever holds it
+// for writing sees the gateway between cycles, with no request in flight.
+func runMixed(ctx context.Context, g *gatewayProc, c int, d time.Duration, withDenial bool, keepLat bool, rest *sync.RWMutex) mixedResult {
 	ops := mixedOps(withDenial)
 	tag := randHex()
 	var mu sync.Mutex
@@ -110,6 +112,9 @@ func runMixed(ctx context.Context, g *gatewayProc, c int, d time.Duration, withD
 		session := fmt.Sprintf("mix-%s-%d", tag, i)
 		wg.Go(func() {
 			for time.Now().Before(deadline) && ctx.Err() == nil {
+				if rest != nil {
+					rest.RLock()
+				}
 				for _, op := range ops {
 					t0 := time.Now()
 					err := op.do(ctx, g, session)
@@ -134,6 +139,9 @@ func runMixed(ctx context.Context, g *gatewayProc, c int, d time.Duration, withD
 						}
 					}
 					mu.Unlock()
+				}
+				if rest != nil {
+					rest.RUnlock()
 				}
 			}
 		})
@@ -226,8 +234,19 @@ func (g *gatewayProc) sample(t0 time.Time) soakSample {
 	if ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", g.pid())); err == nil {
 		s.FDs = len(ents)
 	}
-	if out, err := exec.Command("docker", "ps", "-q", "--filter", "label=sandgate.managed=true").Output(); err == nil {
-		s.Containers = len(strings.Fields(string(out)))
+	// This gateway's containers only: the engine is shared with others.
+	s.Containers = 0
+	for _, inst := range []string{"sandgate.executor=docker,sandgate.instance=default", "sandgate.executor=aio,sandgate.instance=" + g.aioInstance} {
+		args := []string{"ps", "-q", "--filter", "label=sandgate.managed=true"}
+		for l := range strings.SplitSeq(inst, ",") {
+			args = append(args, "--filter", "label="+l)
+		}
+		out, err := exec.Command("docker", args...).Output()
+		if err != nil {
+			s.Containers = -1
+			break
+		}
+		s.Containers += len(strings.Fields(string(out)))
 	}
 	s.Children = descendants(g.pid())
 	return s
@@ -278,7 +297,9 @@ func soak(ctx context.Context, g *gatewayProc, c int, d, interval time.Duration)
 	r := soakResult{Concurrency: c, DurationS: d.Seconds(), IntervalS: interval.Seconds()}
 	t0 := time.Now()
 	done := make(chan mixedResult)
-	go func() { done <- runMixed(ctx, g, c, d, g.denies(ctx), false) }()
+	var rest sync.RWMutex
+	deny := g.denies(ctx)
+	go func() { done <- runMixed(ctx, g, c, d, deny, false, &rest) }()
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	r.Samples = append(r.Samples, g.sample(t0))
@@ -304,7 +325,12 @@ func soak(ctx context.Context, g *gatewayProc, c int, d, interval time.Duration)
 			}
 			return r
 		case <-tick.C:
+			// Sample at rest: every agent between two cycles, so that the
+			// series shows what the gateway holds, not what is in flight.
+			rest.Lock()
+			time.Sleep(200 * time.Millisecond) // let finished runs' processes be reaped
 			s := g.sample(t0)
+			rest.Unlock()
 			r.Samples = append(r.Samples, s)
 			b, _ := json.Marshal(s)
 			fmt.Printf("soak %s\n", b)

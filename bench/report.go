@@ -342,7 +342,7 @@ func markdown(rep *report, sk *soakResult, h headline) string {
 		p("No soak recorded yet: `make soak` (10 minutes by default) runs the mixed workload and writes perf/soak.json and perf/soak.svg.\n")
 		return b.String()
 	}
-	p("`make soak` on %s, commit `%s`, %d × %s: the mixed workload at %d sessions for %.0f s, sampling the gateway every %.0f s (after a warm-up outside the series). Flat means every sample of the second half lies within 10%% of that half's median (series with a median under 10 may move by 1). Raw: [perf/soak.json](perf/soak.json).\n\n",
+	p("`make soak` on %s, commit `%s`, %d × %s: the mixed workload at %d sessions for %.0f s, sampling the gateway every %.0f s (after a warm-up outside the series). Each sample is taken at rest: the agents pause between two cycles while it is read, so that it shows what the gateway holds (warm interpreters, warm containers, connections) and not the requests in flight. Containers are this gateway's only (label `sandgate.managed=true` and its instance labels): the engine is shared with other work. Flat means every sample of the second half lies within 10%% of that half's median (series with a median under 10 may move by 1). Raw: [perf/soak.json](perf/soak.json).\n\n",
 		sk.Date.Format("2006-01-02 15:04 MST"), sk.Commit, sk.Machine.NProc, sk.Machine.Model, sk.Concurrency, sk.DurationS, sk.IntervalS)
 	p("| series | last half min | median | max | verdict |\n|---|---|---|---|---|\n")
 	for _, k := range soakSeries {
