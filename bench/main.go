@@ -43,6 +43,7 @@ type opts struct {
 	policyN     int
 	filesN      int
 	mixedDur    time.Duration
+	think       time.Duration
 	image       string
 	only        map[string]bool
 }
@@ -60,6 +61,7 @@ func main() {
 	flag.IntVar(&o.policyN, "policy-n", 3000, "samples per side of the policy scenario")
 	flag.IntVar(&o.filesN, "files-n", 1000, "samples per side of each file scenario")
 	flag.DurationVar(&o.mixedDur, "mixed-duration", 30*time.Second, "duration of each mixed workload level")
+	flag.DurationVar(&o.think, "docker-think", time.Second, "untimed pause before each paced warm Docker run (an agent's model call)")
 	flag.StringVar(&o.image, "image", "sandgate/runtime:latest", "image of the docker run baseline")
 	only := flag.String("only", "", "comma-separated scenarios to run (subprocess,docker,aio,policy,files,mixed); empty: all")
 	out := flag.String("out", "", "write the report under this docs directory (performance.md, perf/)")
@@ -165,6 +167,7 @@ type report struct {
 	WallS        float64           `json:"wall_s"`
 	Subprocess   []abResult        `json:"subprocess,omitempty"`
 	Docker       *abResult         `json:"docker,omitempty"`
+	DockerThinkS float64           `json:"docker_think_s,omitempty"`
 	AIO          *abResult         `json:"aio,omitempty"`
 	Policy       *policyResult     `json:"policy,omitempty"`
 	Files        []abResult        `json:"files,omitempty"`
@@ -200,7 +203,7 @@ func run(ctx context.Context, o opts, out, readme, jsonOut string) error {
 		if r, err := scenarioDocker(ctx, gw, o); err != nil {
 			fail("docker", err)
 		} else {
-			rep.Docker = &r
+			rep.Docker, rep.DockerThinkS = &r, o.think.Seconds()
 		}
 	}
 	if o.want("aio") {

@@ -210,10 +210,10 @@ func (r abResult) print(w io.Writer) {
 	fmt.Fprintf(w, "%s  c=%d\n", r.Name, r.Concurrency)
 	for _, s := range r.Sides {
 		if s.Unavailable != "" {
-			fmt.Fprintf(w, "  %-22s unavailable: %s\n", s.Label, s.Unavailable)
+			fmt.Fprintf(w, "  %-30s unavailable: %s\n", s.Label, s.Unavailable)
 			continue
 		}
-		fmt.Fprintf(w, "  %-22s p50 %8.2f ms  p95 %8.2f ms  p99 %8.2f ms  %8.1f req/s  n=%d\n",
+		fmt.Fprintf(w, "  %-30s p50 %8.2f ms  p95 %8.2f ms  p99 %8.2f ms  %8.1f req/s  n=%d\n",
 			s.Label, s.Stats.P50, s.Stats.P95, s.Stats.P99, s.Stats.RPS, s.Stats.N)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 )
 
 // loadResults reads docs/perf/results.json and, if present, soak.json.
@@ -140,21 +141,30 @@ func headlines(rep *report, sk *soakResult) headline {
 	}
 	// 2. docker
 	if r := rep.Docker; r != nil {
+		think := time.Duration(rep.DockerThinkS * float64(time.Second))
 		fresh, _ := r.side("gateway fresh")
-		warm, _ := r.side("gateway warm")
+		warm, _ := r.side("gateway warm, back to back")
+		paced, _ := r.side(warmPacedLabel(think))
 		cli, _ := r.side("docker run CLI")
-		fr, wr := fresh.Stats.P50/cli.Stats.P50, warm.Stats.P50/cli.Stats.P50
+		fr, wr, pr := fresh.Stats.P50/cli.Stats.P50, warm.Stats.P50/cli.Stats.P50, paced.Stats.P50/cli.Stats.P50
 		t := target{Name: "Docker fresh ≤ 1.0× the CLI (p50)", Measured: fmt.Sprintf("fresh %s, CLI %s: %.2f×", ms(fresh.Stats.P50), ms(cli.Stats.P50), fr), Met: fr <= 1.0}
 		if !t.Met {
-			t.Reason = fmt.Sprintf("a fresh session's container costs %.2f× a docker run", fr)
+			t.Reason = fmt.Sprintf("a fresh session starts a container as the CLI does, plus the gateway's pipeline: %.2f×", fr)
 		}
 		add(t)
-		t = target{Name: "Docker warm ≤ 0.4× the CLI (p50)", Measured: fmt.Sprintf("warm %s, CLI %s: %.2f×", ms(warm.Stats.P50), ms(cli.Stats.P50), wr), Met: wr <= 0.4}
+		t = target{Name: fmt.Sprintf("Docker warm ≤ 0.4× the CLI (p50, %s think time between a session's runs)", think),
+			Measured: fmt.Sprintf("warm %s, CLI %s: %.2f×", ms(paced.Stats.P50), ms(cli.Stats.P50), pr), Met: pr <= 0.4}
 		if !t.Met {
-			t.Reason = fmt.Sprintf("a run in the warm container costs %.2f× a docker run", wr)
+			t.Reason = fmt.Sprintf("%.2f×", pr)
 		}
 		add(t)
-		h.lines = append(h.lines, fmt.Sprintf("STRICT Python via Docker: warm session %.2f× and fresh session %.2f× the p50 of `docker run --rm --network none` (%s).", wr, fr, ms(cli.Stats.P50)))
+		t = target{Name: "Docker warm ≤ 0.4× the CLI (p50, runs back to back)",
+			Measured: fmt.Sprintf("warm %s, CLI %s: %.2f×", ms(warm.Stats.P50), ms(cli.Stats.P50), wr), Met: wr <= 0.4}
+		if !t.Met {
+			t.Reason = "a warm container serves one run and the session's next one is prepared after it; back to back, the next run waits for that container start"
+		}
+		add(t)
+		h.lines = append(h.lines, fmt.Sprintf("STRICT Python via Docker: a warm session (%s between runs) %.2f×, back to back %.2f×, and a fresh session %.2f× the p50 of `docker run --rm --network none` (%s).", think, pr, wr, fr, ms(cli.Stats.P50)))
 	} else {
 		add(target{Name: "Docker fresh ≤ 1.0× / warm ≤ 0.4× the CLI", Missing: true, Reason: unavailable(rep, "docker")})
 	}
@@ -252,7 +262,7 @@ func markdown(rep *report, sk *soakResult, h headline) string {
 	for _, l := range h.lines {
 		p("- %s\n", l)
 	}
-	p("\n**What \"warm\" means.** The gateway keeps a warm Python interpreter per session (subprocess executor) and a warm container per session (docker executor, at most 8 alive). An agent's realistic pattern is many runs in one session, so the gateway rows of the subprocess scenario and the \"gateway warm\" row of the Docker scenario reuse one session: each run forks from an interpreter or executes in a container that is already up. The baselines (`python3 -c`, `srt -c`, `docker run`) start from nothing every time, which is what a caller without a gateway pays. \"gateway fresh\" opens a new session per request (and deletes it afterwards, outside the timing), so it pays a container start like the CLI does.\n\n")
+	p("\n**What \"warm\" means.** The gateway keeps a warm Python interpreter per session (subprocess executor) and a warm container per session (docker executor, at most 8 alive). An agent's realistic pattern is many runs in one session, so the gateway rows of the subprocess scenario and the \"gateway warm\" rows of the Docker scenario reuse one session: each run uses an interpreter or a container that was started before the request came. Both are single-use: the session's next one is prepared after a run, so runs sent back to back can wait for it, while an agent that thinks between runs (its model call) finds it ready; the Docker scenario measures both. The baselines (`python3 -c`, `srt -c`, `docker run`) start from nothing every time, which is what a caller without a gateway pays. \"gateway fresh\" opens a new session per request (and deletes it afterwards, outside the timing), so it pays a container start like the CLI does.\n\n")
 	if len(rep.Unavailable) > 0 {
 		p("## Not measured\n\n")
 		keys := make([]string, 0, len(rep.Unavailable))
@@ -294,7 +304,7 @@ func markdown(rep *report, sk *soakResult, h headline) string {
 	}
 	scen("SAFE Python via subprocess", "`run_code` of `print(1)` (proven SAFE, so the subprocess executor) in one session, against `/usr/bin/python3 -I -u -c 'print(1)'` spawned directly and the same command under Anthropic's sandbox-runtime (`srt -c`, npm `@anthropic-ai/sandbox-runtime` with Debian bubblewrap and socat). The gateway figure includes HTTP, validation, risk assessment, the policy decision, audit and the run.", rep.Subprocess...)
 	if rep.Docker != nil {
-		scen("STRICT Python via Docker", "`run_code` of `import os\\nprint(1)` (not proven SAFE: STRICT sends it to Docker), fresh and warm, against `docker run --rm --network none sandgate/runtime:latest python3 -c 'print(1)'` through the CLI.", *rep.Docker)
+		scen("STRICT Python via Docker", "`run_code` of `import os\\nprint(1)` (not proven SAFE: STRICT sends it to Docker), fresh and warm, against `docker run --rm --network none sandgate/runtime:latest python3 -c 'print(1)'` through the CLI. The think-time row's req/s includes its untimed pauses.", *rep.Docker)
 	}
 	if rep.AIO != nil {
 		scen("aio on a warm instance", "`run_code` of `print(1)` with `needs_persistent_fs` (the aio pool) on the session's warm instance, against `POST /v1/code/execute` sent straight to that instance's sandboxd over its Unix socket (the gateway's pool state directory is the run's, so bench reads the socket and key from it).", *rep.AIO)

@@ -123,19 +123,34 @@ func scenarioDocker(ctx context.Context, g *gatewayProc, o opts) (abResult, erro
 		return d, err
 	}
 	warm := g.runCodeSide("bench-docker", strictCode, false, "docker")
+	// A warm container serves one run; the session's next one is prepared
+	// in the background after it. An agent thinks (calls its model) between
+	// runs, so this side waits o.think, untimed, before each run of its
+	// own session; the back-to-back side does not wait.
+	paced := g.runCodeSide("bench-docker-paced", strictCode, false, "docker")
+	think := o.think
+	pacedSide := func(ctx context.Context) (time.Duration, error) {
+		time.Sleep(think)
+		return paced(ctx)
+	}
 	cli := rawSide("docker", "run", "--rm", "--network", "none", o.image, "python3", "-c", "print(1)")
-	for _, s := range []side{warm, warm, cli, fresh} { // warm-up
+	for _, s := range []side{warm, warm, paced, cli, fresh} { // warm-up
 		if _, err := s(ctx); err != nil {
 			return abResult{}, err
 		}
 	}
 	r, err := ab(ctx, "docker", "STRICT Python via Docker: gateway fresh and warm vs docker run CLI",
-		[]named{{label: "gateway fresh", s: fresh}, {label: "gateway warm", s: warm}, {label: "docker run CLI", s: cli}},
+		[]named{{label: "gateway fresh", s: fresh}, {label: "gateway warm, back to back", s: warm},
+			{label: warmPacedLabel(think), s: pacedSide}, {label: "docker run CLI", s: cli}},
 		1, o.dockerN, o.dockerBlock)
 	if err == nil {
 		r.print(os.Stdout)
 	}
 	return r, err
+}
+
+func warmPacedLabel(think time.Duration) string {
+	return fmt.Sprintf("gateway warm, %s think time", think)
 }
 
 // scenarioAIO: run_code on the session's warm aio instance vs a direct
