@@ -61,7 +61,9 @@ func latencyPlot(title string, labels []string, lats [][]float64) (*plot.Plot, e
 	p.Y.Label.Text = "share of requests ≤ latency"
 	p.X.Scale = plot.LogScale{}
 	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
-	p.Y.Min, p.Y.Max = 0, 1
+	// Headroom above 1 keeps the legend clear of the curves.
+	p.Y.Min, p.Y.Max = 0, 1+0.09*float64(len(lats))
+	p.Y.Tick.Marker = plot.ConstantTicks([]plot.Tick{{Value: 0, Label: "0"}, {Value: 0.25}, {Value: 0.5, Label: "0.5"}, {Value: 0.75}, {Value: 1, Label: "1"}})
 	p.Legend.Top, p.Legend.Left = true, true
 	p.Add(plotter.NewGrid())
 	for i, l := range lats {

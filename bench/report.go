@@ -281,9 +281,13 @@ func markdown(rep *report, sk *soakResult, h headline) string {
 		}
 		p("## %s\n\n%s\n\n", title, note)
 		for _, r := range rs {
+			// The baseline is the first side that is not the gateway.
 			base := r.Sides[len(r.Sides)-1]
-			if len(r.Sides) > 1 {
-				base = r.Sides[1]
+			for _, s := range r.Sides {
+				if !strings.HasPrefix(s.Label, "gateway") {
+					base = s
+					break
+				}
 			}
 			p("**%s**, concurrency %d. Ratio: p50 ÷ the p50 of %s.\n\n", r.Name, r.Concurrency, base.Label)
 			p("| side | p50 | p95 | p99 | req/s | n | p50 ratio |\n|---|---|---|---|---|---|---|\n")
