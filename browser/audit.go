@@ -33,9 +33,9 @@ const auditWriteTimeout = 5 * time.Second
 type recorder struct {
 	store      audit.Store
 	log        *slog.Logger
-	critical   sync.WaitGroup // denials: flushed before each action's response
-	background sync.WaitGroup // allow batches being written
-	sem        chan struct{}  // bounds concurrent appends
+	critical   inflight      // denials: flushed before each action's response
+	background inflight      // allow batches being written
+	sem        chan struct{} // bounds concurrent appends
 
 	mu      sync.Mutex
 	pending []*audit.Record // allow records waiting for a quiet moment
@@ -104,11 +104,11 @@ func (r *recorder) writePending() {
 	}
 }
 
-func (r *recorder) spawn(wg *sync.WaitGroup, rec *audit.Record) {
+func (r *recorder) spawn(f *inflight, rec *audit.Record) {
 	r.sem <- struct{}{}
-	wg.Add(1)
+	f.add()
 	go func() {
-		defer func() { <-r.sem; wg.Done() }()
+		defer func() { <-r.sem; f.done() }()
 		r.write(rec)
 	}()
 }
@@ -132,11 +132,52 @@ func (r *recorder) drain(ctx context.Context) {
 	wait(ctx, &r.background)
 }
 
-func wait(ctx context.Context, wg *sync.WaitGroup) {
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
+func wait(ctx context.Context, f *inflight) {
+	idle := f.idleChan()
+	if idle == nil {
+		return
+	}
 	select {
-	case <-done:
+	case <-idle:
 	case <-ctx.Done():
 	}
+}
+
+// inflight counts writes in progress. Unlike a sync.WaitGroup it may be
+// waited on while writes are still being added (a timer's batch racing a
+// Close), which is exactly what the recorder does.
+type inflight struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n drops to zero; nil while idle
+}
+
+func (f *inflight) add() {
+	f.mu.Lock()
+	if f.n == 0 {
+		f.idle = make(chan struct{})
+	}
+	f.n++
+	f.mu.Unlock()
+}
+
+func (f *inflight) done() {
+	f.mu.Lock()
+	f.n--
+	if f.n == 0 {
+		close(f.idle)
+		f.idle = nil
+	}
+	f.mu.Unlock()
+}
+
+// idleChan is closed once the writes in progress now have finished; nil
+// when there are none.
+func (f *inflight) idleChan() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n == 0 {
+		return nil
+	}
+	return f.idle
 }
