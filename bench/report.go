@@ -367,6 +367,9 @@ func markdown(rep *report, sk *soakResult, h headline) string {
 		}
 		p("| %s | %.1f | %.1f | %.1f | %s |\n", k.title, f.Min, f.Median, f.Max, v)
 	}
+	if f := sk.Flat["containers"]; f.Max == 0 {
+		p("\nThe containers series stayed at 0: the mixed workload's `run_code` and `execute` are proven SAFE and run in the subprocess executor, so this soak exercises warm interpreters, not containers.\n")
+	}
 	p("\nWorkload during the soak: %.1f req/s, p50 %s, p99 %s, %d requests, %d intended denials, %d unintended errors.\n\n![soak](perf/soak.svg)\n",
 		sk.Workload.All.RPS, ms(sk.Workload.All.P50), ms(sk.Workload.All.P99), sk.Workload.All.N, sk.Workload.Intended, sk.Workload.Unintended)
 	return b.String()
