@@ -42,9 +42,14 @@ func latencyChartName(r abResult) string {
 func ecdf(lat []float64) plotter.XYs {
 	s := slices.Clone(lat)
 	slices.Sort(s)
-	pts := make(plotter.XYs, 0, len(s))
-	for i, v := range s {
-		pts = append(pts, plotter.XY{X: math.Max(v, 1e-3), Y: float64(i+1) / float64(len(s))})
+	// At most about 1000 points: the rest would only grow the SVG.
+	step := max(1, len(s)/1000)
+	pts := make(plotter.XYs, 0, len(s)/step+1)
+	for i := 0; i < len(s); i += step {
+		pts = append(pts, plotter.XY{X: math.Max(s[i], 1e-3), Y: float64(i+1) / float64(len(s))})
+	}
+	if n := len(s); n > 0 && (n-1)%step != 0 {
+		pts = append(pts, plotter.XY{X: math.Max(s[n-1], 1e-3), Y: 1})
 	}
 	return pts
 }

@@ -153,7 +153,8 @@ func gitCommit() string {
 		return "unknown"
 	}
 	c := strings.TrimSpace(string(out))
-	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
+	// The generated report and README block do not count as changes.
+	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs/perf", ":!docs/performance.md", ":!README.md").Output(); err == nil && len(st) > 0 {
 		c += " (with uncommitted changes)"
 	}
 	return c
@@ -237,7 +238,7 @@ func run(ctx context.Context, o opts, out, readme, jsonOut string) error {
 	}
 	rep.GatewayRSSMB = gw.rssMB()
 	rep.WallS = time.Since(start).Seconds()
-	b, _ := json.MarshalIndent(rep, "", " ")
+	b, _ := json.Marshal(rep)
 	if jsonOut != "" {
 		if err := os.WriteFile(jsonOut, b, 0o644); err != nil {
 			return err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os/exec"
 	"slices"
 	"sync"
@@ -129,7 +130,7 @@ func summarize(lat []time.Duration, wall time.Duration) stats {
 		st.RPS = float64(len(s)) / wall.Seconds()
 	}
 	for _, d := range lat {
-		st.LatMS = append(st.LatMS, float64(d)/1e6)
+		st.LatMS = append(st.LatMS, math.Round(float64(d)/1e3)/1e3) // ms to the µs
 	}
 	return st
 }
