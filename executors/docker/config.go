@@ -40,6 +40,8 @@ const (
 	// DefaultWarmMax bounds the warm containers alive at once, across all
 	// sessions.
 	DefaultWarmMax = 8
+	// DefaultWarmAfter: see Config.WarmAfter.
+	DefaultWarmAfter = 2
 	// DefaultWarmIdle is how long a warm container waits for its session's
 	// next run before it is removed.
 	DefaultWarmIdle = 2 * time.Minute
@@ -111,6 +113,11 @@ type Config struct {
 	// at once. Zero means DefaultWarmMax; a negative value disables warm
 	// starts.
 	WarmMax int
+	// WarmAfter is how many runs a session must have had before a
+	// container is prepared for its next one. Default 2: a one-off session
+	// never pays for a second container start, which would compete with
+	// the next session's run for the engine. 1 prepares after every run.
+	WarmAfter int
 	// WarmIdle is how long a warm container waits for its session's next
 	// run before it is removed. Default DefaultWarmIdle.
 	WarmIdle time.Duration
@@ -152,6 +159,7 @@ func (c Config) withDefaults() Config {
 		c.WarmMax = DefaultWarmMax
 	}
 	c.WarmIdle = orDuration(c.WarmIdle, DefaultWarmIdle)
+	c.WarmAfter = orInt(c.WarmAfter, DefaultWarmAfter)
 	c.EngineTimeout = orDuration(c.EngineTimeout, DefaultEngineTimeout)
 	c.PingTimeout = orDuration(c.PingTimeout, DefaultPingTimeout)
 	c.KillGrace = orDuration(c.KillGrace, DefaultKillGrace)

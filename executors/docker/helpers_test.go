@@ -54,7 +54,9 @@ func testLogger(t testing.TB) *slog.Logger {
 func newTestExecutor(t testing.TB, mutate ...func(*Config)) *Executor {
 	t.Helper()
 	needEngine(t)
-	cfg := Config{Instance: "test-" + executortest.Nonce(), Logger: testLogger(t)}
+	// WarmAfter 1: the warm tests check the container prepared after a
+	// session's first run; TestWarmAfterSecondRun checks the default.
+	cfg := Config{Instance: "test-" + executortest.Nonce(), Logger: testLogger(t), WarmAfter: 1}
 	for _, m := range mutate {
 		m(&cfg)
 	}

@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 // its own: the parent kills it.
 func crashHelper() int {
 	ctx := context.Background()
-	e, err := New(ctx, Config{Instance: os.Getenv(helperInstanceEnv), Logger: slog.New(slog.DiscardHandler)})
+	e, err := New(ctx, Config{Instance: os.Getenv(helperInstanceEnv), Logger: slog.New(slog.DiscardHandler), WarmAfter: 1})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2

@@ -160,3 +160,26 @@ func TestWarmContainerThatDiedIsNotUsed(t *testing.T) {
 		t.Fatalf("result %+v, warm hits %d", res, e.warmHits.Load())
 	}
 }
+
+// TestWarmAfterSecondRun: with the default WarmAfter, a session's first run
+// prepares nothing (a one-off session never pays for a second container);
+// its second run prepares the container its third run uses.
+func TestWarmAfterSecondRun(t *testing.T) {
+	e := newTestExecutor(t, func(c *Config) { c.WarmAfter = 0 })
+	s := newSession(t, 3_200_011)
+	if res := execute(t, e, s.spec(executors.LangBash, "true")); res.ExitCode != 0 {
+		t.Fatalf("first run %+v", res)
+	}
+	if e.warm.waitReady(t.Context(), s.id) || e.warm.size() != 0 {
+		t.Fatal("a container was prepared after the session's first run")
+	}
+	if res := execute(t, e, s.spec(executors.LangBash, "true")); res.ExitCode != 0 {
+		t.Fatalf("second run %+v", res)
+	}
+	if !e.warm.waitReady(t.Context(), s.id) {
+		t.Fatal("no container prepared after the session's second run")
+	}
+	if res := execute(t, e, s.spec(executors.LangBash, "echo third")); res.Stdout != "third\n" || e.warmHits.Load() != 1 {
+		t.Fatalf("third run %+v, warm hits %d, want 1", res, e.warmHits.Load())
+	}
+}
