@@ -86,6 +86,27 @@ type Limits struct {
 	MaxSpillBytes int
 }
 
+// Or returns l with every non-positive field taken from def: the one rule
+// for "zero means the configured default" that every backend applies when
+// merging a Spec's limits over its own.
+func (l Limits) Or(def Limits) Limits {
+	pick := func(v, d int) int {
+		if v <= 0 {
+			return d
+		}
+		return v
+	}
+	return Limits{
+		MemoryMB:       pick(l.MemoryMB, def.MemoryMB),
+		CPUSeconds:     pick(l.CPUSeconds, def.CPUSeconds),
+		MaxProcs:       pick(l.MaxProcs, def.MaxProcs),
+		MaxOpenFiles:   pick(l.MaxOpenFiles, def.MaxOpenFiles),
+		MaxFileSizeMB:  pick(l.MaxFileSizeMB, def.MaxFileSizeMB),
+		MaxOutputBytes: pick(l.MaxOutputBytes, def.MaxOutputBytes),
+		MaxSpillBytes:  pick(l.MaxSpillBytes, def.MaxSpillBytes),
+	}
+}
+
 // Spec is one decided unit of work.
 type Spec struct {
 	// RequestID names the spill file for output beyond the response cap.

@@ -224,7 +224,7 @@ func (c PoolConfig) withDefaults() PoolConfig {
 	if c.TmpfsMB == 0 {
 		c.TmpfsMB = DefaultTmpfsMB
 	}
-	c.Limits = mergeLimits(c.Limits, DefaultLimits)
+	c.Limits = c.Limits.Or(DefaultLimits)
 	if c.SandboxUID == 0 {
 		c.SandboxUID = DefaultSandboxID
 	}
@@ -238,23 +238,4 @@ func (c PoolConfig) withDefaults() PoolConfig {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return c
-}
-
-// mergeLimits fills the zero fields of l from def.
-func mergeLimits(l, def executors.Limits) executors.Limits {
-	pick := func(v, d int) int {
-		if v == 0 {
-			return d
-		}
-		return v
-	}
-	return executors.Limits{
-		MemoryMB:       pick(l.MemoryMB, def.MemoryMB),
-		CPUSeconds:     pick(l.CPUSeconds, def.CPUSeconds),
-		MaxProcs:       pick(l.MaxProcs, def.MaxProcs),
-		MaxOpenFiles:   pick(l.MaxOpenFiles, def.MaxOpenFiles),
-		MaxFileSizeMB:  pick(l.MaxFileSizeMB, def.MaxFileSizeMB),
-		MaxOutputBytes: pick(l.MaxOutputBytes, def.MaxOutputBytes),
-		MaxSpillBytes:  pick(l.MaxSpillBytes, def.MaxSpillBytes),
-	}
 }

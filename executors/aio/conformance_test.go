@@ -150,5 +150,5 @@ func (f *fixture) Execute(ctx context.Context, spec executors.Spec) (executors.R
 		return executors.Result{}, err
 	}
 	return run(ctx, f.c, runRequest{dir: workspaceMount, id: id, lang: spec.Language, code: spec.Code, timeout: spec.Timeout,
-		margin: DefaultClientMargin, limits: mergeLimits(spec.Limits, DefaultLimits), extended: true})
+		margin: DefaultClientMargin, limits: (spec.Limits).Or(DefaultLimits), extended: true})
 }

@@ -103,7 +103,7 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 	}
 	res, err := run(ctx, l.client(), runRequest{
 		dir: workspaceMount, id: id, lang: spec.Language, code: spec.Code, timeout: timeout, margin: DefaultClientMargin,
-		limits: mergeLimits(spec.Limits, e.cfg.Limits), extended: e.cfg.Network == NetworkNone,
+		limits: spec.Limits.Or(e.cfg.Limits), extended: e.cfg.Network == NetworkNone,
 	})
 	broken := errors.Is(err, errUnknownOutcome)
 	l.release(broken)

@@ -149,7 +149,7 @@ func (c Config) withDefaults() Config {
 	c.Instance = orString(c.Instance, DefaultInstance)
 	c.SandboxUID = orInt(c.SandboxUID, DefaultSandboxID)
 	c.SandboxGID = orInt(c.SandboxGID, DefaultSandboxID)
-	c.Limits = mergeLimits(c.Limits, DefaultLimits)
+	c.Limits = c.Limits.Or(DefaultLimits)
 	if c.CPUs <= 0 {
 		c.CPUs = DefaultCPUs
 	}
@@ -203,18 +203,6 @@ func knownLanguage(lang string) bool {
 		}
 	}
 	return false
-}
-
-// mergeLimits fills every non-positive field of l from def.
-func mergeLimits(l, def executors.Limits) executors.Limits {
-	l.MemoryMB = orInt(l.MemoryMB, def.MemoryMB)
-	l.CPUSeconds = orInt(l.CPUSeconds, def.CPUSeconds)
-	l.MaxProcs = orInt(l.MaxProcs, def.MaxProcs)
-	l.MaxOpenFiles = orInt(l.MaxOpenFiles, def.MaxOpenFiles)
-	l.MaxFileSizeMB = orInt(l.MaxFileSizeMB, def.MaxFileSizeMB)
-	l.MaxOutputBytes = orInt(l.MaxOutputBytes, def.MaxOutputBytes)
-	l.MaxSpillBytes = orInt(l.MaxSpillBytes, def.MaxSpillBytes)
-	return l
 }
 
 func orString(v, def string) string {

@@ -331,7 +331,7 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 	if err != nil {
 		return executors.Result{}, err
 	}
-	lim := mergeLimits(spec.Limits, e.cfg.Limits)
+	lim := spec.Limits.Or(e.cfg.Limits)
 	sh := newShape(image, dir, uid, gid, lim, e.cfg.Runtime)
 	timeout := spec.Timeout
 	if timeout <= 0 {

@@ -161,7 +161,7 @@ func (c Config) withDefaults() Config {
 	c.Unshare = orString(c.Unshare, DefaultUnshare)
 	c.SandboxUID = orInt(c.SandboxUID, DefaultSandboxID)
 	c.SandboxGID = orInt(c.SandboxGID, DefaultSandboxID)
-	c.Limits = mergeLimits(c.Limits, DefaultLimits)
+	c.Limits = c.Limits.Or(DefaultLimits)
 	c.DefaultTimeout = orDuration(c.DefaultTimeout, DefaultTimeout)
 	c.KillGrace = orDuration(c.KillGrace, DefaultKillGrace)
 	c.NodeAddressSpaceHeadroomMB = orInt(c.NodeAddressSpaceHeadroomMB, DefaultNodeAddressSpaceHeadroomMB)
@@ -207,18 +207,6 @@ func mergeInterpreters(m map[string]string) map[string]string {
 		}
 	}
 	return out
-}
-
-// mergeLimits fills every non-positive field of l from def.
-func mergeLimits(l, def executors.Limits) executors.Limits {
-	l.MemoryMB = orInt(l.MemoryMB, def.MemoryMB)
-	l.CPUSeconds = orInt(l.CPUSeconds, def.CPUSeconds)
-	l.MaxProcs = orInt(l.MaxProcs, def.MaxProcs)
-	l.MaxOpenFiles = orInt(l.MaxOpenFiles, def.MaxOpenFiles)
-	l.MaxFileSizeMB = orInt(l.MaxFileSizeMB, def.MaxFileSizeMB)
-	l.MaxOutputBytes = orInt(l.MaxOutputBytes, def.MaxOutputBytes)
-	l.MaxSpillBytes = orInt(l.MaxSpillBytes, def.MaxSpillBytes)
-	return l
 }
 
 func orString(v, def string) string {

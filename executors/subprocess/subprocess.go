@@ -241,7 +241,7 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 		}
 	}()
 
-	lim := mergeLimits(spec.Limits, e.cfg.Limits)
+	lim := spec.Limits.Or(e.cfg.Limits)
 	dir := filepath.Clean(spec.WorkspaceDir)
 	l := launch{
 		argv:   e.interpreterArgs(spec.Language, interp, rel, lim),

@@ -556,7 +556,7 @@ func (e *Executor) Prewarm(ctx context.Context, spec executors.Spec) error {
 		return err
 	}
 	defer ws.Close()
-	lim := mergeLimits(spec.Limits, e.cfg.Limits)
+	lim := spec.Limits.Or(e.cfg.Limits)
 	dir := filepath.Clean(spec.WorkspaceDir)
 	l := launch{limits: e.limitsFor(spec.Language, lim), dir: dir, env: e.env(dir),
 		netns: !spec.Network, uid: uid, gid: gid}
