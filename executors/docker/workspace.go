@@ -1,30 +1,15 @@
 package docker
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/sandgate/sandgate/executors/internal/wsfile"
 	"io"
-	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
-	"regexp"
 
 	"golang.org/x/sys/unix"
 )
-
-// The spill file's place in the workspace. The code owns the workspace and
-// may have planted a symlink or a hard link at any of these names: the
-// gateway opens them only through an os.Root on the workspace, and creates
-// the file with O_EXCL after removing whatever entry was there.
-const (
-	stateDir   = ".sandgate"
-	outputsDir = stateDir + "/outputs"
-)
-
-var requestIDRe = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
 
 // ErrInvalidRequestID is returned for a RequestID that cannot name a file.
 var ErrInvalidRequestID = errors.New("docker: invalid request id")
@@ -37,17 +22,7 @@ var ErrRootIdentity = errors.New("docker: refusing to run sandboxed code as root
 var ErrInvalidWorkspace = errors.New("docker: invalid workspace")
 
 // requestID validates id, or makes one when the caller gave none.
-func requestID(id string) (string, error) {
-	if id == "" {
-		var b [12]byte
-		_, _ = rand.Read(b[:])
-		return "run-" + hex.EncodeToString(b[:]), nil
-	}
-	if !requestIDRe.MatchString(id) || id == "." || id == ".." {
-		return "", fmt.Errorf("%w: %q", ErrInvalidRequestID, id)
-	}
-	return id, nil
-}
+func requestID(id string) (string, error) { return wsfile.RequestID(id, ErrInvalidRequestID) }
 
 // checkWorkspace validates the workspace and, when the gateway runs as
 // root, makes the directory itself usable by the run's identity. Only the
@@ -97,10 +72,7 @@ func hostPaths(dir string) []string {
 
 // spillTarget returns the spill file's name relative to the workspace and
 // as the code sees it.
-func spillTarget(id string) (rel, shown string) {
-	rel = path.Join(outputsDir, id+".log")
-	return rel, path.Join(workspaceMount, rel)
-}
+func spillTarget(id string) (rel, shown string) { return wsfile.SpillPaths(id) }
 
 // openSpill creates the spill file rel in the workspace dir. The os.Root
 // keeps every step inside the workspace whatever symlinks the code planted.
@@ -110,53 +82,9 @@ func openSpill(dir, rel string) (io.WriteCloser, error) {
 		return nil, err
 	}
 	defer root.Close()
-	if err := realDirs(root, path.Dir(rel)); err != nil {
+	f, err := wsfile.CreateExclusive(root, rel)
+	if err != nil {
 		return nil, err
 	}
-	for range 3 {
-		f, err := root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-		if !errors.Is(err, fs.ErrExist) {
-			return f, err
-		}
-		// Something is there already (a planted link, a name reused):
-		// remove the entry itself, never what it points to.
-		if err := root.Remove(rel); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil, err
-		}
-	}
-	return nil, fmt.Errorf("create %s: %w", rel, fs.ErrExist)
-}
-
-// realDirs makes every component of dir a real directory under root,
-// replacing a symlink or file the code put in the way (the .sandgate tree
-// is the gateway's).
-func realDirs(root *os.Root, dir string) error {
-	cur := "."
-	for _, part := range splitPath(dir) {
-		cur = path.Join(cur, part)
-		fi, err := root.Lstat(cur)
-		if err == nil && fi.IsDir() {
-			continue
-		}
-		if err == nil {
-			if err := root.Remove(cur); err != nil {
-				return err
-			}
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			return err
-		}
-		if err := root.Mkdir(cur, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-			return err
-		}
-	}
-	return nil
-}
-
-func splitPath(p string) []string {
-	var parts []string
-	for p != "." && p != "/" && p != "" {
-		parts = append([]string{path.Base(p)}, parts...)
-		p = path.Dir(p)
-	}
-	return parts
+	return f, nil
 }

@@ -1,0 +1,99 @@
+// Package wsfile is how executors write the gateway's own files (the spill
+// file of truncated output, the code file) into a session workspace that
+// sandboxed code controls: through an os.Root, never opening an entry that
+// already exists, and replacing any symlink or file planted where the
+// gateway's .sandgate directories belong.
+package wsfile
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"regexp"
+	"strings"
+)
+
+// Paths inside the workspace, as the gateway and the code see them.
+const (
+	Mount      = "/workspace"
+	StateDir   = ".sandgate"
+	OutputsDir = StateDir + "/outputs"
+	RunDir     = StateDir + "/run"
+)
+
+var requestIDRe = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+
+// RequestID validates id for use as a file name, or makes a random one when
+// the caller gave none. An invalid id is reported wrapping invalid, the
+// calling executor's own sentinel.
+func RequestID(id string, invalid error) (string, error) {
+	if id == "" {
+		var b [12]byte
+		_, _ = rand.Read(b[:])
+		return "run-" + hex.EncodeToString(b[:]), nil
+	}
+	if !requestIDRe.MatchString(id) || id == "." || id == ".." {
+		return "", fmt.Errorf("%w: %q", invalid, id)
+	}
+	return id, nil
+}
+
+// SpillPaths returns the spill file's path relative to the workspace and as
+// the code sees it.
+func SpillPaths(id string) (rel, shown string) {
+	rel = path.Join(OutputsDir, id+".log")
+	return rel, path.Join(Mount, rel)
+}
+
+// CreateExclusive creates name under root, never opening an existing entry:
+// a planted symlink or hard link is removed (the link itself, never its
+// target) and the creation retried. Parent directories are made real
+// directories first; os.Root refuses any that escape.
+func CreateExclusive(root *os.Root, name string) (*os.File, error) {
+	if err := EnsureDir(root, path.Dir(name)); err != nil {
+		return nil, err
+	}
+	for range 3 {
+		f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if !errors.Is(err, fs.ErrExist) {
+			return f, err
+		}
+		if err := root.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("create %s: %w", name, fs.ErrExist)
+}
+
+// EnsureDir makes every component of dir a real directory under root. The
+// .sandgate tree is the gateway's, so a symlink or file the code put in the
+// way is removed and the directory made. Were the code to race and plant it
+// again, os.Root still refuses to leave the workspace.
+func EnsureDir(root *os.Root, dir string) error {
+	cur := ""
+	for _, part := range strings.Split(path.Clean(dir), "/") {
+		if part == "." || part == "" {
+			continue
+		}
+		cur = path.Join(cur, part)
+		fi, err := root.Lstat(cur)
+		switch {
+		case err == nil && fi.IsDir():
+			continue
+		case err == nil:
+			if err := root.Remove(cur); err != nil {
+				return err
+			}
+		case !errors.Is(err, fs.ErrNotExist):
+			return err
+		}
+		if err := root.Mkdir(cur, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+	}
+	return nil
+}
