@@ -136,8 +136,13 @@ type Config struct {
 	// Prewarm does nothing. See "Warm interpreters" in the package
 	// documentation for what differs between a warm and a cold run.
 	DisableWarm bool
+	// DisableZygote keeps Python runs on warm interpreters instead of
+	// per-session zygotes (see "Zygotes" in the package documentation).
+	// Zygotes need namespace isolation; without it they are off anyway.
+	DisableZygote bool
 	// WarmMax bounds the warm interpreters held at once, across all
 	// sessions; the least recently started one is killed to make room.
+	// It bounds the zygotes (one per session) separately.
 	// Default DefaultWarmMax.
 	WarmMax int
 	// WarmIdleTTL is how long a warm interpreter waits for its session's

@@ -35,16 +35,24 @@ func newTestExecutor(t *testing.T, mutate ...func(*Config)) *Executor {
 	return e
 }
 
-// TestConformance runs the suite cold (warm interpreters disabled) and
-// warm: there every run is its session's second, served by the warm
-// interpreter the first one left, which the harness checks.
+// TestConformance runs the suite cold (warm interpreters disabled), warm
+// and, as root, with zygotes: in the last two every run is its session's
+// second, served by the warm interpreter the first one left or by the
+// session's zygote, which the harness checks. In warm mode Python uses
+// warm interpreters too (zygotes off).
 func TestConformance(t *testing.T) {
-	for _, mode := range []string{"cold", "warm"} {
+	for _, mode := range []string{"cold", "warm", "zygote"} {
 		t.Run(mode, func(t *testing.T) {
+			if mode == "zygote" {
+				requireRoot(t)
+			}
 			h := executortest.Harness{
 				New: func(t *testing.T) executors.Executor {
-					if mode == "cold" {
+					switch mode {
+					case "cold":
 						return newTestExecutor(t, func(c *Config) { c.DisableWarm = true })
+					case "warm":
+						return warmSecondRun{newTestExecutor(t, func(c *Config) { c.DisableZygote = true }), t}
 					}
 					return warmSecondRun{newTestExecutor(t), t}
 				},
@@ -59,9 +67,10 @@ func TestConformance(t *testing.T) {
 }
 
 // warmSecondRun makes every Execute its session's second run: it first
-// runs a no-op program with the same parameters (cold), waits for the
-// session's warm interpreter, then runs the real one and fails the test
-// unless that was served warm.
+// runs a no-op program with the same parameters (cold, or starting the
+// session's zygote), waits for the session's warm interpreter (without
+// zygotes), then runs the real one and fails the test unless that was
+// served warm.
 type warmSecondRun struct {
 	*Executor
 	t *testing.T
@@ -74,7 +83,9 @@ func (w warmSecondRun) Execute(ctx context.Context, spec executors.Spec) (execut
 	if res, err := w.Executor.Execute(ctx, first); err != nil || res.ExitCode != 0 {
 		w.t.Fatalf("first run: %+v %v", res, err)
 	}
-	waitWarm(w.t, w.Executor, spec.SessionID, false)
+	if !w.useZygote(spec.Language) {
+		waitWarm(w.t, w.Executor, spec.SessionID, false)
+	}
 	hits := w.WarmStats().Hits
 	res, err := w.Executor.Execute(ctx, spec)
 	if w.WarmStats().Hits != hits+1 {

@@ -54,16 +54,30 @@ type launch struct {
 	netns  bool // new network namespace (namespaces mode only)
 	uid    int  // sandbox identity of this run
 	gid    int
+	// zygote starts a session's zygote: root, a private mount namespace
+	// of its own but no /proc of its own (each run mounts one), and
+	// unlimited rlimits except open files (each run sets its own).
+	zygote bool
 }
 
-// rlimits in the units the shell's ulimit builtin takes.
+// rlimits in the units the shell's ulimit builtin takes; unlimited (-1)
+// only in a zygote's launch.
 type rlimits struct {
 	cpuSeconds, asKiB, nofile, nproc, fsizeBlocks int
 }
 
+const unlimited = -1
+
 func (r rlimits) args() []string {
-	return []string{strconv.Itoa(r.cpuSeconds), strconv.Itoa(r.asKiB), strconv.Itoa(r.nofile),
-		strconv.Itoa(r.nproc), strconv.Itoa(r.fsizeBlocks)}
+	args := make([]string, 0, 5)
+	for _, v := range []int{r.cpuSeconds, r.asKiB, r.nofile, r.nproc, r.fsizeBlocks} {
+		if v == unlimited {
+			args = append(args, "unlimited")
+		} else {
+			args = append(args, strconv.Itoa(v))
+		}
+	}
+	return args
 }
 
 // command builds the exec.Cmd for l under the executor's isolation. The
@@ -78,8 +92,12 @@ func (e *Executor) command(l launch) *exec.Cmd {
 	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	switch {
 	case e.isolation == IsolationNamespaces:
-		args = append(args, e.unshare, "--mount-proc",
-			"--setuid", strconv.Itoa(l.uid), "--setgid", strconv.Itoa(l.gid), "--")
+		if l.zygote {
+			args = append(args, e.unshare, "--mount", "--")
+		} else {
+			args = append(args, e.unshare, "--mount-proc",
+				"--setuid", strconv.Itoa(l.uid), "--setgid", strconv.Itoa(l.gid), "--")
+		}
 		attr.Cloneflags = syscall.CLONE_NEWPID
 		if l.netns {
 			attr.Cloneflags |= syscall.CLONE_NEWNET

@@ -43,7 +43,8 @@ type Executor struct {
 	isolation    Isolation
 	dropUID      bool // run as the sandbox uid/gid (gateway is root)
 
-	warm     *warmPool // nil when Config.DisableWarm
+	warm     *warmPool   // nil when Config.DisableWarm
+	zygotes  *zygotePool // nil without namespaces, or when disabled
 	nodeBoot nodeBoot  // the node preload's directory
 	envTool  string    // env(1), for the bash hand-off; "" disables warm bash
 }
@@ -93,10 +94,13 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 		if p, err := lookPath("env", DefaultToolPATH); err == nil {
 			e.envTool = p
 		}
+		if e.isolation == IsolationNamespaces && !cfg.DisableZygote {
+			e.zygotes = newZygotePool(e)
+		}
 	}
 	e.log.Info("subprocess executor ready", "isolation", string(e.isolation),
 		"sandbox_uid", e.cfg.SandboxUID, "drop_uid", e.dropUID,
-		"warm_max", e.cfg.WarmMax, "warm_disabled", cfg.DisableWarm)
+		"warm_max", e.cfg.WarmMax, "warm_disabled", cfg.DisableWarm, "zygotes", e.zygotes != nil)
 	return e, nil
 }
 
@@ -261,7 +265,9 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 		res    executors.Result
 		served bool
 	)
-	if e.warm != nil && spec.SessionID != "" {
+	if spec.SessionID != "" && e.useZygote(spec.Language) {
+		res, served, err = e.runZygote(ctx, spec.SessionID, interp, ws, l, lim, rel, newOut, timeout)
+	} else if e.warm != nil && spec.SessionID != "" {
 		next, werr := e.warmSpecFor(spec.Language, interp, ws, l, lim)
 		if werr != nil {
 			e.log.Warn("warm interpreter: cannot describe run", "session_id", spec.SessionID, "error", werr.Error())

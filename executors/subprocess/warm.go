@@ -43,6 +43,26 @@ type WarmStats struct {
 	// Evicted, Expired and Released count warm interpreters killed to make
 	// room (WarmMax), after WarmIdleTTL, and by ReleaseSession or Close.
 	Evicted, Expired, Released uint64
+	// Zygotes is the number of Python zygotes alive now. Every other field
+	// counts zygotes and their runs together with warm interpreters: a run
+	// served by a zygote is a hit, a zygote started is spawned.
+	Zygotes int
+}
+
+// add returns the field-wise sum of s and o.
+func (s WarmStats) add(o WarmStats) WarmStats {
+	s.Idle += o.Idle
+	s.Spawned += o.Spawned
+	s.SpawnFailed += o.SpawnFailed
+	s.Hits += o.Hits
+	s.Misses += o.Misses
+	s.Mismatched += o.Mismatched
+	s.Died += o.Died
+	s.Evicted += o.Evicted
+	s.Expired += o.Expired
+	s.Released += o.Released
+	s.Zygotes += o.Zygotes
+	return s
 }
 
 // warmKey is everything a warm interpreter was started with that a run
@@ -564,6 +584,9 @@ func (e *Executor) Prewarm(ctx context.Context, spec executors.Spec) error {
 	if err != nil {
 		return fmt.Errorf("subprocess: prewarm: %w", err)
 	}
+	if e.useZygote(spec.Language) {
+		return e.prewarmZygote(ctx, spec.SessionID, next)
+	}
 	if err := e.warm.prewarm(spec.SessionID, next); err != nil {
 		return fmt.Errorf("subprocess: prewarm: %w", err)
 	}
@@ -575,20 +598,28 @@ func (e *Executor) Prewarm(ctx context.Context, spec executors.Spec) error {
 // they are gone. Runs of the session still in progress are not touched
 // (their ctx is the caller's to cancel), but start no successor.
 func (e *Executor) ReleaseSession(ctx context.Context, sessionID string) error {
-	if e.warm == nil {
-		return nil
+	var errs []error
+	if e.zygotes != nil {
+		errs = append(errs, e.zygotes.release(ctx, sessionID))
 	}
-	return e.warm.release(ctx, sessionID)
+	if e.warm != nil {
+		errs = append(errs, e.warm.release(ctx, sessionID))
+	}
+	return errors.Join(errs...)
 }
 
 // Close implements executors.Closer: it kills every warm interpreter,
 // starts no more, waits until they are gone (or ctx is done) and removes
 // the warm directory. Execute keeps working afterwards, cold.
 func (e *Executor) Close(ctx context.Context) error {
-	if e.warm == nil {
-		return nil
+	var zerr error
+	if e.zygotes != nil {
+		zerr = e.zygotes.close(ctx)
 	}
-	err := e.warm.close(ctx)
+	if e.warm == nil {
+		return zerr
+	}
+	err := errors.Join(zerr, e.warm.close(ctx))
 	if e.warm.activeRuns() == 0 {
 		// A run in its hand-off may still need its placeholder; the
 		// directory is tiny and left behind then.
@@ -600,10 +631,14 @@ func (e *Executor) Close(ctx context.Context) error {
 // WarmStats reports what the warm pool did; the zero value when it is
 // disabled.
 func (e *Executor) WarmStats() WarmStats {
-	if e.warm == nil {
-		return WarmStats{}
+	var st WarmStats
+	if e.warm != nil {
+		st = e.warm.snapshot()
 	}
-	return e.warm.snapshot()
+	if e.zygotes != nil {
+		st = st.add(e.zygotes.snapshot())
+	}
+	return st
 }
 
 // warmSpec is what spawnWarm needs: the key and the cold launch it mirrors.

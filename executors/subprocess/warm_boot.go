@@ -47,9 +47,7 @@ const handoffFD = 100
 // own hook (including "Error in sys.excepthook"). SystemExit and
 // KeyboardInterrupt reach CPython's own top level unchanged, so exit codes
 // and the SIGINT exit are CPython's.
-const pythonBoot = `import sys as _s, os as _o
-try:
-    _o.write(100, b"R")
+const pythonBoot = pythonBootStart + `    _o.write(100, b"R")
     _m = b""
     while _m[-1:] != b"\n":
         _k = _o.read(100, 4096)
@@ -57,7 +55,19 @@ try:
             _o._exit(0)
         _m += _k
     _r = _o.fsdecode(_m[:-1])
-    _c = _o.getcwd()
+` + pythonMainSetup + pythonBootEnd
+
+// pythonBootStart opens a boot program: the two modules every bootstrap
+// uses, bound to names the program's globals lose before it runs.
+const pythonBootStart = `import sys as _s, os as _o
+try:
+`
+
+// pythonMainSetup turns the interpreter's __main__ into the one a file run
+// of _r (the code file, relative to the cwd) would have, and builds _w,
+// the context manager the program runs in. It is indented for the body of
+// pythonBootStart's try statement.
+const pythonMainSetup = `    _c = _o.getcwd()
     _n = _c + _r if _c.endswith("/") else _c + "/" + _r
     _g = globals()
     _s.argv[0] = _r
@@ -78,8 +88,8 @@ try:
             except OSError as e:
                 sys.stderr.write("%s: can't open file %r: [Errno %d] %s\n" % (sys.orig_argv[0], n, e.errno, e.strerror))
                 raise SystemExit(2)
-            for k in ("_s", "_o", "_m", "_k", "_r", "_c", "_n", "_g", "_W", "_w"):
-                g.pop(k, None)
+            for k in [k for k in g if not (k.startswith("__") and k.endswith("__"))]:
+                del g[k]
             return compile(src, n, "exec", dont_inherit=True), g
 
         def __exit__(self, t, v, tb, sys=_s, g=_g):
@@ -133,7 +143,11 @@ try:
             sys.excepthook = excepthook
 
     _w = _W()
-    _o.write(100, b"G")
+`
+
+// pythonBootEnd says "G" on descriptor 100 and runs the program in _w at
+// the top level of the -c program, where a file run's code would run.
+const pythonBootEnd = `    _o.write(100, b"G")
     _o.close(100)
 except BaseException:
     _o._exit(0)

@@ -26,12 +26,14 @@ import (
 // tests use warmUID..warmUID+899, within 63000–63899.
 var warmUID = 63000 + os.Getpid()%300
 
-// newWarmExecutor is newTestExecutor with warm interpreters on and the
-// sandbox uid warmUID.
+// newWarmExecutor is newTestExecutor with warm interpreters on, zygotes
+// off (so Python runs use warm interpreters too) and the sandbox uid
+// warmUID.
 func newWarmExecutor(t *testing.T, mutate ...func(*Config)) *Executor {
 	t.Helper()
 	return newTestExecutor(t, append([]func(*Config){func(c *Config) {
 		c.SandboxUID, c.SandboxGID = warmUID, warmUID
+		c.DisableZygote = true // zygote_test.go covers Python's zygotes
 	}}, mutate...)...)
 }
 
@@ -141,6 +143,10 @@ raise RuntimeError("r")
 	{name: "atexit after exit", lang: executors.LangPython, code: "import atexit, sys\natexit.register(lambda: print('atexit', '__file__' in globals()))\nsys.exit(0)\n"},
 	{name: "failing excepthook", lang: executors.LangPython, code: "import sys\ndef h(*a):\n    raise TypeError('hook')\nsys.excepthook = h\n1/0\n"},
 	{name: "thread outlives error", lang: executors.LangPython, code: "import threading, time\ndef w():\n    time.sleep(0.2)\n    print('thread done')\nthreading.Thread(target=w).start()\nraise ValueError('main')\n"},
+	{name: "killed by a signal", lang: executors.LangPython, code: "import os\nprint('x')\nos.kill(os.getpid(), 9)\n"},
+	{name: "terminated", lang: executors.LangPython, code: "import os, signal\nsignal.signal(signal.SIGTERM, signal.SIG_DFL)\nos.kill(os.getpid(), signal.SIGTERM)\n"},
+	{name: "default SIGINT", lang: executors.LangPython, code: "import os, signal\nsignal.signal(signal.SIGINT, signal.SIG_DFL)\nos.kill(os.getpid(), signal.SIGINT)\n"},
+	{name: "background child", lang: executors.LangPython, code: "import subprocess\nsubprocess.Popen(['sleep', '30'])\nprint('left')\n"},
 	{name: "warning", lang: executors.LangPython, code: "import warnings\nwarnings.warn('w1')\n"},
 	{name: "encoding cookie", lang: executors.LangPython, code: "# -*- coding: latin-1 -*-\nprint('\xe9')\n"},
 	{name: "docstring and annotations", lang: executors.LangPython, code: "'''doc'''\nx: int = 1\nprint(__doc__, __annotations__)\n"},

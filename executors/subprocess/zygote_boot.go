@@ -1,0 +1,114 @@
+package subprocess
+
+// zygoteBoot is the program of a session's Python zygote, started as
+// `python3 -I -u -c zygoteBoot` through the launch chain of a cold run
+// (same PID and network namespace for the session, the session's mount
+// namespace with its own /proc, the run's environment, cwd and stdin), but
+// as root: the zygote itself never runs sandboxed code. It says "R" on
+// descriptor 100 (a SOCK_SEQPACKET socket) and then serves one run per
+// message: "rel\0cpu\0as\0nofile\0nproc\0fsize\0uid\0gid" (rlimits in
+// bytes and seconds) with three descriptors attached, the run's stdout and
+// stderr pipes and its control socket. End-of-file on 100 ends the zygote.
+//
+// For each run it forks three levels, because a new PID namespace takes a
+// new process to unshare it and another to be its init:
+//
+//   - C unshares a PID and a mount namespace, forks P1 and, once P1 is
+//     reaped, exits. The kernel reaps P1 only after every process of the
+//     run's namespace is gone, and C holds the control socket until then,
+//     so end-of-file on it tells the gateway that the whole tree is dead.
+//   - P1 is PID 1 of the run: it mounts a fresh /proc (the run sees only
+//     itself and its init, as in a cold run), forks R, reaps orphans and
+//     waits for R or for end-of-file on the control socket (the gateway's
+//     timeout or cancel). When R ended, it reports a death by signal on
+//     stderr as the init shell of a cold run does ("Killed"), writes
+//     "X<status>\n" with the shell's 128+signal convention, and exits;
+//     the kernel then kills whatever is left in the namespace, setsid'd
+//     and double-forked processes included.
+//   - R becomes the run: the run's rlimits (soft and hard, as ulimit sets
+//     them), no supplementary groups, the sandbox uid/gid, dumpable again
+//     (a cold run's exec would reset it; without it /proc/self would be
+//     root's), the pipes as stdout and stderr, every other descriptor
+//     closed, the modules the zygote imported dropped from sys.modules,
+//     and then pythonMainSetup and pythonBootEnd exactly as a warm
+//     interpreter: "G" on the control socket, and the program runs at
+//     the top level of the -c program, where a file run's code runs.
+//
+// A failure before "G" exits silently: the gateway then runs the program
+// cold. R inherits no_new_privs from the launch chain.
+const zygoteBoot = pythonBootStart + `    _z = frozenset(_s.modules)
+    import _socket as _S, _signal as _G, select as _P, resource as _L, ctypes as _C
+    _lc = _C.CDLL(None, use_errno=True)
+    _q = _S.socket(fileno=100)
+    _q.send(b"R")
+    while True:
+        try:
+            while _o.waitpid(-1, _o.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            pass
+        _m, _a, _f, _x = _q.recvmsg(4096, _S.CMSG_SPACE(12))
+        _d = []
+        for _l, _t, _b in _a:
+            if _l == _S.SOL_SOCKET and _t == _S.SCM_RIGHTS:
+                _d += [int.from_bytes(_b[_i:_i + 4], _s.byteorder) for _i in range(0, len(_b) - 3, 4)]
+        if not _m:
+            _o._exit(0)
+        if len(_d) == 3 and not _f & _S.MSG_CTRUNC and _o.fork() == 0:
+            break
+        for _i in _d:
+            _o.close(_i)
+    _q.detach()
+    _o.dup2(_d[2], 100)
+    _o.close(_d[2])
+    _e = _m.split(b"\0")
+    if len(_e) != 8 or _lc.unshare(0x20000000 | 0x00020000):
+        _o._exit(1)
+    _p = _o.fork()
+    if _p:
+        _o.close(_d[0])
+        _o.close(_d[1])
+        _o.waitpid(_p, 0)
+        _o._exit(0)
+    if _lc.mount(b"proc", b"/proc", b"proc", 2 | 4 | 8, None):
+        _o._exit(1)
+    _p = _o.fork()
+    if _p:
+        _o.close(_d[0])
+        _v = _P.poll()
+        _v.register(_o.pidfd_open(_p), _P.POLLIN)
+        _v.register(100, _P.POLLIN)
+        _u = None
+        while _u is None:
+            _k = _v.poll(1000)
+            while True:
+                try:
+                    _i, _t = _o.waitpid(-1, _o.WNOHANG)
+                except ChildProcessError:
+                    break
+                if not _i:
+                    break
+                if _i == _p:
+                    _u = _t
+            if _u is None and any(_j == 100 for _j, _y in _k):
+                _o._exit(0)
+        _t = _o.waitstatus_to_exitcode(_u)
+        if _t < 0 and _t not in (-2, -13):
+            _o.write(_d[1], ("%s\n" % (_G.strsignal(-_t) or "Signal %d" % -_t)).encode())
+        _o.write(100, b"X%d\n" % (128 - _t if _t < 0 else _t))
+        _o._exit(0)
+    for _i, _j in zip((_L.RLIMIT_CPU, _L.RLIMIT_AS, _L.RLIMIT_NOFILE, _L.RLIMIT_NPROC, _L.RLIMIT_FSIZE), _e[1:6]):
+        _L.setrlimit(_i, (int(_j), int(_j)))
+    _o.setgroups([])
+    _o.setresgid(int(_e[7]), int(_e[7]), int(_e[7]))
+    _o.setresuid(int(_e[6]), int(_e[6]), int(_e[6]))
+    if _lc.prctl(4, 1, 0, 0, 0):
+        _o._exit(1)
+    _o.dup2(_d[0], 1)
+    _o.dup2(_d[1], 2)
+    _o.closerange(3, 100)
+    _o.closerange(101, 1 << 30)
+    for _k in [_k for _k in _s.modules if _k not in _z]:
+        del _s.modules[_k]
+    _r = _o.fsdecode(_e[0])
+` + pythonMainSetup + pythonBootEnd

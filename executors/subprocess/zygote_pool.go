@@ -1,0 +1,277 @@
+package subprocess
+
+import (
+	"container/list"
+	"context"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/sandgate/sandgate/executors"
+)
+
+// zygotePool holds at most one zygote per session and at most max in all;
+// one is killed after ttl without a run, when its session is released,
+// and to make room (the least recently used idle one). A zygote serves
+// any number of runs of its session, concurrently.
+type zygotePool struct {
+	e   *Executor
+	max int
+	ttl time.Duration
+
+	mu     sync.Mutex
+	closed bool
+	live   map[string]*zygote // by session
+	idle   *list.List         // *zygote with no run, least recently used first
+	stats  WarmStats          // the zygote side; WarmStats adds it in
+	broken int                // zygotes in a row that never became ready
+	kills  sync.WaitGroup     // killed zygotes not yet reaped
+}
+
+// maxZygoteFailures zygotes in a row that die before serving turn zygotes
+// off (an interpreter that cannot run zygoteBoot, such as a Python older
+// than 3.9): Python runs then use warm interpreters.
+const maxZygoteFailures = 3
+
+func newZygotePool(e *Executor) *zygotePool {
+	return &zygotePool{e: e, max: e.cfg.WarmMax, ttl: e.cfg.WarmIdleTTL,
+		live: map[string]*zygote{}, idle: list.New()}
+}
+
+// usable reports whether runs should try a zygote.
+func (p *zygotePool) usable() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.closed && p.broken < maxZygoteFailures
+}
+
+// acquire returns session's zygote for ws, starting one when the session
+// has none, or nil when none can be had (the run goes cold). The caller
+// must call done.
+func (p *zygotePool) acquire(session string, ws *warmSpec) *zygote {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || p.broken >= maxZygoteFailures {
+		return nil
+	}
+	z := p.live[session]
+	if z != nil && (z.key != ws.key || closed(z.gone)) {
+		if z.key != ws.key {
+			p.stats.Mismatched++
+		} else {
+			p.stats.Died++
+		}
+		p.dropLocked(z)
+		z = nil
+	}
+	if z == nil {
+		if len(p.live) >= p.max && !p.evictLocked() {
+			return nil
+		}
+		var err error
+		if z, err = p.e.startZygote(ws, session); err != nil {
+			p.stats.SpawnFailed++
+			p.e.log.Warn("zygote: start failed", "session_id", session, "error", err.Error())
+			return nil
+		}
+		p.stats.Spawned++
+		p.live[session] = z
+	}
+	if z.elem != nil {
+		p.idle.Remove(z.elem)
+		z.elem = nil
+		z.timer.Stop()
+	}
+	z.active++
+	return z
+}
+
+// done ends one use of z. served says whether z ran the program, healthy
+// whether it may serve again; count is false for a Prewarm.
+func (p *zygotePool) done(z *zygote, served, healthy, count bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if count {
+		if served {
+			p.stats.Hits++
+		} else {
+			p.stats.Misses++
+		}
+	}
+	switch {
+	case closed(z.ready) && !closed(z.gone):
+		p.broken = 0
+	case !closed(z.ready):
+		p.broken++
+		if p.broken == maxZygoteFailures {
+			p.e.log.Warn("zygote: turned off after repeated start failures; python runs use warm interpreters")
+		}
+	}
+	if !healthy || closed(z.gone) {
+		p.dropLocked(z)
+	}
+	z.active--
+	if z.active > 0 {
+		return
+	}
+	if z.dropped {
+		p.killLocked(z)
+		return
+	}
+	z.elem = p.idle.PushBack(z)
+	z.timer = time.AfterFunc(p.ttl, func() { p.expire(z) })
+}
+
+// count records a run that could not use a zygote.
+func (p *zygotePool) miss() {
+	p.mu.Lock()
+	p.stats.Misses++
+	p.mu.Unlock()
+}
+
+// dropLocked takes z out of the pool and kills it now, or when its last
+// run ends: killing it kills the runs in it.
+func (p *zygotePool) dropLocked(z *zygote) {
+	if z.dropped {
+		return
+	}
+	z.dropped = true
+	if p.live[z.session] == z {
+		delete(p.live, z.session)
+	}
+	if z.elem != nil {
+		p.idle.Remove(z.elem)
+		z.elem = nil
+		z.timer.Stop()
+	}
+	if z.active == 0 {
+		p.killLocked(z)
+	}
+}
+
+func (p *zygotePool) killLocked(z *zygote) {
+	z.kill()
+	p.kills.Add(1)
+	go func() {
+		<-z.proc.done
+		p.kills.Done()
+	}()
+}
+
+// evictLocked drops the least recently used idle zygote.
+func (p *zygotePool) evictLocked() bool {
+	front := p.idle.Front()
+	if front == nil {
+		return false
+	}
+	p.stats.Evicted++
+	p.dropLocked(front.Value.(*zygote))
+	return true
+}
+
+func (p *zygotePool) expire(z *zygote) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if z.elem != nil && !z.dropped {
+		p.stats.Expired++
+		p.dropLocked(z)
+	}
+}
+
+// died drops z when its socket ended on its own.
+func (p *zygotePool) died(z *zygote) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !z.dropped {
+		p.stats.Died++
+		p.dropLocked(z)
+	}
+}
+
+// release drops session's zygote and, when no run is using it, waits
+// until it is gone. Runs in progress keep it until they end.
+func (p *zygotePool) release(ctx context.Context, session string) error {
+	p.mu.Lock()
+	z := p.live[session]
+	if z == nil {
+		p.mu.Unlock()
+		return nil
+	}
+	p.stats.Released++
+	p.dropLocked(z)
+	waitFor := z.active == 0
+	p.mu.Unlock()
+	if waitFor {
+		return z.proc.waitDone(ctx)
+	}
+	return nil
+}
+
+// close kills every zygote, starts no more and waits until the idle ones
+// are gone.
+func (p *zygotePool) close(ctx context.Context) error {
+	p.mu.Lock()
+	p.closed = true
+	for _, z := range p.live {
+		p.stats.Released++
+		p.dropLocked(z)
+	}
+	p.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		p.kills.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (p *zygotePool) snapshot() WarmStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.stats
+	st.Zygotes = len(p.live)
+	return st
+}
+
+// runZygote runs a Python program of session in the session's zygote.
+// served is false when it did not run there; the caller runs it cold.
+func (e *Executor) runZygote(ctx context.Context, session, interp string, ws *os.Root, l launch, lim executors.Limits, rel string, newOut func() *output, timeout time.Duration) (executors.Result, bool, error) {
+	spec, err := e.warmSpecFor(executors.LangPython, interp, ws, l, lim)
+	if err != nil {
+		e.log.Warn("zygote: cannot describe run", "session_id", session, "error", err.Error())
+		e.zygotes.miss()
+		return executors.Result{}, false, nil
+	}
+	spec.key.limits = rlimits{} // each run sets its own
+	z := e.zygotes.acquire(session, spec)
+	if z == nil {
+		e.zygotes.miss()
+		return executors.Result{}, false, nil
+	}
+	res, served, healthy, err := e.runInZygote(ctx, z, rel, l, newOut, timeout)
+	e.zygotes.done(z, served, healthy, true)
+	return res, served, err
+}
+
+// useZygote reports whether runs of lang go to zygotes.
+func (e *Executor) useZygote(lang string) bool {
+	return lang == executors.LangPython && e.zygotes != nil && e.zygotes.usable()
+}
+
+// prewarmZygote starts session's zygote for runs like ws and waits until
+// it is ready.
+func (e *Executor) prewarmZygote(ctx context.Context, session string, ws *warmSpec) error {
+	ws.key.limits = rlimits{}
+	z := e.zygotes.acquire(session, ws)
+	if z == nil {
+		return nil
+	}
+	_, err := z.awaitReady(ctx)
+	e.zygotes.done(z, false, true, false)
+	return err
+}
