@@ -45,8 +45,8 @@ type Executor struct {
 
 	warm     *warmPool   // nil when Config.DisableWarm
 	zygotes  *zygotePool // nil without namespaces, or when disabled
-	nodeBoot nodeBoot  // the node preload's directory
-	envTool  string    // env(1), for the bash hand-off; "" disables warm bash
+	nodeBoot nodeBoot    // the node preload's directory
+	envTool  string      // env(1), for the bash hand-off; "" disables warm bash
 }
 
 // Interface guards.
