@@ -16,7 +16,8 @@ import (
 // binary, same minimal environment; for python `python3 -I -u -c
 // 'print(1)'`) with the same program run through the executor cold (warm
 // interpreters disabled) and warm (a session's run served by the
-// interpreter its previous run left), per language. Each iteration runs
+// interpreter its previous run left or, for python as root, by the
+// session's zygote), per language. Each iteration runs
 // one of each, back to back, so all three see the same machine load.
 // Before the warm run and before the raw one it waits, untimed, until the
 // session's next interpreter is ready: the warm run then measures a
@@ -85,10 +86,16 @@ func benchStartCost(b *testing.B, cold, warm *Executor, lang string, rawArgv []s
 	ready := func() {
 		deadline := time.Now().Add(10 * time.Second)
 		for time.Now().Before(deadline) {
-			warm.warm.mu.Lock()
-			s := warm.warm.sessions[spec.SessionID]
-			ok := s != nil && s.warm != nil && closed(s.warm.ready)
-			warm.warm.mu.Unlock()
+			var ok bool
+			if warm.useZygote(lang) {
+				z := zygoteOf(warm, spec.SessionID)
+				ok = z != nil && closed(z.ready)
+			} else {
+				warm.warm.mu.Lock()
+				s := warm.warm.sessions[spec.SessionID]
+				ok = s != nil && s.warm != nil && closed(s.warm.ready)
+				warm.warm.mu.Unlock()
+			}
 			if ok {
 				return
 			}

@@ -34,11 +34,19 @@ package subprocess
 //     interpreter: "G" on the control socket, and the program runs at
 //     the top level of the -c program, where a file run's code runs.
 //
+// Before serving, the zygote moves every object it has to the garbage
+// collector's permanent generation (gc.freeze): a run's collections, the
+// ones at its exit included, then never walk the zygote's objects, whose
+// pages a walk would copy-on-write one by one (measured: a print(1) run
+// 14 ms without, 10 ms with). A run sees gc.get_freeze_count() non-zero;
+// nothing else of it differs.
+//
 // A failure before "G" exits silently: the gateway then runs the program
 // cold. R inherits no_new_privs from the launch chain.
 const zygoteBoot = pythonBootStart + `    _z = frozenset(_s.modules)
-    import _socket as _S, _signal as _G, select as _P, resource as _L, ctypes as _C
+    import _socket as _S, _signal as _G, select as _P, resource as _L, ctypes as _C, gc as _F
     _lc = _C.CDLL(None, use_errno=True)
+    _F.freeze()
     _q = _S.socket(fileno=100)
     _q.send(b"R")
     while True:

@@ -1,7 +1,16 @@
 package subprocess
 
 import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -118,4 +127,340 @@ func TestZygoteMatchesCold(t *testing.T) {
 	}
 }
 
-var _ = time.Second
+// TestZygoteTimeoutKillsTree: a zygote run's timeout kills its whole
+// tree, setsid'd and double-forked processes included, and the zygote
+// serves the session's next run.
+func TestZygoteTimeoutKillsTree(t *testing.T) {
+	e := newZygoteExecutor(t)
+	m := []string{marker(0), marker(1), marker(2)}
+	sess, ws := "sess-"+executortest.Nonce(), executortest.NewWorkspace(t)
+	spec := warmRun(sess, ws, executors.LangPython, fmt.Sprintf(`import os, subprocess, time
+subprocess.Popen(["sleep", "%[1]s"])
+subprocess.Popen(["sleep", "%[2]s"], start_new_session=True)
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execvp("sleep", ["sleep", "%[3]s"])
+    os._exit(0)
+print("spawned", flush=True)
+time.sleep(1000)
+`, m[0], m[1], m[2]))
+	spec.Timeout = 2 * time.Second
+	seen := watchMarkers(t, m, func() {
+		res := mustExecute(t, e, spec)
+		if !res.TimedOut || res.ExitCode != executors.ExitCodeTimeout || res.Stdout != "spawned\n" {
+			t.Errorf("result %+v, want a timeout after the output", res)
+		}
+		if res.Duration < 2*time.Second || res.Duration > 4*time.Second {
+			t.Errorf("duration %v, want the 2s timeout", res.Duration)
+		}
+	})
+	for _, mk := range m {
+		if !seen[mk] {
+			t.Errorf("process %s never seen: the test proves nothing", mk)
+		}
+		if left := waitGone(mk, 3*time.Second); len(left) > 0 {
+			t.Errorf("process %s still alive: %v", mk, left)
+		}
+	}
+	z := zygoteOf(e, sess)
+	hits := e.WarmStats().Hits
+	if res := mustExecute(t, e, warmRun(sess, ws, executors.LangPython, "print('next')")); res.Stdout != "next\n" {
+		t.Errorf("next run: %+v", res)
+	}
+	if e.WarmStats().Hits != hits+1 || zygoteOf(e, sess) != z || z == nil {
+		t.Errorf("the next run did not use the same zygote: %+v", e.WarmStats())
+	}
+}
+
+// watchMarkers runs f while polling for processes matching each marker,
+// and returns which were seen.
+func watchMarkers(t *testing.T, markers []string, f func()) map[string]bool {
+	t.Helper()
+	seen := map[string]bool{}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			for _, mk := range markers {
+				if len(executortest.ProcessesMatching(mk)) > 0 {
+					seen[mk] = true
+				}
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	})
+	f()
+	close(stop)
+	wg.Wait()
+	return seen
+}
+
+// TestZygoteCancelKillsTree: cancelling a zygote run's ctx kills its tree
+// and Execute returns promptly with the ctx's error.
+func TestZygoteCancelKillsTree(t *testing.T) {
+	e := newZygoteExecutor(t)
+	mk := marker(0)
+	sess, ws := "sess-"+executortest.Nonce(), executortest.NewWorkspace(t)
+	mustExecute(t, e, warmRun(sess, ws, executors.LangPython, "pass"))
+	spec := warmRun(sess, ws, executors.LangPython,
+		fmt.Sprintf("import subprocess, time\nsubprocess.Popen(['setsid', 'sleep', '%s'])\ntime.sleep(1000)\n", mk))
+	ctx, cancel := context.WithCancel(t.Context())
+	go func() {
+		for len(executortest.ProcessesMatching(mk)) == 0 {
+			time.Sleep(20 * time.Millisecond)
+		}
+		cancel()
+	}()
+	began := time.Now()
+	_, err := e.Execute(ctx, spec)
+	if err == nil || ctx.Err() == nil {
+		t.Errorf("Execute: %v, want the cancellation", err)
+	}
+	if d := time.Since(began); d > 10*time.Second {
+		t.Errorf("Execute took %v", d)
+	}
+	if left := waitGone(mk, 3*time.Second); len(left) > 0 {
+		t.Errorf("process still alive after cancel: %v", left)
+	}
+	if z := zygoteOf(e, sess); z == nil || closed(z.gone) {
+		t.Errorf("the cancel took the session's zygote with it")
+	}
+}
+
+// TestZygoteForkBombContained: a fork bomb in a zygote run ends at its
+// timeout with nothing of it left, while the gateway keeps answering.
+func TestZygoteForkBombContained(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprint(w, "ok")
+	}))
+	defer srv.Close()
+	e := newZygoteExecutor(t)
+	uid := zygoteUID + 200
+	spec := warmRun("sess-"+executortest.Nonce(), executortest.NewWorkspace(t), executors.LangPython,
+		"import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n")
+	spec.UID, spec.GID, spec.Timeout = uid, uid, 4*time.Second
+	stop := make(chan struct{})
+	worst := make(chan time.Duration, 1)
+	go func() { worst <- pollHTTP(srv.URL, stop) }()
+	res := mustExecute(t, e, spec)
+	close(stop)
+	if !res.TimedOut {
+		t.Errorf("the bomb did not run to its timeout: %+v", res)
+	}
+	if e.WarmStats().Hits != 1 {
+		t.Fatalf("not served by a zygote: %+v", e.WarmStats())
+	}
+	d := <-worst
+	t.Logf("slowest HTTP answer during the bomb: %v", d)
+	if d > 2*time.Second {
+		t.Errorf("the test's HTTP handler took %v to answer during the bomb", d)
+	}
+	if left := waitUIDGone(strconv.Itoa(uid), 3*time.Second); len(left) > 0 {
+		t.Errorf("%d processes of the session's uid left after the bomb", len(left))
+	}
+}
+
+// TestZygoteLimitsPerRun: runs of one session with different limits are
+// served by the same zygote, and each gets its own: the rlimits, a 1 GiB
+// allocation failing inside the memory limit, the CPU limit.
+func TestZygoteLimitsPerRun(t *testing.T) {
+	e := newZygoteExecutor(t)
+	sess, ws := "sess-"+executortest.Nonce(), executortest.NewWorkspace(t)
+	limitsOf := `for l in open("/proc/self/limits"):
+    if l.startswith(("Max open files", "Max cpu time", "Max address space")):
+        print(" ".join(l.split()))
+`
+	for _, tc := range []struct {
+		lim        executors.Limits
+		code, want string
+		exit       int
+	}{
+		{executors.Limits{MaxOpenFiles: 64, CPUSeconds: 5, MemoryMB: 256}, limitsOf,
+			"Max cpu time 5 5 seconds\nMax open files 64 64 files\nMax address space 268435456 268435456 bytes\n", 0},
+		{executors.Limits{MaxOpenFiles: 128, CPUSeconds: 7, MemoryMB: 300}, limitsOf,
+			"Max cpu time 7 7 seconds\nMax open files 128 128 files\nMax address space 314572800 314572800 bytes\n", 0},
+		{executors.Limits{MemoryMB: 256}, "try:\n    b = bytearray(1 << 30)\n    print('allocated')\nexcept MemoryError:\n    print('MemoryError')\n",
+			"MemoryError\n", 0},
+		{executors.Limits{CPUSeconds: 1}, "while True:\n    pass\n", "", 137}, // soft = hard: SIGKILL, as cold
+	} {
+		spec := warmRun(sess, ws, executors.LangPython, tc.code)
+		spec.Limits = tc.lim
+		res := mustExecute(t, e, spec)
+		if res.Stdout != tc.want || res.ExitCode != tc.exit {
+			t.Errorf("limits %+v: got %+v, want stdout %q exit %d", tc.lim, res, tc.want, tc.exit)
+		}
+	}
+	if st := e.WarmStats(); st.Hits != 4 || st.Spawned != 1 {
+		t.Errorf("stats %+v, want 4 runs in one zygote", st)
+	}
+}
+
+// TestZygoteNoNetwork: code in a zygote run cannot reach a listener the
+// test opened on the host's loopback.
+func TestZygoteNoNetwork(t *testing.T) {
+	e := newZygoteExecutor(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	sess, ws := "sess-"+executortest.Nonce(), executortest.NewWorkspace(t)
+	code := fmt.Sprintf(`import socket
+try:
+    socket.create_connection(("127.0.0.1", %d), timeout=2)
+    print("connected")
+except OSError as e:
+    print("refused", type(e).__name__)
+`, port)
+	for i := range 2 {
+		res := mustExecute(t, e, warmRun(sess, ws, executors.LangPython, code))
+		if !strings.HasPrefix(res.Stdout, "refused") {
+			t.Errorf("run %d reached the host's loopback: %+v", i, res)
+		}
+	}
+	if e.WarmStats().Hits != 2 {
+		t.Errorf("not served by a zygote: %+v", e.WarmStats())
+	}
+}
+
+// TestZygoteConcurrentRuns: concurrent runs of one session share its
+// zygote, and each gets its own output and status.
+func TestZygoteConcurrentRuns(t *testing.T) {
+	e := newZygoteExecutor(t)
+	sess, ws := "sess-"+executortest.Nonce(), executortest.NewWorkspace(t)
+	mustExecute(t, e, warmRun(sess, ws, executors.LangPython, "pass"))
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			res, err := e.Execute(t.Context(), warmRun(sess, ws, executors.LangPython,
+				fmt.Sprintf("import time, sys\ntime.sleep(0.2)\nprint(%d)\nsys.exit(%d)\n", i, i)))
+			if err != nil || res.Stdout != fmt.Sprintf("%d\n", i) || res.ExitCode != i {
+				t.Errorf("run %d: %+v %v", i, res, err)
+			}
+		})
+	}
+	wg.Wait()
+	if st := e.WarmStats(); st.Hits != 9 || st.Spawned != 1 {
+		t.Errorf("stats %+v, want 9 runs in one zygote", st)
+	}
+}
+
+// TestZygoteLifecycle: a zygote is killed (its processes gone) by
+// ReleaseSession, after the idle TTL, to make room for another session,
+// when its workspace is replaced, and by Close; one killed from outside
+// is replaced and the run still succeeds.
+func TestZygoteLifecycle(t *testing.T) {
+	run := func(t *testing.T, e *Executor, sess, ws string) {
+		t.Helper()
+		if res := mustExecute(t, e, warmRun(sess, ws, executors.LangPython, "print('ok')")); res.Stdout != "ok\n" {
+			t.Fatalf("run: %+v", res)
+		}
+	}
+	gone := func(t *testing.T, z *zygote) {
+		t.Helper()
+		select {
+		case <-z.proc.done:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("zygote of %s still alive", z.session)
+		}
+	}
+	t.Run("release", func(t *testing.T) {
+		e := newZygoteExecutor(t)
+		sess, ws := "sess-"+executortest.Nonce(), executortest.NewWorkspace(t)
+		run(t, e, sess, ws)
+		z := zygoteOf(e, sess)
+		if err := e.ReleaseSession(t.Context(), sess); err != nil {
+			t.Fatal(err)
+		}
+		gone(t, z)
+		if left := processesInDir(ws); len(left) > 0 {
+			t.Errorf("processes left in the workspace: %v", left)
+		}
+	})
+	t.Run("ttl", func(t *testing.T) {
+		e := newZygoteExecutor(t, func(c *Config) { c.WarmIdleTTL = 300 * time.Millisecond })
+		sess, ws := "sess-"+executortest.Nonce(), executortest.NewWorkspace(t)
+		run(t, e, sess, ws)
+		gone(t, zygoteOf(e, sess))
+		if st := e.WarmStats(); st.Expired != 1 || st.Zygotes != 0 {
+			t.Errorf("stats %+v, want one expired", st)
+		}
+	})
+	t.Run("evict", func(t *testing.T) {
+		e := newZygoteExecutor(t, func(c *Config) { c.WarmMax = 1 })
+		s1, s2 := "sess-"+executortest.Nonce(), "sess-"+executortest.Nonce()
+		run(t, e, s1, executortest.NewWorkspace(t))
+		z1 := zygoteOf(e, s1)
+		run(t, e, s2, executortest.NewWorkspace(t))
+		gone(t, z1)
+		if st := e.WarmStats(); st.Evicted != 1 || st.Zygotes != 1 || st.Hits != 2 {
+			t.Errorf("stats %+v, want one evicted", st)
+		}
+	})
+	t.Run("workspace replaced", func(t *testing.T) {
+		e := newZygoteExecutor(t)
+		sess, ws := "sess-"+executortest.Nonce(), executortest.NewWorkspace(t)
+		run(t, e, sess, ws)
+		z := zygoteOf(e, sess)
+		if err := os.RemoveAll(ws); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(ws, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		run(t, e, sess, ws)
+		gone(t, z)
+		if st := e.WarmStats(); st.Mismatched != 1 || st.Spawned != 2 {
+			t.Errorf("stats %+v, want a new zygote for the new directory", st)
+		}
+	})
+	t.Run("killed from outside", func(t *testing.T) {
+		e := newZygoteExecutor(t)
+		sess, ws := "sess-"+executortest.Nonce(), executortest.NewWorkspace(t)
+		run(t, e, sess, ws)
+		z := zygoteOf(e, sess)
+		for _, pid := range processesInDir(ws) {
+			n, _ := strconv.Atoi(pid)
+			_ = syscall.Kill(n, syscall.SIGKILL)
+		}
+		gone(t, z)
+		run(t, e, sess, ws)
+		if st := e.WarmStats(); st.Died != 1 || st.Spawned != 2 {
+			t.Errorf("stats %+v, want the dead zygote replaced", st)
+		}
+	})
+	t.Run("close", func(t *testing.T) {
+		e := newZygoteExecutor(t)
+		sess, ws := "sess-"+executortest.Nonce(), executortest.NewWorkspace(t)
+		run(t, e, sess, ws)
+		z := zygoteOf(e, sess)
+		if err := e.Close(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		gone(t, z)
+		run(t, e, sess, ws) // cold after Close
+	})
+}
+
+// TestZygoteIdleCostsNothing: a waiting zygote uses no CPU time.
+func TestZygoteIdleCostsNothing(t *testing.T) {
+	e := newZygoteExecutor(t)
+	sess, ws := "sess-"+executortest.Nonce(), executortest.NewWorkspace(t)
+	mustExecute(t, e, warmRun(sess, ws, executors.LangPython, "pass"))
+	time.Sleep(100 * time.Millisecond)
+	pids := processesInDir(ws)
+	if len(pids) < 2 {
+		t.Fatalf("zygote processes %v, want the init step and the zygote", pids)
+	}
+	before := cpuTicks(t, pids)
+	time.Sleep(time.Second)
+	if after := cpuTicks(t, pids); after != before {
+		t.Errorf("the waiting zygote used %d clock ticks of CPU in 1s", after-before)
+	}
+}
