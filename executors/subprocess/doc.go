@@ -171,6 +171,73 @@
 //     ~4 MB, plus ~1.7 MB for its init shell, under the same RLIMIT_AS as a
 //     run; at most WarmMax of them exist.
 //
+// # Zygotes (Python, namespace isolation)
+//
+// A warm interpreter takes the interpreter's start-up off the critical
+// path but not off the CPU: every run still pays the init chain, a new
+// network namespace and a whole interpreter start-up (~12 ms of CPU here),
+// which bounds throughput once requests are concurrent. So with namespace
+// isolation, unless Config.DisableZygote (or DisableWarm) is set, Python
+// runs of a session go to the session's zygote instead: one interpreter
+// started through the launch chain above, but as root, in the session's
+// PID and network namespaces and a private mount namespace, that forks a
+// new process tree per run (see zygoteBoot): C unshares a PID and a mount
+// namespace; P1, PID 1 of the run, mounts a fresh /proc and waits; R sets
+// the run's rlimits (soft = hard, as ulimit does), drops every group and
+// becomes the sandbox uid/gid, takes the run's stdout and stderr pipes
+// (received over the zygote's socket with SCM_RIGHTS), closes every other
+// descriptor, drops the modules the zygote imported from sys.modules, and
+// runs the code file exactly as a warm interpreter does. P1 reports R's
+// status, and the init shell's "Killed"-style line for a death by signal;
+// when P1 exits the kernel kills whatever is left in the run's namespace.
+// The timeout and cancellation shut the run's control socket, on which P1
+// exits; a run that does not end within KillGrace of that takes the whole
+// zygote down with it. The gateway's end of the control socket sees
+// end-of-file only once C has reaped P1, which the kernel allows only
+// once the run's namespace is empty: so a run is over when its tree is
+// gone, as a cold run is.
+//
+// The first run of a session starts its zygote and runs in it; every later
+// run of the session with the same uid/gid, workspace (path, device and
+// inode), Network flag and interpreter binary does too, whatever its
+// limits, concurrently if need be. Anything else replaces the zygote. A
+// zygote dies with the gateway, and is killed by ReleaseSession (once its
+// runs ended), after WarmIdleTTL without a run, to make room (at most
+// WarmMax, least recently used first), and by Close. Three zygotes in a
+// row that never become ready (a Python older than 3.9) turn zygotes off
+// and Python falls back to warm interpreters. A zygote run that cannot
+// start (nothing of the program ran: no "G") goes cold.
+//
+// Measured on the same 2-core VM (print(1), 300 iterations, the run
+// waiting untimed until the zygote is ready):
+//
+//	go test -run '^$' -bench StartCost/python -benchtime 300x ./executors/subprocess/
+//	raw 9.5 ms, cold 12.4 ms, zygote 7.1 ms (0.74× raw)
+//
+// and through the gateway (bench/, requests back to back in one session,
+// alternating with raw python3 in the same run): p50 9.4 ms against raw
+// 9.0 ms at c=1, 220 against 218 req/s at c=8. A run costs three forks
+// (~1 ms each on this VM) and R's interpreter finalization, whose writes
+// copy the zygote's pages one by one; gc.freeze in the zygote keeps the
+// collector from walking (and copying) them.
+//
+// What a zygote run can observe that a cold one cannot, beyond the warm
+// list above (frames, start-up time, cmdline):
+//
+//   - The zygote's state is every run's starting state: runs of a session
+//     share the hash seed (set iteration order), the address-space layout,
+//     and gc.get_freeze_count() is not zero. Runs of other sessions never
+//     share a zygote.
+//   - The session's network namespace is the same for all its runs (a run
+//     still has no network: no interface but a loopback that is down); two
+//     concurrent runs of the session could meet on an abstract UNIX socket.
+//   - /proc/self/mountinfo lists one more proc mount (the session's).
+//   - RLIMIT_CPU counts from R's fork: the interpreter's start-up is not
+//     in it, so a run gets slightly more CPU than cold. RLIMIT_AS covers
+//     the zygote's mappings, as a cold run's covers its own start-up.
+//   - Memory: a zygote holds ~13 MB resident (its pages are shared with
+//     its runs until written), plus its init shell.
+//
 // # Workspace
 //
 // The code's cwd is the session directory, whose host path is replaced by

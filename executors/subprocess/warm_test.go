@@ -800,42 +800,47 @@ func cpuTicks(t *testing.T, pids []string) int {
 	return total
 }
 
-// TestWarmDiesWithGateway: a warm interpreter dies with the gateway, like
-// a run (Pdeathsig on the init step).
+// TestWarmDiesWithGateway: a warm interpreter and a zygote die with the
+// gateway, like a run (Pdeathsig on the init step).
 func TestWarmDiesWithGateway(t *testing.T) {
 	requireRoot(t)
-	ws := executortest.NewWorkspace(t)
-	helper := exec.Command(os.Args[0], "-test.run=^$")
-	helper.Env = append(os.Environ(), helperEnv+"=gateway-warm", "HELPER_WS="+ws)
-	if err := helper.Start(); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(15 * time.Second)
-	for len(processesInDir(ws)) < 2 {
-		if time.Now().After(deadline) {
-			helper.Process.Kill()
+	for _, mode := range []string{"warm", "zygote"} {
+		t.Run(mode, func(t *testing.T) {
+			ws := executortest.NewWorkspace(t)
+			helper := exec.Command(os.Args[0], "-test.run=^$")
+			helper.Env = append(os.Environ(), helperEnv+"=gateway-warm", "HELPER_WS="+ws, "HELPER_MODE="+mode)
+			if err := helper.Start(); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(15 * time.Second)
+			for len(processesInDir(ws)) < 2 {
+				if time.Now().After(deadline) {
+					helper.Process.Kill()
+					helper.Wait()
+					t.Fatalf("the helper's %s interpreter never started", mode)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if err := helper.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
 			helper.Wait()
-			t.Fatal("the helper's warm interpreter never started")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err := helper.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	helper.Wait()
-	deadline = time.Now().Add(3 * time.Second)
-	for len(processesInDir(ws)) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("warm processes %v outlived the gateway", processesInDir(ws))
-		}
-		time.Sleep(20 * time.Millisecond)
+			deadline = time.Now().Add(3 * time.Second)
+			for len(processesInDir(ws)) > 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s processes %v outlived the gateway", mode, processesInDir(ws))
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
 	}
 }
 
-// helperGatewayWarm prewarms one session and waits to be killed.
+// helperGatewayWarm prewarms one session (a warm interpreter, or with
+// HELPER_MODE=zygote a zygote) and waits to be killed.
 func helperGatewayWarm() int {
 	ctx := context.Background()
-	e, err := New(ctx, Config{RequireNamespaces: true})
+	e, err := New(ctx, Config{RequireNamespaces: true, DisableZygote: os.Getenv("HELPER_MODE") != "zygote"})
 	if err != nil {
 		return 2
 	}
