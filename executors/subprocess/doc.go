@@ -229,14 +229,15 @@
 //     and gc.get_freeze_count() is not zero. Runs of other sessions never
 //     share a zygote.
 //   - The session's network namespace is the same for all its runs (a run
-//     still has no network: no interface but a loopback that is down); two
-//     concurrent runs of the session could meet on an abstract UNIX socket.
+//     still has no network: no interface but the namespace's own
+//     loopback); two concurrent runs of the session could meet on it or on
+//     an abstract UNIX socket.
 //   - /proc/self/mountinfo lists one more proc mount (the session's).
 //   - RLIMIT_CPU counts from R's fork: the interpreter's start-up is not
 //     in it, so a run gets slightly more CPU than cold. RLIMIT_AS covers
 //     the zygote's mappings, as a cold run's covers its own start-up.
-//   - Memory: a zygote holds ~13 MB resident (its pages are shared with
-//     its runs until written), plus its init shell.
+//   - Memory: a zygote holds ~9.7 MB resident (its pages are shared with
+//     its runs until written), plus ~1.6 MB for its init shell.
 //
 // # Workspace
 //
