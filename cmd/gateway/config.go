@@ -143,11 +143,15 @@ type SubprocessConfig struct {
 	Enabled bool `yaml:"enabled"`
 	// WarmMax bounds the single-use interpreters started ahead for a
 	// session's next run (0 turns warm starts off).
-	WarmMax      int `yaml:"warm_max"`
-	MemoryMB     int `yaml:"memory_mb"`
-	CPUSeconds   int `yaml:"cpu_seconds"`
-	MaxProcs     int `yaml:"max_procs"`
-	MaxOutputKiB int `yaml:"max_output_kib"`
+	WarmMax int `yaml:"warm_max"`
+	// Zygotes runs a session's Python code in a per-session zygote that
+	// forks each run (needs root; see the subprocess package). Default
+	// true; warm_max also bounds them, and 0 turns them off too.
+	Zygotes      bool `yaml:"zygotes"`
+	MemoryMB     int  `yaml:"memory_mb"`
+	CPUSeconds   int  `yaml:"cpu_seconds"`
+	MaxProcs     int  `yaml:"max_procs"`
+	MaxOutputKiB int  `yaml:"max_output_kib"`
 }
 
 // AuthConfig lists bearer tokens. Without any, the gateway generates one per
@@ -193,7 +197,7 @@ func Default() Config {
 		Workspace: WorkspaceConfig{MaxFileMiB: 32, QuotaMiB: 1024, QuotaFiles: 100_000},
 		Approval:  ApprovalConfig{Timeout: 120 * time.Second},
 		Executors: ExecutorsConfig{
-			Subprocess: SubprocessConfig{Enabled: true, WarmMax: 8, MemoryMB: 1024, CPUSeconds: 60, MaxProcs: 256, MaxOutputKiB: 1024},
+			Subprocess: SubprocessConfig{Enabled: true, WarmMax: 8, Zygotes: true, MemoryMB: 1024, CPUSeconds: 60, MaxProcs: 256, MaxOutputKiB: 1024},
 			Docker: DockerConfig{Enabled: true, Image: "sandgate/runtime:latest", MemoryMB: 512, CPUs: 1,
 				MaxProcs: 256, TmpfsMB: 64, WarmMax: 8, WarmIdle: 60 * time.Second},
 			AIO: AIOConfig{Enabled: true},

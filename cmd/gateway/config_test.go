@@ -17,6 +17,9 @@ func TestDefaultIsValidAndSafe(t *testing.T) {
 	if c.Listen != "127.0.0.1:8080" || c.Mode != "STRICT" || c.Approval.AutoApprove || !IsLoopback(c.Listen) {
 		t.Fatalf("unsafe default: %+v", c)
 	}
+	if !c.Executors.Subprocess.Zygotes || c.Executors.Subprocess.WarmMax <= 0 {
+		t.Errorf("subprocess defaults: %+v, want warm starts and zygotes on", c.Executors.Subprocess)
+	}
 }
 
 func TestLoadFull(t *testing.T) {
@@ -25,7 +28,7 @@ func TestLoadFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Listen != "127.0.0.1:9090" || c.Mode != "PERMISSIVE" || c.Policy.EvalTimeout != 50*time.Millisecond ||
-		c.Server.WriteTimeout != 5*time.Minute || len(c.Auth.Tokens) != 2 || c.Executors.Subprocess.MaxProcs != 64 {
+		c.Server.WriteTimeout != 5*time.Minute || len(c.Auth.Tokens) != 2 || c.Executors.Subprocess.MaxProcs != 64 || c.Executors.Subprocess.Zygotes {
 		t.Fatalf("decoded %+v", c)
 	}
 }

@@ -171,7 +171,7 @@ func (gw *gateway) executors(ctx context.Context, ws *workspace.Workspaces) ([]e
 		e, err := subprocess.New(ctx, subprocess.Config{
 			Limits: executors.Limits{MemoryMB: sp.MemoryMB, CPUSeconds: sp.CPUSeconds, MaxProcs: sp.MaxProcs,
 				MaxOutputBytes: sp.MaxOutputKiB << 10},
-			WarmMax: sp.WarmMax, DisableWarm: sp.WarmMax <= 0,
+			WarmMax: sp.WarmMax, DisableWarm: sp.WarmMax <= 0, DisableZygote: !sp.Zygotes,
 			Logger: gw.log,
 		})
 		if err != nil {
