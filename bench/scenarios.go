@@ -67,16 +67,16 @@ func randHex() string {
 	return fmt.Sprintf("%x", b)
 }
 
-// scenarioSubprocess: SAFE print(1) via the gateway (warm per-session
-// interpreter, repeated runs in one session) vs python3 spawned directly
-// vs srt.
+// scenarioSubprocess: SAFE print(1) via the gateway (the session's Python
+// zygote, repeated runs in one session) vs python3 spawned directly vs
+// srt.
 func scenarioSubprocess(ctx context.Context, g *gatewayProc, o opts) ([]abResult, error) {
 	python, err := sandboxPython()
 	if err != nil {
 		return nil, err
 	}
 	gw := g.runCodeSide("bench-py", "print(1)", false, "subprocess")
-	for range 20 { // warm-up: the session's interpreter and the connections
+	for range 20 { // warm-up: the session's zygote and the connections
 		if _, err := gw(ctx); err != nil {
 			return nil, err
 		}
