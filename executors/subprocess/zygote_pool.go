@@ -149,8 +149,14 @@ func (p *zygotePool) dropLocked(z *zygote) {
 	}
 }
 
+// killLocked kills z. Until close, kills tracks the reaping; after it,
+// close waits on the zygotes it dropped itself (a WaitGroup must not be
+// added to while it is waited on).
 func (p *zygotePool) killLocked(z *zygote) {
 	z.kill()
+	if p.closed {
+		return
+	}
 	p.kills.Add(1)
 	go func() {
 		<-z.proc.done
@@ -207,19 +213,25 @@ func (p *zygotePool) release(ctx context.Context, session string) error {
 	return nil
 }
 
-// close kills every zygote, starts no more and waits until the idle ones
-// are gone.
+// close kills every zygote and starts no more. It waits until every
+// zygote is gone: idle ones at once, ones still running a program once
+// that run ends.
 func (p *zygotePool) close(ctx context.Context) error {
 	p.mu.Lock()
-	p.closed = true
+	var dropped []*zygote
 	for _, z := range p.live {
 		p.stats.Released++
+		dropped = append(dropped, z)
 		p.dropLocked(z)
 	}
+	p.closed = true // after the kills above are tracked: see killLocked
 	p.mu.Unlock()
 	done := make(chan struct{})
 	go func() {
 		p.kills.Wait()
+		for _, z := range dropped {
+			<-z.proc.done
+		}
 		close(done)
 	}()
 	select {

@@ -446,6 +446,43 @@ func TestZygoteLifecycle(t *testing.T) {
 		gone(t, z)
 		run(t, e, sess, ws) // cold after Close
 	})
+	t.Run("close during a run", func(t *testing.T) {
+		e := newZygoteExecutor(t)
+		sess, ws := "sess-"+executortest.Nonce(), executortest.NewWorkspace(t)
+		run(t, e, sess, ws)
+		z := zygoteOf(e, sess)
+		type outcome struct {
+			res executors.Result
+			err error
+		}
+		got := make(chan outcome, 1)
+		go func() {
+			res, err := e.Execute(t.Context(), warmRun(sess, ws, executors.LangPython, "import time\ntime.sleep(1)\nprint('done')"))
+			got <- outcome{res, err}
+		}()
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			e.zygotes.mu.Lock()
+			active := z.active
+			e.zygotes.mu.Unlock()
+			if active > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the run never started")
+			}
+		}
+		if err := e.Close(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-z.proc.done:
+		default:
+			t.Error("Close returned before the zygote was gone")
+		}
+		if o := <-got; o.err != nil || o.res.Stdout != "done\n" {
+			t.Errorf("the run in progress at Close: %+v %v", o.res, o.err)
+		}
+	})
 }
 
 // TestZygoteIdleCostsNothing: a waiting zygote uses no CPU time.
