@@ -66,9 +66,11 @@ lint:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./...
 
-## bench-gateway: a real gateway process against raw baselines (bench/).
+## bench-gateway: issue 3's figures: run_code of print(1) through a real
+## gateway process against python3 spawned directly, at c=1 and c=8, 5,000
+## requests per level (10,000 in all), then the gateway's RSS and goroutines.
 bench-gateway:
-	$(GO) run ./bench -c 1,8 -n 1000 -rss-requests 10000
+	$(GO) run ./bench -only subprocess -c 1,8 -n 5000
 
 build:
 	$(GO) build -o bin/ ./cmd/...

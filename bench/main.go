@@ -186,6 +186,7 @@ func run(ctx context.Context, o opts, out, readme, jsonOut string) error {
 		return err
 	}
 	defer gw.stop()
+	startGoroutines := gw.goroutines()
 	rep := report{Date: time.Now().UTC(), Commit: gitCommit(), Machine: thisMachine(), Unavailable: map[string]string{}}
 	// A scenario that cannot run here is recorded as unavailable with its
 	// reason, and the others still run.
@@ -238,6 +239,7 @@ func run(ctx context.Context, o opts, out, readme, jsonOut string) error {
 	}
 	rep.GatewayRSSMB = gw.rssMB()
 	rep.WallS = time.Since(start).Seconds()
+	fmt.Printf("gateway at the end: RSS %.1f MB, %d goroutines (%d at start)\n", rep.GatewayRSSMB, gw.goroutines(), startGoroutines)
 	b, _ := json.Marshal(rep)
 	if jsonOut != "" {
 		if err := os.WriteFile(jsonOut, b, 0o644); err != nil {

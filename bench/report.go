@@ -359,7 +359,7 @@ func markdown(rep *report, sk *soakResult, h headline) string {
 		p("No soak recorded yet: `make soak` (10 minutes by default) runs the mixed workload and writes perf/soak.json and perf/soak.svg.\n")
 		return b.String()
 	}
-	p("`make soak` on %s, commit `%s`, %d × %s: the mixed workload at %d sessions for %.0f s, sampling the gateway every %.0f s (after a warm-up outside the series). Each sample is taken at rest: the agents pause between two cycles while it is read, so that it shows what the gateway holds (warm interpreters, warm containers, connections) and not the requests in flight. Containers are this gateway's only (label `sandgate.managed=true` and its instance labels): the engine is shared with other work. Flat means every sample of the second half lies within 10%% of that half's median (series with a median under 10 may move by 1). Raw: [perf/soak.json](perf/soak.json).\n\n",
+	p("`make soak` on %s, commit `%s`, %d × %s: the mixed workload at %d sessions for %.0f s, sampling the gateway every %.0f s (after a warm-up outside the series). Each sample is taken at rest: the agents pause between two cycles while it is read, so that it shows what the gateway holds (zygotes, warm interpreters, warm containers, connections) and not the requests in flight. Containers are this gateway's only (label `sandgate.managed=true` and its instance labels): the engine is shared with other work. Flat means every sample of the second half lies within 10%% of that half's median (series with a median under 10 may move by 1). Raw: [perf/soak.json](perf/soak.json).\n\n",
 		sk.Date.Format("2006-01-02 15:04 MST"), sk.Commit, sk.Machine.NProc, sk.Machine.Model, sk.Concurrency, sk.DurationS, sk.IntervalS)
 	p("| series | last half min | median | max | verdict |\n|---|---|---|---|---|\n")
 	for _, k := range soakSeries {
@@ -371,7 +371,7 @@ func markdown(rep *report, sk *soakResult, h headline) string {
 		p("| %s | %.1f | %.1f | %.1f | %s |\n", k.title, f.Min, f.Median, f.Max, v)
 	}
 	if f := sk.Flat["containers"]; f.Max == 0 {
-		p("\nThe containers series stayed at 0: the mixed workload's `run_code` and `execute` are proven SAFE and run in the subprocess executor, so this soak exercises warm interpreters, not containers.\n")
+		p("\nThe containers series stayed at 0: the mixed workload's `run_code` and `execute` are proven SAFE and run in the subprocess executor, so this soak exercises zygotes and warm interpreters, not containers.\n")
 	}
 	p("\nWorkload during the soak: %.1f req/s, p50 %s, p99 %s, %d requests, %d intended denials, %d unintended errors.\n\n![soak](perf/soak.svg)\n",
 		sk.Workload.All.RPS, ms(sk.Workload.All.P50), ms(sk.Workload.All.P99), sk.Workload.All.N, sk.Workload.Intended, sk.Workload.Unintended)
