@@ -63,6 +63,9 @@ func (m *Manager) fileOp(ctx context.Context, kind string, req FileRequest, op f
 		setDetail(rec, "requested_path", strconv.QuoteToASCII(cut(req.Path, requestedPathMax)))
 	}
 	err := op(rec)
+	if err == nil {
+		m.sessions.touch(req.SessionID)
+	}
 	if code, _, _ := errcode.Of(err); code == errcode.Internal && ctx.Err() != nil {
 		// The client went away (or the gateway is shutting down) mid-way.
 		err = fmt.Errorf("%w: %w", ErrCancelled, err)

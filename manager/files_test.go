@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/manager"
@@ -153,4 +154,35 @@ type zeros struct{}
 func (zeros) Read(p []byte) (int, error) {
 	clear(p)
 	return len(p), nil
+}
+
+// TestFileOperationsMarkSessionActive: a successful file operation moves
+// the session's LastActiveAt without counting a run; a failed one does
+// not move it.
+func TestFileOperationsMarkSessionActive(t *testing.T) {
+	h := newHarness(t, hopts{})
+	ctx := context.Background()
+	if _, err := h.m.WriteFile(ctx, fileReq("a.txt"), workspace.WriteOverwrite, strings.NewReader("x")); err != nil {
+		t.Fatal(err)
+	}
+	first, err := h.m.Session(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.LastActiveAt.IsZero() || first.Runs != 0 {
+		t.Fatalf("after a write: %+v, want activity and no run", first)
+	}
+	time.Sleep(10 * time.Millisecond)
+	if _, err := h.m.ReadFile(ctx, fileReq("missing.txt"), 0, 0); err == nil {
+		t.Fatal("reading a missing file succeeded")
+	}
+	if info, _ := h.m.Session(ctx, "s1"); !info.LastActiveAt.Equal(first.LastActiveAt) {
+		t.Errorf("a failed read moved LastActiveAt: %v -> %v", first.LastActiveAt, info.LastActiveAt)
+	}
+	if _, err := h.m.ReadFile(ctx, fileReq("a.txt"), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if info, _ := h.m.Session(ctx, "s1"); !info.LastActiveAt.After(first.LastActiveAt) || info.Runs != 0 {
+		t.Errorf("after a read: %+v, want a later LastActiveAt than %v and no run", info, first.LastActiveAt)
+	}
 }

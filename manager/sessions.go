@@ -16,7 +16,9 @@ import (
 // kept in memory since the last start.
 type SessionInfo struct {
 	ID           string    `json:"id"`
-	CreatedAt    time.Time `json:"created_at"`
+	CreatedAt time.Time `json:"created_at"`
+	// LastActiveAt is the last run's start or end, or the last successful
+	// file operation, whichever is later.
 	LastActiveAt time.Time `json:"last_active_at,omitzero"`
 	Runs         int       `json:"runs"`
 	Running      int       `json:"running"`
@@ -62,6 +64,20 @@ func (s *sessions) end(id, executor string) {
 		st.lastExecutor = executor
 		st.lastActive = time.Now()
 	}
+}
+
+// touch records activity other than a run (a file operation): it moves
+// LastActiveAt and counts nothing, so an agent that only edits files keeps
+// its session looking alive to whoever reaps idle sessions.
+func (s *sessions) touch(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.stats[id]
+	if !ok {
+		st = &sessionStats{}
+		s.stats[id] = st
+	}
+	st.lastActive = time.Now()
 }
 
 func (s *sessions) fill(info *SessionInfo) {
