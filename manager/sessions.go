@@ -15,7 +15,7 @@ import (
 // workspace on disk (so sessions survive a restart); activity counters are
 // kept in memory since the last start.
 type SessionInfo struct {
-	ID           string    `json:"id"`
+	ID        string    `json:"id"`
 	CreatedAt time.Time `json:"created_at"`
 	// LastActiveAt is the last run's start or end, or the last successful
 	// file operation, whichever is later.
