@@ -35,10 +35,13 @@ type zygote struct {
 	gone    chan struct{} // its socket ended: dead or dying
 
 	// Guarded by the pool's mutex.
-	active  int           // runs using it now
-	elem    *list.Element // in the pool's idle list when active == 0
-	timer   *time.Timer
-	dropped bool // out of the pool: killed when its last run ends
+	active   int           // runs using it now
+	elem     *list.Element // in the pool's idle list when active == 0
+	timer    *time.Timer
+	idleGen  uint64 // which idle period timer belongs to
+	dropped  bool   // out of the pool: killed when its last run ends
+	judged   bool   // counted as broken or working already
+	noStarts int    // runs in a row it took but did not start
 }
 
 // zygoteLimits are the zygote's own rlimits: the gateway's hard limits,

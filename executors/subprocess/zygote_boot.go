@@ -21,15 +21,22 @@ package subprocess
 //     itself and its init, as in a cold run), forks R, reaps orphans and
 //     waits for R or for end-of-file on the control socket (the gateway's
 //     timeout or cancel). When R ended, it reports a death by signal on
-//     stderr as the init shell of a cold run does ("Killed"), writes
+//     stderr as the init shell of a cold run does ("Killed"; blocking
+//     again, and best effort: the program shares that pipe and may have
+//     made it non-blocking and full), writes
 //     "X<status>\n" with the shell's 128+signal convention, and exits;
 //     the kernel then kills whatever is left in the namespace, setsid'd
 //     and double-forked processes included.
 //   - R becomes the run: the run's rlimits (soft and hard, as ulimit sets
-//     them), no supplementary groups, the sandbox uid/gid, dumpable again
-//     (a cold run's exec would reset it; without it /proc/self would be
-//     root's), the pipes as stdout and stderr, every other descriptor
-//     closed, the modules the zygote imported dropped from sys.modules,
+//     them), no supplementary groups, the sandbox uid/gid, no capability
+//     left (checked: with SECBIT_NO_SETUID_FIXUP inherited from the
+//     gateway the uid change would keep them, and there is no exec to drop
+//     them, so R gives up and the run goes cold), the pipes as stdout and
+//     stderr, every other descriptor closed (those /proc/self/fd lists:
+//     os.closerange can fall back to a close(2) per number), dumpable
+//     again (a cold run's exec would reset it; without it /proc/self
+//     would be root's), the modules the zygote imported dropped from
+//     sys.modules,
 //     and then pythonMainSetup and pythonBootEnd exactly as a warm
 //     interpreter: "G" on the control socket, and the program runs at
 //     the top level of the -c program, where a file run's code runs.
@@ -102,7 +109,11 @@ const zygoteBoot = pythonBootStart + `    _z = frozenset(_s.modules)
                 _o._exit(0)
         _t = _o.waitstatus_to_exitcode(_u)
         if _t < 0 and _t not in (-2, -13):
-            _o.write(_d[1], ("%s\n" % (_G.strsignal(-_t) or "Signal %d" % -_t)).encode())
+            try:
+                _o.set_blocking(_d[1], True)
+                _o.write(_d[1], ("%s\n" % (_G.strsignal(-_t) or "Signal %d" % -_t)).encode())
+            except OSError:
+                pass
         _o.write(100, b"X%d\n" % (128 - _t if _t < 0 else _t))
         _o._exit(0)
     for _i, _j in zip((_L.RLIMIT_CPU, _L.RLIMIT_AS, _L.RLIMIT_NOFILE, _L.RLIMIT_NPROC, _L.RLIMIT_FSIZE), _e[1:6]):
@@ -110,12 +121,19 @@ const zygoteBoot = pythonBootStart + `    _z = frozenset(_s.modules)
     _o.setgroups([])
     _o.setresgid(int(_e[7]), int(_e[7]), int(_e[7]))
     _o.setresuid(int(_e[6]), int(_e[6]), int(_e[6]))
-    if _lc.prctl(4, 1, 0, 0, 0):
-        _o._exit(1)
+    with open("/proc/self/status") as _b:
+        if any(_l.startswith(("CapPrm:", "CapEff:", "CapAmb:")) and int(_l.split()[1], 16) for _l in _b):
+            _o._exit(1)
     _o.dup2(_d[0], 1)
     _o.dup2(_d[1], 2)
-    _o.closerange(3, 100)
-    _o.closerange(101, 1 << 30)
+    for _i in [int(_j) for _j in _o.listdir("/proc/self/fd")]:
+        if _i > 2 and _i != 100:
+            try:
+                _o.close(_i)
+            except OSError:
+                pass
+    if _lc.prctl(4, 1, 0, 0, 0):
+        _o._exit(1)
     for _k in [_k for _k in _s.modules if _k not in _z]:
         del _s.modules[_k]
     _r = _o.fsdecode(_e[0])

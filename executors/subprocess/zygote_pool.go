@@ -24,18 +24,27 @@ type zygotePool struct {
 	live   map[string]*zygote // by session
 	idle   *list.List         // *zygote with no run, least recently used first
 	stats  WarmStats          // the zygote side; WarmStats adds it in
-	broken int                // zygotes in a row that never became ready
+	broken int                // zygotes in a row that failed (see done)
 	kills  sync.WaitGroup     // killed zygotes not yet reaped
+	// draining are zygotes out of the pool whose runs have not ended yet:
+	// Close waits for them too.
+	draining map[*zygote]struct{}
 }
 
-// maxZygoteFailures zygotes in a row that die before serving turn zygotes
-// off (an interpreter that cannot run zygoteBoot, such as a Python older
-// than 3.9): Python runs then use warm interpreters.
+// maxZygoteFailures zygotes in a row that fail turn zygotes off (an
+// interpreter that cannot run zygoteBoot, such as a Python older than
+// 3.9, or a host where a run cannot be set up): Python runs then use warm
+// interpreters. A zygote fails when it dies or times out before it is
+// ready, or takes maxZygoteNoStarts runs in a row without starting them.
 const maxZygoteFailures = 3
+
+// maxZygoteNoStarts runs in a row that a ready zygote took but could not
+// start (each then ran cold) retire it.
+const maxZygoteNoStarts = 2
 
 func newZygotePool(e *Executor) *zygotePool {
 	return &zygotePool{e: e, max: e.cfg.WarmMax, ttl: e.cfg.WarmIdleTTL,
-		live: map[string]*zygote{}, idle: list.New()}
+		live: map[string]*zygote{}, idle: list.New(), draining: map[*zygote]struct{}{}}
 }
 
 // usable reports whether runs should try a zygote.
@@ -87,8 +96,10 @@ func (p *zygotePool) acquire(session string, ws *warmSpec) *zygote {
 }
 
 // done ends one use of z. served says whether z ran the program, healthy
-// whether it may serve again; count is false for a Prewarm.
-func (p *zygotePool) done(z *zygote, served, healthy, count bool) {
+// whether it may serve again, failed whether z itself failed (died or
+// timed out before it was ready, as opposed to the run's ctx ending);
+// count is false for a Prewarm.
+func (p *zygotePool) done(z *zygote, served, healthy, failed, count bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if count {
@@ -99,12 +110,16 @@ func (p *zygotePool) done(z *zygote, served, healthy, count bool) {
 		}
 	}
 	switch {
-	case closed(z.ready) && !closed(z.gone):
-		p.broken = 0
-	case !closed(z.ready):
-		p.broken++
-		if p.broken == maxZygoteFailures {
-			p.e.log.Warn("zygote: turned off after repeated start failures; python runs use warm interpreters")
+	case served:
+		z.noStarts = 0
+		p.judge(z, false)
+	case failed:
+		p.judge(z, true)
+		healthy = false
+	case count && closed(z.ready):
+		if z.noStarts++; z.noStarts >= maxZygoteNoStarts {
+			p.judge(z, true)
+			healthy = false
 		}
 	}
 	if !healthy || closed(z.gone) {
@@ -115,11 +130,30 @@ func (p *zygotePool) done(z *zygote, served, healthy, count bool) {
 		return
 	}
 	if z.dropped {
+		delete(p.draining, z)
 		p.killLocked(z)
 		return
 	}
+	z.idleGen++
+	gen := z.idleGen
 	z.elem = p.idle.PushBack(z)
-	z.timer = time.AfterFunc(p.ttl, func() { p.expire(z) })
+	z.timer = time.AfterFunc(p.ttl, func() { p.expire(z, gen) })
+}
+
+// judge counts z, once, as broken or working: a working zygote resets the
+// count of broken ones in a row.
+func (p *zygotePool) judge(z *zygote, broken bool) {
+	if z.judged {
+		return
+	}
+	z.judged = true
+	if !broken {
+		p.broken = 0
+		return
+	}
+	if p.broken++; p.broken == maxZygoteFailures {
+		p.e.log.Warn("zygote: turned off after repeated failures; python runs use warm interpreters")
+	}
 }
 
 // count records a run that could not use a zygote.
@@ -146,6 +180,8 @@ func (p *zygotePool) dropLocked(z *zygote) {
 	}
 	if z.active == 0 {
 		p.killLocked(z)
+	} else {
+		p.draining[z] = struct{}{}
 	}
 }
 
@@ -175,10 +211,12 @@ func (p *zygotePool) evictLocked() bool {
 	return true
 }
 
-func (p *zygotePool) expire(z *zygote) {
+// expire drops z after the idle TTL, unless z was used since the timer
+// was set (gen is the idle period the timer belongs to).
+func (p *zygotePool) expire(z *zygote, gen uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if z.elem != nil && !z.dropped {
+	if z.elem != nil && !z.dropped && z.idleGen == gen {
 		p.stats.Expired++
 		p.dropLocked(z)
 	}
@@ -219,6 +257,9 @@ func (p *zygotePool) release(ctx context.Context, session string) error {
 func (p *zygotePool) close(ctx context.Context) error {
 	p.mu.Lock()
 	var dropped []*zygote
+	for z := range p.draining {
+		dropped = append(dropped, z)
+	}
 	for _, z := range p.live {
 		p.stats.Released++
 		dropped = append(dropped, z)
@@ -266,7 +307,8 @@ func (e *Executor) runZygote(ctx context.Context, session, interp string, ws *os
 		return executors.Result{}, false, nil
 	}
 	res, served, healthy, err := e.runInZygote(ctx, z, rel, l, newOut, timeout)
-	e.zygotes.done(z, served, healthy, true)
+	failed := !closed(z.ready) && err == nil
+	e.zygotes.done(z, served, healthy, failed, true)
 	return res, served, err
 }
 
@@ -283,7 +325,7 @@ func (e *Executor) prewarmZygote(ctx context.Context, session string, ws *warmSp
 	if z == nil {
 		return nil
 	}
-	_, err := z.awaitReady(ctx)
-	e.zygotes.done(z, false, true, false)
+	ok, err := z.awaitReady(ctx)
+	e.zygotes.done(z, false, true, !ok && err == nil, false)
 	return err
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -499,5 +500,72 @@ func TestZygoteIdleCostsNothing(t *testing.T) {
 	time.Sleep(time.Second)
 	if after := cpuTicks(t, pids); after != before {
 		t.Errorf("the waiting zygote used %d clock ticks of CPU in 1s", after-before)
+	}
+}
+
+// TestZygoteBrokenTurnsOff: with an interpreter that cannot run the
+// zygote's program, three zygotes fail, zygotes turn off, and every
+// Python run still succeeds (cold, then on warm interpreters).
+func TestZygoteBrokenTurnsOff(t *testing.T) {
+	requireRoot(t)
+	dir := executortest.NewWorkspace(t)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	python, err := lookPath("python3", DefaultSandboxPATH)
+	if err != nil {
+		t.Skip(err)
+	}
+	wrapper := filepath.Join(dir, "python3")
+	script := "#!/bin/sh\ncase \"$4\" in *_lc.unshare*) exit 1;; esac\nexec " + python + " \"$@\"\n"
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e := newZygoteExecutor(t, func(c *Config) { c.Interpreters = map[string]string{executors.LangPython: wrapper} })
+	for i := range maxZygoteFailures + 2 {
+		sess, ws := "sess-"+executortest.Nonce(), executortest.NewWorkspace(t)
+		for j := range 2 {
+			if res := mustExecute(t, e, warmRun(sess, ws, executors.LangPython, "print('ok')")); res.Stdout != "ok\n" || res.ExitCode != 0 {
+				t.Fatalf("session %d run %d: %+v", i, j, res)
+			}
+		}
+	}
+	if e.zygotes.usable() {
+		t.Errorf("zygotes still on after %d broken ones: %+v", maxZygoteFailures, e.WarmStats())
+	}
+	if st := e.WarmStats(); st.Spawned < maxZygoteFailures || st.Zygotes != 0 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// TestZygoteRetiresWhenRunsCannotStart: a ready zygote that takes runs it
+// cannot start (here: an open-file limit above what the kernel allows, so
+// every run fails, cold too) is retired after maxZygoteNoStarts of them,
+// and the session's next run gets a new zygote.
+func TestZygoteRetiresWhenRunsCannotStart(t *testing.T) {
+	e := newZygoteExecutor(t)
+	sess, ws := "sess-"+executortest.Nonce(), executortest.NewWorkspace(t)
+	mustExecute(t, e, warmRun(sess, ws, executors.LangPython, "pass"))
+	first := zygoteOf(e, sess)
+	for range maxZygoteNoStarts {
+		spec := warmRun(sess, ws, executors.LangPython, "print('never')")
+		spec.Limits.MaxOpenFiles = 1 << 30
+		if res, err := e.Execute(t.Context(), spec); err == nil && res.Stdout == "never\n" {
+			t.Fatalf("a run with an impossible limit ran: %+v", res)
+		}
+	}
+	if z := zygoteOf(e, sess); z != nil {
+		t.Fatalf("the zygote was not retired: %+v", e.WarmStats())
+	}
+	select {
+	case <-first.proc.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the retired zygote is still alive")
+	}
+	if res := mustExecute(t, e, warmRun(sess, ws, executors.LangPython, "print('ok')")); res.Stdout != "ok\n" {
+		t.Errorf("next run: %+v", res)
+	}
+	if z := zygoteOf(e, sess); z == nil || z == first || !e.zygotes.usable() {
+		t.Errorf("no new zygote for the session: %+v", e.WarmStats())
 	}
 }
