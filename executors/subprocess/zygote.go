@@ -136,7 +136,7 @@ func (z *zygote) kill() {
 // caller then runs it cold. healthy is false when z should not serve
 // again.
 func (e *Executor) runInZygote(ctx context.Context, z *zygote, rel string, l launch, newOut func() *output, timeout time.Duration) (res executors.Result, served, healthy bool, err error) {
-	if ok, err := z.awaitReady(ctx); !ok {
+	if ok, err := z.awaitReady(ctx, min(timeout, zygoteReadyTimeout)); !ok {
 		return executors.Result{}, err != nil, false, err
 	}
 	r, err := z.send(rel, l)
@@ -172,15 +172,16 @@ func (e *Executor) runInZygote(ctx context.Context, z *zygote, rel string, l lau
 	return res, true, healthy, nil
 }
 
-// awaitReady waits for a new zygote's "R". ok is false when it died or
-// was too slow (err is nil: the run goes cold) or ctx ended (err set).
-func (z *zygote) awaitReady(ctx context.Context) (ok bool, err error) {
+// awaitReady waits for a new zygote's "R", at most limit. ok is false when
+// it died or was too slow (err is nil: the run goes cold) or ctx ended
+// (err set).
+func (z *zygote) awaitReady(ctx context.Context, limit time.Duration) (ok bool, err error) {
 	select {
 	case <-z.ready:
 		return !closed(z.gone), nil
 	default:
 	}
-	t := time.NewTimer(zygoteReadyTimeout)
+	t := time.NewTimer(limit)
 	defer t.Stop()
 	select {
 	case <-z.ready:

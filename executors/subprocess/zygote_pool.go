@@ -325,7 +325,7 @@ func (e *Executor) prewarmZygote(ctx context.Context, session string, ws *warmSp
 	if z == nil {
 		return nil
 	}
-	ok, err := z.awaitReady(ctx)
+	ok, err := z.awaitReady(ctx, zygoteReadyTimeout)
 	e.zygotes.done(z, false, true, !ok && err == nil, false)
 	return err
 }
