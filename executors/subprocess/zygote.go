@@ -136,8 +136,12 @@ func (z *zygote) kill() {
 // caller then runs it cold. healthy is false when z should not serve
 // again.
 func (e *Executor) runInZygote(ctx context.Context, z *zygote, rel string, l launch, newOut func() *output, timeout time.Duration) (res executors.Result, served, healthy bool, err error) {
-	if ok, err := z.awaitReady(ctx, min(timeout, zygoteReadyTimeout)); !ok {
-		return executors.Result{}, err != nil, false, err
+	limit := min(timeout, zygoteReadyTimeout)
+	if ok, err := z.awaitReady(ctx, limit); !ok {
+		// A zygote still starting is kept when this run gave up early (its
+		// ctx ended, or its timeout is shorter than a start-up's allowance).
+		keep := !closed(z.gone) && (err != nil || limit < zygoteReadyTimeout)
+		return executors.Result{}, err != nil, keep, err
 	}
 	r, err := z.send(rel, l)
 	if err != nil {

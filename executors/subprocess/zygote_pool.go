@@ -307,7 +307,7 @@ func (e *Executor) runZygote(ctx context.Context, session, interp string, ws *os
 		return executors.Result{}, false, nil
 	}
 	res, served, healthy, err := e.runInZygote(ctx, z, rel, l, newOut, timeout)
-	failed := !closed(z.ready) && err == nil
+	failed := !closed(z.ready) && err == nil && !healthy // died, or too slow for zygoteReadyTimeout
 	e.zygotes.done(z, served, healthy, failed, true)
 	return res, served, err
 }
