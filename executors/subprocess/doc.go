@@ -212,11 +212,12 @@
 // waiting untimed until the zygote is ready):
 //
 //	go test -run '^$' -bench StartCost/python -benchtime 300x ./executors/subprocess/
-//	raw 9.5 ms, cold 12.4 ms, zygote 7.1 ms (0.74× raw)
+//	raw 8.2 ms, cold 10.6 ms, zygote 6.3 ms (0.77× raw)
 //
-// and through the gateway (bench/, requests back to back in one session,
-// alternating with raw python3 in the same run): p50 9.4 ms against raw
-// 9.0 ms at c=1, 220 against 218 req/s at c=8. A run costs three forks
+// and through the gateway (make bench-report: requests back to back in one
+// session, alternating with raw python3 in the same run): p50 7.4 ms
+// against raw 8.5 ms at c=1; 130 against 116 req/s at c=1 and 235 against
+// 196 req/s at c=8, where the CPU is the bound. A run costs three forks
 // (~1 ms each on this VM) and R's interpreter finalization, whose writes
 // copy the zygote's pages one by one; gc.freeze in the zygote keeps the
 // collector from walking (and copying) them.
