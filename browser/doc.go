@@ -96,6 +96,8 @@
 // close, each with strictly decoded parameters (invalid_request naming the
 // field), a timeout (timeout_s, capped by Config.MaxActionTimeout) and a
 // structured result. Screenshots are written into the session's workspace
-// through an os.Root, owned by the session's uid, under a temporary name
-// renamed into place.
+// through the workspace file API (workspace.Workspaces.Write): the path
+// rules of every file operation, owned by the session's uid, replaced
+// atomically, and counted against the per-file limit and the session's
+// quota like an agent's own write.
 package browser

@@ -228,9 +228,10 @@ type harness struct {
 }
 
 type harnessOpts struct {
-	allow []string
-	aio   AIOBrowsers
-	tune  func(*Config)
+	allow  []string
+	aio    AIOBrowsers
+	tune   func(*Config)
+	wsOpts workspace.Options
 }
 
 func newHarness(t testing.TB, o harnessOpts) *harness {
@@ -241,7 +242,7 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ws, err := workspace.New(filepath.Join(t.TempDir(), "ws"), workspace.Options{})
+	ws, err := workspace.New(filepath.Join(t.TempDir(), "ws"), o.wsOpts)
 	if err != nil {
 		t.Fatal(err)
 	}

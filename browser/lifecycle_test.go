@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/errcode"
+	"github.com/sandgate/sandgate/workspace"
 )
 
 func TestCookiesAreIsolatedBetweenSessions(t *testing.T) {
@@ -425,4 +426,36 @@ func (s *standIn) tabsAt(t *testing.T, prefix string) int {
 		}
 	}
 	return n
+}
+
+// TestScreenshotObeysWorkspaceLimits: a screenshot is written through the
+// workspace file API, so the session's quota and the per-file limit apply
+// to it as to an agent's own write, and a refused one leaves nothing.
+func TestScreenshotObeysWorkspaceLimits(t *testing.T) {
+	p := newPages(t)
+	for _, tc := range []struct {
+		name string
+		opts workspace.Options
+		code errcode.Code
+	}{
+		{"quota", workspace.Options{QuotaBytes: 1024}, errcode.QuotaExceeded},
+		{"file size", workspace.Options{MaxFileBytes: 1024}, errcode.FileTooLarge},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, harnessOpts{allow: []string{p.hostPort()}, wsOpts: tc.opts})
+			s := "shot-limit-" + tc.name[:4]
+			h.must(s, ActionNavigate, map[string]any{"url": p.URL + "/"})
+			_, err := h.do(s, ActionScreenshot, map[string]any{"path": "big.png"})
+			if code, _, _ := errcode.Of(err); code != tc.code {
+				t.Fatalf("screenshot over the %s: %v, want %s", tc.name, err, tc.code)
+			}
+			dir, err := h.ws.Ensure(t.Context(), s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if entries, _ := os.ReadDir(dir.Path); len(entries) != 0 {
+				t.Errorf("a refused screenshot left %v", entries)
+			}
+		})
+	}
 }

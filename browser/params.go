@@ -34,7 +34,6 @@ const (
 	maxURLBytes      = 8 << 10
 	maxSelectorBytes = 4 << 10
 	maxTypeBytes     = 64 << 10
-	maxPathBytes     = 4096
 	maxScrollPixels  = 1_000_000
 )
 

@@ -3,32 +3,19 @@ package browser
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"image/png"
-	"io/fs"
 	"math"
-	"os"
-	"path"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
-	"github.com/sandgate/sandgate/errcode"
-)
-
-// Path errors. The messages help the client fix its request and say
-// nothing about the host.
-var (
-	errPathTraversal = errcode.New(errcode.PathTraversal, "the path is not inside the workspace")
-	errPathIsDir     = errcode.New(errcode.InvalidRequest, "the screenshot path names a directory")
+	"github.com/sandgate/sandgate/workspace"
 )
 
 type screenshotAction struct {
@@ -53,29 +40,21 @@ func (a *screenshotAction) validate(cfg *Config, fs *[]FieldError) {
 }
 
 // cleanWorkspacePath turns a client's path into a clean path relative to
-// the workspace. It is lexical; os.Root confines the write itself, symlinks
-// included.
+// the workspace, by the workspace file API's own rules (ResolvePath), and
+// requires it to name a file. It is lexical; the write itself goes through
+// the workspace's os.Root, symlinks included.
 func cleanWorkspacePath(p string) (string, error) {
-	switch {
-	case len(p) > maxPathBytes:
-		return "", fmt.Errorf("must be at most %d bytes", maxPathBytes)
-	case strings.ContainsRune(p, 0), strings.ContainsRune(p, '\\'):
-		return "", errors.New("must not contain NUL or backslash")
-	case strings.HasSuffix(p, "/"):
+	if strings.HasSuffix(p, "/") {
 		return "", errors.New("must name a file, not a directory")
 	}
-	if strings.HasPrefix(p, "/") {
-		rest, ok := strings.CutPrefix(p, "/workspace/")
-		if !ok {
-			return "", errors.New("absolute paths must start with /workspace/")
-		}
-		p = rest
+	rel, err := workspace.ResolvePath(p)
+	if err != nil {
+		return "", err
 	}
-	c := path.Clean(p)
-	if c == "." || c == ".." || strings.HasPrefix(c, "../") || strings.HasPrefix(c, "/") {
-		return "", errors.New("must stay inside the workspace")
+	if rel == "." {
+		return "", errors.New("must name a file, not the workspace")
 	}
-	return c, nil
+	return rel, nil
 }
 
 func (a *screenshotAction) do(ctx context.Context, e *env) (any, error) {
@@ -144,121 +123,12 @@ func safeName(s string) string {
 	return string(out)
 }
 
-// writeWorkspaceFile writes data at rel in the session's workspace, owned
-// by the session's identity, through an os.Root on the workspace (so a
-// symlink planted by the session's code cannot lead the gateway outside).
-// Missing parents are created and given to the session too. The file is
-// written under a temporary name and renamed into place: an existing name
-// is replaced, never written through (a hard link the session planted
-// keeps its other name's content).
+// writeWorkspaceFile writes data at rel in the session's workspace through
+// the workspace file API, so a screenshot obeys what an agent's own write
+// does: parents created and given to the session, the file replaced
+// atomically (never written through a planted link), symlinks followed
+// only inside the workspace, and the per-file limit and session quota.
 func (m *Manager) writeWorkspaceFile(ctx context.Context, sessionID, rel string, data []byte) error {
-	dir, err := m.deps.Workspaces.Ensure(ctx, sessionID)
-	if err != nil {
-		return err
-	}
-	root, err := os.OpenRoot(dir.Path)
-	if err != nil {
-		return fmt.Errorf("open workspace: %w", err)
-	}
-	defer root.Close()
-	chown := os.Geteuid() == 0 && dir.UID != 0
-	parent := path.Dir(rel)
-	if parent != "." {
-		if err := mkdirAllOwned(root, parent, dir.UID, dir.GID, chown); err != nil {
-			return err
-		}
-	}
-	var rnd [8]byte
-	_, _ = rand.Read(rnd[:])
-	tmp := path.Join(parent, ".sandgate-"+hex.EncodeToString(rnd[:])+".tmp")
-	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return pathError(err)
-	}
-	werr := func() error {
-		if chown {
-			if err := f.Chown(dir.UID, dir.GID); err != nil {
-				return fmt.Errorf("chown screenshot: %w", err)
-			}
-		}
-		if _, err := f.Write(data); err != nil {
-			return fmt.Errorf("write screenshot: %w", err)
-		}
-		return nil
-	}()
-	if cerr := f.Close(); werr == nil && cerr != nil {
-		werr = fmt.Errorf("write screenshot: %w", cerr)
-	}
-	if werr == nil {
-		if fi, err := root.Lstat(rel); err == nil && fi.IsDir() {
-			werr = errPathIsDir
-		} else if err := root.Rename(tmp, rel); err != nil {
-			werr = pathError(err)
-		}
-	}
-	if werr != nil {
-		_ = root.Remove(tmp)
-	}
-	return werr
-}
-
-// mkdirAllOwned creates each missing directory of rel, owned by the
-// session's identity.
-func mkdirAllOwned(root *os.Root, rel string, uid, gid int, chown bool) error {
-	cur := ""
-	for _, part := range strings.Split(rel, "/") {
-		cur = path.Join(cur, part)
-		err := root.Mkdir(cur, 0o755)
-		switch {
-		case err == nil:
-			if chown {
-				d, err := root.Open(cur)
-				if err != nil {
-					return pathError(err)
-				}
-				err = d.Chown(uid, gid)
-				_ = d.Close()
-				if err != nil {
-					return fmt.Errorf("chown screenshot dir: %w", err)
-				}
-			}
-		case errors.Is(err, fs.ErrExist):
-			fi, serr := root.Stat(cur)
-			if serr != nil {
-				return pathError(serr)
-			}
-			if !fi.IsDir() {
-				return errcode.New(errcode.InvalidRequest, "a parent of the screenshot path is not a directory")
-			}
-		default:
-			return pathError(err)
-		}
-	}
-	return nil
-}
-
-// pathError maps an os.Root refusal (a symlink leading out) to
-// path_traversal; other failures stay internal.
-func pathError(err error) error {
-	if errors.Is(err, errEscapes()) {
-		return errors.Join(errPathTraversal, err)
-	}
+	_, err := m.deps.Workspaces.Write(ctx, sessionID, rel, workspace.WriteOverwrite, bytes.NewReader(data))
 	return err
 }
-
-// errEscapes is os.Root's unexported "path escapes from parent" error,
-// captured once from a real Root (a leading "/" is refused before any file
-// system access), so that it is matched by identity, not by its text.
-var errEscapes = sync.OnceValue(func() error {
-	r, err := os.OpenRoot("/")
-	if err != nil {
-		return errors.New("browser: os.Root escape error not captured")
-	}
-	defer r.Close()
-	_, err = r.Lstat("/")
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return errors.New("browser: os.Root escape error not captured")
-})
