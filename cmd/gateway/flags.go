@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"path/filepath"
 	"sort"
 )
 
@@ -45,6 +46,14 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (Co
 	if err := cfg.Validate(); err != nil {
 		return Config{}, fmt.Errorf("invalid configuration:\n%w", err)
 	}
+	// A relative data_dir (the default ".data") is relative to the working
+	// directory at start; components that keep paths (the aio pool, the
+	// browser router) need it absolute, and a later chdir must not move it.
+	abs, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return Config{}, fmt.Errorf("data_dir: %w", err)
+	}
+	cfg.DataDir = abs
 	return cfg, nil
 }
 

@@ -36,8 +36,10 @@ var bannerRe = regexp.MustCompile(`(?m)^sandgate listening on (http://\S+)`)
 var tokenRe = regexp.MustCompile(`(?m)^\s+(agent|approver|admin)\s+(sg_\S+)$`)
 
 // TestGatewayStartsWithGeneratedTokens is `go run ./cmd/gateway` with no
-// configuration: loopback, STRICT, a token per role printed with the
-// approval page's URL, tokens absent from the logs, and a clean shutdown.
+// configuration, from a fresh working directory (so the default relative
+// data directory ".data" is the one used): loopback, STRICT, a token per
+// role printed with the approval page's URL, every executor and the
+// browser router wired, tokens absent from the logs, and a clean shutdown.
 func TestGatewayStartsWithGeneratedTokens(t *testing.T) {
 	var stdout, logs syncBuf
 	ctx, cancel := context.WithCancel(context.Background())
@@ -48,7 +50,8 @@ func TestGatewayStartsWithGeneratedTokens(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	args := []string{"--listen", "127.0.0.1:0", "--data-dir", filepath.Join(tmp, "data")}
+	t.Chdir(tmp)
+	args := []string{"--listen", "127.0.0.1:0"}
 	go func() { done <- run(ctx, args, noEnv, &stdout, &logs) }()
 	var base string
 	deadline := time.Now().Add(60 * time.Second)
