@@ -57,17 +57,10 @@ func (s *Server) browserAction(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// browserError gives the browser's field and policy errors the shapes the
-// one error writer renders (fields, reasons); the code is unchanged.
+// browserError gives the browser's policy errors the shape the one error
+// writer renders (reasons); the code is unchanged. Field errors need
+// nothing: both packages use errcode.ValidationError.
 func browserError(err error) error {
-	var ve *browser.ValidationError
-	if errors.As(err, &ve) {
-		fields := make([]manager.FieldError, len(ve.Fields))
-		for i, f := range ve.Fields {
-			fields[i] = manager.FieldError{Field: f.Field, Code: f.Code, Message: f.Message}
-		}
-		return &manager.ValidationError{Fields: fields}
-	}
 	var de *browser.DeniedError
 	if errors.As(err, &de) {
 		return &manager.DeniedError{Kind: de, Reasons: de.Reasons}

@@ -25,30 +25,19 @@ var (
 
 // FieldError is one invalid field of a browser request, named as the
 // client sent it ("action", "params.url", ...).
-type FieldError struct {
-	Field   string `json:"field"`
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
+type FieldError = errcode.FieldError
 
-// ValidationError lists the invalid fields of a request. It is an
-// invalid_request.
-type ValidationError struct {
-	Fields []FieldError
-}
+// ValidationError lists the invalid fields of a request. Built by
+// invalidFields or invalid, it unwraps to ErrInvalidRequest.
+type ValidationError = errcode.ValidationError
 
-func (e *ValidationError) Error() string {
-	if len(e.Fields) == 0 {
-		return "invalid browser request"
-	}
-	return "invalid browser request: " + e.Fields[0].Field + " " + e.Fields[0].Code
+// invalidFields is the ValidationError of a request with these fields.
+func invalidFields(fields ...FieldError) *ValidationError {
+	return &ValidationError{Kind: ErrInvalidRequest, Fields: fields}
 }
-
-// Unwrap gives the error its code.
-func (e *ValidationError) Unwrap() error { return ErrInvalidRequest }
 
 func invalid(field, code, msg string) *ValidationError {
-	return &ValidationError{Fields: []FieldError{{Field: field, Code: code, Message: msg}}}
+	return invalidFields(FieldError{Field: field, Code: code, Message: msg})
 }
 
 // DeniedError is a request the policy refused. Reasons are the policy's and

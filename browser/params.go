@@ -95,7 +95,7 @@ func parseAction(cfg *Config, name string, raw json.RawMessage) (action, error) 
 	var fs []FieldError
 	a.(interface{ validate(*Config, *[]FieldError) }).validate(cfg, &fs)
 	if len(fs) > 0 {
-		return nil, &ValidationError{Fields: fs}
+		return nil, invalidFields(fs...)
 	}
 	return a, nil
 }
@@ -124,7 +124,7 @@ func decodeParams(raw json.RawMessage, v any) error {
 		}
 	}
 	if len(fs) > 0 {
-		return &ValidationError{Fields: fs}
+		return invalidFields(fs...)
 	}
 	if err := json.Unmarshal(raw, v); err != nil {
 		var ute *json.UnmarshalTypeError

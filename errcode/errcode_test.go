@@ -58,3 +58,32 @@ func TestEveryCodeHasAStatus(t *testing.T) {
 		}
 	}
 }
+
+// TestValidationError: a ValidationError is an invalid_request whatever
+// its Kind, and errors.Is finds its Kind.
+func TestValidationError(t *testing.T) {
+	mine := New(InvalidRequest, "the widget request is invalid")
+	for _, tc := range []struct {
+		name    string
+		err     *ValidationError
+		is      error
+		wantMsg string
+	}{
+		{"with kind", &ValidationError{Kind: mine, Fields: []FieldError{{Field: "url", Code: "required"}}}, mine, "the widget request is invalid: url required"},
+		{"without kind", &ValidationError{Fields: []FieldError{{Field: "a", Code: "min"}, {Field: "b", Code: "max"}}}, errInvalid, "the request is invalid: a min"},
+		{"no fields", &ValidationError{Kind: mine}, mine, "the widget request is invalid"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var err error = tc.err
+			if code, status, _ := Of(err); code != InvalidRequest || status != 400 {
+				t.Errorf("Of = %s %d, want invalid_request 400", code, status)
+			}
+			if !errors.Is(err, tc.is) {
+				t.Errorf("errors.Is(err, kind) is false")
+			}
+			if err.Error() != tc.wantMsg {
+				t.Errorf("Error() = %q, want %q", err.Error(), tc.wantMsg)
+			}
+		})
+	}
+}

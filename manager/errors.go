@@ -20,27 +20,16 @@ var (
 )
 
 // FieldError is one invalid field, named as the client sent it (JSON name).
-type FieldError struct {
-	Field   string `json:"field"`
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
+type FieldError = errcode.FieldError
 
-// ValidationError lists every invalid field of a request.
-type ValidationError struct {
-	Fields []FieldError
-}
+// ValidationError lists every invalid field of a request. Built by
+// invalidFields, it unwraps to ErrInvalidRequest.
+type ValidationError = errcode.ValidationError
 
-func (e *ValidationError) Error() string {
-	if len(e.Fields) == 0 {
-		return "invalid request"
-	}
-	return "invalid request: " + e.Fields[0].Field + " " + e.Fields[0].Code
+// invalidFields is the ValidationError of a request with these fields.
+func invalidFields(fields ...FieldError) *ValidationError {
+	return &ValidationError{Kind: ErrInvalidRequest, Fields: fields}
 }
-
-// Unwrap makes errors.Is(err, ErrInvalidRequest) hold and gives the error
-// its code.
-func (e *ValidationError) Unwrap() error { return ErrInvalidRequest }
 
 // DeniedError is a request the pipeline refused after judging it: by policy,
 // by an approver, by a timeout, or because the chosen executor is missing.

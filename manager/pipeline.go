@@ -67,7 +67,7 @@ func (m *Manager) Run(ctx context.Context, req RunRequest) (res *RunResult, err 
 	}
 	assessment, err := m.deps.Assessor.Assess(req.Code, req.Language) // 2 assess
 	if err != nil {
-		return nil, &ValidationError{Fields: []FieldError{{Field: "language", Code: "oneof", Message: "unsupported language"}}}
+		return nil, invalidFields(FieldError{Field: "language", Code: "oneof", Message: "unsupported language"})
 	}
 	rec.RiskLevel, rec.RiskPatterns = assessment.Level.String(), patternIDs(assessment)
 	decision := m.decide(ctx, req, assessment) // 3 decide
@@ -98,7 +98,7 @@ func (m *Manager) Evaluate(ctx context.Context, req RunRequest) (*Evaluation, er
 	}
 	assessment, err := m.deps.Assessor.Assess(req.Code, req.Language)
 	if err != nil {
-		return nil, &ValidationError{Fields: []FieldError{{Field: "language", Code: "oneof", Message: "unsupported language"}}}
+		return nil, invalidFields(FieldError{Field: "language", Code: "oneof", Message: "unsupported language"})
 	}
 	return &Evaluation{Risk: assessment, Decision: m.decide(ctx, req, assessment)}, nil
 }

@@ -55,7 +55,7 @@ func (m *Manager) validate(req *RunRequest) error {
 		}
 	}
 	if len(fields) > 0 {
-		return &ValidationError{Fields: fields}
+		return invalidFields(fields...)
 	}
 	if len(req.Code) > m.cfg.MaxCodeBytes {
 		return fmt.Errorf("%w: code is %d bytes, the limit is %d", ErrTooLarge, len(req.Code), m.cfg.MaxCodeBytes)
