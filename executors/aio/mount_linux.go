@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandgate/sandgate/executors/internal/wsfile"
 )
 
 // mountEntry is one line of /proc/self/mountinfo.
@@ -146,24 +148,5 @@ func prepareWorkspace(dir string, uid, gid int) error {
 	if !filepath.IsAbs(dir) {
 		return fmt.Errorf("workspace %q is not an absolute path", dir)
 	}
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("open workspace: %w", err)
-	}
-	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return fmt.Errorf("stat workspace: %w", err)
-	}
-	if int(st.Uid) != uid || int(st.Gid) != gid {
-		if err := unix.Fchown(fd, uid, gid); err != nil {
-			return fmt.Errorf("chown workspace: %w", err)
-		}
-	}
-	if st.Mode&0o700 != 0o700 {
-		if err := unix.Fchmod(fd, st.Mode&0o7777|0o700); err != nil {
-			return fmt.Errorf("chmod workspace: %w", err)
-		}
-	}
-	return nil
+	return wsfile.GiveDir(dir, uid, gid)
 }

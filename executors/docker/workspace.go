@@ -43,19 +43,8 @@ func checkWorkspace(dir string, uid, gid int) (string, error) {
 	if os.Geteuid() != 0 {
 		return dir, nil
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return "", fmt.Errorf("%w: stat: %w", ErrInvalidWorkspace, err)
-	}
-	if int(st.Uid) != uid || int(st.Gid) != gid {
-		if err := unix.Fchown(fd, uid, gid); err != nil {
-			return "", fmt.Errorf("docker: hand workspace to uid %d: %w", uid, err)
-		}
-	}
-	if st.Mode&0o700 != 0o700 {
-		if err := unix.Fchmod(fd, st.Mode&0o7777|0o700); err != nil {
-			return "", fmt.Errorf("docker: chmod workspace: %w", err)
-		}
+	if err := wsfile.GiveFD(fd, uid, gid); err != nil {
+		return "", fmt.Errorf("docker: hand workspace to uid %d: %w", uid, err)
 	}
 	return dir, nil
 }

@@ -236,33 +236,6 @@ func start(cmd *exec.Cmd) error {
 	return <-done
 }
 
-// prepareWorkspace makes the session directory itself owned by the sandbox
-// uid/gid so the code can write it. It opens the directory with O_NOFOLLOW
-// and changes it through the descriptor (never by path, never recursively):
-// a sandbox-planted symlink cannot redirect a privileged chown.
-func prepareWorkspace(dir string, uid, gid int) error {
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("open workspace: %w", err)
-	}
-	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return fmt.Errorf("stat workspace: %w", err)
-	}
-	if int(st.Uid) != uid || int(st.Gid) != gid {
-		if err := unix.Fchown(fd, uid, gid); err != nil {
-			return fmt.Errorf("chown workspace: %w", err)
-		}
-	}
-	if st.Mode&0o700 != 0o700 {
-		if err := unix.Fchmod(fd, st.Mode&0o7777|0o700); err != nil {
-			return fmt.Errorf("chmod workspace: %w", err)
-		}
-	}
-	return nil
-}
-
 // ErrWorkspaceUnreachable is returned when a directory above the workspace
 // cannot be traversed by the sandbox uid. The run would start (the cwd is
 // set while still root) but every absolute path into the workspace, and

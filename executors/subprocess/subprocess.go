@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/executors/internal/wsfile"
 )
 
 // Isolation names what the executor can enforce on this host.
@@ -321,7 +322,7 @@ func (e *Executor) openWorkspace(dir string, uid, gid int) (*os.Root, error) {
 		return nil, fmt.Errorf("subprocess: workspace %q is not an absolute path", dir)
 	}
 	if e.dropUID {
-		if err := prepareWorkspace(dir, uid, gid); err != nil {
+		if err := wsfile.GiveDir(dir, uid, gid); err != nil {
 			return nil, fmt.Errorf("subprocess: %w", err)
 		}
 		if err := checkAncestors(dir, uid, gid); err != nil {

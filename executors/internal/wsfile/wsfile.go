@@ -15,6 +15,8 @@ import (
 	"path"
 	"regexp"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // Paths inside the workspace, as the gateway and the code see them.
@@ -93,6 +95,39 @@ func EnsureDir(root *os.Root, dir string) error {
 		}
 		if err := root.Mkdir(cur, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 			return err
+		}
+	}
+	return nil
+}
+
+// GiveDir makes the workspace directory dir itself (never its content)
+// owned by uid/gid and enterable by that owner, so sandboxed code running
+// as them can use it. It opens dir with O_NOFOLLOW and changes it only
+// through that descriptor, never by path and never recursively: a symlink
+// the sandbox planted cannot redirect a privileged chown.
+func GiveDir(dir string, uid, gid int) error {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open workspace: %w", err)
+	}
+	defer unix.Close(fd)
+	return GiveFD(fd, uid, gid)
+}
+
+// GiveFD is GiveDir on a directory the caller opened (O_NOFOLLOW).
+func GiveFD(fd, uid, gid int) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("stat workspace: %w", err)
+	}
+	if int(st.Uid) != uid || int(st.Gid) != gid {
+		if err := unix.Fchown(fd, uid, gid); err != nil {
+			return fmt.Errorf("chown workspace: %w", err)
+		}
+	}
+	if st.Mode&0o700 != 0o700 {
+		if err := unix.Fchmod(fd, st.Mode&0o7777|0o700); err != nil {
+			return fmt.Errorf("chmod workspace: %w", err)
 		}
 	}
 	return nil
