@@ -43,14 +43,20 @@ type sessions struct {
 
 func newSessions() *sessions { return &sessions{stats: make(map[string]*sessionStats)} }
 
-func (s *sessions) begin(id string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// statsLocked returns id's counters, creating them. Called with mu held.
+func (s *sessions) statsLocked(id string) *sessionStats {
 	st, ok := s.stats[id]
 	if !ok {
 		st = &sessionStats{}
 		s.stats[id] = st
 	}
+	return st
+}
+
+func (s *sessions) begin(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.statsLocked(id)
 	st.running++
 	st.lastActive = time.Now()
 }
@@ -72,12 +78,7 @@ func (s *sessions) end(id, executor string) {
 func (s *sessions) touch(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st, ok := s.stats[id]
-	if !ok {
-		st = &sessionStats{}
-		s.stats[id] = st
-	}
-	st.lastActive = time.Now()
+	s.statsLocked(id).lastActive = time.Now()
 }
 
 func (s *sessions) fill(info *SessionInfo) {
