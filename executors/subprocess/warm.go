@@ -512,9 +512,15 @@ func (p *warmPool) close(ctx context.Context) error {
 		e = next
 	}
 	p.mu.Unlock()
+	return waitCtx(ctx, p.wg.Wait)
+}
+
+// waitCtx runs wait and returns when it has returned, or with ctx's error
+// when ctx ends first (wait then finishes in the background).
+func waitCtx(ctx context.Context, wait func()) error {
 	done := make(chan struct{})
 	go func() {
-		p.wg.Wait()
+		wait()
 		close(done)
 	}()
 	select {

@@ -64,9 +64,10 @@ func zygoteLimits() rlimits {
 // slower than that is killed and the run goes cold.
 const zygoteReadyTimeout = 10 * time.Second
 
-// startZygote starts the zygote for runs like ws in session. It returns
-// once the process is started; ready closes when it can serve.
-func (e *Executor) startZygote(ws *warmSpec, session string) (*zygote, error) {
+// startZygote starts the zygote for runs like ws in session; key is ws's
+// key without the limits. It returns once the process is started; ready
+// closes when it can serve.
+func (e *Executor) startZygote(ws *warmSpec, key warmKey, session string) (*zygote, error) {
 	l := ws.l
 	l.argv = []string{ws.key.interp, "-I", "-u", "-c", zygoteBoot}
 	l.zygote = true
@@ -79,7 +80,7 @@ func (e *Executor) startZygote(ws *warmSpec, session string) (*zygote, error) {
 	cmd.WaitDelay = e.cfg.KillGrace
 	cmd.ExtraFiles = make([]*os.File, handoffFD-2) // nil entries are closed in the child
 	cmd.ExtraFiles[handoffFD-3] = child
-	z := &zygote{key: ws.key, session: session, conn: conn,
+	z := &zygote{key: key, session: session, conn: conn,
 		ready: make(chan struct{}), gone: make(chan struct{})}
 	z.proc, err = startProc(cmd, e.log)
 	child.Close()

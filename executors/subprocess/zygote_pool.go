@@ -58,14 +58,16 @@ func (p *zygotePool) usable() bool {
 // has none, or nil when none can be had (the run goes cold). The caller
 // must call done.
 func (p *zygotePool) acquire(session string, ws *warmSpec) *zygote {
+	key := ws.key
+	key.limits = rlimits{} // each run sets its own
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || p.broken >= maxZygoteFailures {
 		return nil
 	}
 	z := p.live[session]
-	if z != nil && (z.key != ws.key || closed(z.gone)) {
-		if z.key != ws.key {
+	if z != nil && (z.key != key || closed(z.gone)) {
+		if z.key != key {
 			p.stats.Mismatched++
 		} else {
 			p.stats.Died++
@@ -78,7 +80,7 @@ func (p *zygotePool) acquire(session string, ws *warmSpec) *zygote {
 			return nil
 		}
 		var err error
-		if z, err = p.e.startZygote(ws, session); err != nil {
+		if z, err = p.e.startZygote(ws, key, session); err != nil {
 			p.stats.SpawnFailed++
 			p.e.log.Warn("zygote: start failed", "session_id", session, "error", err.Error())
 			return nil
@@ -267,20 +269,12 @@ func (p *zygotePool) close(ctx context.Context) error {
 	}
 	p.closed = true // after the kills above are tracked: see killLocked
 	p.mu.Unlock()
-	done := make(chan struct{})
-	go func() {
+	return waitCtx(ctx, func() {
 		p.kills.Wait()
 		for _, z := range dropped {
 			<-z.proc.done
 		}
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	})
 }
 
 func (p *zygotePool) snapshot() WarmStats {
@@ -300,7 +294,6 @@ func (e *Executor) runZygote(ctx context.Context, session, interp string, ws *os
 		e.zygotes.miss()
 		return executors.Result{}, false, nil
 	}
-	spec.key.limits = rlimits{} // each run sets its own
 	z := e.zygotes.acquire(session, spec)
 	if z == nil {
 		e.zygotes.miss()
@@ -320,7 +313,6 @@ func (e *Executor) useZygote(lang string) bool {
 // prewarmZygote starts session's zygote for runs like ws and waits until
 // it is ready.
 func (e *Executor) prewarmZygote(ctx context.Context, session string, ws *warmSpec) error {
-	ws.key.limits = rlimits{}
 	z := e.zygotes.acquire(session, ws)
 	if z == nil {
 		return nil
