@@ -101,7 +101,7 @@ func (s *suite) testOutputFlood(t *testing.T, lang string) {
 // every process of the run is gone, including setsid'd and double-forked
 // ones.
 func (s *suite) testTimeoutKillsTree(t *testing.T, lang string) {
-	m := newMarkers(3)
+	m := NewMarkers(3)
 	r := s.newRun(t, lang, progTree.get(t, lang, m[0], m[1], m[2]))
 	r.spec.Timeout = 3 * time.Second
 	w := watchMarkers(m)
@@ -119,7 +119,7 @@ func (s *suite) testTimeoutKillsTree(t *testing.T, lang string) {
 // testCancelKillsTree: cancelling ctx (the client went away) kills the
 // tree like a timeout and Execute returns promptly.
 func (s *suite) testCancelKillsTree(t *testing.T, lang string) {
-	m := newMarkers(3)
+	m := NewMarkers(3)
 	r := s.newRun(t, lang, progTree.get(t, lang, m[0], m[1], m[2]))
 	r.spec.Timeout = time.Minute
 	w := watchMarkers(m)
@@ -164,7 +164,7 @@ func (s *suite) checkTreeGone(t *testing.T, m []string, seen map[string]bool) {
 		must = m[:1]
 		defer killMarked(m[1:])
 	}
-	if left := waitMarkersGone(must, 3*time.Second); len(left) > 0 {
+	if left := WaitMarkersGone(must, 3*time.Second); len(left) > 0 {
 		t.Errorf("processes still alive after the run: %v", left)
 	}
 }

@@ -12,10 +12,10 @@ import (
 	"time"
 )
 
-// newMarkers returns n unique sleep durations ("1000.<digits>"). A marker
+// NewMarkers returns n unique sleep durations ("1000.<digits>"). A marker
 // is found in a process's cmdline whatever PID namespace it runs in, and
 // is harmless as an argument to sleep(1).
-func newMarkers(n int) []string {
+func NewMarkers(n int) []string {
 	out := make([]string, n)
 	for i := range out {
 		out[i] = fmt.Sprintf("1000.%09d%d", rand.IntN(1e9), i)
@@ -91,6 +91,15 @@ func (w *markerWatch) waitAll(timeout time.Duration) bool {
 	return false
 }
 
+// WatchMarkers runs f while polling for the marked processes, and returns
+// which markers were seen alive meanwhile: an executor's own tests use it
+// to prove that the processes a kill check looks for existed at all.
+func WatchMarkers(markers []string, f func()) map[string]bool {
+	w := watchMarkers(markers)
+	f()
+	return w.stop()
+}
+
 // stop ends the watch and returns what was seen.
 func (w *markerWatch) stop() map[string]bool {
 	close(w.done)
@@ -100,9 +109,9 @@ func (w *markerWatch) stop() map[string]bool {
 	return w.seen
 }
 
-// waitMarkersGone waits up to grace for every marked process to be gone
+// WaitMarkersGone waits up to grace for every marked process to be gone
 // and returns the pids of those still alive.
-func waitMarkersGone(markers []string, grace time.Duration) map[string][]int {
+func WaitMarkersGone(markers []string, grace time.Duration) map[string][]int {
 	deadline := time.Now().Add(grace)
 	for {
 		left := map[string][]int{}

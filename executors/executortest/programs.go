@@ -134,3 +134,10 @@ func allBytes() string {
 	}
 	return string(b)
 }
+
+// TreeProgram is progTree in lang with markers m[0..2], for an executor's
+// own tests of the same property (a warm or a zygote run, say).
+func TreeProgram(t *testing.T, lang string, m []string) string {
+	t.Helper()
+	return progTree.get(t, lang, m[0], m[1], m[2])
+}

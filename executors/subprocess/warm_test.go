@@ -543,56 +543,18 @@ func TestWarmDiesAtHandoffGoesCold(t *testing.T) {
 func TestWarmTimeoutKillsTree(t *testing.T) {
 	requireRoot(t)
 	e := newWarmExecutor(t)
-	for _, tc := range []struct{ lang, code string }{
-		{executors.LangPython, `import os, subprocess, time
-subprocess.Popen(["sleep", "%[1]s"])
-subprocess.Popen(["sleep", "%[2]s"], start_new_session=True)
-if os.fork() == 0:
-    os.setsid()
-    if os.fork() == 0:
-        os.execvp("sleep", ["sleep", "%[3]s"])
-    os._exit(0)
-print("spawned", flush=True)
-time.sleep(1000)
-`},
-		{executors.LangBash, "sleep %[1]s &\nsetsid sleep %[2]s &\n( setsid sleep %[3]s & ) &\necho spawned\nsleep 1000\n"},
-		{executors.LangJavaScript, `const cp = require("child_process");
-cp.spawn("sleep", ["%[1]s"], { stdio: "ignore" });
-cp.spawn("sleep", ["%[2]s"], { stdio: "ignore", detached: true }).unref();
-cp.spawn("sh", ["-c", "setsid sleep %[3]s &"], { stdio: "ignore" });
-console.log("spawned");
-setTimeout(() => {}, 1000000);
-`},
-	} {
-		t.Run(tc.lang, func(t *testing.T) {
-			m := []string{marker(0), marker(1), marker(2)}
-			spec := warmRun("sess-"+executortest.Nonce(), executortest.NewWorkspace(t), tc.lang, fmt.Sprintf(tc.code, m[0], m[1], m[2]))
+	for _, lang := range []string{executors.LangPython, executors.LangBash, executors.LangJavaScript} {
+		t.Run(lang, func(t *testing.T) {
+			m := executortest.NewMarkers(3)
+			spec := warmRun("sess-"+executortest.Nonce(), executortest.NewWorkspace(t), lang, executortest.TreeProgram(t, lang, m))
 			spec.Timeout = 2 * time.Second
 			if err := e.Prewarm(t.Context(), spec); err != nil {
 				t.Fatal(err)
 			}
 			waitWarm(t, e, spec.SessionID, true)
-			seen := map[string]bool{}
-			stop := make(chan struct{})
-			var wg sync.WaitGroup
-			wg.Go(func() {
-				for {
-					for _, mk := range m {
-						if len(executortest.ProcessesMatching(mk)) > 0 {
-							seen[mk] = true
-						}
-					}
-					select {
-					case <-stop:
-						return
-					case <-time.After(50 * time.Millisecond):
-					}
-				}
-			})
 			hits := e.WarmStats().Hits
-			res := mustExecute(t, e, spec)
-			close(stop)
-			wg.Wait()
+			var res executors.Result
+			seen := executortest.WatchMarkers(m, func() { res = mustExecute(t, e, spec) })
 			if e.WarmStats().Hits != hits+1 {
 				t.Fatalf("not served warm: %+v", e.WarmStats())
 			}
@@ -602,14 +564,7 @@ setTimeout(() => {}, 1000000);
 			if res.Duration < 2*time.Second || res.Duration > 4*time.Second {
 				t.Errorf("duration %v, want the 2s timeout counted from the hand-off", res.Duration)
 			}
-			for _, mk := range m {
-				if !seen[mk] {
-					t.Errorf("process %s never seen: the test proves nothing", mk)
-				}
-				if left := waitGone(mk, 3*time.Second); len(left) > 0 {
-					t.Errorf("process %s still alive: %v", mk, left)
-				}
-			}
+			checkTreeGone(t, m, seen)
 		})
 	}
 }
@@ -619,7 +574,7 @@ setTimeout(() => {}, 1000000);
 func TestWarmCancelKillsTree(t *testing.T) {
 	requireRoot(t)
 	e := newWarmExecutor(t)
-	mk := marker(0)
+	mk := executortest.NewMarkers(1)[0]
 	spec := warmRun("sess-"+executortest.Nonce(), executortest.NewWorkspace(t), executors.LangPython,
 		fmt.Sprintf("import subprocess, time\nsubprocess.Popen(['setsid', 'sleep', '%s'])\ntime.sleep(1000)\n", mk))
 	if err := e.Prewarm(t.Context(), spec); err != nil {
@@ -641,23 +596,20 @@ func TestWarmCancelKillsTree(t *testing.T) {
 	if d := time.Since(began); d > 10*time.Second {
 		t.Errorf("Execute took %v", d)
 	}
-	if left := waitGone(mk, 3*time.Second); len(left) > 0 {
-		t.Errorf("process still alive after cancel: %v", left)
-	}
+	checkTreeGone(t, []string{mk}, nil)
 }
 
-func marker(i int) string {
-	return fmt.Sprintf("1000.%09d%d", time.Now().UnixNano()%1e9, i)
-}
-
-func waitGone(marker string, grace time.Duration) []int {
-	deadline := time.Now().Add(grace)
-	for {
-		left := executortest.ProcessesMatching(marker)
-		if len(left) == 0 || time.Now().After(deadline) {
-			return left
+// checkTreeGone fails t unless every marked process is gone within 3 s
+// and, when seen is given, was seen alive before.
+func checkTreeGone(t *testing.T, markers []string, seen map[string]bool) {
+	t.Helper()
+	for _, mk := range markers {
+		if seen != nil && !seen[mk] {
+			t.Errorf("process %s never seen: the test proves nothing", mk)
 		}
-		time.Sleep(50 * time.Millisecond)
+	}
+	for mk, pids := range executortest.WaitMarkersGone(markers, 3*time.Second) {
+		t.Errorf("process %s still alive: %v", mk, pids)
 	}
 }
 

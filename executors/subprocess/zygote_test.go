@@ -133,21 +133,11 @@ func TestZygoteMatchesCold(t *testing.T) {
 // serves the session's next run.
 func TestZygoteTimeoutKillsTree(t *testing.T) {
 	e := newZygoteExecutor(t)
-	m := []string{marker(0), marker(1), marker(2)}
+	m := executortest.NewMarkers(3)
 	sess, ws := "sess-"+executortest.Nonce(), executortest.NewWorkspace(t)
-	spec := warmRun(sess, ws, executors.LangPython, fmt.Sprintf(`import os, subprocess, time
-subprocess.Popen(["sleep", "%[1]s"])
-subprocess.Popen(["sleep", "%[2]s"], start_new_session=True)
-if os.fork() == 0:
-    os.setsid()
-    if os.fork() == 0:
-        os.execvp("sleep", ["sleep", "%[3]s"])
-    os._exit(0)
-print("spawned", flush=True)
-time.sleep(1000)
-`, m[0], m[1], m[2]))
+	spec := warmRun(sess, ws, executors.LangPython, executortest.TreeProgram(t, executors.LangPython, m))
 	spec.Timeout = 2 * time.Second
-	seen := watchMarkers(t, m, func() {
+	seen := executortest.WatchMarkers(m, func() {
 		res := mustExecute(t, e, spec)
 		if !res.TimedOut || res.ExitCode != executors.ExitCodeTimeout || res.Stdout != "spawned\n" {
 			t.Errorf("result %+v, want a timeout after the output", res)
@@ -156,14 +146,7 @@ time.sleep(1000)
 			t.Errorf("duration %v, want the 2s timeout", res.Duration)
 		}
 	})
-	for _, mk := range m {
-		if !seen[mk] {
-			t.Errorf("process %s never seen: the test proves nothing", mk)
-		}
-		if left := waitGone(mk, 3*time.Second); len(left) > 0 {
-			t.Errorf("process %s still alive: %v", mk, left)
-		}
-	}
+	checkTreeGone(t, m, seen)
 	z := zygoteOf(e, sess)
 	hits := e.WarmStats().Hits
 	if res := mustExecute(t, e, warmRun(sess, ws, executors.LangPython, "print('next')")); res.Stdout != "next\n" {
@@ -174,38 +157,11 @@ time.sleep(1000)
 	}
 }
 
-// watchMarkers runs f while polling for processes matching each marker,
-// and returns which were seen.
-func watchMarkers(t *testing.T, markers []string, f func()) map[string]bool {
-	t.Helper()
-	seen := map[string]bool{}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			for _, mk := range markers {
-				if len(executortest.ProcessesMatching(mk)) > 0 {
-					seen[mk] = true
-				}
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-	})
-	f()
-	close(stop)
-	wg.Wait()
-	return seen
-}
-
 // TestZygoteCancelKillsTree: cancelling a zygote run's ctx kills its tree
 // and Execute returns promptly with the ctx's error.
 func TestZygoteCancelKillsTree(t *testing.T) {
 	e := newZygoteExecutor(t)
-	mk := marker(0)
+	mk := executortest.NewMarkers(1)[0]
 	sess, ws := "sess-"+executortest.Nonce(), executortest.NewWorkspace(t)
 	mustExecute(t, e, warmRun(sess, ws, executors.LangPython, "pass"))
 	spec := warmRun(sess, ws, executors.LangPython,
@@ -225,9 +181,7 @@ func TestZygoteCancelKillsTree(t *testing.T) {
 	if d := time.Since(began); d > 10*time.Second {
 		t.Errorf("Execute took %v", d)
 	}
-	if left := waitGone(mk, 3*time.Second); len(left) > 0 {
-		t.Errorf("process still alive after cancel: %v", left)
-	}
+	checkTreeGone(t, []string{mk}, nil)
 	if z := zygoteOf(e, sess); z == nil || closed(z.gone) {
 		t.Errorf("the cancel took the session's zygote with it")
 	}
