@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/sandgate/sandgate/executors/internal/wsfile"
 )
 
 // runOutput receives the demultiplexed streams of one run. stdcopy.StdCopy
@@ -60,12 +62,12 @@ func (s *stream) keep(p []byte) {
 		s.kept = append(s.kept, p[:max(room, 0)]...)
 		if !s.cut {
 			s.cut = true
-			s.out.spill.overflow()
+			s.out.spill.Activate()
 		}
 	} else {
 		s.kept = append(s.kept, p...)
 	}
-	s.out.spill.add(p)
+	s.out.spill.Record(p)
 }
 
 // text returns what the response shows: a cut stream does not end in a
@@ -97,7 +99,7 @@ func (o *runOutput) finish() (stdout, stderr string, truncated bool, spillPath s
 	o.stdout.mask.flush(o.stdout.keep)
 	o.stderr.mask.flush(o.stderr.keep)
 	truncated = o.stdout.cut || o.stderr.cut
-	if o.spill.close() && truncated {
+	if o.spill.Close() && truncated {
 		spillPath = o.spill.shown
 	}
 	return o.stdout.text(), o.stderr.text(), truncated, spillPath
@@ -285,73 +287,9 @@ func emitNonEmpty(emit func([]byte), b []byte) {
 	}
 }
 
-// spillFile is the full-output copy of one run.
+// spillFile is the full-output copy of one run and its path as the code
+// sees it.
 type spillFile struct {
-	shown   string                         // the path as the code sees it
-	limit   int                            // bytes kept at most
-	open    func() (io.WriteCloser, error) // creates the file, on first overflow
-	onError func(error)
-
-	pending [][]byte // before the first overflow
-	w       io.WriteCloser
-	written int
-	broken  bool
-}
-
-func (s *spillFile) add(p []byte) {
-	switch {
-	case s.broken:
-	case s.w == nil:
-		s.pending = append(s.pending, bytes.Clone(p))
-	default:
-		s.write(p)
-	}
-}
-
-// overflow opens the file and writes what was held in memory.
-func (s *spillFile) overflow() {
-	if s.w != nil || s.broken || s.open == nil {
-		return
-	}
-	w, err := s.open()
-	if err != nil {
-		s.fail(err)
-		return
-	}
-	s.w = w
-	for _, p := range s.pending {
-		s.write(p)
-	}
-	s.pending = nil
-}
-
-func (s *spillFile) write(p []byte) {
-	p = p[:min(len(p), max(s.limit-s.written, 0))]
-	if len(p) == 0 || s.broken {
-		return
-	}
-	n, err := s.w.Write(p)
-	s.written += n
-	if err != nil {
-		s.fail(err)
-	}
-}
-
-func (s *spillFile) fail(err error) {
-	s.broken, s.pending = true, nil
-	if s.onError != nil {
-		s.onError(err)
-	}
-}
-
-// close reports whether the file was written and is complete up to its cap.
-func (s *spillFile) close() bool {
-	s.pending = nil
-	if s.w == nil {
-		return false
-	}
-	if err := s.w.Close(); err != nil && !s.broken {
-		s.fail(err)
-	}
-	return !s.broken
+	wsfile.Spill
+	shown string
 }

@@ -6,6 +6,8 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/sandgate/sandgate/executors/internal/wsfile"
 )
 
 type nopCloser struct{ io.Writer }
@@ -69,8 +71,8 @@ func TestCapAndSpill(t *testing.T) {
 	var file bytes.Buffer
 	opened := 0
 	o := newRunOutput(10, []string{"/host/ws"}, spillFile{
-		shown: "/workspace/.sandgate/outputs/r.log", limit: 27,
-		open: func() (io.WriteCloser, error) { opened++; return nopCloser{&file}, nil },
+		shown: "/workspace/.sandgate/outputs/r.log", Spill: wsfile.Spill{Limit: 27,
+			Open: func() (io.WriteCloser, error) { opened++; return nopCloser{&file}, nil }},
 	})
 	feedInPieces(o.Stdout(), "0123456789", 3)
 	feedInPieces(o.Stderr(), "err /host/ws\n", 4)
@@ -88,18 +90,18 @@ func TestCapAndSpill(t *testing.T) {
 }
 
 func TestNoSpillWithoutOverflowAndFailedSpill(t *testing.T) {
-	o := newRunOutput(100, nil, spillFile{limit: 100, open: func() (io.WriteCloser, error) {
+	o := newRunOutput(100, nil, spillFile{Spill: wsfile.Spill{Limit: 100, Open: func() (io.WriteCloser, error) {
 		t.Fatal("spill opened without overflow")
 		return nil, nil
-	}})
+	}}})
 	feedInPieces(o.Stdout(), "short", 2)
 	if _, _, truncated, path := o.finish(); truncated || path != "" {
 		t.Fatalf("truncated %v path %q", truncated, path)
 	}
 	var reported error
-	o = newRunOutput(2, nil, spillFile{limit: 100, shown: "x",
-		open:    func() (io.WriteCloser, error) { return nil, errors.New("disk full") },
-		onError: func(err error) { reported = err }})
+	o = newRunOutput(2, nil, spillFile{shown: "x", Spill: wsfile.Spill{Limit: 100,
+		Open:    func() (io.WriteCloser, error) { return nil, errors.New("disk full") },
+		OnError: func(err error) { reported = err }}})
 	feedInPieces(o.Stdout(), "long output", 3)
 	if _, _, truncated, path := o.finish(); !truncated || path != "" || reported == nil {
 		t.Fatalf("truncated %v path %q reported %v: a failed spill must not be offered", truncated, path, reported)

@@ -15,6 +15,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/executors/internal/wsfile"
 )
 
 // box is a created, attached and started container whose boot step waits
@@ -141,11 +142,11 @@ type runInput struct {
 // client went away), the timeout a Result.
 func (e *Executor) run(ctx context.Context, b *box, in runInput) (executors.Result, error) {
 	rel, shown := spillTarget(in.requestID)
-	out := newRunOutput(in.limits.MaxOutputBytes, hostPaths(in.dir), spillFile{
-		shown: shown, limit: in.limits.MaxSpillBytes,
-		open:    func() (io.WriteCloser, error) { return openSpill(in.dir, rel) },
-		onError: func(err error) { in.log.Warn("spill file", "err", err.Error()) },
-	})
+	out := newRunOutput(in.limits.MaxOutputBytes, hostPaths(in.dir), spillFile{shown: shown, Spill: wsfile.Spill{
+		Limit:   in.limits.MaxSpillBytes,
+		Open:    func() (io.WriteCloser, error) { return openSpill(in.dir, rel) },
+		OnError: func(err error) { in.log.Warn("spill file", "err", err.Error()) },
+	}})
 	began := time.Now()
 	copied := make(chan error, 1)
 	go func() {

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"sync"
 	"unicode/utf8"
+
+	"github.com/sandgate/sandgate/executors/internal/wsfile"
 )
 
 // masker replaces every occurrence of the host workspace path(s) with
@@ -137,90 +139,13 @@ func trimPartialRune(b []byte) []byte {
 	return b
 }
 
-// spill keeps the combined output (stdout and stderr interleaved in arrival
-// order, as 2>&1 would) for the spill file. Until a stream first overflows
-// its cap it only journals in memory (bounded by the two caps); from then on
-// it writes through to the file opened by open, up to limit bytes, and
-// silently drops the rest so the child is never blocked on a full pipe.
-type spill struct {
-	limit   int
-	open    func() (io.WriteCloser, error)
-	onError func(error)
-
-	journal [][]byte
-	w       io.WriteCloser
-	written int
-	failed  bool
-}
-
-func (s *spill) record(p []byte) {
-	if s.w == nil && !s.failed {
-		s.journal = append(s.journal, append([]byte(nil), p...))
-		return
-	}
-	s.write(p)
-}
-
-// activate opens the file and writes the journal.
-func (s *spill) activate() {
-	if s.w != nil || s.failed {
-		return
-	}
-	w, err := s.open()
-	if err != nil {
-		s.fail(err)
-		return
-	}
-	s.w = w
-	for _, chunk := range s.journal {
-		s.write(chunk)
-	}
-	s.journal = nil
-}
-
-func (s *spill) write(p []byte) {
-	if s.w == nil || s.failed {
-		return
-	}
-	if room := s.limit - s.written; len(p) > room {
-		p = p[:max(room, 0)]
-	}
-	if len(p) == 0 {
-		return
-	}
-	n, err := s.w.Write(p)
-	s.written += n
-	if err != nil {
-		s.fail(err)
-	}
-}
-
-func (s *spill) fail(err error) {
-	s.failed = true
-	s.journal = nil
-	if s.onError != nil {
-		s.onError(err)
-	}
-}
-
-// close closes the file and reports whether it holds usable output.
-func (s *spill) close() bool {
-	if s.w == nil {
-		return false
-	}
-	if err := s.w.Close(); err != nil && !s.failed {
-		s.fail(err)
-	}
-	return !s.failed
-}
-
 // output collects both streams of one run. It is safe for concurrent use:
 // os/exec copies stdout and stderr in two goroutines.
 type output struct {
 	mu     sync.Mutex
 	stdout streamState
 	stderr streamState
-	spill  spill
+	spill  wsfile.Spill
 	closed bool
 	shown  string
 	result outputResult
@@ -246,7 +171,7 @@ type outputOptions struct {
 }
 
 func newOutput(o outputOptions) *output {
-	out := &output{shown: o.spillShown, spill: spill{limit: o.spillLimit, open: o.openSpill, onError: o.onSpillError}}
+	out := &output{shown: o.spillShown, spill: wsfile.Spill{Limit: o.spillLimit, Open: o.openSpill, OnError: o.onSpillError}}
 	for _, st := range []*streamState{&out.stdout, &out.stderr} {
 		st.cap.limit = o.limit
 		st.masker = newMasker(o.hostPaths, workspaceMount, out.sink(st))
@@ -258,9 +183,9 @@ func newOutput(o outputOptions) *output {
 func (o *output) sink(st *streamState) func([]byte) {
 	return func(p []byte) {
 		if st.cap.add(p) {
-			o.spill.activate()
+			o.spill.Activate()
 		}
-		o.spill.record(p)
+		o.spill.Record(p)
 	}
 }
 
@@ -303,7 +228,7 @@ func (o *output) finish() (stdout, stderr string, truncated bool, spillPath stri
 		o.stderr.masker.flush()
 		r := &o.result
 		r.truncated = o.stdout.cap.truncated || o.stderr.cap.truncated
-		if o.spill.close() && r.truncated {
+		if o.spill.Close() && r.truncated {
 			r.path = o.shown
 		}
 		r.stdout, r.stderr = o.stdout.cap.text(), o.stderr.cap.text()
