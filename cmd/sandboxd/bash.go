@@ -10,38 +10,17 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sandgate/sandgate/executors/aio/aiowire"
 )
 
-// runExtension is sandboxd's optional addition to /v1/bash/exec and
-// /v1/code/execute requests, used by the gateway's executor. The real AIO
-// server ignores unknown fields, so a client may always send it and must
-// cope with a response that has no x_sandgate part.
-type runExtension struct {
-	// OutputLimit is the number of bytes kept per stream for the response.
-	OutputLimit int `json:"output_limit"`
-	// SpillPath, when set, receives the combined output (up to SpillLimit
-	// bytes) if a stream overflowed OutputLimit.
-	SpillPath  string `json:"spill_path"`
-	SpillLimit int    `json:"spill_limit"`
-	// TimeoutMS is the hard timeout in milliseconds, more precise than the
-	// AIO fields' seconds; it wins over them.
-	TimeoutMS int64      `json:"timeout_ms"`
-	Limits    *runLimits `json:"limits"`
-}
-
-// runOutput is the x_sandgate part of a response: the exact bytes of both
-// streams (JSON strings cannot carry invalid UTF-8) and the spill file.
-type runOutput struct {
-	StdoutB64 string `json:"stdout_b64"`
-	StderrB64 string `json:"stderr_b64"`
-	// Truncated is set when either stream overflowed output_limit;
-	// StdoutTruncated and StderrTruncated say which.
-	Truncated       bool    `json:"truncated"`
-	StdoutTruncated bool    `json:"stdout_truncated"`
-	StderrTruncated bool    `json:"stderr_truncated"`
-	SpillPath       *string `json:"spill_path"`
-	DurationMS      int64   `json:"duration_ms"`
-}
+// runExtension, runOutput and bashExecResult are the wire types sandboxd
+// shares with the gateway's aio client (see aiowire).
+type (
+	runExtension   = aiowire.RunExtension
+	runOutput      = aiowire.RunOutput
+	bashExecResult = aiowire.BashExecResult
+)
 
 // bashSession is a /v1/bash session: only API-level state (its default
 // working directory) and its commands; every exec is a new process.
@@ -153,19 +132,6 @@ type bashExecReq struct {
 	HardTimeout     *float64          `json:"hard_timeout"`
 	MaxOutputLength *int              `json:"max_output_length"`
 	XSandgate       *runExtension     `json:"x_sandgate"`
-}
-
-type bashExecResult struct {
-	SessionID    string     `json:"session_id"`
-	CommandID    string     `json:"command_id"`
-	Command      string     `json:"command"`
-	Status       string     `json:"status"`
-	Stdout       *string    `json:"stdout"`
-	Stderr       *string    `json:"stderr"`
-	ExitCode     *int       `json:"exit_code"`
-	Offset       int        `json:"offset"`
-	StderrOffset int        `json:"stderr_offset"`
-	XSandgate    *runOutput `json:"x_sandgate,omitempty"`
 }
 
 // largeCommand is the size above which a command is run from a file: one

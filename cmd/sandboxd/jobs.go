@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandgate/sandgate/executors/aio/aiowire"
 )
 
 // Command statuses of /v1/bash (aio-api.md §2.3).
@@ -44,12 +46,8 @@ type jobSpec struct {
 }
 
 // runLimits are the rlimits of one run, applied with ulimit before the
-// interpreter starts. Zero fields are not set.
-type runLimits struct {
-	CPUSeconds    int `json:"cpu_seconds"`
-	MaxOpenFiles  int `json:"max_open_files"`
-	MaxFileSizeMB int `json:"max_file_size_mb"`
-}
+// interpreter starts (aiowire). Zero fields are not set.
+type runLimits = aiowire.RunLimits
 
 // job is one running or finished command.
 type job struct {

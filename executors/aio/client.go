@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/sandgate/sandgate/executors/aio/aiowire"
 )
 
 // Client speaks the AIO sandbox HTTP API (aio-api.md §1–2) to one sandbox:
@@ -201,33 +203,14 @@ func (c *Client) Sandbox(ctx context.Context) (SandboxInfo, error) {
 	return info, nil
 }
 
-// RunExtension is sandboxd's x_sandgate request part (cmd/sandboxd);
-// other servers ignore it.
-type RunExtension struct {
-	OutputLimit int        `json:"output_limit,omitempty"`
-	SpillPath   string     `json:"spill_path,omitempty"`
-	SpillLimit  int        `json:"spill_limit,omitempty"`
-	TimeoutMS   int64      `json:"timeout_ms,omitempty"`
-	Limits      *RunLimits `json:"limits,omitempty"`
-}
-
-// RunLimits are per-run rlimits sandboxd applies.
-type RunLimits struct {
-	CPUSeconds    int `json:"cpu_seconds,omitempty"`
-	MaxOpenFiles  int `json:"max_open_files,omitempty"`
-	MaxFileSizeMB int `json:"max_file_size_mb,omitempty"`
-}
-
-// RunOutput is sandboxd's x_sandgate response part: the exact bytes.
-type RunOutput struct {
-	StdoutB64       string  `json:"stdout_b64"`
-	StderrB64       string  `json:"stderr_b64"`
-	Truncated       bool    `json:"truncated"`
-	StdoutTruncated bool    `json:"stdout_truncated"`
-	StderrTruncated bool    `json:"stderr_truncated"`
-	SpillPath       *string `json:"spill_path"`
-	DurationMS      int64   `json:"duration_ms"`
-}
+// The x_sandgate wire types sandboxd (cmd/sandboxd) shares with this
+// client; other servers ignore the request part and never send the
+// response part.
+type (
+	RunExtension = aiowire.RunExtension
+	RunLimits    = aiowire.RunLimits
+	RunOutput    = aiowire.RunOutput
+)
 
 // BashExecRequest is POST /v1/bash/exec's body.
 type BashExecRequest struct {
@@ -243,18 +226,7 @@ type BashExecRequest struct {
 }
 
 // BashExecResult is its data.
-type BashExecResult struct {
-	SessionID    string     `json:"session_id"`
-	CommandID    string     `json:"command_id"`
-	Command      string     `json:"command"`
-	Status       string     `json:"status"`
-	Stdout       *string    `json:"stdout"`
-	Stderr       *string    `json:"stderr"`
-	ExitCode     *int       `json:"exit_code"`
-	Offset       int        `json:"offset"`
-	StderrOffset int        `json:"stderr_offset"`
-	XSandgate    *RunOutput `json:"x_sandgate"`
-}
+type BashExecResult = aiowire.BashExecResult
 
 // BashExec calls POST /v1/bash/exec.
 func (c *Client) BashExec(ctx context.Context, req BashExecRequest) (BashExecResult, error) {

@@ -1,0 +1,61 @@
+// Package aiowire holds the wire types that both ends of the aio sandbox
+// API share: sandboxd (cmd/sandboxd, the server in the aio image) and the
+// gateway's aio client. They are the x_sandgate extension sandboxd adds to
+// the AIO API and the results that carry it; types only one end needs stay
+// with it (the server's requests keep pointers to tell a missing field
+// from a zero one).
+package aiowire
+
+// RunExtension is sandboxd's optional addition to /v1/bash/exec and
+// /v1/code/execute requests. The real AIO server ignores unknown fields,
+// so a client may always send it and must cope with a response that has
+// no x_sandgate part.
+type RunExtension struct {
+	// OutputLimit is the number of bytes kept per stream for the response.
+	OutputLimit int `json:"output_limit,omitempty"`
+	// SpillPath, when set, receives the combined output (up to SpillLimit
+	// bytes) if a stream overflowed OutputLimit.
+	SpillPath  string `json:"spill_path,omitempty"`
+	SpillLimit int    `json:"spill_limit,omitempty"`
+	// TimeoutMS is the hard timeout in milliseconds, more precise than the
+	// AIO fields' seconds; it wins over them.
+	TimeoutMS int64      `json:"timeout_ms,omitempty"`
+	Limits    *RunLimits `json:"limits,omitempty"`
+}
+
+// RunLimits are the rlimits of one run, applied before the interpreter
+// starts. Zero fields are not set.
+type RunLimits struct {
+	CPUSeconds    int `json:"cpu_seconds,omitempty"`
+	MaxOpenFiles  int `json:"max_open_files,omitempty"`
+	MaxFileSizeMB int `json:"max_file_size_mb,omitempty"`
+}
+
+// RunOutput is the x_sandgate part of a response: the exact bytes of both
+// streams (JSON strings cannot carry invalid UTF-8) and the spill file.
+type RunOutput struct {
+	StdoutB64 string `json:"stdout_b64"`
+	StderrB64 string `json:"stderr_b64"`
+	// Truncated is set when either stream overflowed output_limit;
+	// StdoutTruncated and StderrTruncated say which.
+	Truncated       bool    `json:"truncated"`
+	StdoutTruncated bool    `json:"stdout_truncated"`
+	StderrTruncated bool    `json:"stderr_truncated"`
+	SpillPath       *string `json:"spill_path"`
+	DurationMS      int64   `json:"duration_ms"`
+}
+
+// BashExecResult is the data of POST /v1/bash/exec. XSandgate is left out
+// when absent, as the real server never sends it.
+type BashExecResult struct {
+	SessionID    string     `json:"session_id"`
+	CommandID    string     `json:"command_id"`
+	Command      string     `json:"command"`
+	Status       string     `json:"status"`
+	Stdout       *string    `json:"stdout"`
+	Stderr       *string    `json:"stderr"`
+	ExitCode     *int       `json:"exit_code"`
+	Offset       int        `json:"offset"`
+	StderrOffset int        `json:"stderr_offset"`
+	XSandgate    *RunOutput `json:"x_sandgate,omitempty"`
+}
