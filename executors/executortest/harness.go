@@ -50,6 +50,10 @@ type Harness struct {
 	// require the in-group child to die, log the reason, and kill the
 	// survivors themselves. Every production backend leaves it empty.
 	DetachedEscape string
+	// DataStack says the backend runs on the runtime root filesystem
+	// (images/runtime), so the design doc's data stack (pandas, numpy,
+	// matplotlib with the Agg backend) must import and plot.
+	DataStack bool
 	// RunTimeout is the Spec.Timeout of ordinary runs (default 30s): long
 	// enough for a cold interpreter start on a loaded machine.
 	RunTimeout time.Duration
@@ -83,6 +87,10 @@ func Run(t *testing.T, h Harness) {
 	t.Run("WorkingDirectory", s.forEachLang(s.testWorkingDirectory))
 	t.Run("HostPathMasked", s.forEachLang(s.testHostPathMasked))
 	t.Run("BinaryAndUnicode", s.forEachLang(s.testBinaryAndUnicode))
+	t.Run("AbsoluteWorkspacePaths", s.forEachLang(s.testAbsoluteWorkspacePaths))
+	t.Run("HostFilesInvisible", s.forEachLang(s.testHostFilesInvisible))
+	t.Run("NoNetwork", s.forEachLang(s.testNoNetwork))
+	t.Run("DataStack", s.testDataStack)
 }
 
 type suite struct {

@@ -51,7 +51,7 @@ func BenchmarkStartCost(b *testing.B) {
 		{executors.LangBash, "bash", []string{"--noprofile", "--norc", "-c", "echo 1"}, "echo 1"},
 	} {
 		b.Run(tc.lang, func(b *testing.B) {
-			interp, err := lookPath(tc.interp, DefaultSandboxPATH)
+			interp, err := lookPath("/", tc.interp, DefaultSandboxPATH)
 			if err != nil {
 				b.Skip(err)
 			}

@@ -30,6 +30,12 @@ const (
 	// DefaultToolPATH. It mounts the fresh /proc and drops to the sandbox
 	// uid/gid.
 	DefaultUnshare = "unshare"
+	// DefaultBwrap names bubblewrap, looked up in DefaultToolPATH on the
+	// host. Only a gateway that is not root uses it (IsolationUserNS).
+	DefaultBwrap = "bwrap"
+	// DefaultTmpMB caps each run's private /tmp (a tmpfs, so it counts
+	// against memory, not disk).
+	DefaultTmpMB = 64
 	// DefaultToolPATH is where the init-step tools are looked up.
 	DefaultToolPATH = "/usr/bin:/bin:/usr/sbin:/sbin"
 	// DefaultSandboxID is the uid and gid the code runs as when the gateway
@@ -111,16 +117,19 @@ type Config struct {
 	// sandboxed code as root is not possible.
 	SandboxUID int
 	SandboxGID int
-	// RequireNamespaces makes New fail when namespace isolation cannot be
-	// set up (not root, or no CAP_SYS_ADMIN in a container), instead of
-	// degrading to IsolationProcessGroup. Production deployments should
-	// set it.
-	RequireNamespaces bool
-	// AllowHostNetwork lets a Spec with Network=false run in
-	// IsolationProcessGroup mode, where no network namespace can be made.
-	// The default (false) fails such runs with ErrUnavailable, as the
-	// executor contract requires. For development only.
-	AllowHostNetwork bool
+	// Bwrap is bubblewrap, as a name looked up in DefaultToolPATH or an
+	// absolute path: the launcher of a gateway that is not root
+	// (IsolationUserNS). Default DefaultBwrap.
+	Bwrap string
+	// RootDir is the runtime root filesystem (the export scripts/images.sh
+	// makes of the runtime image): its usr, bin, lib* and etc are the
+	// system directories every run sees, so the toolchain is the one the
+	// docker and aio executors run. Empty: the host's own, read-only, with
+	// only the /etc entries a run needs (hostEtc), so the gateway runs
+	// with no build step.
+	RootDir string
+	// TmpMB caps each run's private /tmp. Default DefaultTmpMB.
+	TmpMB int
 	// Limits are the defaults for fields a Spec leaves at zero. Zero fields
 	// here take DefaultLimits.
 	Limits executors.Limits
@@ -164,6 +173,8 @@ func (c Config) withDefaults() Config {
 	c.Lang = orString(c.Lang, DefaultLang)
 	c.Shell = orString(c.Shell, DefaultShell)
 	c.Unshare = orString(c.Unshare, DefaultUnshare)
+	c.Bwrap = orString(c.Bwrap, DefaultBwrap)
+	c.TmpMB = orInt(c.TmpMB, DefaultTmpMB)
 	c.SandboxUID = orInt(c.SandboxUID, DefaultSandboxID)
 	c.SandboxGID = orInt(c.SandboxGID, DefaultSandboxID)
 	c.Limits = c.Limits.Or(DefaultLimits)
@@ -188,6 +199,9 @@ func (c Config) Validate() error {
 		if _, ok := defaultInterpreters[lang]; !ok {
 			errs = append(errs, fmt.Errorf("interpreters: %w: %q", executors.ErrUnsupportedLanguage, lang))
 		}
+	}
+	if c.RootDir != "" && !filepath.IsAbs(c.RootDir) {
+		errs = append(errs, fmt.Errorf("root dir %q is not an absolute path", c.RootDir))
 	}
 	if !filepath.IsAbs(c.WarmDir) {
 		errs = append(errs, fmt.Errorf("warm dir %q is not an absolute path", c.WarmDir))

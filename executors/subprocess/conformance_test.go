@@ -3,22 +3,21 @@ package subprocess
 import (
 	"context"
 	"log/slog"
-	"os"
 	"testing"
 
 	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/executors/executortest"
 )
 
-// newTestExecutor builds an executor for one test. As root it insists on
-// namespace isolation; otherwise it runs degraded and allows the host
-// network (there is no other way to run without root).
+// newTestExecutor builds an executor for one test: namespaces as root,
+// user namespaces otherwise, on the runtime root filesystem when
+// SANDGATE_RUNTIME_ROOT names one (make test exports it). An executor
+// without isolation fails the test.
 func newTestExecutor(t *testing.T, mutate ...func(*Config)) *Executor {
 	t.Helper()
 	cfg := Config{
-		RequireNamespaces: os.Geteuid() == 0,
-		AllowHostNetwork:  os.Geteuid() != 0,
-		Logger:            slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+		RootDir: runtimeRoot(t),
+		Logger:  slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
 	for _, m := range mutate {
 		m(&cfg)
@@ -26,6 +25,10 @@ func newTestExecutor(t *testing.T, mutate ...func(*Config)) *Executor {
 	e, err := New(t.Context(), cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
+	}
+	if err := e.Available(t.Context()); e.Isolation() == IsolationNone {
+		_ = e.Close(context.Background())
+		t.Fatalf("no isolation: %v", err)
 	}
 	t.Cleanup(func() {
 		if err := e.Close(context.Background()); err != nil {
@@ -57,9 +60,7 @@ func TestConformance(t *testing.T) {
 					return warmSecondRun{newTestExecutor(t), t}
 				},
 				ProcessesVisible: true,
-			}
-			if os.Geteuid() != 0 {
-				h.DetachedEscape = "not root: process-group isolation cannot reach children that called setsid"
+				DataStack:        runtimeRoot(t) != "",
 			}
 			executortest.Run(t, h)
 		})

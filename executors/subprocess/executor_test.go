@@ -35,7 +35,10 @@ const helperEnv = "SANDGATE_SUBPROCESS_TEST_HELPER"
 // on its own: the test kills it.
 func helperGateway() int {
 	ctx := context.Background()
-	e, err := New(ctx, Config{RequireNamespaces: true})
+	e, err := New(ctx, Config{})
+	if err == nil && e.Isolation() == IsolationNone {
+		return 2
+	}
 	if err != nil {
 		return 2
 	}
@@ -145,11 +148,19 @@ func TestSpecErrors(t *testing.T) {
 	})
 }
 
-// TestNetworkFalseNeedsNamespaces: without a network namespace the
-// executor refuses Network=false unless AllowHostNetwork says otherwise.
-func TestNetworkFalseNeedsNamespaces(t *testing.T) {
-	e := newTestExecutor(t, func(c *Config) { c.AllowHostNetwork = false })
-	e.isolation = IsolationProcessGroup // what a host without the privilege gets
+// TestNoIsolationIsUnavailable: a host where neither namespaces nor user
+// namespaces work gets an executor that says so in Available and runs
+// nothing, never a weaker mode.
+func TestNoIsolationIsUnavailable(t *testing.T) {
+	e := newTestExecutor(t)
+	e.cfg.Bwrap, e.cfg.Unshare = "/nonexistent/bwrap", "/nonexistent/unshare"
+	e.chooseIsolation(t.Context())
+	if e.Isolation() != IsolationNone {
+		t.Fatalf("isolation %q without its launcher, want none", e.Isolation())
+	}
+	if err := e.Available(t.Context()); !errors.Is(err, executors.ErrUnavailable) || !strings.Contains(err.Error(), "nonexistent") {
+		t.Errorf("Available: %v, want ErrUnavailable naming the reason", err)
+	}
 	_, err := e.Execute(t.Context(), executors.Spec{Language: "python", Code: "1",
 		WorkspaceDir: executortest.NewWorkspace(t)})
 	if !errors.Is(err, executors.ErrUnavailable) {

@@ -70,18 +70,42 @@ func chmod711(dir string) error {
 }
 
 // processesInDir returns the pids of live processes whose cwd is dir:
-// a run's or a warm interpreter's init step and interpreter.
+// a run's or a warm interpreter's init step and interpreter. A run's cwd
+// is /workspace inside its own root, so the directory is matched by
+// device and inode, not by the path /proc shows.
 func processesInDir(dir string) []string {
-	real, err := filepath.EvalSymlinks(dir)
+	want, err := os.Stat(dir)
 	if err != nil {
-		real = dir
+		return nil
 	}
 	procs, _ := filepath.Glob("/proc/[0-9]*")
 	var pids []string
 	for _, p := range procs {
-		if cwd, err := os.Readlink(filepath.Join(p, "cwd")); err == nil && cwd == real {
+		if fi, err := os.Stat(filepath.Join(p, "cwd")); err == nil && os.SameFile(fi, want) {
 			pids = append(pids, filepath.Base(p))
 		}
 	}
 	return pids
+}
+
+// runtimeRoot is the runtime root filesystem the tests run on, from
+// SANDGATE_RUNTIME_ROOT; "" (the host's system directories) when unset.
+// With SANDGATE_REQUIRE_RUNTIME_ROOT=1 (make test) an unset or missing
+// root fails the test instead of falling back.
+func runtimeRoot(t testing.TB) string {
+	t.Helper()
+	dir := os.Getenv("SANDGATE_RUNTIME_ROOT")
+	if dir == "" {
+		if os.Getenv("SANDGATE_REQUIRE_RUNTIME_ROOT") == "1" {
+			t.Fatal("SANDGATE_REQUIRE_RUNTIME_ROOT=1 but SANDGATE_RUNTIME_ROOT is not set")
+		}
+		return ""
+	}
+	if _, err := os.Stat(dir + "/usr"); err != nil {
+		if os.Getenv("SANDGATE_REQUIRE_RUNTIME_ROOT") == "1" {
+			t.Fatalf("runtime root %s: %v", dir, err)
+		}
+		return ""
+	}
+	return dir
 }

@@ -33,9 +33,10 @@ shift 5
 "$@"
 exit $?`
 
-// execScript is the init step in process-group mode: same rlimits, then the
-// shell replaces itself with the interpreter (no credential change happens
-// after Go's fork, so Pdeathsig survives the exec).
+// execScript is the init step in user-namespace mode: same rlimits, then
+// the shell replaces itself with bubblewrap (no credential change happens
+// after Go's fork, so Pdeathsig survives the exec, and bubblewrap's
+// --die-with-parent carries it on).
 const execScript = `umask 022
 ulimit -c 0 && ulimit -t "$1" && ulimit -v "$2" && ulimit -n "$3" && ulimit -f "$5" || exit 125
 ulimit -p "$4" 2>/dev/null || ulimit -u "$4" || exit 125
@@ -54,6 +55,9 @@ type launch struct {
 	netns  bool // new network namespace (namespaces mode only)
 	uid    int  // sandbox identity of this run
 	gid    int
+	// root is the run's minimal root: built by startInRoot in namespaces
+	// mode, by bubblewrap (rootPlan.bwrapArgs) in user-namespace mode.
+	root *rootPlan
 	// zygote starts a session's zygote: root, a private mount namespace
 	// of its own but no /proc of its own (each run mounts one), and
 	// unlimited rlimits except open files (each run sets its own).
@@ -84,31 +88,28 @@ func (r rlimits) args() []string {
 // caller sets Stdout, Stderr, WaitDelay and, for a warm process,
 // ExtraFiles; killing is proc's job.
 func (e *Executor) command(l launch) *exec.Cmd {
-	args := []string{"-c", execScript, initArg0}
-	if e.isolation == IsolationNamespaces {
-		args[1] = initScript
+	if e.isolation == IsolationUserNS {
+		cmd := e.bwrapCommand(l)
+		cmd.Env = l.env
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		return cmd
 	}
+	args := []string{"-c", initScript, initArg0}
 	args = append(args, l.limits.args()...)
-	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	switch {
-	case e.isolation == IsolationNamespaces:
-		if l.zygote {
-			args = append(args, e.unshare, "--mount", "--")
-		} else {
-			args = append(args, e.unshare, "--mount-proc",
-				"--setuid", strconv.Itoa(l.uid), "--setgid", strconv.Itoa(l.gid), "--")
-		}
-		attr.Cloneflags = syscall.CLONE_NEWPID
-		if l.netns {
-			attr.Cloneflags |= syscall.CLONE_NEWNET
-		}
-	case e.dropUID:
-		attr.Credential = &syscall.Credential{Uid: uint32(l.uid), Gid: uint32(l.gid), Groups: []uint32{}}
+	if l.zygote {
+		args = append(args, e.unshare, "--mount", "--")
+	} else {
+		args = append(args, e.unshare, "--mount-proc",
+			"--setuid", strconv.Itoa(l.uid), "--setgid", strconv.Itoa(l.gid), "--")
+	}
+	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Cloneflags: syscall.CLONE_NEWPID}
+	if l.netns {
+		attr.Cloneflags |= syscall.CLONE_NEWNET
 	}
 	args = append(args, l.argv...)
 	cmd := exec.Command(e.cfg.Shell, args...)
 	cmd.Args[0] = initArg0
-	cmd.Dir = l.dir
+	cmd.Dir = workspaceMount // inside the run's root (startInRoot)
 	cmd.Env = l.env
 	cmd.SysProcAttr = attr
 	return cmd

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -50,17 +51,18 @@ func (e *Executor) probe(ctx context.Context) error {
 	l := launch{
 		argv:   []string{e.cfg.Shell, "-c", probeScript},
 		limits: e.limitsFor("", lim),
-		dir:    "/",
-		env:    e.env("/"),
+		dir:    filepath.Join(e.runDir, "probe"),
+		env:    e.env(),
 		netns:  true,
 		uid:    e.cfg.SandboxUID,
 		gid:    e.cfg.SandboxGID,
 	}
+	l.root = e.rootFor(l.dir)
 	cmd := e.command(l)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.WaitDelay = e.cfg.KillGrace
-	p, err := startProc(cmd, e.log)
+	p, err := e.startLaunch(cmd, l)
 	if err != nil {
 		return fmt.Errorf("%w: start: %w", errProbe, err)
 	}

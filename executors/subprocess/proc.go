@@ -25,16 +25,26 @@ type proc struct {
 	done   chan struct{} // reaped, output pipes drained; state and err are set
 	state  *os.ProcessState
 	err    error
+	// release ends the thread a rooted launch was forked from (see
+	// startInRoot); nil for launches from the shared spawner.
+	release chan struct{}
 }
 
-// startProc starts cmd on the spawner thread and reaps it in the
-// background.
-func startProc(cmd *exec.Cmd, log *slog.Logger) (*proc, error) {
-	if err := start(cmd); err != nil {
+// startLaunch starts cmd, made by command(l), and reaps it in the
+// background: from a thread of its own inside l's minimal root when l has
+// one, from the shared spawner thread otherwise.
+func (e *Executor) startLaunch(cmd *exec.Cmd, l launch) (*proc, error) {
+	p := &proc{cmd: cmd, exited: make(chan struct{}), done: make(chan struct{})}
+	if l.root != nil && e.isolation == IsolationNamespaces {
+		release, err := startInRoot(cmd, *l.root, e.stage)
+		if err != nil {
+			return nil, err
+		}
+		p.release = release
+	} else if err := start(cmd); err != nil {
 		return nil, err
 	}
-	p := &proc{cmd: cmd, exited: make(chan struct{}), done: make(chan struct{})}
-	go p.reap(log)
+	go p.reap(e.log)
 	return p, nil
 }
 
@@ -52,6 +62,9 @@ func (p *proc) reap(log *slog.Logger) {
 	close(p.exited)
 	p.err = p.cmd.Wait()
 	p.state = p.cmd.ProcessState
+	if p.release != nil {
+		close(p.release)
+	}
 	close(p.done)
 }
 

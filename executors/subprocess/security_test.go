@@ -214,14 +214,14 @@ func TestRootOnlyFileUnreadable(t *testing.T) {
 	if err := os.WriteFile(public, []byte("hello"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	code := fmt.Sprintf(`for p in [%q, %q]:
+	code := `for p in ["/workspace/public", "/workspace/token"]:
     try:
         print(open(p).read())
     except OSError as e:
         print(type(e).__name__)
-`, public, secret)
+`
 	e := newTestExecutor(t)
-	res, _ := execute(t, e, executors.LangPython, code)
+	res, _ := execute(t, e, executors.LangPython, code, func(s *executors.Spec) { s.WorkspaceDir = dir })
 	if res.Stdout != "hello\nPermissionError\n" {
 		t.Errorf("stdout %q stderr %q, want the public file and a PermissionError", res.Stdout, res.Stderr)
 	}

@@ -15,24 +15,6 @@ import (
 	"github.com/sandgate/sandgate/executors/internal/wsfile"
 )
 
-// Isolation names what the executor can enforce on this host.
-type Isolation string
-
-const (
-	// IsolationNamespaces: new PID, mount and network namespaces, a fresh
-	// /proc, the sandbox uid/gid, rlimits, no_new_privs, own process group.
-	// Needs root (CAP_SYS_ADMIN, CAP_SETUID, CAP_SETGID).
-	IsolationNamespaces Isolation = "namespaces"
-	// IsolationProcessGroup is the degraded mode: own process group,
-	// rlimits and no_new_privs only, plus the sandbox uid/gid when the
-	// gateway is root. The code shares the host's network and PID space,
-	// sees the gateway's processes in /proc and, when the gateway is not
-	// root, runs as the gateway's uid: it can then read the gateway's
-	// environment and files. A child that calls setsid can outlive a
-	// timeout. For development only.
-	IsolationProcessGroup Isolation = "process-group"
-)
-
 // Executor runs code as a hardened host subprocess. It is safe for
 // concurrent use.
 type Executor struct {
@@ -41,8 +23,14 @@ type Executor struct {
 	interpreters map[string]string // language → absolute path, resolved by New
 	missing      map[string]error  // language → why its interpreter is unusable
 	unshare      string
+	bwrap        string // bubblewrap, in IsolationUserNS
 	isolation    Isolation
-	dropUID      bool // run as the sandbox uid/gid (gateway is root)
+	noIsolation  error  // why no isolation could be set up (IsolationNone)
+	dropUID      bool   // run as the sandbox uid/gid (gateway is root)
+	sysRoot      string // Config.RootDir resolved, or "/" for the host's system directories
+	rootID       string // the root filesystem's identity (capabilities)
+	runDir       string // the executor's own host directory: stage/, probe/
+	stage        string // mount point of each run's new root (see startInRoot)
 
 	warm     *warmPool   // nil when Config.DisableWarm
 	zygotes  *zygotePool // nil without namespaces, or when disabled
@@ -72,65 +60,41 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 		interpreters: map[string]string{},
 		missing:      map[string]error{},
 	}
+	if err := e.resolveRoot(); err != nil {
+		return nil, fmt.Errorf("subprocess: %w", err)
+	}
 	for lang, name := range cfg.Interpreters {
-		p, err := lookPath(name, cfg.SandboxPATH)
+		p, err := e.lookPath(name, cfg.SandboxPATH)
 		if err != nil {
 			e.missing[lang] = err
 			continue
 		}
 		e.interpreters[lang] = p
 	}
-	if err := checkExecutable(cfg.Shell); err != nil {
+	if err := e.checkExecutable(cfg.Shell); err != nil {
 		return nil, fmt.Errorf("subprocess: init shell: %w", err)
+	}
+	if err := e.makeRunDir(); err != nil {
+		return nil, fmt.Errorf("subprocess: %w", err)
 	}
 	if fds, first := sealInheritedFDs(); first && len(fds) > 0 {
 		e.log.Warn("descriptors the gateway inherited are now close-on-exec, so runs do not inherit them", "fds", fds)
 	}
-	if err := e.chooseIsolation(ctx); err != nil {
-		return nil, fmt.Errorf("subprocess: %w", err)
-	}
+	e.chooseIsolation(ctx)
 	if !cfg.DisableWarm {
 		e.warm = newWarmPool(e)
 		e.nodeBoot.parent = cfg.WarmDir
-		if p, err := lookPath("env", DefaultToolPATH); err == nil {
+		if p, err := e.lookPath("env", DefaultToolPATH); err == nil {
 			e.envTool = p
 		}
 		if e.isolation == IsolationNamespaces && !cfg.DisableZygote {
 			e.zygotes = newZygotePool(e)
 		}
 	}
-	e.log.Info("subprocess executor ready", "isolation", string(e.isolation),
+	e.log.Info("subprocess executor ready", "isolation", string(e.isolation), "root", e.rootID,
 		"sandbox_uid", e.cfg.SandboxUID, "drop_uid", e.dropUID,
 		"warm_max", e.cfg.WarmMax, "warm_disabled", cfg.DisableWarm, "zygotes", e.zygotes != nil)
 	return e, nil
-}
-
-// chooseIsolation tries namespaces when running as root, and falls back to
-// process-group mode unless RequireNamespaces is set.
-func (e *Executor) chooseIsolation(ctx context.Context) error {
-	e.dropUID = os.Geteuid() == 0
-	var nsErr error
-	if e.dropUID {
-		e.unshare, nsErr = lookPath(e.cfg.Unshare, DefaultToolPATH)
-		if nsErr == nil {
-			e.isolation = IsolationNamespaces
-			if nsErr = e.probe(ctx); nsErr == nil {
-				return nil
-			}
-		}
-	} else {
-		nsErr = errors.New("not running as root")
-	}
-	if e.cfg.RequireNamespaces {
-		return fmt.Errorf("namespace isolation required but unavailable: %w", nsErr)
-	}
-	e.log.Warn("namespace isolation unavailable; degrading to process-group isolation",
-		"reason", nsErr.Error())
-	e.isolation = IsolationProcessGroup
-	if err := e.probe(ctx); err != nil {
-		return fmt.Errorf("process-group isolation probe: %w", err)
-	}
-	return nil
 }
 
 // Kind implements executors.Executor.
@@ -143,12 +107,15 @@ func (e *Executor) Isolation() Isolation { return e.isolation }
 // Available implements executors.Executor: nil when every configured
 // interpreter is present. It only stats a few files.
 func (e *Executor) Available(context.Context) error {
+	if e.isolation == IsolationNone {
+		return e.unavailable("no isolation", e.noIsolation)
+	}
 	var errs []error
 	for lang, err := range e.missing {
 		errs = append(errs, fmt.Errorf("%s: %w", lang, err))
 	}
 	for lang, p := range e.interpreters {
-		if err := checkExecutable(p); err != nil {
+		if err := e.checkExecutable(p); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", lang, err))
 		}
 	}
@@ -165,7 +132,7 @@ func (e *Executor) unavailable(reason string, err error) error {
 // interpreter returns the resolved interpreter for lang.
 func (e *Executor) interpreter(lang string) (string, error) {
 	if p, ok := e.interpreters[lang]; ok {
-		if err := checkExecutable(p); err != nil {
+		if err := e.checkExecutable(p); err != nil {
 			return "", e.unavailable("interpreter missing for "+lang, err)
 		}
 		return p, nil
@@ -207,10 +174,9 @@ func (e *Executor) limitsFor(lang string, lim executors.Limits) rlimits {
 }
 
 // env is the code's whole environment: nothing of the gateway's. HOME is
-// the workspace (its host path, masked as /workspace in output), so tools
-// that write under ~ stay inside the session.
-func (e *Executor) env(home string) []string {
-	return []string{"PATH=" + e.cfg.SandboxPATH, "HOME=" + home, "LANG=" + e.cfg.Lang}
+// the workspace, so tools that write under ~ stay inside the session.
+func (e *Executor) env() []string {
+	return []string{"PATH=" + e.cfg.SandboxPATH, "HOME=" + workspaceMount, "LANG=" + e.cfg.Lang}
 }
 
 // Execute implements executors.Executor.
@@ -219,8 +185,8 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 	if err != nil {
 		return executors.Result{}, err
 	}
-	if !spec.Network && e.isolation != IsolationNamespaces && !e.cfg.AllowHostNetwork {
-		return executors.Result{}, e.unavailable("cannot enforce network=false without namespaces", nil)
+	if e.isolation == IsolationNone {
+		return executors.Result{}, e.unavailable("no isolation", e.noIsolation)
 	}
 	id, err := requestID(spec.RequestID)
 	if err != nil {
@@ -252,10 +218,11 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 		argv:   e.interpreterArgs(spec.Language, interp, rel, lim),
 		limits: e.limitsFor(spec.Language, lim),
 		dir:    dir,
-		env:    e.env(dir),
+		env:    e.env(),
 		netns:  !spec.Network,
 		uid:    uid,
 		gid:    gid,
+		root:   e.rootFor(dir),
 	}
 	timeout := spec.Timeout
 	if timeout <= 0 {
@@ -368,7 +335,7 @@ func (e *Executor) run(ctx context.Context, l launch, out *output, timeout time.
 	// hold (process-group mode only).
 	cmd.WaitDelay = e.cfg.KillGrace
 	began := time.Now()
-	p, err := startProc(cmd, e.log)
+	p, err := e.startLaunch(cmd, l)
 	if err != nil {
 		return executors.Result{}, fmt.Errorf("subprocess: start: %w", err)
 	}

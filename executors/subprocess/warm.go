@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
 	"sync"
 	"syscall"
@@ -570,8 +571,8 @@ func (e *Executor) Prewarm(ctx context.Context, spec executors.Spec) error {
 	if err != nil {
 		return err
 	}
-	if !spec.Network && e.isolation != IsolationNamespaces && !e.cfg.AllowHostNetwork {
-		return e.unavailable("cannot enforce network=false without namespaces", nil)
+	if e.isolation == IsolationNone {
+		return e.unavailable("no isolation", e.noIsolation)
 	}
 	uid, gid, err := e.identity(spec)
 	if err != nil {
@@ -584,7 +585,7 @@ func (e *Executor) Prewarm(ctx context.Context, spec executors.Spec) error {
 	defer ws.Close()
 	lim := spec.Limits.Or(e.cfg.Limits)
 	dir := filepath.Clean(spec.WorkspaceDir)
-	l := launch{limits: e.limitsFor(spec.Language, lim), dir: dir, env: e.env(dir),
+	l := launch{limits: e.limitsFor(spec.Language, lim), dir: dir, env: e.env(), root: e.rootFor(dir),
 		netns: !spec.Network, uid: uid, gid: gid}
 	next, err := e.warmSpecFor(spec.Language, interp, ws, l, lim)
 	if err != nil {
@@ -657,7 +658,7 @@ type warmSpec struct {
 // warmSpecFor describes the warm interpreter for runs like l. It stats
 // the interpreter and the workspace; ws is the open workspace.
 func (e *Executor) warmSpecFor(lang, interp string, ws *os.Root, l launch, lim executors.Limits) (*warmSpec, error) {
-	ifi, err := os.Stat(interp)
+	ifi, err := e.statInterp(interp)
 	if err != nil {
 		return nil, err
 	}
@@ -681,7 +682,7 @@ func (e *Executor) spawnWarm(ws *warmSpec, session string) (*warmProc, error) {
 		ready: make(chan struct{}), started: make(chan struct{}), ctlEnd: make(chan struct{}),
 		ctlDone: make(chan struct{})}
 	l := ws.l
-	var preload string
+	var preload, shown string
 	if ws.key.lang == executors.LangJavaScript {
 		var mainDir string
 		var err error
@@ -690,9 +691,16 @@ func (e *Executor) spawnWarm(ws *warmSpec, session string) (*warmProc, error) {
 		}
 		var b [12]byte
 		_, _ = rand.Read(b[:])
-		w.placeholder = filepath.Join(mainDir, hex.EncodeToString(b[:])+".js")
+		name := hex.EncodeToString(b[:]) + ".js"
+		w.placeholder = filepath.Join(mainDir, name)
+		// The run sees the warm directory at preloadMount (rootPlan).
+		root := *l.root
+		root.preload = filepath.Dir(preload)
+		l.root = &root
+		preload = path.Join(preloadMount, filepath.Base(preload))
+		shown = path.Join(preloadMount, filepath.Base(mainDir), name)
 	}
-	argv, ok := e.warmArgs(ws.key.lang, ws.key.interp, ws.lim, preload, w.placeholder)
+	argv, ok := e.warmArgs(ws.key.lang, ws.key.interp, ws.lim, preload, shown)
 	if !ok {
 		return nil, errors.New("language cannot be warmed here")
 	}
@@ -713,7 +721,7 @@ func (e *Executor) spawnWarm(ws *warmSpec, session string) (*warmProc, error) {
 	cmd.WaitDelay = e.cfg.KillGrace
 	cmd.ExtraFiles = make([]*os.File, handoffFD-2) // nil entries are closed in the child
 	cmd.ExtraFiles[handoffFD-3] = child
-	w.proc, err = startProc(cmd, e.log)
+	w.proc, err = e.startLaunch(cmd, l)
 	child.Close()
 	if err != nil {
 		w.ctl.Close()
@@ -745,7 +753,7 @@ func (e *Executor) runWarm(ctx context.Context, w *warmProc, want *warmSpec, rel
 		return fail(false)
 	}
 	if w.placeholder != "" {
-		if err := os.Symlink(filepath.Join(want.key.dir, rel), w.placeholder); err != nil {
+		if err := os.Symlink(path.Join(workspaceMount, rel), w.placeholder); err != nil {
 			return fail(false)
 		}
 		defer os.Remove(w.placeholder)

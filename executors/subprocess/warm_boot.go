@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -259,7 +260,7 @@ func (b *nodeBoot) ensure(checkIDs bool) (preload, mainDir string, err error) {
 	}
 	mainDir = filepath.Join(dir, "main")
 	preload = filepath.Join(dir, "boot.js")
-	quoted, _ := json.Marshal(mainDir)
+	quoted, _ := json.Marshal(path.Join(preloadMount, filepath.Base(mainDir))) // as runs see it
 	err = errors.Join(
 		os.Chmod(dir, 0o711),
 		os.WriteFile(preload, []byte(strings.Replace(nodeBootTemplate, "MAIN_DIR", string(quoted), 1)), 0o644),
@@ -274,6 +275,14 @@ func (b *nodeBoot) ensure(checkIDs bool) (preload, mainDir string, err error) {
 	}
 	b.dir, b.preload, b.mainDir = dir, preload, mainDir
 	return preload, mainDir, nil
+}
+
+// current is the warm directory if it exists, for the run's root to bind
+// (at preloadMount); "" before node first warmed.
+func (b *nodeBoot) current() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.dir
 }
 
 // remove deletes the warm directory (Close).

@@ -69,7 +69,7 @@ const zygoteReadyTimeout = 10 * time.Second
 // closes when it can serve.
 func (e *Executor) startZygote(ws *warmSpec, key warmKey, session string) (*zygote, error) {
 	l := ws.l
-	l.argv = []string{ws.key.interp, "-I", "-u", "-c", zygoteBoot}
+	l.argv = []string{ws.key.interp, "-I", "-u", "-c", e.zygotes.program}
 	l.zygote = true
 	l.limits = zygoteLimits()
 	conn, child, err := socketPair(unix.SOCK_SEQPACKET, "zygote")
@@ -82,7 +82,7 @@ func (e *Executor) startZygote(ws *warmSpec, key warmKey, session string) (*zygo
 	cmd.ExtraFiles[handoffFD-3] = child
 	z := &zygote{key: key, session: session, conn: conn,
 		ready: make(chan struct{}), gone: make(chan struct{})}
-	z.proc, err = startProc(cmd, e.log)
+	z.proc, err = e.startLaunch(cmd, l)
 	child.Close()
 	if err != nil {
 		conn.Close()
@@ -260,7 +260,7 @@ func (z *zygote) send(rel string, l launch) (*zygoteRun, error) {
 	lim := l.limits
 	msg := rel + "\x00" + strconv.Itoa(lim.cpuSeconds) + "\x00" + strconv.Itoa(lim.asKiB*1024) + "\x00" +
 		strconv.Itoa(lim.nofile) + "\x00" + strconv.Itoa(lim.nproc) + "\x00" + strconv.Itoa(lim.fsizeBlocks*512) +
-		"\x00" + strconv.Itoa(l.uid) + "\x00" + strconv.Itoa(l.gid)
+		"\x00" + strconv.Itoa(l.uid) + "\x00" + strconv.Itoa(l.gid) + "\x00" + strconv.FormatInt(l.root.tmpBytes, 10)
 	rights := unix.UnixRights(int(give[0].Fd()), int(give[1].Fd()), int(give[2].Fd()))
 	if _, _, err := z.conn.WriteMsgUnix([]byte(msg), rights, nil); err != nil {
 		r.close()

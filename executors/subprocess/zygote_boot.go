@@ -6,8 +6,8 @@ package subprocess
 // namespace with its own /proc, the run's environment, cwd and stdin), but
 // as root: the zygote itself never runs sandboxed code. It says "R" on
 // descriptor 100 (a SOCK_SEQPACKET socket) and then serves one run per
-// message: "rel\0cpu\0as\0nofile\0nproc\0fsize\0uid\0gid" (rlimits in
-// bytes and seconds) with three descriptors attached, the run's stdout and
+// message: "rel\0cpu\0as\0nofile\0nproc\0fsize\0uid\0gid\0tmp" (rlimits in
+// bytes and seconds, tmp the size of the run's /tmp) with three descriptors attached, the run's stdout and
 // stderr pipes and its control socket. End-of-file on 100 ends the zygote.
 //
 // For each run it forks three levels, because a new PID namespace takes a
@@ -18,7 +18,9 @@ package subprocess
 //     run's namespace is gone, and C holds the control socket until then,
 //     so end-of-file on it tells the gateway that the whole tree is dead.
 //   - P1 is PID 1 of the run: it mounts a fresh /proc (the run sees only
-//     itself and its init, as in a cold run), forks R, reaps orphans and
+//     itself and its init, as in a cold run) and a fresh /tmp (the
+//     zygote's root is the session's minimal root; each run gets its own
+//     empty, size-capped /tmp, as a cold run does), forks R, reaps orphans and
 //     waits for R or for end-of-file on the control socket (the gateway's
 //     timeout or cancel). When R ended, it reports a death by signal on
 //     stderr as the init shell of a cold run does ("Killed"; blocking
@@ -77,7 +79,7 @@ const zygoteBoot = pythonBootStart + `    _z = frozenset(_s.modules)
     _o.dup2(_d[2], 100)
     _o.close(_d[2])
     _e = _m.split(b"\0")
-    if len(_e) != 8 or _lc.unshare(0x20000000 | 0x00020000):
+    if len(_e) != 9 or _lc.unshare(0x20000000 | 0x00020000):
         _o._exit(1)
     _p = _o.fork()
     if _p:
@@ -85,7 +87,7 @@ const zygoteBoot = pythonBootStart + `    _z = frozenset(_s.modules)
         _o.close(_d[1])
         _o.waitpid(_p, 0)
         _o._exit(0)
-    if _lc.mount(b"proc", b"/proc", b"proc", 2 | 4 | 8, None):
+    if _lc.mount(b"proc", b"/proc", b"proc", 2 | 4 | 8, None) or _lc.mount(b"tmpfs", b"/tmp", b"tmpfs", 2 | 4, b"size=" + _e[8] + b",mode=1777"):
         _o._exit(1)
     _p = _o.fork()
     if _p:

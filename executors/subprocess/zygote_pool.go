@@ -18,6 +18,9 @@ type zygotePool struct {
 	e   *Executor
 	max int
 	ttl time.Duration
+	// program is what the zygote's interpreter runs: zygoteBoot; tests
+	// replace it with one that fails.
+	program string
 
 	mu     sync.Mutex
 	closed bool
@@ -43,7 +46,7 @@ const maxZygoteFailures = 3
 const maxZygoteNoStarts = 2
 
 func newZygotePool(e *Executor) *zygotePool {
-	return &zygotePool{e: e, max: e.cfg.WarmMax, ttl: e.cfg.WarmIdleTTL,
+	return &zygotePool{e: e, max: e.cfg.WarmMax, ttl: e.cfg.WarmIdleTTL, program: zygoteBoot,
 		live: map[string]*zygote{}, idle: list.New(), draining: map[*zygote]struct{}{}}
 }
 

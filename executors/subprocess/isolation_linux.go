@@ -1,0 +1,186 @@
+package subprocess
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Isolation names what the executor can enforce on this host.
+type Isolation string
+
+const (
+	// IsolationNamespaces: new PID, mount and network namespaces, the
+	// minimal root (rootfs_linux.go) with a fresh /proc, the sandbox
+	// uid/gid, rlimits, no_new_privs, own process group. Needs root
+	// (CAP_SYS_ADMIN, CAP_SETUID, CAP_SETGID).
+	IsolationNamespaces Isolation = "namespaces"
+	// IsolationUserNS is the same for a gateway that is not root, through
+	// unprivileged user namespaces: bubblewrap (Debian's bubblewrap, not
+	// setuid) builds the same minimal root, PID and network namespaces,
+	// and maps the sandbox uid/gid onto the gateway's own uid. What differs:
+	// every session's runs are the gateway's uid on the host (RLIMIT_NPROC
+	// is shared by all runs, and the per-session uid separation is only
+	// inside the namespace), and there are no zygotes (a zygote forks runs
+	// as another uid, which one mapped uid cannot give).
+	IsolationUserNS Isolation = "userns"
+	// IsolationNone: neither is possible here. The executor exists, so
+	// /readyz and the policy input can say why, but Available fails with
+	// the reason and nothing runs: a host process without namespaces
+	// would see the host's files and network.
+	IsolationNone Isolation = "none"
+)
+
+// chooseIsolation picks namespaces as root and user namespaces otherwise,
+// and checks the choice with a probe through the real launch path. A
+// failed probe leaves the executor unavailable with the reason, never in a
+// weaker mode.
+func (e *Executor) chooseIsolation(ctx context.Context) {
+	e.dropUID = os.Geteuid() == 0
+	var err error
+	if e.dropUID {
+		e.isolation = IsolationNamespaces
+		if e.unshare, err = e.lookPath(e.cfg.Unshare, DefaultToolPATH); err == nil {
+			err = e.probe(ctx)
+		}
+	} else {
+		e.isolation = IsolationUserNS
+		if e.bwrap, err = lookPath("/", e.cfg.Bwrap, DefaultToolPATH); err != nil {
+			err = fmt.Errorf("not root, and bubblewrap (apt install bubblewrap) is needed for user namespaces: %w", err)
+		} else {
+			err = e.probe(ctx)
+		}
+	}
+	if err != nil {
+		e.log.Error("subprocess executor unavailable: no isolation", "tried", string(e.isolation), "err", err)
+		e.isolation, e.noIsolation = IsolationNone, fmt.Errorf("%s isolation: %w", e.isolation, err)
+	}
+}
+
+// resolveRoot settles the system directories runs see: Config.RootDir
+// (with its symlinks resolved once, so a rebuilt export is picked up only
+// by a new executor) or the host's.
+func (e *Executor) resolveRoot() error {
+	e.sysRoot, e.rootID = "/", "host"
+	if e.cfg.RootDir == "" {
+		return nil
+	}
+	dir, err := filepath.EvalSymlinks(e.cfg.RootDir)
+	if err != nil {
+		return fmt.Errorf("root dir: %w", err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "usr")); err != nil || !fi.IsDir() {
+		return fmt.Errorf("root dir %s: no usr directory: not a root filesystem", dir)
+	}
+	e.sysRoot = dir
+	e.rootID = "dir:" + dir
+	if b, err := os.ReadFile(filepath.Join(dir, rootIDFile)); err == nil {
+		e.rootID = strings.TrimSpace(string(b))
+	}
+	return nil
+}
+
+// rootIDFile, when the export has it, holds the root filesystem's identity
+// (the image recipe's hash), shown in the capabilities.
+const rootIDFile = "etc/sandgate-rootfs"
+
+// RootID identifies the root filesystem runs see: "host", or the runtime
+// root's identity.
+func (e *Executor) RootID() string { return e.rootID }
+
+// makeRunDir makes the executor's own directory: stage/, the mount point
+// of every run's new root (each run mounts it in its own namespace, so
+// one directory serves all), and probe/, the probe's workspace.
+func (e *Executor) makeRunDir() error {
+	dir, err := os.MkdirTemp(e.cfg.WarmDir, "sandgate-subprocess-")
+	if err != nil {
+		return fmt.Errorf("run dir: %w", err)
+	}
+	e.runDir, e.stage = dir, filepath.Join(dir, "stage")
+	return errors.Join(os.Chmod(dir, 0o711), os.Mkdir(e.stage, 0o700),
+		os.Mkdir(filepath.Join(dir, "probe"), 0o777), os.Chmod(filepath.Join(dir, "probe"), 0o777))
+}
+
+// rootFor is the minimal root of a run in workspace dir.
+func (e *Executor) rootFor(dir string) *rootPlan {
+	if e.isolation != IsolationNamespaces && e.isolation != IsolationUserNS {
+		return nil
+	}
+	return &rootPlan{sys: e.sysRoot, workspace: dir, preload: e.nodeBoot.current(),
+		tmpBytes: int64(e.cfg.TmpMB) << 20}
+}
+
+// lookPath resolves name in path inside the system root runs see.
+func (e *Executor) lookPath(name, path string) (string, error) {
+	return lookPath(e.sysRoot, name, path)
+}
+
+// checkExecutable checks p (a path inside the system root) as lookPath does.
+func (e *Executor) checkExecutable(p string) error { return checkExecutable(e.sysRoot, p) }
+
+// statInterp stats p inside the system root.
+func (e *Executor) statInterp(p string) (os.FileInfo, error) { return statIn(e.sysRoot, p) }
+
+// bwrapCommand is the user-namespace launch: the init shell sets the
+// rlimits and execs bubblewrap, which builds the plan's root and runs argv
+// as PID 1's child in new user, PID and (unless network) network
+// namespaces. The kill of the process group reaches bwrap and its PID 1,
+// whose death ends the namespace.
+func (e *Executor) bwrapCommand(l launch) *exec.Cmd {
+	args := []string{"-c", execScript, initArg0}
+	args = append(args, l.limits.args()...)
+	args = append(args, e.bwrap, "--unshare-user", "--uid", strconv.Itoa(l.uid), "--gid", strconv.Itoa(l.gid),
+		"--unshare-pid", "--die-with-parent")
+	if l.netns {
+		args = append(args, "--unshare-net")
+	}
+	args = append(args, l.root.bwrapArgs()...)
+	args = append(args, "--")
+	args = append(args, l.argv...)
+	cmd := exec.Command(e.cfg.Shell, args...)
+	cmd.Args[0] = initArg0
+	cmd.Dir = l.dir
+	return cmd
+}
+
+// bwrapArgs describes the same root as build, in bubblewrap's terms.
+func (p rootPlan) bwrapArgs() []string {
+	var args []string
+	expose := func(src, dst string) {
+		fi, err := os.Lstat(src)
+		switch {
+		case err != nil:
+		case fi.Mode()&os.ModeSymlink != 0:
+			if target, err := os.Readlink(src); err == nil {
+				args = append(args, "--symlink", target, dst)
+			}
+		default:
+			args = append(args, "--ro-bind", src, dst)
+		}
+	}
+	for _, name := range sysEntries {
+		if name == "etc" && p.sys == "/" {
+			args = append(args, "--dir", "/etc")
+			for _, n := range hostEtc {
+				expose(filepath.Join("/etc", n), filepath.Join("/etc", n))
+			}
+			continue
+		}
+		expose(filepath.Join(p.sys, name), "/"+name)
+	}
+	args = append(args, "--bind", p.workspace, workspaceMount,
+		"--perms", "1777", "--size", strconv.FormatInt(p.tmpBytes, 10), "--tmpfs", "/tmp",
+		"--dev", "/dev", "--proc", "/proc")
+	if p.preload != "" {
+		args = append(args, "--ro-bind", p.preload, preloadMount)
+	}
+	return append(args, "--chdir", workspaceMount, "--remount-ro", "/")
+}
+
+// preloadMount is where the node preload directory appears in the root.
+const preloadMount = "/run/sandgate"
