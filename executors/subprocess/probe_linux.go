@@ -22,7 +22,9 @@ var errProbe = errors.New("isolation probe failed")
 const probeScript = `echo "==limits"; cat /proc/self/limits
 echo "==status"; cat /proc/self/status
 echo "==netdev"; cat /proc/net/dev
-echo "==init"; cat /proc/1/cmdline; echo`
+echo "==init"; cat /proc/1/cmdline; echo
+echo "==cwd"; pwd
+echo "==home"; if [ -e /home ]; then echo present; else echo absent; fi`
 
 // sections splits the probe's output at its "==name" lines.
 func sections(out string) map[string]string {
@@ -41,9 +43,10 @@ func sections(out string) map[string]string {
 // probe runs a shell script through the real launch path with the default limits
 // and checks, from inside, what the code would get: the rlimits (hard and
 // soft, in the units the kernel reports, which also pins the shell's
-// ulimit units), the uid/gid, no supplementary groups, no_new_privs and,
-// under namespaces, a network namespace with only lo and a /proc whose PID
-// 1 is the init step. It fails closed: any mismatch is an error.
+// ulimit units), the uid/gid, no supplementary groups (as root), no
+// capability, no_new_privs, a network namespace with only lo, a /proc whose
+// PID 1 is the run's init, and the minimal root (cwd /workspace, no
+// /home). It fails closed: any mismatch is an error.
 func (e *Executor) probe(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
@@ -99,18 +102,28 @@ func (e *Executor) checkProbe(out string) error {
 			errs = append(errs, err)
 		}
 	}
-	errs = append(errs, checkStatusField(sec["status"], "NoNewPrivs:", "1"))
+	errs = append(errs, checkStatusField(sec["status"], "NoNewPrivs:", "1"),
+		checkStatusField(sec["status"], "CapEff:", "0000000000000000"))
 	if e.dropUID {
 		errs = append(errs, checkStatusField(sec["status"], "Groups:", ""))
-		uid, gid := strconv.Itoa(e.cfg.SandboxUID), strconv.Itoa(e.cfg.SandboxGID)
-		errs = append(errs, checkStatusField(sec["status"], "Uid:", strings.Repeat(uid+" ", 3)+uid))
-		errs = append(errs, checkStatusField(sec["status"], "Gid:", strings.Repeat(gid+" ", 3)+gid))
 	}
-	if e.isolation == IsolationNamespaces {
-		errs = append(errs, checkOnlyLoopback(sec["netdev"]))
-		if !strings.HasPrefix(sec["init"], initArg0+"\x00") {
-			errs = append(errs, errors.New("/proc is not the run's own: PID 1 is not the init step"))
-		}
+	uid, gid := strconv.Itoa(e.cfg.SandboxUID), strconv.Itoa(e.cfg.SandboxGID)
+	errs = append(errs, checkStatusField(sec["status"], "Uid:", strings.Repeat(uid+" ", 3)+uid),
+		checkStatusField(sec["status"], "Gid:", strings.Repeat(gid+" ", 3)+gid),
+		checkOnlyLoopback(sec["netdev"]))
+	// PID 1 of the run's namespace: the init step, or bubblewrap's.
+	init := initArg0 + "\x00"
+	if e.isolation == IsolationUserNS {
+		init = e.bwrap + "\x00"
+	}
+	if !strings.HasPrefix(sec["init"], init) {
+		errs = append(errs, fmt.Errorf("/proc is not the run's own: PID 1 is %q", strings.ReplaceAll(sec["init"], "\x00", " ")))
+	}
+	if strings.TrimSpace(sec["cwd"]) != workspaceMount {
+		errs = append(errs, fmt.Errorf("cwd %q, want %s: the minimal root is not in place", strings.TrimSpace(sec["cwd"]), workspaceMount))
+	}
+	if strings.TrimSpace(sec["home"]) != "absent" {
+		errs = append(errs, errors.New("/home is visible: the minimal root is not in place"))
 	}
 	return errors.Join(errs...)
 }
