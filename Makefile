@@ -21,7 +21,7 @@ test: deps
 	$(MAKE) --no-print-directory dockerd-start DOCKERD_HOLDER=$$holder && \
 	$(MAKE) --no-print-directory images && \
 	$(MAKE) --no-print-directory policy-check && \
-	SANDGATE_REQUIRE_DOCKER=1 SANDGATE_REQUIRE_BROWSER=1 $(MAKE) --no-print-directory test-go || rc=$$?; \
+	SANDGATE_REQUIRE_DOCKER=1 SANDGATE_REQUIRE_BROWSER=1 SANDGATE_REQUIRE_ROOT=1 $(MAKE) --no-print-directory test-go || rc=$$?; \
 	$(MAKE) --no-print-directory dockerd-stop DOCKERD_HOLDER=$$holder || true; \
 	exit $$rc
 

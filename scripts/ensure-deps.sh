@@ -9,6 +9,8 @@ deps=(
   "node nodejs"               # subprocess executor: javascript
   "bash bash"
   "unshare util-linux"        # subprocess executor: namespaces and /proc
+  "setpriv util-linux"        # the rootless tests drop to an unprivileged user
+  "bwrap bubblewrap"          # subprocess executor when the gateway is not root (user namespaces)
   "dockerd docker.io"         # docker executor and aio pool (engine started by scripts/dockerd.sh)
   "debootstrap debootstrap"   # runtime images are built from a minbase rootfs
   "chromium chromium"         # browser router and the approval page's browser test

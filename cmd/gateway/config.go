@@ -152,6 +152,14 @@ type SubprocessConfig struct {
 	CPUSeconds   int  `yaml:"cpu_seconds"`
 	MaxProcs     int  `yaml:"max_procs"`
 	MaxOutputKiB int  `yaml:"max_output_kib"`
+	// RootDir is the runtime root filesystem that `make images` exports
+	// (/var/lib/sandgate/rootfs/runtime): runs then see the same toolchain
+	// (python3 with the data stack, node, bash, git) as in docker and aio.
+	// Empty: the host's system directories, read-only, so the gateway
+	// runs with no build step.
+	RootDir string `yaml:"root_dir"`
+	// TmpMB caps each run's private /tmp; 0 is the executor's default.
+	TmpMB int `yaml:"tmp_mb"`
 }
 
 // AuthConfig lists bearer tokens. Without any, the gateway generates one per

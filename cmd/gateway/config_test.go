@@ -28,7 +28,8 @@ func TestLoadFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Listen != "127.0.0.1:9090" || c.Mode != "PERMISSIVE" || c.Policy.EvalTimeout != 50*time.Millisecond ||
-		c.Server.WriteTimeout != 5*time.Minute || len(c.Auth.Tokens) != 2 || c.Executors.Subprocess.MaxProcs != 64 || c.Executors.Subprocess.Zygotes {
+		c.Server.WriteTimeout != 5*time.Minute || len(c.Auth.Tokens) != 2 || c.Executors.Subprocess.MaxProcs != 64 || c.Executors.Subprocess.Zygotes ||
+		c.Executors.Subprocess.RootDir != "/var/lib/sandgate/rootfs/runtime" || c.Executors.Subprocess.TmpMB != 32 {
 		t.Fatalf("decoded %+v", c)
 	}
 }

@@ -172,12 +172,18 @@ func (gw *gateway) executors(ctx context.Context, ws *workspace.Workspaces) ([]e
 			Limits: executors.Limits{MemoryMB: sp.MemoryMB, CPUSeconds: sp.CPUSeconds, MaxProcs: sp.MaxProcs,
 				MaxOutputBytes: sp.MaxOutputKiB << 10},
 			WarmMax: sp.WarmMax, DisableWarm: sp.WarmMax <= 0, DisableZygote: !sp.Zygotes,
-			Logger: gw.log,
+			RootDir: sp.RootDir, TmpMB: sp.TmpMB, Logger: gw.log,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("subprocess executor: %w", err)
 		}
-		gw.log.Info("subprocess executor ready", "isolation", e.Isolation())
+		if err := e.Available(ctx); err != nil {
+			// Kept in the list: /readyz and the policy input show why, and
+			// the policy denies what it would have run here.
+			gw.log.Warn("subprocess executor unavailable", "isolation", e.Isolation(), "err", err)
+		} else {
+			gw.log.Info("subprocess executor ready", "isolation", e.Isolation(), "root", e.RootID())
+		}
 		out = append(out, e)
 	}
 	if d := gw.cfg.Executors.Docker; d.Enabled {

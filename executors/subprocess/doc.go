@@ -2,8 +2,19 @@
 //
 // # What a run gets
 //
-// With root (IsolationNamespaces), each run is:
+// As root (IsolationNamespaces), each run is:
 //
+//   - in a minimal root of its own (rootfs_linux.go, bubblewrap's model):
+//     the system directories read-only (from Config.RootDir, the runtime
+//     root filesystem the images build exports, or the host's own with
+//     only the /etc entries a run needs), the session workspace
+//     read-write at /workspace (the cwd and HOME), a private size-capped
+//     /tmp, a minimal /dev, a fresh /proc, and no other host path: no
+//     /home, /root, /var, data directory or gateway source tree. The root
+//     is built on a dedicated OS thread that unshares a mount namespace,
+//     mounts a tmpfs, binds into it and pivots, and the run is forked
+//     from that thread (startInRoot), so it costs mount(2) calls, not an
+//     extra exec;
 //   - PID 1 of a new PID namespace is the init step (a POSIX shell, root,
 //     Pdeathsig=SIGKILL): when it dies, on a timeout, a cancelled request
 //     or the gateway's own death, the kernel kills every process in the
@@ -17,14 +28,20 @@
 //   - RLIMIT_CPU, RLIMIT_AS, RLIMIT_NOFILE, RLIMIT_NPROC, RLIMIT_FSIZE
 //     (and RLIMIT_CORE=0) set before the interpreter starts;
 //   - its own process group, an environment of PATH, HOME and LANG only
-//     (plus PWD, which the init shell exports), cwd = the session
-//     workspace, stdin /dev/null, and no other inherited descriptor: New
-//     sets close-on-exec on any descriptor the gateway itself inherited
-//     without it (os/exec would otherwise pass it to every run).
+//     (plus PWD, which the init shell exports), stdin /dev/null, and no
+//     other inherited descriptor: New sets close-on-exec on any
+//     descriptor the gateway itself inherited without it (os/exec would
+//     otherwise pass it to every run).
 //
-// Without root the executor degrades to IsolationProcessGroup (see there)
-// and says so through Executor.Isolation and a warning log;
-// Config.RequireNamespaces turns that into a construction error.
+// A gateway that is not root (IsolationUserNS) gets the same root, PID and
+// network namespaces, uid/gid (mapped onto its own uid), rlimits and
+// no_new_privs through unprivileged user namespaces: the init shell sets
+// the rlimits and execs Debian's bubblewrap with the same plan
+// (rootPlan.bwrapArgs). Zygotes need root, so Python uses warm
+// interpreters there. Where neither works (no root and no bubblewrap, or
+// user namespaces disabled), the executor is IsolationNone: Available
+// fails with the reason, which /readyz and the policy input show, and
+// nothing runs. There is no weaker mode to fall back to.
 //
 // # Launch chain and its measured cost
 //
@@ -242,12 +259,11 @@
 //
 // # Workspace
 //
-// The code's cwd is the session directory, whose host path is replaced by
-// /workspace in all output. The directory itself (never its contents, never
-// by path) is chowned to the sandbox uid through an O_NOFOLLOW descriptor.
-// Every directory above it must be traversable by the sandbox uid (0711:
-// traversable, not listable), or Execute fails with
-// ErrWorkspaceUnreachable. The program text is written to
+// The code's cwd and HOME are /workspace, the session directory bound into
+// its root; the host path is still replaced by /workspace in all output,
+// as /proc/self/mountinfo can name it. The directory itself (never its
+// contents, never by path) is chowned to the sandbox uid through an
+// O_NOFOLLOW descriptor. The program text is written to
 // .sandgate/run/<request_id>.<ext> and removed after the run; output beyond
 // the response cap goes to .sandgate/outputs/<request_id>.log. The code
 // owns the workspace and may plant symlinks or hard links there, so the
@@ -255,14 +271,13 @@
 //
 // # Known limits
 //
-//   - All runs share one sandbox uid. RLIMIT_NPROC is per uid, so
-//     concurrent runs share the process budget; and code that knows another
-//     session's workspace path could reach it. The workspace root's 0711
-//     mode hides the names, not the directories.
-//   - The code sees the host's filesystem (read-only where permissions
-//     say so) and a host /tmp shared by all runs.
+//   - As root, each session has its own uid (Spec.UID), but RLIMIT_NPROC
+//     is per uid, so concurrent runs of a session share its process
+//     budget. Without root every run is the gateway's uid on the host.
 //   - RLIMIT_AS is not a memory cgroup: it bounds virtual memory per
 //     process, and OOMKilled is never set.
 //   - WebAssembly memories do not fit Node's address-space limit.
+//   - With no runtime root configured, the toolchain is the host's: the
+//     data stack imports only if the host has it.
 //   - Linux only.
 package subprocess
