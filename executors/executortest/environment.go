@@ -82,6 +82,26 @@ plt.savefig("/workspace/plot.png")
 print(pd.__version__, matplotlib.get_backend().lower())
 `
 
+// testWorkspaceUntouched: a run that writes nothing leaves nothing in the
+// workspace. An executor's own files there (the program text, say) would
+// show up in the agent's ls and grep, and only in some executors.
+func (s *suite) testWorkspaceUntouched(t *testing.T, lang string) {
+	r := s.newRun(t, lang, progStdoutStderr.get(t, lang))
+	if res := r.do(t.Context()); res.ExitCode != 0 {
+		t.Fatalf("exit %d stderr %q", res.ExitCode, res.Stderr)
+	}
+	var left []string
+	_ = filepath.WalkDir(r.ws, func(p string, d os.DirEntry, err error) error {
+		if err == nil && p != r.ws {
+			left = append(left, strings.TrimPrefix(p, r.ws))
+		}
+		return nil
+	})
+	if len(left) > 0 {
+		t.Errorf("the run left %v in the workspace", left)
+	}
+}
+
 func (s *suite) testAbsoluteWorkspacePaths(t *testing.T, lang string) {
 	r := s.newRun(t, lang, progAbsWorkspace.get(t, lang))
 	if err := os.WriteFile(filepath.Join(r.ws, "from-api.txt"), []byte("from-api"), 0o644); err != nil {

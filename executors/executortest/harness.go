@@ -87,6 +87,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("WorkingDirectory", s.forEachLang(s.testWorkingDirectory))
 	t.Run("HostPathMasked", s.forEachLang(s.testHostPathMasked))
 	t.Run("BinaryAndUnicode", s.forEachLang(s.testBinaryAndUnicode))
+	t.Run("WorkspaceUntouched", s.forEachLang(s.testWorkspaceUntouched))
 	t.Run("AbsoluteWorkspacePaths", s.forEachLang(s.testAbsoluteWorkspacePaths))
 	t.Run("HostFilesInvisible", s.forEachLang(s.testHostFilesInvisible))
 	t.Run("NoNetwork", s.forEachLang(s.testNoNetwork))

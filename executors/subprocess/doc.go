@@ -263,9 +263,11 @@
 // its root; the host path is still replaced by /workspace in all output,
 // as /proc/self/mountinfo can name it. The directory itself (never its
 // contents, never by path) is chowned to the sandbox uid through an
-// O_NOFOLLOW descriptor. The program text is written to
-// .sandgate/run/<request_id>.<ext> and removed after the run; output beyond
-// the response cap goes to .sandgate/outputs/<request_id>.log. The code
+// O_NOFOLLOW descriptor. The program text is written outside the
+// workspace, to a per-workspace directory of the executor's that the run
+// sees read-only as /run/sandgate/code/<request_id>.<ext> (so an agent's
+// ls or grep of /workspace never finds it), and removed after the run;
+// output beyond the response cap goes to .sandgate/outputs/<request_id>.log. The code
 // owns the workspace and may plant symlinks or hard links there, so the
 // gateway touches it only through an os.Root and creates files with O_EXCL.
 //

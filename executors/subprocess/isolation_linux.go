@@ -2,10 +2,13 @@ package subprocess
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -102,8 +105,44 @@ func (e *Executor) makeRunDir() error {
 		return fmt.Errorf("run dir: %w", err)
 	}
 	e.runDir, e.stage = dir, filepath.Join(dir, "stage")
-	return errors.Join(os.Chmod(dir, 0o711), os.Mkdir(e.stage, 0o700),
+	return errors.Join(os.Chmod(dir, 0o711), os.Mkdir(e.stage, 0o700), os.Mkdir(filepath.Join(dir, "code"), 0o711),
 		os.Mkdir(filepath.Join(dir, "probe"), 0o777), os.Chmod(filepath.Join(dir, "probe"), 0o777))
+}
+
+// codeDir is the host directory holding the program files of runs in
+// workspace dir (one per workspace, so a warm interpreter or zygote started
+// for the workspace sees the files written after it started). It lives in
+// the executor's run directory, which Close removes.
+func (e *Executor) codeDir(dir string) string {
+	sum := sha256.Sum256([]byte(dir))
+	return filepath.Join(e.runDir, "code", hex.EncodeToString(sum[:8]))
+}
+
+// writeCodeFile stores the program text for one run: the host path (for
+// the caller to remove after the run) and the path the run sees. The
+// directory is the gateway's (0755, root-owned as root): a run can read
+// but not change it.
+func (e *Executor) writeCodeFile(dir, id, lang, code string) (host, shown string, err error) {
+	cd := e.codeDir(dir)
+	if err := os.MkdirAll(cd, 0o755); err != nil {
+		return "", "", fmt.Errorf("code dir: %w", err)
+	}
+	name := codePath(id, lang)
+	host = filepath.Join(cd, name)
+	f, err := os.OpenFile(host, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return "", "", fmt.Errorf("write code file: %w", err)
+	}
+	if _, err := f.WriteString(code); err != nil {
+		f.Close()
+		os.Remove(host)
+		return "", "", fmt.Errorf("write code file: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(host)
+		return "", "", fmt.Errorf("write code file: %w", err)
+	}
+	return host, path.Join(codeMount, name), nil
 }
 
 // rootFor is the minimal root of a run in workspace dir.
@@ -111,7 +150,9 @@ func (e *Executor) rootFor(dir string) *rootPlan {
 	if e.isolation != IsolationNamespaces && e.isolation != IsolationUserNS {
 		return nil
 	}
-	return &rootPlan{sys: e.sysRoot, workspace: dir, preload: e.nodeBoot.current(),
+	code := e.codeDir(dir)
+	_ = os.MkdirAll(code, 0o755) // a failure fails the run's bind: closed
+	return &rootPlan{sys: e.sysRoot, workspace: dir, code: code, preload: e.nodeBoot.current(),
 		tmpBytes: int64(e.cfg.TmpMB) << 20}
 }
 
@@ -176,11 +217,17 @@ func (p rootPlan) bwrapArgs() []string {
 	args = append(args, "--bind", p.workspace, workspaceMount,
 		"--perms", "1777", "--size", strconv.FormatInt(p.tmpBytes, 10), "--tmpfs", "/tmp",
 		"--dev", "/dev", "--proc", "/proc")
+	if p.code != "" {
+		args = append(args, "--ro-bind", p.code, codeMount)
+	}
 	if p.preload != "" {
 		args = append(args, "--ro-bind", p.preload, preloadMount)
 	}
 	return append(args, "--chdir", workspaceMount, "--remount-ro", "/")
 }
 
-// preloadMount is where the node preload directory appears in the root.
-const preloadMount = "/run/sandgate"
+// Where the executor's own files appear in a run's root.
+const (
+	codeMount    = "/run/sandgate/code" // program files
+	preloadMount = "/run/sandgate/node" // the node preload
+)

@@ -26,7 +26,10 @@ import (
 //	                             std* links, a small /dev/shm
 //	/proc                        empty: the run mounts its own (fresh PID
 //	                             namespace) in the launch chain
-//	/run/sandgate                the node preload directory, read-only
+//	/run/sandgate/code           the program files of the workspace's runs,
+//	                             read-only (kept out of /workspace, where
+//	                             an agent's ls or grep would find them)
+//	/run/sandgate/node           the node preload directory, read-only
 //	/                            the tmpfs itself, remounted read-only
 //
 // No /home, /root, /var, /srv, /mnt, /opt, data directory or host /tmp.
@@ -35,7 +38,8 @@ import (
 type rootPlan struct {
 	sys       string // directory whose system directories are exposed ("/" for the host's)
 	workspace string // host path, bound read-write at /workspace
-	preload   string // host directory bound read-only at /run/sandgate; "" for none
+	code      string // host directory of the program files, bound read-only at codeMount
+	preload   string // host directory bound read-only at preloadMount; "" for none
 	tmpBytes  int64
 }
 
@@ -170,14 +174,19 @@ func (p rootPlan) mountTmp(stage string) error {
 }
 
 func (p rootPlan) bindPreload(stage string) error {
-	if p.preload == "" {
-		return nil
+	for _, m := range []struct{ src, dst string }{{p.code, codeMount}, {p.preload, preloadMount}} {
+		if m.src == "" {
+			continue
+		}
+		dst := filepath.Join(stage, m.dst)
+		if err := os.MkdirAll(dst, 0o755); err != nil {
+			return rootErr("mkdir "+dst, err)
+		}
+		if err := bindReadOnly(m.src, dst); err != nil {
+			return err
+		}
 	}
-	dst := filepath.Join(stage, "run", "sandgate")
-	if err := os.MkdirAll(dst, 0o755); err != nil {
-		return rootErr("mkdir "+dst, err)
-	}
-	return bindReadOnly(p.preload, dst)
+	return nil
 }
 
 func mkProc(stage string) error {

@@ -202,18 +202,18 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 	}
 	defer ws.Close()
 
-	rel := codePath(id, spec.Language)
-	if err := writeCode(ws, rel, spec.Code); err != nil {
+	dir := filepath.Clean(spec.WorkspaceDir)
+	codeHost, rel, err := e.writeCodeFile(dir, id, spec.Language, spec.Code)
+	if err != nil {
 		return executors.Result{}, fmt.Errorf("subprocess: %w", err)
 	}
 	defer func() {
-		if err := ws.Remove(rel); err != nil && !errors.Is(err, os.ErrNotExist) {
-			e.log.Warn("remove code file", "request_id", id, "error", err.Error())
+		if err := os.Remove(codeHost); err != nil && !errors.Is(err, os.ErrNotExist) {
+			e.log.Warn("remove code file", "request_id", id, "err", err)
 		}
 	}()
 
 	lim := spec.Limits.Or(e.cfg.Limits)
-	dir := filepath.Clean(spec.WorkspaceDir)
 	l := launch{
 		argv:   e.interpreterArgs(spec.Language, interp, rel, lim),
 		limits: e.limitsFor(spec.Language, lim),

@@ -753,7 +753,7 @@ func (e *Executor) runWarm(ctx context.Context, w *warmProc, want *warmSpec, rel
 		return fail(false)
 	}
 	if w.placeholder != "" {
-		if err := os.Symlink(path.Join(workspaceMount, rel), w.placeholder); err != nil {
+		if err := os.Symlink(rel, w.placeholder); err != nil {
 			return fail(false)
 		}
 		defer os.Remove(w.placeholder)

@@ -69,7 +69,7 @@ try:
 // the context manager the program runs in. It is indented for the body of
 // pythonBootStart's try statement.
 const pythonMainSetup = `    _c = _o.getcwd()
-    _n = _c + _r if _c.endswith("/") else _c + "/" + _r
+    _n = _r if _r.startswith("/") else _c + _r if _c.endswith("/") else _c + "/" + _r
     _g = globals()
     _s.argv[0] = _r
     if hasattr(_s, "orig_argv"):

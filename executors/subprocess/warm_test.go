@@ -80,8 +80,8 @@ func mustExecute(t *testing.T, e *Executor, spec executors.Spec) executors.Resul
 func TestWarmServesNextRun(t *testing.T) {
 	e := newWarmExecutor(t)
 	for _, tc := range []struct{ lang, code, want string }{
-		{executors.LangPython, "import sys\nprint('ok', sys.argv[0].startswith('.sandgate/run/'))\n", "ok True\n"},
-		{executors.LangBash, "echo ok \"${0%/*}\"\n", "ok .sandgate/run\n"},
+		{executors.LangPython, "import sys\nprint('ok', sys.argv[0].startswith('/run/sandgate/code/'))\n", "ok True\n"},
+		{executors.LangBash, "echo ok \"${0%/*}\"\n", "ok /run/sandgate/code\n"},
 		{executors.LangJavaScript, "console.log('ok', require.main === module)\n", "ok true\n"},
 	} {
 		t.Run(tc.lang, func(t *testing.T) {

@@ -2,11 +2,8 @@ package subprocess
 
 import (
 	"errors"
-	"fmt"
 	"github.com/sandgate/sandgate/executors/internal/wsfile"
-	"io"
 	"os"
-	"path"
 	"path/filepath"
 	"regexp"
 )
@@ -20,7 +17,6 @@ const (
 	workspaceMount = "/workspace"
 	stateDir       = ".sandgate"
 	outputsDir     = stateDir + "/outputs"
-	runDir         = stateDir + "/run"
 )
 
 var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
@@ -36,33 +32,17 @@ func requestID(id string) (string, error) { return wsfile.RequestID(id, ErrInval
 // as the code sees it.
 func spillPaths(id string) (rel, shown string) { return wsfile.SpillPaths(id) }
 
-// codePath is where the program text goes for one run, relative to the
-// workspace (which is the code's cwd, so tracebacks show this relative
-// path, not a host path). It is removed after the run.
+// codePath is the name of the program file of one run (see
+// Executor.writeCodeFile: it lives outside the workspace, at codeMount).
 func codePath(id, lang string) string {
 	ext := map[string]string{"python": ".py", "bash": ".sh", "javascript": ".js"}[lang]
-	return path.Join(runDir, id+ext)
+	return id + ext
 }
 
 // createExclusive creates name under root without ever opening an existing
 // entry (see wsfile.CreateExclusive).
 func createExclusive(root *os.Root, name string) (*os.File, error) {
 	return wsfile.CreateExclusive(root, name)
-}
-
-// writeCode stores the program text in the workspace for the interpreter.
-// Passing it as a file (not through a shell or argv) keeps it free of any
-// quoting and of the 128 KiB limit on one argv string.
-func writeCode(root *os.Root, name, code string) error {
-	f, err := createExclusive(root, name)
-	if err != nil {
-		return fmt.Errorf("write code file: %w", err)
-	}
-	if _, err := io.WriteString(f, code); err != nil {
-		f.Close()
-		return fmt.Errorf("write code file: %w", err)
-	}
-	return f.Close()
 }
 
 // hostAliases returns the spellings of the host workspace path that can
