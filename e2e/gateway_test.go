@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -63,7 +64,11 @@ func gatewayBinary(t *testing.T) string {
 			return
 		}
 		build.bin = filepath.Join(build.dir, "gateway")
-		cmd := exec.Command("go", "build", "-o", build.bin, "./cmd/gateway")
+		args := []string{"build", "-o", build.bin}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		cmd := exec.Command("go", append(args, "./cmd/gateway")...)
 		cmd.Dir = ".."
 		if out, err := cmd.CombinedOutput(); err != nil {
 			build.err = fmt.Errorf("go build ./cmd/gateway: %w\n%s", err, out)
@@ -120,7 +125,13 @@ func startGateway(t *testing.T, mode string) *gatewayProc {
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() { stopGateway(t, cmd, exited) })
+	t.Cleanup(func() {
+		stopGateway(t, cmd, exited)
+		b, _ := os.ReadFile(g.logPath)
+		if i := bytes.Index(b, []byte("WARNING: DATA RACE")); i >= 0 {
+			t.Errorf("the %s gateway reported a data race:\n%.6000s", mode, b[i:])
+		}
+	})
 	if g.base, err = readBanner(stdout, exited); err != nil {
 		t.Fatalf("%s gateway: %v\n%s", mode, err, g.logTail())
 	}
