@@ -7,12 +7,12 @@ SCHEMA_DIR := policy/schemas
 OPA        := $(GO) tool opa
 COVERAGE   := 90
 
-.PHONY: test deps test-go policy-check lint bench bench-gateway build images dockerd-start dockerd-stop
+.PHONY: test deps npm-deps test-go policy-check lint bench bench-gateway build images dockerd-start dockerd-stop
 
 ## test: the full suite: system dependencies, a Docker engine (started only
 ## if none answers), the runtime images, policy checks, then every Go test
-## with -race, SANDGATE_REQUIRE_DOCKER=1 and SANDGATE_REQUIRE_BROWSER=1 (Docker
-## and Chromium tests fail rather than
+## with -race and SANDGATE_REQUIRE_{DOCKER,BROWSER,ROOT,NPM_CLIENTS}=1
+## (tests needing Docker, Chromium, root or the npm clients fail rather than
 ## skip). The engine this run started is stopped afterwards whatever the
 ## tests did, and test-go's exit status is kept. The recipe shell's pid is
 ## the engine lease's holder (scripts/dockerd.sh).
@@ -21,7 +21,8 @@ test: deps
 	$(MAKE) --no-print-directory dockerd-start DOCKERD_HOLDER=$$holder && \
 	$(MAKE) --no-print-directory images && \
 	$(MAKE) --no-print-directory policy-check && \
-	SANDGATE_REQUIRE_DOCKER=1 SANDGATE_REQUIRE_BROWSER=1 SANDGATE_REQUIRE_ROOT=1 $(MAKE) --no-print-directory test-go || rc=$$?; \
+	SANDGATE_REQUIRE_DOCKER=1 SANDGATE_REQUIRE_BROWSER=1 SANDGATE_REQUIRE_ROOT=1 SANDGATE_REQUIRE_NPM_CLIENTS=1 \
+		$(MAKE) --no-print-directory test-go || rc=$$?; \
 	$(MAKE) --no-print-directory dockerd-stop DOCKERD_HOLDER=$$holder || true; \
 	exit $$rc
 
@@ -39,9 +40,26 @@ dockerd-stop:
 images:
 	./scripts/images.sh
 
-## deps: install the system tools the tests need (Debian apt), if missing.
+## deps: install the system tools the tests need (Debian apt), if missing,
+## then the npm clients.
 deps:
 	./scripts/ensure-deps.sh
+	@$(MAKE) --no-print-directory npm-deps
+
+## npm-deps: the npm packages the end-to-end tests drive as real peers
+## (e2e/*/), exactly as their committed lockfiles pin them: `npm ci` from
+## the npm registry, no install scripts. A directory whose node_modules was
+## installed from the same package.json and lockfile is left alone.
+NPM_CLIENTS := e2e/deepagents
+
+npm-deps:
+	@for d in $(NPM_CLIENTS); do \
+		sum=$$(cat $$d/package.json $$d/package-lock.json | sha256sum | cut -d' ' -f1); \
+		stamp=$$d/node_modules/.sandgate-installed; \
+		[ "$$(cat $$stamp 2>/dev/null)" = "$$sum" ] && continue; \
+		echo "npm ci in $$d"; \
+		(cd $$d && npm ci --ignore-scripts --no-audit --no-fund) && echo $$sum > $$stamp || exit 1; \
+	done
 
 test-go:
 	$(GO) test -race -count=1 -timeout 30m ./...

@@ -6,7 +6,8 @@ set -euo pipefail
 
 deps=(
   "python3 python3-minimal"   # subprocess executor: python
-  "node nodejs"               # subprocess executor: javascript
+  "node nodejs"               # subprocess executor: javascript; e2e npm clients
+  "npm npm"                   # e2e npm clients (make npm-deps), when nodejs lacks it
   "bash bash"
   "unshare util-linux"        # subprocess executor: namespaces and /proc
   "setpriv util-linux"        # the rootless tests drop to an unprivileged user
