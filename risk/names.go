@@ -64,6 +64,11 @@ func classifyWritePath(lang, path string) string {
 	case path == "/dev/null" || path == "/dev/stdout" || path == "/dev/stderr" || strings.HasPrefix(path, "/dev/fd/"):
 		return ""
 	}
+	// /workspace is the working directory in every executor (DESIGN.md
+	// §6): a path under it, with no "..", stays inside.
+	if (path == "/workspace" || strings.HasPrefix(path, "/workspace/")) && !escapesCwd(path) {
+		return ""
+	}
 	abs := strings.HasPrefix(path, "/") || strings.HasPrefix(path, "~") || strings.HasPrefix(path, "$home") ||
 		strings.HasPrefix(path, "${home}") || strings.HasPrefix(path, `\\`) || len(path) > 2 && path[1] == ':'
 	if !abs && !escapesCwd(path) {
