@@ -12,7 +12,7 @@ import (
 )
 
 // requireRoot skips tests of properties only namespace isolation gives.
-func requireRoot(t *testing.T) {
+func requireRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		if os.Getenv("SANDGATE_REQUIRE_ROOT") == "1" {
