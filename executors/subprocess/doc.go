@@ -10,11 +10,16 @@
 //     only the /etc entries a run needs), the session workspace
 //     read-write at /workspace (the cwd and HOME), a private size-capped
 //     /tmp, a minimal /dev, a fresh /proc, and no other host path: no
-//     /home, /root, /var, data directory or gateway source tree. The root
-//     is built on a dedicated OS thread that unshares a mount namespace,
-//     mounts a tmpfs, binds into it and pivots, and the run is forked
-//     from that thread (startInRoot), so it costs mount(2) calls, not an
-//     extra exec;
+//     /home, /root, /var, data directory or gateway source tree. The
+//     system part is built once per executor as a base mount namespace
+//     (a tmpfs root, the binds, pivot_root, the old root detached); each
+//     run is forked from a thread of its own that enters a private copy
+//     of it and attaches the run's workspace, /tmp and program
+//     directory (startInRoot). That costs a setns, an unshare and a few
+//     mounts, no extra exec, and measured less than starting in the
+//     host's root, whose larger mount table each new namespace copies
+//     (BenchmarkRootCost: 0.94×, 3.8 ms against 4.1 ms for the launch
+//     chain running true, 200 launches alternating, load average ~30);
 //   - PID 1 of a new PID namespace is the init step (a POSIX shell, root,
 //     Pdeathsig=SIGKILL): when it dies, on a timeout, a cancelled request
 //     or the gateway's own death, the kernel kills every process in the

@@ -127,6 +127,9 @@ func (e *Executor) writeCodeFile(dir, id, lang, code string) (host, shown string
 	if err := os.MkdirAll(cd, 0o755); err != nil {
 		return "", "", fmt.Errorf("code dir: %w", err)
 	}
+	if err := os.Chmod(cd, 0o755); err != nil { // whatever the gateway's umask: runs read it
+		return "", "", fmt.Errorf("code dir: %w", err)
+	}
 	name := codePath(id, lang)
 	host = filepath.Join(cd, name)
 	f, err := os.OpenFile(host, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)

@@ -36,7 +36,11 @@ type proc struct {
 func (e *Executor) startLaunch(cmd *exec.Cmd, l launch) (*proc, error) {
 	p := &proc{cmd: cmd, exited: make(chan struct{}), done: make(chan struct{})}
 	if l.root != nil && e.isolation == IsolationNamespaces {
-		release, err := startInRoot(cmd, *l.root, e.stage)
+		base, err := e.base.get(e.sysRoot, e.stage)
+		if err != nil {
+			return nil, err
+		}
+		release, err := startInRoot(cmd, *l.root, base)
 		if err != nil {
 			return nil, err
 		}

@@ -34,7 +34,8 @@ import (
 //
 // No /home, /root, /var, /srv, /mnt, /opt, data directory or host /tmp.
 
-// rootPlan says what one run's root holds.
+// rootPlan says what one run's root holds. sys is the base's (one per
+// executor); the rest is the run's.
 type rootPlan struct {
 	sys       string // directory whose system directories are exposed ("/" for the host's)
 	workspace string // host path, bound read-write at /workspace
@@ -75,12 +76,16 @@ const (
 // errRootBuild wraps every failure of build; the run then fails closed.
 var errRootBuild = errors.New("minimal root")
 
-// build turns the calling thread's (already private) mount namespace into
-// the run's root, using stage, an existing empty host directory, as the
-// mount point of the new root. It must run on a locked thread after
-// unshare(CLONE_NEWNS|CLONE_FS); on return the thread's root and cwd are
-// the new root's /workspace.
-func (p rootPlan) build(stage string) error {
+// buildBase turns the calling thread's (already private) mount namespace
+// into the part of every run's root that does not depend on the run: the
+// system directories, /dev, and empty mount points for /workspace, /tmp,
+// /proc and the executor's directories, using stage, an existing empty
+// host directory, as the new root's mount point. It must run on a locked
+// thread after unshare(CLONE_NEWNS|CLONE_FS). The namespace is then kept
+// (baseNS) and each run copies it (enterRun), so a run pays a copy of a
+// small namespace and a few mounts, not the host's namespace, the system
+// binds and the detach of the old root.
+func (p rootPlan) buildBase(stage string) error {
 	// Nothing mounted from here on may propagate back to the host.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
 		return rootErr("make / a slave", err)
@@ -88,13 +93,88 @@ func (p rootPlan) build(stage string) error {
 	if err := mountTmpfs(stage, rootBaseBytes, "755", 0); err != nil {
 		return err
 	}
-	steps := []func(string) error{p.bindSystem, p.bindWorkspace, p.mountTmp, buildDev, p.bindPreload, mkProc}
-	for _, step := range steps {
+	for _, step := range []func(string) error{p.bindSystem, buildDev, mkMountPoints} {
 		if err := step(stage); err != nil {
 			return err
 		}
 	}
-	return enterRoot(stage)
+	if err := enterRoot(stage); err != nil {
+		return err
+	}
+	// Private, so that what a run mounts in its copy never propagates to
+	// the base or to another run's copy.
+	return rootErr("make / private", unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""))
+}
+
+// runTrees are the run's own directories as detached mounts
+// (open_tree(2) clones), taken while the thread still sees the host: after
+// setns into the base namespace no host path resolves, but a detached
+// mount can be attached there (move_mount(2)).
+type runTrees struct {
+	fds  []int
+	dsts []string
+}
+
+// cloneTrees clones the workspace (read-write) and the executor's
+// directories (read-only), all nosuid and nodev. The last component is
+// never followed if it is a symlink.
+func (p rootPlan) cloneTrees() (*runTrees, error) {
+	t := &runTrees{}
+	for _, m := range []struct {
+		src, dst string
+		ro       bool
+	}{{p.workspace, workspaceMount, false}, {p.code, codeMount, true}, {p.preload, preloadMount, true}} {
+		if m.src == "" {
+			continue
+		}
+		fd, err := unix.OpenTree(unix.AT_FDCWD, m.src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_SYMLINK_NOFOLLOW)
+		if err != nil {
+			t.close()
+			return nil, rootErr("clone "+m.src, err)
+		}
+		t.fds, t.dsts = append(t.fds, fd), append(t.dsts, m.dst)
+		attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+		if m.ro {
+			attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+		}
+		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, attr); err != nil {
+			t.close()
+			return nil, rootErr("set attributes of "+m.src, err)
+		}
+	}
+	return t, nil
+}
+
+func (t *runTrees) close() {
+	for _, fd := range t.fds {
+		unix.Close(fd)
+	}
+	t.fds = nil
+}
+
+// enterRun finishes a run's root in the calling thread's private copy of
+// the base namespace: the run's trees attached, a fresh /tmp, and the cwd
+// /workspace.
+func (p rootPlan) enterRun(t *runTrees) error {
+	for i, fd := range t.fds {
+		if err := unix.MoveMount(fd, "", unix.AT_FDCWD, t.dsts[i], unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return rootErr("attach "+t.dsts[i], err)
+		}
+	}
+	if err := mountTmpfs("/tmp", p.tmpBytes, "1777", 0); err != nil {
+		return err
+	}
+	return rootErr("chdir /workspace", unix.Chdir(workspaceMount))
+}
+
+// mkMountPoints makes the directories a run mounts over.
+func mkMountPoints(stage string) error {
+	for _, d := range []string{"workspace", "tmp", codeMount, preloadMount} {
+		if err := os.MkdirAll(filepath.Join(stage, d), 0o755); err != nil {
+			return rootErr("mkdir "+d, err)
+		}
+	}
+	return rootErr("mkdir proc", os.Mkdir(filepath.Join(stage, "proc"), 0o555))
 }
 
 func (p rootPlan) bindSystem(stage string) error {
@@ -153,46 +233,6 @@ func bindHostEtc(stage string) error {
 	return nil
 }
 
-func (p rootPlan) bindWorkspace(stage string) error {
-	dst := filepath.Join(stage, "workspace")
-	if err := os.Mkdir(dst, 0o755); err != nil {
-		return rootErr("mkdir "+dst, err)
-	}
-	if err := unix.Mount(p.workspace, dst, "", unix.MS_BIND, ""); err != nil {
-		return rootErr("bind workspace", err)
-	}
-	return rootErr("remount workspace", unix.Mount("", dst, "",
-		unix.MS_BIND|unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, ""))
-}
-
-func (p rootPlan) mountTmp(stage string) error {
-	dst := filepath.Join(stage, "tmp")
-	if err := os.Mkdir(dst, 0o755); err != nil {
-		return rootErr("mkdir "+dst, err)
-	}
-	return mountTmpfs(dst, p.tmpBytes, "1777", 0)
-}
-
-func (p rootPlan) bindPreload(stage string) error {
-	for _, m := range []struct{ src, dst string }{{p.code, codeMount}, {p.preload, preloadMount}} {
-		if m.src == "" {
-			continue
-		}
-		dst := filepath.Join(stage, m.dst)
-		if err := os.MkdirAll(dst, 0o755); err != nil {
-			return rootErr("mkdir "+dst, err)
-		}
-		if err := bindReadOnly(m.src, dst); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func mkProc(stage string) error {
-	return rootErr("mkdir proc", os.Mkdir(filepath.Join(stage, "proc"), 0o555))
-}
-
 func buildDev(stage string) error {
 	dev := filepath.Join(stage, "dev")
 	if err := os.Mkdir(dev, 0o755); err != nil {
@@ -237,7 +277,7 @@ func exposeDevNode(src, dst string) error {
 }
 
 // enterRoot pivots into stage, detaches the old root so no host path is
-// reachable, makes the root itself read-only and moves to /workspace.
+// reachable and makes the root itself read-only.
 func enterRoot(stage string) error {
 	old := filepath.Join(stage, ".old")
 	if err := os.Mkdir(old, 0o700); err != nil {
@@ -255,10 +295,8 @@ func enterRoot(stage string) error {
 	if err := os.Remove("/.old"); err != nil {
 		return rootErr("remove old root", err)
 	}
-	if err := unix.Mount("", "/", "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
-		return rootErr("remount / read-only", err)
-	}
-	return rootErr("chdir /workspace", unix.Chdir("/workspace"))
+	return rootErr("remount / read-only", unix.Mount("", "/", "",
+		unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""))
 }
 
 func bindReadOnly(src, dst string) error {

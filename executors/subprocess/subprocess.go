@@ -30,7 +30,8 @@ type Executor struct {
 	sysRoot      string // Config.RootDir resolved, or "/" for the host's system directories
 	rootID       string // the root filesystem's identity (capabilities)
 	runDir       string // the executor's own host directory: stage/, probe/
-	stage        string // mount point of each run's new root (see startInRoot)
+	stage        string // mount point of the base root while it is built
+	base         baseNS // every run's root starts as a copy of it
 
 	warm     *warmPool   // nil when Config.DisableWarm
 	zygotes  *zygotePool // nil without namespaces, or when disabled

@@ -619,18 +619,23 @@ func (e *Executor) ReleaseSession(ctx context.Context, sessionID string) error {
 // starts no more, waits until they are gone (or ctx is done) and removes
 // the warm directory. Execute keeps working afterwards, cold.
 func (e *Executor) Close(ctx context.Context) error {
-	var zerr error
+	var err error
 	if e.zygotes != nil {
-		zerr = e.zygotes.close(ctx)
+		err = e.zygotes.close(ctx)
 	}
-	if e.warm == nil {
-		return zerr
-	}
-	err := errors.Join(zerr, e.warm.close(ctx))
-	if e.warm.activeRuns() == 0 {
-		// A run in its hand-off may still need its placeholder; the
-		// directory is tiny and left behind then.
+	if e.warm != nil {
+		err = errors.Join(err, e.warm.close(ctx))
+		if e.warm.activeRuns() > 0 {
+			// A run in its hand-off may still need its placeholder, its
+			// program file and the base root; they are tiny and left
+			// behind then.
+			return err
+		}
 		e.nodeBoot.remove()
+	}
+	e.base.close()
+	if e.runDir != "" {
+		err = errors.Join(err, os.RemoveAll(e.runDir))
 	}
 	return err
 }
