@@ -1,7 +1,8 @@
 #!/bin/sh
-# Runs on the host after debootstrap with the root filesystem as $1: drops
-# what a sandbox never needs (documentation, apt's caches and lists, locales
-# beyond C.UTF-8). The root filesystem is read-only at run time.
+# Runs on the host as the last step before the import, with the root
+# filesystem as $1: drops what a sandbox never needs (documentation, apt's
+# caches and lists, locales beyond C.UTF-8) from what this recipe added to
+# the runtime image. The root filesystem is read-only at run time.
 set -eu
 root=$1
 rm -rf "$root"/usr/share/doc/* "$root"/usr/share/man/* "$root"/usr/share/info/* \
