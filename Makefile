@@ -9,19 +9,28 @@ COVERAGE   := 90
 
 .PHONY: test deps npm-deps test-go policy-check lint bench bench-gateway build images dockerd-start dockerd-stop
 
+# The runtime root filesystem `make images` exports (scripts/images.sh):
+# the subprocess executor's root in the tests, as in a gateway configured
+# with executors.subprocess.root_dir.
+SANDGATE_ROOTFS_DIR ?= /var/lib/sandgate/rootfs
+export SANDGATE_ROOTFS_DIR
+
 ## test: the full suite: system dependencies, a Docker engine (started only
-## if none answers), the runtime images, policy checks, then every Go test
-## with -race and SANDGATE_REQUIRE_{DOCKER,BROWSER,ROOT,NPM_CLIENTS}=1
-## (tests needing Docker, Chromium, root or the npm clients fail rather than
-## skip). The engine this run started is stopped afterwards whatever the
-## tests did, and test-go's exit status is kept. The recipe shell's pid is
-## the engine lease's holder (scripts/dockerd.sh).
+## if none answers), the runtime images and the exported runtime root,
+## policy checks, then every Go test with -race,
+## SANDGATE_REQUIRE_{DOCKER,BROWSER,ROOT,NPM_CLIENTS,RUNTIME_ROOT}=1 (tests
+## needing Docker, Chromium, root, the npm clients or the runtime root fail
+## rather than skip) and SANDGATE_RUNTIME_ROOT naming the export. The engine
+## this run started is stopped afterwards whatever the tests did, and
+## test-go's exit status is kept. The recipe shell's pid is the engine
+## lease's holder (scripts/dockerd.sh).
 test: deps
 	@holder=$$$$; rc=0; \
 	$(MAKE) --no-print-directory dockerd-start DOCKERD_HOLDER=$$holder && \
 	$(MAKE) --no-print-directory images && \
 	$(MAKE) --no-print-directory policy-check && \
 	SANDGATE_REQUIRE_DOCKER=1 SANDGATE_REQUIRE_BROWSER=1 SANDGATE_REQUIRE_ROOT=1 SANDGATE_REQUIRE_NPM_CLIENTS=1 \
+	SANDGATE_REQUIRE_RUNTIME_ROOT=1 SANDGATE_RUNTIME_ROOT=$(SANDGATE_ROOTFS_DIR)/runtime \
 		$(MAKE) --no-print-directory test-go || rc=$$?; \
 	$(MAKE) --no-print-directory dockerd-stop DOCKERD_HOLDER=$$holder || true; \
 	exit $$rc
@@ -36,7 +45,9 @@ dockerd-stop:
 	./scripts/dockerd.sh stop $(DOCKERD_HOLDER)
 
 ## images: build the runtime image(s) from images/*/ (debootstrap minbase +
-## docker import); skipped when the recipe's hash tag exists.
+## docker import; aio on top of runtime); skipped when the recipe's hash tag
+## exists. Also exports the runtime root to $(SANDGATE_ROOTFS_DIR)/runtime
+## (a symlink to runtime-<hash>) when it is missing.
 images:
 	./scripts/images.sh
 

@@ -8,6 +8,8 @@
 #
 # A recipe is a directory under images/ with image.conf, packages (one
 # Debian package a line, `# why` comments allowed anywhere) and optionally
+# stubs (packages, same format, that apt must count as installed without
+# installing them: dependencies Debian declares that a run never uses),
 # trim.sh (run with the root filesystem as $1 as the last step before the
 # import) and layer.sh (run after the image is built or found up to date, to
 # add what is built from this checkout on top: images/aio adds sandboxd).
@@ -83,12 +85,13 @@ field() {
   (NAME= SUITE= CHANGES= BASE= EXPORT= && . "$1/image.conf" && printf '%s\n' "${!2}")
 }
 
-# install_packages ROOTFS SUITE URL PKGS installs the space-separated PKGS
-# with apt in the chroot, from SUITE's main component at URL, resolving
-# through the build host's resolver (etc_files resets it afterwards, and the
-# recipe's trim.sh removes the sources.list). No service starts.
+# install_packages ROOTFS SUITE URL PKGS [STUBS] installs the
+# space-separated PKGS with apt in the chroot, from SUITE's main component at
+# URL, resolving through the build host's resolver (etc_files resets it
+# afterwards, and the recipe's trim.sh removes the sources.list). No service
+# starts. STUBS are installed first (stub_packages).
 install_packages() {
-  local root=$1 suite=$2 url=$3 pkgs=$4
+  local root=$1 suite=$2 url=$3 pkgs=$4 stubs=${5:-}
   [ -n "$pkgs" ] || return 0
   echo "deb $url $suite main" >"$root/etc/apt/sources.list"
   # Never write through a symlink the root filesystem might carry.
@@ -98,7 +101,8 @@ install_packages() {
   chmod +x "$root/usr/sbin/policy-rc.d"
   mount -t proc proc "$root/proc"
   local rc=0
-  chroot "$root" apt-get update -qq || rc=$?
+  stub_packages "$root" "$stubs" || rc=$?
+  [ $rc -ne 0 ] || chroot "$root" apt-get update -qq || rc=$?
   # shellcheck disable=SC2086 # one word a package
   [ $rc -ne 0 ] || DEBIAN_FRONTEND=noninteractive chroot "$root" \
     apt-get install -y -qq --no-install-recommends $pkgs || rc=$?
@@ -106,6 +110,32 @@ install_packages() {
   umount "$root/proc"
   rm -f "$root/usr/sbin/policy-rc.d"
   return $rc
+}
+
+# stub_packages ROOTFS STUBS installs, for each of the space-separated
+# package names STUBS, an empty package of that name, held, so that apt
+# counts a dependency Debian declares but a run never uses as met instead
+# of installing it (python3-scipy's on the pythran compiler, say: its
+# modules ship compiled). A package that later needs a real version of a
+# stub makes apt fail, loudly, rather than bring it in.
+stub_packages() {
+  local root=$1 stubs=$2 name dir
+  for name in $stubs; do
+    dir="$root/tmp/stub-$name"
+    mkdir -p "$dir/DEBIAN"
+    cat >"$dir/DEBIAN/control" <<CONTROL
+Package: $name
+Version: 0~sandgate
+Architecture: all
+Maintainer: sandgate <root@localhost>
+Description: empty stand-in for $name (scripts/images.sh)
+ A dependency Debian declares that no sandboxed run uses.
+CONTROL
+    chroot "$root" dpkg-deb --build "/tmp/stub-$name" "/tmp/stub-$name.deb" >/dev/null &&
+      chroot "$root" dpkg -i "/tmp/stub-$name.deb" >/dev/null &&
+      chroot "$root" apt-mark hold "$name" >/dev/null || return 1
+    rm -rf "$dir" "$dir.deb"
+  done
 }
 
 # etc_files ROOTFS writes the files debootstrap copies from the build host
@@ -226,7 +256,9 @@ make_image() {
     debootstrap --variant=minbase "$suite" "$root" "$url" >"$log" 2>&1 ||
       { tail -n 30 "$log" >&2; die "build failed for $tag"; }
   fi
-  install_packages "$root" "$suite" "$url" "$pkgs" >>"$log" 2>&1 ||
+  local stubs=
+  [ ! -f "$dir/stubs" ] || stubs=$(sed 's/#.*//' "$dir/stubs" | xargs)
+  install_packages "$root" "$suite" "$url" "$pkgs" "$stubs" >>"$log" 2>&1 ||
     { tail -n 30 "$log" >&2; die "build failed for $tag"; }
   if [ -n "$base_tag" ]; then
     # apt upgrades a base package when a new one needs a newer version (the
