@@ -17,8 +17,9 @@ rm -f "$root"/etc/apt/sources.list "$root"/etc/apt/sources.list.d/*
 
 # matplotlib draws with Agg: no display exists in a run, and the rc file
 # holds where MPLBACKEND would not (the subprocess executor's environment
-# is empty but for a small allowlist). Debian's mpl-data/matplotlibrc is a
-# link to this file.
+# is empty but for a small allowlist). Debian's matplotlib reads this file
+# last, after a matplotlibrc in the cwd or ~/.config/matplotlib, so a run's
+# own rc file still wins.
 rc="$root"/etc/matplotlibrc
 [ -f "$rc" ] || { echo "trim: $rc missing (python3-matplotlib?)" >&2; exit 1; }
 sed -i -E 's/^#?[[:space:]]*backend[[:space:]]*:.*/backend: Agg/' "$rc"
