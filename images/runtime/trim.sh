@@ -12,7 +12,7 @@ rm -rf "$root"/usr/share/doc/* "$root"/usr/share/man/* "$root"/usr/share/info/* 
 # The Python packages' own test suites (scipy's, sympy's, numpy's...): about
 # 145 MB no run imports. Their modules probe for them and cope (openpyxl,
 # mpmath); numpy.testing and pandas._testing are not under tests/ and stay.
-find "$root"/usr/lib/python3/dist-packages -depth -type d -name tests -prune -exec rm -rf {} +
+find "$root"/usr/lib/python3/dist-packages -type d -name tests -prune -exec rm -rf {} +
 # Mount points the executors use, present so they need not be created.
 mkdir -p "$root"/workspace "$root"/tmp "$root"/proc "$root"/dev
 chmod 1777 "$root"/tmp
