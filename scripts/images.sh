@@ -176,7 +176,9 @@ extract() {
 export_rootfs() {
   local tag=$1 rootid=$2 prefix=$3
   local dest="$ROOTFS_DIR/$rootid"
-  [ "$(id -u)" -eq 0 ] || [ -d "$dest" ] || die "exporting $tag to $dest needs root"
+  # Up to date: nothing to write (and no root needed).
+  [ ! -d "$dest" ] || [ "$(readlink "$ROOTFS_DIR/$prefix")" != "$rootid" ] || return 0
+  [ "$(id -u)" -eq 0 ] || die "exporting $tag to $dest needs root"
   mkdir -p "$ROOTFS_DIR"
   exec 9>"$ROOTFS_DIR/.lock"
   flock 9
