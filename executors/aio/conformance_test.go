@@ -35,6 +35,7 @@ func TestConformancePool(t *testing.T) {
 			return e
 		},
 		ProcessesVisible: true,
+		DataStack:        true, // the image is built on the runtime root (images/)
 	})
 }
 
@@ -49,6 +50,7 @@ func TestConformanceSandboxd(t *testing.T) {
 	executortest.Run(t, executortest.Harness{
 		New:              func(*testing.T) executors.Executor { return fx },
 		ProcessesVisible: true,
+		DataStack:        true, // the image is built on the runtime root (images/)
 	})
 }
 

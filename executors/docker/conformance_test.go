@@ -12,5 +12,6 @@ func TestConformance(t *testing.T) {
 	executortest.Run(t, executortest.Harness{
 		New:              func(t *testing.T) executors.Executor { return newTestExecutor(t) },
 		ProcessesVisible: true,
+		DataStack:        true, // the image is built on the runtime root (images/)
 	})
 }

@@ -11,7 +11,6 @@ import (
 	"path"
 	"path/filepath"
 	"strconv"
-	"strings"
 )
 
 // Isolation names what the executor can enforce on this host.
@@ -80,17 +79,14 @@ func (e *Executor) resolveRoot() error {
 	if fi, err := os.Stat(filepath.Join(dir, "usr")); err != nil || !fi.IsDir() {
 		return fmt.Errorf("root dir %s: no usr directory: not a root filesystem", dir)
 	}
+	// The export's directory name (runtime-<recipe hash>) is the
+	// identity the images carry in their sandgate.rootfs label. A
+	// rebuild exports a new directory and removes this one: restart the
+	// gateway after `make images`.
 	e.sysRoot = dir
-	e.rootID = "dir:" + dir
-	if b, err := os.ReadFile(filepath.Join(dir, rootIDFile)); err == nil {
-		e.rootID = strings.TrimSpace(string(b))
-	}
+	e.rootID = "rootfs:" + filepath.Base(dir)
 	return nil
 }
-
-// rootIDFile, when the export has it, holds the root filesystem's identity
-// (the image recipe's hash), shown in the capabilities.
-const rootIDFile = "etc/sandgate-rootfs"
 
 // RootID identifies the root filesystem runs see: "host", or the runtime
 // root's identity.
