@@ -40,10 +40,6 @@ const (
 // weaker backend.
 var ErrUnavailable = errors.New("executor unavailable")
 
-// ErrUnsupportedLanguage is returned when a Spec names a language the backend
-// does not know at all. It is a caller bug: validation should have stopped it.
-var ErrUnsupportedLanguage = errors.New("unsupported language")
-
 // UnavailableError carries the reason a backend is unavailable. The reason is
 // meant for operators (logs, /readyz); the API only ever shows the stable code.
 type UnavailableError struct {
