@@ -2,8 +2,20 @@ package output
 
 import (
 	"bytes"
+	"path/filepath"
 	"slices"
 )
+
+// HostPaths returns the spellings of the host directory dir that output
+// can show, for Options.Mask: as given (cleaned), and with symlinks
+// resolved (what getcwd(2) and the mount table report).
+func HostPaths(dir string) []string {
+	paths := []string{filepath.Clean(dir)}
+	if real, err := filepath.EvalSymlinks(dir); err == nil && real != paths[0] {
+		paths = append(paths, real)
+	}
+	return paths
+}
 
 // masker replaces host paths in a byte stream that arrives in arbitrary
 // pieces (pipe reads do not respect paths). It holds back only a tail that

@@ -128,8 +128,8 @@ func TestSpecErrors(t *testing.T) {
 		want error
 	}{
 		{"unsupported language", executors.Spec{Language: "cobol", WorkspaceDir: ws}, executors.ErrUnsupportedLanguage},
-		{"bad request id", executors.Spec{Language: "python", RequestID: "../x", WorkspaceDir: ws}, ErrInvalidRequestID},
-		{"relative workspace", executors.Spec{Language: "python", WorkspaceDir: "ws"}, nil},
+		{"bad request id", executors.Spec{Language: "python", RequestID: "../x", WorkspaceDir: ws}, executors.ErrInvalidRequestID},
+		{"relative workspace", executors.Spec{Language: "python", WorkspaceDir: "ws"}, executors.ErrInvalidWorkspace},
 		{"missing workspace", executors.Spec{Language: "python", WorkspaceDir: filepath.Join(ws, "nope")}, os.ErrNotExist},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

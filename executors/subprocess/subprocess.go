@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 // concurrent use.
 type Executor struct {
 	cfg          Config
+	prologue     executors.Prologue
 	log          *slog.Logger
 	interpreters map[string]string // language → absolute path, resolved by New
 	missing      map[string]error  // language → why its interpreter is unusable
@@ -60,6 +59,8 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 		log:          cfg.Logger.With("executor", string(executors.KindSubprocess)),
 		interpreters: map[string]string{},
 		missing:      map[string]error{},
+		prologue: executors.Prologue{Kind: executors.KindSubprocess, UID: cfg.SandboxUID, GID: cfg.SandboxGID,
+			Timeout: cfg.DefaultTimeout, Limits: cfg.Limits},
 	}
 	if err := e.resolveRoot(); err != nil {
 		return nil, fmt.Errorf("subprocess: %w", err)
@@ -182,6 +183,10 @@ func (e *Executor) env() []string {
 
 // Execute implements executors.Executor.
 func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.Result, error) {
+	spec, err := e.prologue.Resolve(spec)
+	if err != nil {
+		return executors.Result{}, err
+	}
 	interp, err := e.interpreter(spec.Language)
 	if err != nil {
 		return executors.Result{}, err
@@ -189,21 +194,13 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 	if e.isolation == IsolationNone {
 		return executors.Result{}, e.unavailable("no isolation", e.noIsolation)
 	}
-	id, err := requestID(spec.RequestID)
-	if err != nil {
-		return executors.Result{}, fmt.Errorf("subprocess: %w", err)
-	}
-	uid, gid, err := e.identity(spec)
-	if err != nil {
-		return executors.Result{}, err
-	}
-	ws, err := e.openWorkspace(spec.WorkspaceDir, uid, gid)
+	id, dir, lim := spec.RequestID, spec.WorkspaceDir, spec.Limits
+	ws, err := e.openWorkspace(dir, spec.UID, spec.GID)
 	if err != nil {
 		return executors.Result{}, err
 	}
 	defer ws.Close()
 
-	dir := filepath.Clean(spec.WorkspaceDir)
 	codeHost, rel, err := e.writeCodeFile(dir, id, spec.Language, spec.Code)
 	if err != nil {
 		return executors.Result{}, fmt.Errorf("subprocess: %w", err)
@@ -214,22 +211,18 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 		}
 	}()
 
-	lim := spec.Limits.Or(e.cfg.Limits)
 	l := launch{
 		argv:   e.interpreterArgs(spec.Language, interp, rel, lim),
 		limits: e.limitsFor(spec.Language, lim),
 		dir:    dir,
 		env:    e.env(),
 		netns:  !spec.Network,
-		uid:    uid,
-		gid:    gid,
+		uid:    spec.UID,
+		gid:    spec.GID,
 		root:   e.rootFor(dir),
 	}
 	timeout := spec.Timeout
-	if timeout <= 0 {
-		timeout = e.cfg.DefaultTimeout
-	}
-	newOut := func() *output { return e.newOutput(ws, id, dir, lim) }
+	newOut := func() *output { return e.newOutput(ws, spec) }
 	var (
 		res    executors.Result
 		served bool
@@ -266,29 +259,10 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 	return res, err
 }
 
-// ErrRootIdentity is returned for a Spec that asks to run code as uid or
-// gid 0.
-var ErrRootIdentity = errors.New("refusing to run sandboxed code as root")
-
-// identity is the uid/gid of one run: the session's own (Spec.UID, given by
-// the workspace) or the configured default.
-func (e *Executor) identity(spec executors.Spec) (uid, gid int, err error) {
-	uid, gid = e.cfg.SandboxUID, e.cfg.SandboxGID
-	if spec.UID != 0 || spec.GID != 0 {
-		uid, gid = spec.UID, spec.GID
-	}
-	if uid <= 0 || gid <= 0 {
-		return 0, 0, fmt.Errorf("subprocess: %w (uid %d gid %d)", ErrRootIdentity, uid, gid)
-	}
-	return uid, gid, nil
-}
-
-// openWorkspace validates the host workspace, hands the directory itself to
-// the sandbox uid and opens it as an os.Root for every gateway-side access.
+// openWorkspace hands the workspace directory itself to the sandbox uid
+// and opens it as an os.Root for every gateway-side access. dir is
+// absolute and clean (the prologue checked it).
 func (e *Executor) openWorkspace(dir string, uid, gid int) (*os.Root, error) {
-	if !filepath.IsAbs(dir) {
-		return nil, fmt.Errorf("subprocess: workspace %q is not an absolute path", dir)
-	}
 	if e.dropUID {
 		if err := wsfile.GiveDir(dir, uid, gid); err != nil {
 			return nil, fmt.Errorf("subprocess: %w", err)
@@ -302,23 +276,6 @@ func (e *Executor) openWorkspace(dir string, uid, gid int) (*os.Root, error) {
 		return nil, fmt.Errorf("subprocess: open workspace: %w", err)
 	}
 	return root, nil
-}
-
-// newOutput wires capture, masking and the spill file for one run.
-func (e *Executor) newOutput(ws *os.Root, id, dir string, lim executors.Limits) *output {
-	rel, shown := spillPaths(id)
-	return newOutput(outputOptions{
-		spillShown: shown,
-		limit:      lim.MaxOutputBytes,
-		spillLimit: lim.MaxSpillBytes,
-		hostPaths:  hostAliases(dir),
-		openSpill: func() (io.WriteCloser, error) {
-			return createExclusive(ws, rel)
-		},
-		onSpillError: func(err error) {
-			e.log.Warn("spill file", "request_id", id, "error", err.Error())
-		},
-	})
 }
 
 // errTimedOut is the cause of a run's context when Spec.Timeout expired.

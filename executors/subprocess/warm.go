@@ -567,6 +567,10 @@ func (e *Executor) Prewarm(ctx context.Context, spec executors.Spec) error {
 	if spec.SessionID == "" {
 		return errors.New("subprocess: prewarm: no session id")
 	}
+	spec, err := e.prologue.Resolve(spec)
+	if err != nil {
+		return err
+	}
 	interp, err := e.interpreter(spec.Language)
 	if err != nil {
 		return err
@@ -574,19 +578,14 @@ func (e *Executor) Prewarm(ctx context.Context, spec executors.Spec) error {
 	if e.isolation == IsolationNone {
 		return e.unavailable("no isolation", e.noIsolation)
 	}
-	uid, gid, err := e.identity(spec)
-	if err != nil {
-		return err
-	}
-	ws, err := e.openWorkspace(spec.WorkspaceDir, uid, gid)
+	ws, err := e.openWorkspace(spec.WorkspaceDir, spec.UID, spec.GID)
 	if err != nil {
 		return err
 	}
 	defer ws.Close()
-	lim := spec.Limits.Or(e.cfg.Limits)
-	dir := filepath.Clean(spec.WorkspaceDir)
+	lim, dir := spec.Limits, spec.WorkspaceDir
 	l := launch{limits: e.limitsFor(spec.Language, lim), dir: dir, env: e.env(), root: e.rootFor(dir),
-		netns: !spec.Network, uid: uid, gid: gid}
+		netns: !spec.Network, uid: spec.UID, gid: spec.GID}
 	next, err := e.warmSpecFor(spec.Language, interp, ws, l, lim)
 	if err != nil {
 		return fmt.Errorf("subprocess: prewarm: %w", err)

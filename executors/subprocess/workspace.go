@@ -1,11 +1,9 @@
 package subprocess
 
 import (
-	"errors"
-	"github.com/sandgate/sandgate/executors/internal/wsfile"
 	"os"
-	"path/filepath"
-	"regexp"
+
+	"github.com/sandgate/sandgate/executors/internal/wsfile"
 )
 
 // Paths inside the workspace. The sandboxed code owns the workspace and may
@@ -18,19 +16,6 @@ const (
 	stateDir       = ".sandgate"
 	outputsDir     = stateDir + "/outputs"
 )
-
-var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
-
-// ErrInvalidRequestID is returned for a RequestID that could not be used as
-// a file name.
-var ErrInvalidRequestID = errors.New("invalid request id")
-
-// requestID validates id, or makes a random one when the caller gave none.
-func requestID(id string) (string, error) { return wsfile.RequestID(id, ErrInvalidRequestID) }
-
-// spillPaths returns the spill file's path relative to the workspace and
-// as the code sees it.
-func spillPaths(id string) (rel, shown string) { return wsfile.SpillPaths(id) }
 
 // codePath is the name of the program file of one run (see
 // Executor.writeCodeFile: it lives outside the workspace, at codeMount).
@@ -45,13 +30,3 @@ func createExclusive(root *os.Root, name string) (*os.File, error) {
 	return wsfile.CreateExclusive(root, name)
 }
 
-// hostAliases returns the spellings of the host workspace path that can
-// show up in output: as given, and with symlinks resolved (what getcwd(2)
-// reports).
-func hostAliases(dir string) []string {
-	aliases := []string{filepath.Clean(dir)}
-	if real, err := filepath.EvalSymlinks(dir); err == nil && real != aliases[0] {
-		aliases = append(aliases, real)
-	}
-	return aliases
-}
