@@ -24,8 +24,9 @@ const labelBoot = labelPrefix + "boot"
 // Executor runs code in a fresh, network-less container per run. It is safe
 // for concurrent use.
 type Executor struct {
-	cfg  Config
-	log  *slog.Logger
+	cfg      Config
+	prologue executors.Prologue
+	log      *slog.Logger
 	cli  *client.Client
 	boot string // value of labelBoot on this value's containers
 
@@ -82,6 +83,8 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 		life:     life,
 		stopLife: stop,
 		leftover: map[string]bool{},
+		prologue: executors.Prologue{Kind: executors.KindDocker, UID: cfg.SandboxUID, GID: cfg.SandboxGID,
+			Timeout: cfg.DefaultTimeout, Limits: cfg.Limits},
 	}
 	e.warm = newWarmPool(e)
 	if err := e.ping(ctx); err != nil {
@@ -297,46 +300,21 @@ func shortID(id string) string {
 	return id
 }
 
-// identity is the uid/gid of one run: the session's own, or the configured
-// default when the Spec names none. Root is refused.
-func (e *Executor) identity(spec executors.Spec) (uid, gid int, err error) {
-	uid, gid = e.cfg.SandboxUID, e.cfg.SandboxGID
-	if spec.UID != 0 || spec.GID != 0 {
-		uid, gid = spec.UID, spec.GID
-	}
-	if uid <= 0 || gid <= 0 {
-		return 0, 0, fmt.Errorf("%w (uid %d gid %d)", ErrRootIdentity, uid, gid)
-	}
-	return uid, gid, nil
-}
-
 // Execute implements executors.Executor.
 func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.Result, error) {
 	if e.closed.Load() {
 		return executors.Result{}, e.unavailable("executor closed", nil)
 	}
-	image, ok := e.cfg.Images[spec.Language]
-	if !ok {
-		return executors.Result{}, fmt.Errorf("docker: %w: %q", executors.ErrUnsupportedLanguage, spec.Language)
-	}
-	id, err := requestID(spec.RequestID)
+	spec, err := e.prologue.Resolve(spec)
 	if err != nil {
 		return executors.Result{}, err
 	}
-	uid, gid, err := e.identity(spec)
+	id, lim := spec.RequestID, spec.Limits
+	dir, err := checkWorkspace(spec.WorkspaceDir, spec.UID, spec.GID)
 	if err != nil {
 		return executors.Result{}, err
 	}
-	dir, err := checkWorkspace(spec.WorkspaceDir, uid, gid)
-	if err != nil {
-		return executors.Result{}, err
-	}
-	lim := spec.Limits.Or(e.cfg.Limits)
-	sh := newShape(image, dir, uid, gid, lim, e.cfg.Runtime)
-	timeout := spec.Timeout
-	if timeout <= 0 {
-		timeout = e.cfg.DefaultTimeout
-	}
+	sh := newShape(e.cfg.Images[spec.Language], dir, spec.UID, spec.GID, lim, e.cfg.Runtime)
 	log := e.log.With("request_id", id, "session_id", spec.SessionID)
 
 	b, warm, err := e.acquire(ctx, spec.SessionID, id, sh)
@@ -344,7 +322,7 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 		return executors.Result{}, err
 	}
 	res, err := e.run(ctx, b, runInput{
-		lang: spec.Language, code: spec.Code, timeout: timeout, limits: lim,
+		lang: spec.Language, code: spec.Code, timeout: spec.Timeout, limits: lim,
 		dir: dir, requestID: id, log: log,
 	})
 	e.discard(b)

@@ -191,7 +191,7 @@ func TestRefusesRoot(t *testing.T) {
 	for _, ids := range [][2]int{{0, 5}, {5, 0}, {-1, -1}} {
 		s := spec(t, executors.LangPython, "print(1)")
 		s.UID, s.GID = ids[0], ids[1]
-		if _, err := e.Execute(t.Context(), s); !errors.Is(err, ErrRootIdentity) {
+		if _, err := e.Execute(t.Context(), s); !errors.Is(err, executors.ErrRootIdentity) {
 			t.Errorf("uid %d gid %d: err %v, want ErrRootIdentity", ids[0], ids[1], err)
 		}
 	}

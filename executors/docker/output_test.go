@@ -1,18 +1,12 @@
 package docker
 
 import (
-	"bytes"
-	"errors"
 	"io"
 	"strings"
 	"testing"
 
-	"github.com/sandgate/sandgate/executors/internal/wsfile"
+	"github.com/sandgate/sandgate/executors/output"
 )
-
-type nopCloser struct{ io.Writer }
-
-func (nopCloser) Close() error { return nil }
 
 // feedInPieces writes s to w in pieces of n bytes.
 func feedInPieces(w io.Writer, s string, n int) {
@@ -20,24 +14,6 @@ func feedInPieces(w io.Writer, s string, n int) {
 		k := min(n, len(s))
 		_, _ = w.Write([]byte(s[:k]))
 		s = s[k:]
-	}
-}
-
-func TestPathMaskAcrossPieces(t *testing.T) {
-	host := "/var/lib/sandgate/workspaces/s1"
-	in := "cwd " + host + "/x.txt and " + host + "\n" + strings.Repeat("z", 100) + host
-	want := "cwd /workspace/x.txt and /workspace\n" + strings.Repeat("z", 100) + "/workspace"
-	for _, n := range []int{1, 2, 3, 7, 31, 1000} {
-		var got bytes.Buffer
-		m := newPathMask([]string{host, "/var/lib/sandgate"}, workspaceMount)
-		emit := func(p []byte) { got.Write(p) }
-		for i := 0; i < len(in); i += n {
-			m.feed([]byte(in[i:min(i+n, len(in))]), emit)
-		}
-		m.flush(emit)
-		if got.String() != want {
-			t.Errorf("pieces of %d: %q", n, got.String())
-		}
 	}
 }
 
@@ -56,65 +32,38 @@ func TestTrailerStripped(t *testing.T) {
 		{"binary", "\x00\x1e\x00\xff", "\x00\x1e\x00\xff", 0, false},
 	} {
 		for _, n := range []int{1, 5, 100} {
-			o := newRunOutput(1<<20, nil, spillFile{})
+			o := newRunOutput(output.Options{Limit: 1 << 20})
 			feedInPieces(o.Stderr(), tc.in, n)
-			_, stderr, _, _ := o.finish()
+			r := o.finish()
 			code, found := o.exitStatus()
-			if stderr != tc.wantErr || code != tc.code || found != tc.found {
-				t.Errorf("%s/%d: stderr %q code %d found %v", tc.name, n, stderr, code, found)
+			if r.Stderr != tc.wantErr || code != tc.code || found != tc.found {
+				t.Errorf("%s/%d: stderr %q code %d found %v", tc.name, n, r.Stderr, code, found)
 			}
 		}
 	}
 }
 
-func TestCapAndSpill(t *testing.T) {
-	var file bytes.Buffer
-	opened := 0
-	o := newRunOutput(10, []string{"/host/ws"}, spillFile{
-		shown: "/workspace/.sandgate/outputs/r.log", Spill: wsfile.Spill{Limit: 27,
-			Open: func() (io.WriteCloser, error) { opened++; return nopCloser{&file}, nil }},
-	})
-	feedInPieces(o.Stdout(), "0123456789", 3)
-	feedInPieces(o.Stderr(), "err /host/ws\n", 4)
-	feedInPieces(o.Stdout(), "abcdefghij", 4)
-	stdout, stderr, truncated, path := o.finish()
-	if stdout != "0123456789" || !truncated || path != "/workspace/.sandgate/outputs/r.log" || opened != 1 {
-		t.Fatalf("stdout %q truncated %v path %q opened %d", stdout, truncated, path, opened)
+// TestTrailerAfterFlood: the exit status is found after a stderr flood far
+// beyond the cap, and the trailer reaches neither the response nor the
+// spill file.
+func TestTrailerAfterFlood(t *testing.T) {
+	var file strings.Builder
+	o := newRunOutput(output.Options{Limit: 4, SpillPath: "/workspace/x.log", Spill: output.Spill{Limit: 1 << 20,
+		Open: func() (io.WriteCloser, error) { return nopCloser{&file}, nil }}})
+	flood := strings.Repeat("e", 10_000)
+	feedInPieces(o.Stderr(), flood+exitTrailerPrefix+"3"+exitTrailerSuffix, 7)
+	r := o.finish()
+	if code, found := o.exitStatus(); code != 3 || !found {
+		t.Errorf("exit status %d %v", code, found)
 	}
-	if stderr != "err /works" {
-		t.Errorf("stderr %q", stderr)
-	}
-	if file.String() != "0123456789err /workspace\nab" {
-		t.Errorf("spill %q: want both streams in arrival order, capped at 27", file.String())
+	if r.Stderr != "eeee" || !r.Truncated || r.SpillPath != "/workspace/x.log" || file.String() != flood {
+		t.Errorf("result %q %v %q, spill %d bytes", r.Stderr, r.Truncated, r.SpillPath, file.Len())
 	}
 }
 
-func TestNoSpillWithoutOverflowAndFailedSpill(t *testing.T) {
-	o := newRunOutput(100, nil, spillFile{Spill: wsfile.Spill{Limit: 100, Open: func() (io.WriteCloser, error) {
-		t.Fatal("spill opened without overflow")
-		return nil, nil
-	}}})
-	feedInPieces(o.Stdout(), "short", 2)
-	if _, _, truncated, path := o.finish(); truncated || path != "" {
-		t.Fatalf("truncated %v path %q", truncated, path)
-	}
-	var reported error
-	o = newRunOutput(2, nil, spillFile{shown: "x", Spill: wsfile.Spill{Limit: 100,
-		Open:    func() (io.WriteCloser, error) { return nil, errors.New("disk full") },
-		OnError: func(err error) { reported = err }}})
-	feedInPieces(o.Stdout(), "long output", 3)
-	if _, _, truncated, path := o.finish(); !truncated || path != "" || reported == nil {
-		t.Fatalf("truncated %v path %q reported %v: a failed spill must not be offered", truncated, path, reported)
-	}
-}
+type nopCloser struct{ io.Writer }
 
-func TestCutKeepsWholeRunes(t *testing.T) {
-	o := newRunOutput(5, nil, spillFile{})
-	feedInPieces(o.Stdout(), "abcd✓✓", 2)
-	if stdout, _, _, _ := o.finish(); stdout != "abcd" {
-		t.Fatalf("stdout %q", stdout)
-	}
-}
+func (nopCloser) Close() error { return nil }
 
 func TestConfigValidate(t *testing.T) {
 	if err := (Config{}).Validate(); err != nil {

@@ -15,7 +15,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/sandgate/sandgate/executors"
-	"github.com/sandgate/sandgate/executors/internal/wsfile"
+	"github.com/sandgate/sandgate/executors/output"
 )
 
 // box is a created, attached and started container whose boot step waits
@@ -141,12 +141,18 @@ type runInput struct {
 // written before that is kept. A parent ctx that ends is an error (the
 // client went away), the timeout a Result.
 func (e *Executor) run(ctx context.Context, b *box, in runInput) (executors.Result, error) {
-	rel, shown := spillTarget(in.requestID)
-	out := newRunOutput(in.limits.MaxOutputBytes, hostPaths(in.dir), spillFile{shown: shown, Spill: wsfile.Spill{
-		Limit:   in.limits.MaxSpillBytes,
-		Open:    func() (io.WriteCloser, error) { return openSpill(in.dir, rel) },
-		OnError: func(err error) { in.log.Warn("spill file", "err", err.Error()) },
-	}})
+	rel, shown := output.SpillPaths(in.requestID)
+	out := newRunOutput(output.Options{
+		Limit: in.limits.MaxOutputBytes,
+		// The mount table inside the container names the host path.
+		Mask:      output.HostPaths(in.dir),
+		SpillPath: shown,
+		Spill: output.Spill{
+			Limit:   in.limits.MaxSpillBytes,
+			Open:    func() (io.WriteCloser, error) { return output.CreateIn(in.dir, rel) },
+			OnError: func(err error) { in.log.Warn("spill file", "err", err.Error()) },
+		},
+	})
 	began := time.Now()
 	copied := make(chan error, 1)
 	go func() {
@@ -156,8 +162,9 @@ func (e *Executor) run(ctx context.Context, b *box, in runInput) (executors.Resu
 	go e.feed(b, in.lang, in.code, in.log)
 
 	killedFor, copyErr := e.await(ctx, b, in.timeout, copied)
-	res := executors.Result{Duration: time.Since(began)}
-	res.Stdout, res.Stderr, res.Truncated, res.OutputPath = out.finish()
+	o := out.finish()
+	res := executors.Result{Duration: time.Since(began), Stdout: o.Stdout, Stderr: o.Stderr,
+		Truncated: o.Truncated, OutputPath: o.SpillPath}
 
 	switch {
 	case killedFor != nil && !errors.Is(killedFor, errTimedOut):
