@@ -27,8 +27,8 @@ type Executor struct {
 	cfg      Config
 	prologue executors.Prologue
 	log      *slog.Logger
-	cli  *client.Client
-	boot string // value of labelBoot on this value's containers
+	cli      *client.Client
+	boot     string // value of labelBoot on this value's containers
 
 	life     context.Context // ends at Close; parent of background work
 	stopLife context.CancelFunc
