@@ -98,7 +98,7 @@ func TestClientAgainstSandboxd(t *testing.T) {
 	r := localRun(executors.LangBash, "head -c 5000 /dev/zero | tr '\\0' y", 10*time.Second)
 	r.limits.MaxOutputBytes, r.limits.MaxSpillBytes = 100, 1000
 	res, err = run(context.Background(), c, r)
-	if err != nil || !res.Truncated || len(res.Stdout) != 100 || res.OutputPath != ws+outputsRel+"/"+r.id+".log" {
+	if err != nil || !res.Truncated || len(res.Stdout) != 100 || res.OutputPath != filepath.Join(ws, ".sandgate/outputs", r.id+".log") {
 		t.Errorf("cap: %v truncated=%v len=%d path=%q", err, res.Truncated, len(res.Stdout), res.OutputPath)
 	}
 }

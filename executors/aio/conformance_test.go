@@ -138,6 +138,11 @@ func (f *fixture) Available(ctx context.Context) error {
 }
 
 func (f *fixture) Execute(ctx context.Context, spec executors.Spec) (executors.Result, error) {
+	spec, err := executors.Prologue{Kind: executors.KindAIO, UID: f.uid, GID: f.uid, Timeout: DefaultTimeout,
+		Limits: DefaultLimits}.Resolve(spec)
+	if err != nil {
+		return executors.Result{}, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := prepareWorkspace(spec.WorkspaceDir, f.uid, f.uid); err != nil {
@@ -147,10 +152,6 @@ func (f *fixture) Execute(ctx context.Context, spec executors.Spec) (executors.R
 		return executors.Result{}, err
 	}
 	defer func() { _ = unmountAll(f.target) }()
-	id, err := runID(spec.RequestID)
-	if err != nil {
-		return executors.Result{}, err
-	}
-	return run(ctx, f.c, runRequest{dir: workspaceMount, id: id, lang: spec.Language, code: spec.Code, timeout: spec.Timeout,
-		margin: DefaultClientMargin, limits: (spec.Limits).Or(DefaultLimits), extended: true})
+	return run(ctx, f.c, runRequest{dir: workspaceMount, id: spec.RequestID, lang: spec.Language, code: spec.Code, timeout: spec.Timeout,
+		margin: DefaultClientMargin, limits: spec.Limits, extended: true})
 }

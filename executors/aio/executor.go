@@ -15,11 +15,12 @@ import (
 // offers InstanceInfo (GET /v1/sessions/{id}) and BrowserCDP (the browser
 // router). It is safe for concurrent use.
 type Executor struct {
-	cfg    PoolConfig
-	pool   *pool
-	be     backend
-	cdp    *cdpForwarder
-	closed atomic.Bool
+	cfg      PoolConfig
+	prologue executors.Prologue
+	pool     *pool
+	be       backend
+	cdp      *cdpForwarder
+	closed   atomic.Bool
 }
 
 // Interface guards.
@@ -46,7 +47,8 @@ func New(ctx context.Context, cfg PoolConfig) (*Executor, error) {
 }
 
 func newExecutor(ctx context.Context, cfg PoolConfig, be backend) *Executor {
-	e := &Executor{cfg: cfg, be: be}
+	e := &Executor{cfg: cfg, be: be, prologue: executors.Prologue{Kind: executors.KindAIO,
+		UID: cfg.SandboxUID, GID: cfg.SandboxGID, Timeout: cfg.DefaultTimeout, Limits: cfg.Limits}}
 	e.pool = newPool(cfg, be)
 	e.cdp = newCDPForwarder(e.pool)
 	e.pool.start(ctx)
@@ -70,10 +72,9 @@ func (e *Executor) Available(ctx context.Context) error {
 // Execute implements executors.Executor. The run goes to the session's
 // instance, which it shares with the session's other concurrent runs.
 func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.Result, error) {
-	switch spec.Language {
-	case executors.LangPython, executors.LangBash, executors.LangJavaScript:
-	default:
-		return executors.Result{}, fmt.Errorf("aio: %w: %q", executors.ErrUnsupportedLanguage, spec.Language)
+	spec, err := e.prologue.Resolve(spec)
+	if err != nil {
+		return executors.Result{}, err
 	}
 	if e.cfg.Network == NetworkBridge && !spec.Network {
 		return executors.Result{}, unavailable("network=false cannot be enforced in bridge mode", nil)
@@ -81,29 +82,15 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 	if spec.SessionID == "" {
 		return executors.Result{}, errors.New("aio: a run needs a session id: the instance belongs to the session")
 	}
-	id, err := runID(spec.RequestID)
-	if err != nil {
-		return executors.Result{}, fmt.Errorf("aio: %w", err)
-	}
-	uid, gid := spec.UID, spec.GID
-	if uid == 0 && gid == 0 {
-		uid, gid = e.cfg.SandboxUID, e.cfg.SandboxGID
-	}
-	if uid <= 0 || gid <= 0 {
-		return executors.Result{}, fmt.Errorf("aio: refusing to run sandboxed code as root (uid %d gid %d)", uid, gid)
-	}
-	ws := Workspace{Dir: spec.WorkspaceDir, UID: uid, GID: gid}
-	timeout := spec.Timeout
-	if timeout <= 0 {
-		timeout = e.cfg.DefaultTimeout
-	}
+	id := spec.RequestID
+	ws := Workspace{Dir: spec.WorkspaceDir, UID: spec.UID, GID: spec.GID}
 	l, err := e.acquire(ctx, spec.SessionID, ws)
 	if err != nil {
 		return executors.Result{}, err
 	}
 	res, err := run(ctx, l.client(), runRequest{
-		dir: workspaceMount, id: id, lang: spec.Language, code: spec.Code, timeout: timeout, margin: DefaultClientMargin,
-		limits: spec.Limits.Or(e.cfg.Limits), extended: e.cfg.Network == NetworkNone,
+		dir: workspaceMount, id: id, lang: spec.Language, code: spec.Code, timeout: spec.Timeout, margin: DefaultClientMargin,
+		limits: spec.Limits, extended: e.cfg.Network == NetworkNone,
 	})
 	broken := errors.Is(err, errUnknownOutcome)
 	l.release(broken)

@@ -2,43 +2,20 @@ package aio
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
 	"net"
-	"regexp"
+	"path"
 	"time"
-	"unicode/utf8"
 
 	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/executors/output"
 )
 
-// Paths as the sandbox sees them.
-const (
-	workspaceMount = "/workspace"
-	outputsRel     = "/.sandgate/outputs"
-)
-
-var requestIDRe = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
-
-// ErrInvalidRequestID is returned for a RequestID that cannot name a file.
-var ErrInvalidRequestID = errors.New("invalid request id")
-
-// runID validates the request id, or makes one.
-func runID(id string) (string, error) {
-	if id == "" {
-		var b [12]byte
-		_, _ = rand.Read(b[:])
-		return "run-" + hex.EncodeToString(b[:]), nil
-	}
-	if !requestIDRe.MatchString(id) || id == "." || id == ".." {
-		return "", fmt.Errorf("%w: %q", ErrInvalidRequestID, id)
-	}
-	return id, nil
-}
+// workspaceMount is the workspace as the sandbox sees it.
+const workspaceMount = "/workspace"
 
 // runRequest is one run on one sandbox.
 type runRequest struct {
@@ -63,9 +40,10 @@ var errUnknownOutcome = errors.New("run outcome unknown")
 // HTTP deadline is the hard timeout plus a margin; nothing is retried.
 func run(ctx context.Context, c *Client, r runRequest) (executors.Result, error) {
 	start := time.Now()
+	spill, _ := output.SpillPaths(r.id)
 	ext := &RunExtension{
 		OutputLimit: r.limits.MaxOutputBytes,
-		SpillPath:   r.dir + outputsRel + "/" + r.id + ".log",
+		SpillPath:   path.Join(r.dir, spill),
 		SpillLimit:  r.limits.MaxSpillBytes,
 		TimeoutMS:   max(r.timeout.Milliseconds(), 1),
 		Limits: &RunLimits{CPUSeconds: r.limits.CPUSeconds, MaxOpenFiles: r.limits.MaxOpenFiles,
@@ -206,14 +184,7 @@ func capText(b []byte, limit int, truncated bool) string {
 		b, truncated = b[:limit], true
 	}
 	if truncated {
-		for i := 1; i <= utf8.UTFMax && i <= len(b); i++ {
-			if utf8.RuneStart(b[len(b)-i]) {
-				if !utf8.Valid(b[len(b)-i:]) {
-					b = b[:len(b)-i]
-				}
-				break
-			}
-		}
+		b = output.TrimRune(b)
 	}
 	return string(b)
 }

@@ -1,21 +1,17 @@
-// Package wsfile is how executors write the gateway's own files (the spill
-// file of truncated output, the code file) into a session workspace that
-// sandboxed code controls: through an os.Root, never opening an entry that
-// already exists, and replacing any symlink or file planted where the
-// gateway's .sandgate directories belong.
+// Package wsfile is how executors write the gateway's own files (the code
+// file, and through executors/output the spill file of truncated output)
+// into a session workspace that sandboxed code controls: through an
+// os.Root, never opening an entry that already exists, and replacing any
+// symlink or file planted where the gateway's .sandgate directories
+// belong.
 package wsfile
 
 import (
-	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path"
-	"regexp"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -28,30 +24,6 @@ const (
 	OutputsDir = StateDir + "/outputs"
 	RunDir     = StateDir + "/run"
 )
-
-var requestIDRe = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
-
-// RequestID validates id for use as a file name, or makes a random one when
-// the caller gave none. An invalid id is reported wrapping invalid, the
-// calling executor's own sentinel.
-func RequestID(id string, invalid error) (string, error) {
-	if id == "" {
-		var b [12]byte
-		_, _ = rand.Read(b[:])
-		return "run-" + hex.EncodeToString(b[:]), nil
-	}
-	if !requestIDRe.MatchString(id) || id == "." || id == ".." {
-		return "", fmt.Errorf("%w: %q", invalid, id)
-	}
-	return id, nil
-}
-
-// SpillPaths returns the spill file's path relative to the workspace and as
-// the code sees it.
-func SpillPaths(id string) (rel, shown string) {
-	rel = path.Join(OutputsDir, id+".log")
-	return rel, path.Join(Mount, rel)
-}
 
 // CreateExclusive creates name under root, never opening an existing entry:
 // a planted symlink or hard link is removed (the link itself, never its
@@ -133,84 +105,4 @@ func GiveFD(fd, uid, gid int) error {
 		}
 	}
 	return nil
-}
-
-// Spill is the full-output copy of one run (stdout and stderr interleaved
-// in arrival order, as 2>&1 would), for when the response had to be
-// truncated. Until Activate (the first overflow of a stream's cap) it only
-// journals in memory, which the response caps bound; from then on it
-// writes through to the file Open creates, up to Limit bytes, and silently
-// drops the rest, so the run is never blocked on a full pipe. A failed
-// write is reported once to OnError and ends the copy: Close then says the
-// file is not usable. It is not safe for concurrent use (the caller's
-// output lock covers it).
-type Spill struct {
-	Limit   int
-	Open    func() (io.WriteCloser, error) // nil: there is never a file
-	OnError func(error)
-
-	journal [][]byte
-	w       io.WriteCloser
-	written int
-	failed  bool
-}
-
-// Record adds p, in memory or to the file.
-func (s *Spill) Record(p []byte) {
-	switch {
-	case s.failed:
-	case s.w == nil:
-		s.journal = append(s.journal, bytes.Clone(p))
-	default:
-		s.write(p)
-	}
-}
-
-// Activate opens the file and writes the journal to it.
-func (s *Spill) Activate() {
-	if s.w != nil || s.failed || s.Open == nil {
-		return
-	}
-	w, err := s.Open()
-	if err != nil {
-		s.fail(err)
-		return
-	}
-	s.w = w
-	for _, chunk := range s.journal {
-		s.write(chunk)
-	}
-	s.journal = nil
-}
-
-func (s *Spill) write(p []byte) {
-	p = p[:min(len(p), max(s.Limit-s.written, 0))]
-	if len(p) == 0 || s.failed {
-		return
-	}
-	n, err := s.w.Write(p)
-	s.written += n
-	if err != nil {
-		s.fail(err)
-	}
-}
-
-func (s *Spill) fail(err error) {
-	s.failed, s.journal = true, nil
-	if s.OnError != nil {
-		s.OnError(err)
-	}
-}
-
-// Close closes the file and reports whether it holds the output, complete
-// up to Limit.
-func (s *Spill) Close() bool {
-	s.journal = nil
-	if s.w == nil {
-		return false
-	}
-	if err := s.w.Close(); err != nil && !s.failed {
-		s.fail(err)
-	}
-	return !s.failed
 }
