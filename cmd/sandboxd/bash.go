@@ -254,8 +254,8 @@ func (s *server) bashResult(sid string, j *job, maxLen int, ext bool) bashExecRe
 	if status != statusRunning {
 		<-j.done // final status: the output is complete too
 	}
-	out, outTrunc := j.out.all(stdout)
-	errb, errTrunc := j.out.all(stderr)
+	out, outTrunc := j.out.Bytes(stdout)
+	errb, errTrunc := j.out.Bytes(stderr)
 	res := bashExecResult{
 		SessionID: sid, CommandID: j.id, Command: j.label, Status: status, ExitCode: code,
 		Stdout: nonEmpty(middleTruncate(string(out), maxLen)), Stderr: nonEmpty(middleTruncate(string(errb), maxLen)),
@@ -359,9 +359,9 @@ func (s *server) handleBashOutput(w http.ResponseWriter, r *http.Request) {
 		defer timer.Stop()
 	poll:
 		for !isDone(j) {
-			changed := j.out.wait()
-			o, _ := j.out.read(stdout, req.Offset)
-			e, _ := j.out.read(stderr, req.StderrOffset)
+			changed := j.out.Changed()
+			o, _ := j.out.ReadFrom(stdout, req.Offset)
+			e, _ := j.out.ReadFrom(stderr, req.StderrOffset)
 			if len(o) > 0 || len(e) > 0 {
 				break
 			}
@@ -379,8 +379,8 @@ func (s *server) handleBashOutput(w http.ResponseWriter, r *http.Request) {
 	if status != statusRunning {
 		<-j.done
 	}
-	o, next := j.out.read(stdout, req.Offset)
-	e, nextErr := j.out.read(stderr, req.StderrOffset)
+	o, next := j.out.ReadFrom(stdout, req.Offset)
+	e, nextErr := j.out.ReadFrom(stderr, req.StderrOffset)
 	res.Stdout, res.Stderr, res.Offset, res.StderrOffset = string(o), string(e), next, nextErr
 	res.Command = &commandInfo{CommandID: j.id, Command: j.label, Status: status, ExitCode: code}
 	writeOK(w, res)

@@ -213,6 +213,47 @@ func TestRunExtension(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(ts.ws, "never.log")); err == nil {
 		t.Errorf("spill file written for a small output")
 	}
+	// A spill path outside the workspace, or a link the code planted where
+	// the spill file goes, never makes sandboxd write outside it.
+	outside := filepath.Join(t.TempDir(), "victim.log")
+	if err := os.WriteFile(outside, []byte("keep"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	planted := filepath.Join(ts.ws, ".sandgate", "outputs", "r2.log")
+	if err := os.Symlink(outside, planted); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{outside, planted} {
+		d = ts.post("/v1/bash/exec", map[string]any{"command": "head -c 5000 /dev/zero", "x_sandgate": map[string]any{
+			"output_limit": 10, "spill_path": path, "spill_limit": 3000, "timeout_ms": 5000}}).envelope(t, true)
+		x = d["x_sandgate"].(map[string]any)
+		if b, _ := os.ReadFile(outside); string(b) != "keep" || x["truncated"] != true {
+			t.Errorf("spill to %s: the file outside the workspace holds %d bytes; x_sandgate %v", path, len(b), x)
+		}
+	}
+	if fi, err := os.Lstat(planted); err != nil || !fi.Mode().IsRegular() || fi.Size() != 3000 {
+		t.Errorf("the planted link was not replaced by the spill file: %v %v", fi, err)
+	}
+}
+
+// TestMiddleTruncate: max_output_length keeps head and tail around the
+// marker and never cuts a UTF-8 sequence in two.
+func TestMiddleTruncate(t *testing.T) {
+	const marker = "\n... [output truncated] ...\n"
+	for _, tc := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"short", 100, "short"},
+		{"anything", 0, "anything"},
+		{strings.Repeat("a", 40) + strings.Repeat("b", 40), len(marker) + 10, "aaaaa" + marker + "bbbbb"},
+		{strings.Repeat("é", 40), len(marker) + 10, "éé" + marker + "éé"},
+	} {
+		if got := middleTruncate(tc.in, tc.n); got != tc.want {
+			t.Errorf("middleTruncate(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
+		}
+	}
 }
 
 // TestFloodDoesNotBlock: a 50 MiB flood completes and memory holds only

@@ -96,8 +96,8 @@ func (s *server) handleCodeExecute(w http.ResponseWriter, r *http.Request) {
 	}
 	<-j.done
 	status, code := j.state()
-	out, outTrunc := j.out.all(stdout)
-	errb, errTrunc := j.out.all(stderr)
+	out, outTrunc := j.out.Bytes(stdout)
+	errb, errTrunc := j.out.Bytes(stderr)
 	res := codeResult{Language: *req.Language, Code: *req.Code, Stdout: ptr(string(out)), Stderr: ptr(string(errb)),
 		ExitCode: code, Outputs: []codeOutput{}}
 	switch {

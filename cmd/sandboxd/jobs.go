@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandgate/sandgate/executors/aio/aiowire"
+	"github.com/sandgate/sandgate/executors/output"
 )
 
 // Command statuses of /v1/bash (aio-api.md §2.3).
@@ -55,7 +56,7 @@ type job struct {
 	label   string
 	started time.Time
 	root    treeRoot
-	out     *outputBuf
+	out     *output.Collector
 	done    chan struct{} // closed once the status is final and output complete
 
 	mu       sync.Mutex
@@ -156,7 +157,7 @@ func (t *jobTable) start(spec jobSpec) (*job, error) {
 	if retain <= 0 {
 		retain = t.cfg.RetainBytes
 	}
-	out := newOutputBuf(retain, spec.spill)
+	out := newOutput(retain, spec.spill, t.cfg.Workspace)
 	// The pipes are created here, not by os/exec, so that Wait returns as
 	// soon as the process exits; the readers are drained separately and
 	// cut off after WaitDelay if a detached child holds a pipe open.
@@ -203,8 +204,8 @@ func (t *jobTable) start(spec jobSpec) (*job, error) {
 		}()
 	}
 	var pumps sync.WaitGroup
-	for i, r := range readers {
-		pumps.Go(func() { pump(r, streamWriter{out, i}) })
+	for i, w := range []io.Writer{out.Stdout(), out.Stderr()} {
+		pumps.Go(func() { pump(readers[i], w) })
 	}
 	var timer *time.Timer
 	if spec.hardTimeout > 0 {
@@ -237,7 +238,7 @@ func (t *jobTable) start(spec jobSpec) (*job, error) {
 		for _, r := range readers {
 			_ = r.Close()
 		}
-		spilled := out.finish()
+		spilled := out.Finish().SpillPath
 		j.mu.Lock()
 		j.finished = time.Now()
 		j.spilled = spilled
@@ -426,5 +427,3 @@ func checkDir(dir string) error {
 	}
 	return nil
 }
-
-var _ io.Writer = streamWriter{}

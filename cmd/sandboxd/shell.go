@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sandgate/sandgate/executors/output"
 )
 
 // Shell command statuses (aio-api.md §2.2).
@@ -62,7 +64,7 @@ type shellCmd struct {
 	command  string
 	sentinel []byte
 	file     string
-	out      *outputBuf
+	out      *output.Collector
 	tail     []byte // bytes not yet known to be output (may start the sentinel)
 	done     chan struct{}
 	status   string
@@ -291,7 +293,7 @@ func (c *shellCmd) feed(p []byte) (code int, cwd string, done bool) {
 	if i := bytes.Index(data, c.sentinel); i >= 0 {
 		rest := data[i+len(c.sentinel):]
 		if j := bytes.IndexByte(rest, '\n'); j >= 0 {
-			c.out.write(stdout, data[:i])
+			c.out.Write(stdout, data[:i])
 			fields := strings.SplitN(string(rest[:j]), " ", 3)
 			if len(fields) == 3 {
 				code, _ = strconv.Atoi(fields[1])
@@ -300,7 +302,7 @@ func (c *shellCmd) feed(p []byte) (code int, cwd string, done bool) {
 			c.tail = nil
 			return code, cwd, true
 		}
-		c.out.write(stdout, data[:i])
+		c.out.Write(stdout, data[:i])
 		c.tail = append([]byte(nil), data[i:]...)
 		return 0, "", false
 	}
@@ -311,18 +313,18 @@ func (c *shellCmd) feed(p []byte) (code int, cwd string, done bool) {
 			break
 		}
 	}
-	c.out.write(stdout, data[:len(data)-keep])
+	c.out.Write(stdout, data[:len(data)-keep])
 	c.tail = append([]byte(nil), data[len(data)-keep:]...)
 	return 0, "", false
 }
 
 func (c *shellCmd) flushTail() {
-	c.out.write(stdout, c.tail)
+	c.out.Write(stdout, c.tail)
 	c.tail = nil
 }
 
 func (c *shellCmd) finish() {
-	c.out.finish()
+	c.out.Finish()
 	if c.file != "" {
 		_ = os.Remove(c.file)
 	}
@@ -332,7 +334,7 @@ func (c *shellCmd) finish() {
 // output returns the command's output; the newline the sentinel line
 // starts with is not part of it.
 func (c *shellCmd) output() string {
-	b, _ := c.out.all(stdout)
+	b, _ := c.out.Bytes(stdout)
 	return string(b)
 }
 
@@ -445,7 +447,7 @@ func (s *server) shellStart(sess *shellSession, command, dir string) (*shellCmd,
 	}
 	nonce := newID()
 	c := &shellCmd{command: command, sentinel: []byte("\n__SANDBOXD_DONE_" + nonce + "__"), file: f.Name(),
-		out: newOutputBuf(s.cfg.RetainBytes, nil), done: make(chan struct{}), status: shellRunning, lastOut: time.Now()}
+		out: output.New(output.Options{Limit: s.cfg.RetainBytes}), done: make(chan struct{}), status: shellRunning, lastOut: time.Now()}
 	var script strings.Builder
 	if dir != "" {
 		script.WriteString("cd -- " + shellQuote(dir) + "\n")
@@ -523,7 +525,8 @@ func (s *server) shellResultOf(sess *shellSession, c *shellCmd, status string, t
 		res.Status = c.status
 		out := c.output()
 		if truncate && len(out) > shellTruncate {
-			out = trimToRune(out[:shellTruncate], false) + "\n... [output truncated] ..."
+			head, _ := output.Head([]byte(out), shellTruncate)
+			out = string(head) + "\n... [output truncated] ..."
 		}
 		res.Output = &out
 		res.ExitCode = c.exitCode
