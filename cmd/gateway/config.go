@@ -10,6 +10,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sandgate/sandgate/executors/aio"
+	"github.com/sandgate/sandgate/executors/subprocess"
 	"github.com/sandgate/sandgate/policy"
 )
 
@@ -121,6 +122,10 @@ type AIOConfig struct {
 // DockerConfig tunes the network-less container executor. It is enabled by
 // default: STRICT sends everything not proven SAFE there, and an engine that
 // is down only makes those requests 503 until it answers again.
+//
+// A field left out (zero) takes the docker package's default (DefaultImage,
+// DefaultLimits, DefaultCPUs, DefaultTmpfsMB, DefaultWarmMax,
+// DefaultWarmIdle): the shipped defaults live there, not here.
 type DockerConfig struct {
 	Enabled bool `yaml:"enabled"`
 	// Host is the engine address; empty means DOCKER_HOST or the local socket.
@@ -138,11 +143,14 @@ type DockerConfig struct {
 	Runtime string `yaml:"runtime"`
 }
 
-// SubprocessConfig tunes the hardened host-process executor.
+// SubprocessConfig tunes the hardened host-process executor. A limit left
+// out (zero) takes the subprocess package's default (DefaultLimits): the
+// shipped defaults live there, not here.
 type SubprocessConfig struct {
 	Enabled bool `yaml:"enabled"`
 	// WarmMax bounds the single-use interpreters started ahead for a
-	// session's next run (0 turns warm starts off).
+	// session's next run (0 turns warm starts off). Default
+	// subprocess.DefaultWarmMax.
 	WarmMax int `yaml:"warm_max"`
 	// Zygotes runs a session's Python code in a per-session zygote that
 	// forks each run (needs root; see the subprocess package). Default
@@ -205,10 +213,11 @@ func Default() Config {
 		Workspace: WorkspaceConfig{MaxFileMiB: 32, QuotaMiB: 1024, QuotaFiles: 100_000},
 		Approval:  ApprovalConfig{Timeout: 120 * time.Second},
 		Executors: ExecutorsConfig{
-			Subprocess: SubprocessConfig{Enabled: true, WarmMax: 8, Zygotes: true, MemoryMB: 1024, CPUSeconds: 60, MaxProcs: 256, MaxOutputKiB: 1024},
-			Docker: DockerConfig{Enabled: true, Image: "sandgate/runtime:latest", MemoryMB: 512, CPUs: 1,
-				MaxProcs: 256, TmpfsMB: 64, WarmMax: 8, WarmIdle: 60 * time.Second},
-			AIO: AIOConfig{Enabled: true},
+			// The executors' tunables are left at zero: their packages'
+			// defaults apply (TestExecutorDefaultsInOnePlace).
+			Subprocess: SubprocessConfig{Enabled: true, WarmMax: subprocess.DefaultWarmMax, Zygotes: true},
+			Docker:     DockerConfig{Enabled: true},
+			AIO:        AIOConfig{Enabled: true},
 		},
 		Server: ServerConfig{
 			ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second,
@@ -273,12 +282,14 @@ func (c Config) Validate() error {
 	if c.Audit.Synchronous != "full" && c.Audit.Synchronous != "normal" {
 		add("audit.synchronous %q: want full or normal", c.Audit.Synchronous)
 	}
+	// Zero means the executor's default; a negative value is a mistake,
+	// not "unlimited".
 	sp := c.Executors.Subprocess
-	if sp.Enabled && (sp.MemoryMB <= 0 || sp.CPUSeconds <= 0 || sp.MaxProcs <= 0 || sp.MaxOutputKiB <= 0) {
-		add("executors.subprocess: memory_mb, cpu_seconds, max_procs and max_output_kib must be positive")
+	if sp.Enabled && (sp.MemoryMB < 0 || sp.CPUSeconds < 0 || sp.MaxProcs < 0 || sp.MaxOutputKiB < 0 || sp.TmpMB < 0) {
+		add("executors.subprocess: memory_mb, cpu_seconds, max_procs, max_output_kib and tmp_mb must not be negative")
 	}
-	if d := c.Executors.Docker; d.Enabled && (d.Image == "" || d.MemoryMB <= 0 || d.CPUs <= 0 || d.MaxProcs <= 0 || d.TmpfsMB <= 0 || d.WarmIdle <= 0) {
-		add("executors.docker: image, memory_mb, cpus, max_procs, tmpfs_mb and warm_idle must be set and positive")
+	if d := c.Executors.Docker; d.Enabled && (d.MemoryMB < 0 || d.CPUs < 0 || d.MaxProcs < 0 || d.TmpfsMB < 0 || d.WarmIdle < 0) {
+		add("executors.docker: memory_mb, cpus, max_procs, tmpfs_mb and warm_idle must not be negative")
 	}
 	if b := c.Browser; b.Enabled && (b.IdleTTL <= 0 || b.MaxBrowsers <= 0) {
 		add("browser: idle_ttl and max_browsers must be positive")

@@ -1,10 +1,16 @@
 package main
 
 import (
+	"fmt"
 	"io"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/executors/docker"
+	"github.com/sandgate/sandgate/executors/subprocess"
 )
 
 func noEnv(string) string { return "" }
@@ -20,6 +26,56 @@ func TestDefaultIsValidAndSafe(t *testing.T) {
 	if !c.Executors.Subprocess.Zygotes || c.Executors.Subprocess.WarmMax <= 0 {
 		t.Errorf("subprocess defaults: %+v, want warm starts and zygotes on", c.Executors.Subprocess)
 	}
+}
+
+// TestExecutorDefaultsInOnePlace: the shipped defaults of the executors
+// are their packages' own. Whatever the gateway's default config hands an
+// executor is zero (the package default applies) or that very default;
+// a number restated here that disagrees with the package fails.
+func TestExecutorDefaultsInOnePlace(t *testing.T) {
+	c := Default()
+	sp := subprocessConfig(c.Executors.Subprocess, nil)
+	d := dockerConfig(c.Executors.Docker, nil)
+	checks := []defaultCheck{
+		{"subprocess warm_max", sp.WarmMax, subprocess.DefaultWarmMax},
+		{"subprocess tmp_mb", sp.TmpMB, subprocess.DefaultTmpMB},
+		{"docker cpus", d.CPUs, docker.DefaultCPUs},
+		{"docker tmpfs_mb", d.TmpfsMB, docker.DefaultTmpfsMB},
+		{"docker warm_max", d.WarmMax, docker.DefaultWarmMax},
+		{"docker warm_idle", d.WarmIdle, docker.DefaultWarmIdle},
+	}
+	for lang, img := range d.Images {
+		checks = append(checks, defaultCheck{"docker image " + lang, img, docker.DefaultImage})
+	}
+	checks = append(checks, limitChecks("subprocess", sp.Limits, subprocess.DefaultLimits)...)
+	checks = append(checks, limitChecks("docker", d.Limits, docker.DefaultLimits)...)
+	for _, ch := range checks {
+		if !reflect.ValueOf(ch.got).IsZero() && ch.got != ch.want {
+			t.Errorf("%s: the gateway's default is %v, the executor's %v", ch.name, ch.got, ch.want)
+		}
+	}
+	if sp.DisableWarm || sp.DisableZygote {
+		t.Errorf("subprocess: warm starts and zygotes must be on by default: %+v", sp)
+	}
+}
+
+// defaultCheck is one value the gateway hands an executor and the
+// executor's own default for it.
+type defaultCheck struct {
+	name      string
+	got, want any
+}
+
+// limitChecks pairs every field of got with the same field of def, so a
+// limit added later is checked too.
+func limitChecks(kind string, got, def executors.Limits) []defaultCheck {
+	var out []defaultCheck
+	g, d := reflect.ValueOf(got), reflect.ValueOf(def)
+	for i := range g.NumField() {
+		name := fmt.Sprintf("%s limits.%s", kind, g.Type().Field(i).Name)
+		out = append(out, defaultCheck{name, g.Field(i).Interface(), d.Field(i).Interface()})
+	}
+	return out
 }
 
 func TestLoadFull(t *testing.T) {
@@ -43,7 +99,8 @@ func TestLoadErrors(t *testing.T) {
 	}{
 		{"unknown key is an error", []string{"--config", "testdata/unknown_key.yaml"}, nil, []string{"mdoe"}},
 		{"every problem at once", []string{"--config", "testdata/many_errors.yaml"}, nil, []string{
-			"listen", "mode \"LAX\"", "approval.timeout", "auto_approve", "role \"root\"", "name is required", "at least 16", "log.level"}},
+			"listen", "mode \"LAX\"", "approval.timeout", "auto_approve", "role \"root\"", "name is required", "at least 16", "log.level",
+			"executors.subprocess", "executors.docker"}},
 		{"missing file", []string{"--config", "testdata/absent.yaml"}, nil, []string{"absent.yaml"}},
 		{"bad flag mode", []string{"--mode", "YOLO"}, nil, []string{"YOLO"}},
 		{"bad env mode", nil, map[string]string{"SANDGATE_MODE": "lax"}, []string{"lax"}},

@@ -168,12 +168,7 @@ func (gw *gateway) assessor() (*risk.Assessor, error) {
 func (gw *gateway) executors(ctx context.Context, ws *workspace.Workspaces) ([]executors.Executor, error) {
 	var out []executors.Executor
 	if sp := gw.cfg.Executors.Subprocess; sp.Enabled {
-		e, err := subprocess.New(ctx, subprocess.Config{
-			Limits: executors.Limits{MemoryMB: sp.MemoryMB, CPUSeconds: sp.CPUSeconds, MaxProcs: sp.MaxProcs,
-				MaxOutputBytes: sp.MaxOutputKiB << 10},
-			WarmMax: sp.WarmMax, DisableWarm: sp.WarmMax <= 0, DisableZygote: !sp.Zygotes,
-			RootDir: sp.RootDir, TmpMB: sp.TmpMB, Logger: gw.log,
-		})
+		e, err := subprocess.New(ctx, subprocessConfig(sp, gw.log))
 		if err != nil {
 			return nil, fmt.Errorf("subprocess executor: %w", err)
 		}
@@ -187,15 +182,7 @@ func (gw *gateway) executors(ctx context.Context, ws *workspace.Workspaces) ([]e
 		out = append(out, e)
 	}
 	if d := gw.cfg.Executors.Docker; d.Enabled {
-		images := map[string]string{}
-		for _, lang := range []string{executors.LangPython, executors.LangBash, executors.LangJavaScript} {
-			images[lang] = d.Image
-		}
-		e, err := docker.New(ctx, docker.Config{
-			Host: d.Host, Images: images, CPUs: d.CPUs, TmpfsMB: d.TmpfsMB, WarmMax: d.WarmMax, WarmIdle: d.WarmIdle,
-			Runtime: d.Runtime, Logger: gw.log,
-			Limits: executors.Limits{MemoryMB: d.MemoryMB, MaxProcs: d.MaxProcs},
-		})
+		e, err := docker.New(ctx, dockerConfig(d, gw.log))
 		if err != nil {
 			return nil, fmt.Errorf("docker executor: %w", err)
 		}
@@ -210,6 +197,34 @@ func (gw *gateway) executors(ctx context.Context, ws *workspace.Workspaces) ([]e
 		}
 	}
 	return out, nil
+}
+
+// subprocessConfig is the subprocess executor's Config for the gateway's
+// section. Zero fields stay zero: the package's defaults apply.
+func subprocessConfig(sp SubprocessConfig, log *slog.Logger) subprocess.Config {
+	return subprocess.Config{
+		Limits: executors.Limits{MemoryMB: sp.MemoryMB, CPUSeconds: sp.CPUSeconds, MaxProcs: sp.MaxProcs,
+			MaxOutputBytes: sp.MaxOutputKiB << 10},
+		WarmMax: sp.WarmMax, DisableWarm: sp.WarmMax <= 0, DisableZygote: !sp.Zygotes,
+		RootDir: sp.RootDir, TmpMB: sp.TmpMB, Logger: log,
+	}
+}
+
+// dockerConfig is the docker executor's Config for the gateway's section.
+// Zero fields stay zero: the package's defaults apply.
+func dockerConfig(d DockerConfig, log *slog.Logger) docker.Config {
+	var images map[string]string
+	if d.Image != "" {
+		images = map[string]string{}
+		for _, lang := range []string{executors.LangPython, executors.LangBash, executors.LangJavaScript} {
+			images[lang] = d.Image
+		}
+	}
+	return docker.Config{
+		Host: d.Host, Images: images, CPUs: d.CPUs, TmpfsMB: d.TmpfsMB, WarmMax: d.WarmMax, WarmIdle: d.WarmIdle,
+		Runtime: d.Runtime, Logger: log,
+		Limits: executors.Limits{MemoryMB: d.MemoryMB, MaxProcs: d.MaxProcs},
+	}
 }
 
 // aioPool starts the AIO pool. A pool that cannot start (no root for its
