@@ -1,21 +1,9 @@
 package subprocess
 
-import (
-	"os"
-
-	"github.com/sandgate/sandgate/executors/internal/wsfile"
-)
-
-// Paths inside the workspace. The sandboxed code owns the workspace and may
-// have planted any of these as symlinks (to /etc, say) or hard links: every
-// gateway-side access goes through an os.Root opened on the workspace, and
-// files are created with O_EXCL so an existing entry is never written
-// through.
-const (
-	workspaceMount = "/workspace"
-	stateDir       = ".sandgate"
-	outputsDir     = stateDir + "/outputs"
-)
+// workspaceMount is the workspace as the code sees it: its cwd and HOME
+// in the run's minimal root. The gateway itself reaches the workspace
+// through an os.Root on the host directory (wsfile), never by this path.
+const workspaceMount = "/workspace"
 
 // codePath is the name of the program file of one run (see
 // Executor.writeCodeFile: it lives outside the workspace, at codeMount).
@@ -23,10 +11,3 @@ func codePath(id, lang string) string {
 	ext := map[string]string{"python": ".py", "bash": ".sh", "javascript": ".js"}[lang]
 	return id + ext
 }
-
-// createExclusive creates name under root without ever opening an existing
-// entry (see wsfile.CreateExclusive).
-func createExclusive(root *os.Root, name string) (*os.File, error) {
-	return wsfile.CreateExclusive(root, name)
-}
-
