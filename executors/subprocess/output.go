@@ -19,7 +19,8 @@ func (e *Executor) newOutput(ws *os.Root, spec executors.Spec) *output {
 	id := spec.RequestID
 	return &output{runout.New(runout.Options{
 		Limit: spec.Limits.MaxOutputBytes,
-		// HOME and the cwd are the host workspace path.
+		// The code sees /workspace, but the mount table
+		// (/proc/self/mountinfo) still names the host directory.
 		Mask:      runout.HostPaths(spec.WorkspaceDir),
 		SpillPath: shown,
 		Spill: runout.Spill{
