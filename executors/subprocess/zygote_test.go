@@ -316,12 +316,16 @@ func TestZygoteLifecycle(t *testing.T) {
 			t.Fatalf("run: %+v", res)
 		}
 	}
+	// gone waits until z is reaped and its socket has ended: the pool
+	// learns of a death from the socket, which can end after the reap.
 	gone := func(t *testing.T, z *zygote) {
 		t.Helper()
-		select {
-		case <-z.proc.done:
-		case <-time.After(5 * time.Second):
-			t.Fatalf("zygote of %s still alive", z.session)
+		for _, c := range []chan struct{}{z.proc.done, z.gone} {
+			select {
+			case <-c:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("zygote of %s still alive", z.session)
+			}
 		}
 	}
 	t.Run("release", func(t *testing.T) {
