@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 )
 
@@ -28,46 +29,72 @@ func ParseRole(s string) (Role, error) {
 	return "", fmt.Errorf("unknown role %q (want agent, approver or admin)", s)
 }
 
-// Token is a bearer credential. Only its SHA-256 is kept, so the secret is
-// not in memory longer than configuration parsing needs it.
-type Token struct {
+// Identity is an authenticated caller: a static token's or a JWT's. It
+// never holds the credential itself.
+type Identity struct {
+	// Name identifies the credential's owner (a token's name, a JWT's
+	// subject); it is what audit records and decided_by show.
 	Name string
 	Role Role
+	// Tenant owns the sessions this caller creates (DESIGN.md §5).
+	Tenant string
+	// Tenants limits an approver to these tenants' approvals; empty means
+	// every tenant. Ignored for other roles.
+	Tenants []string
+}
+
+// Token is a bearer credential. Only its SHA-256 is kept: a configured
+// secret is hashed at start, and a "sha256:" token is configured as that
+// hash, so the secret is never in the configuration at all.
+type Token struct {
+	Identity
 	hash [sha256.Size]byte
 }
 
-// NewToken builds a Token from its secret.
+// NewToken builds a Token from its secret. Its tenant is its name, the
+// default that keeps single-team setups unchanged; set Tenant to override.
 func NewToken(name string, role Role, secret string) Token {
-	return Token{Name: name, Role: role, hash: sha256.Sum256([]byte(secret))}
+	return NewHashedToken(name, role, sha256.Sum256([]byte(secret)))
 }
 
-// Auth authenticates bearer tokens.
+// NewHashedToken builds a Token from the SHA-256 of its secret.
+func NewHashedToken(name string, role Role, sum [sha256.Size]byte) Token {
+	return Token{Identity: Identity{Name: name, Role: role, Tenant: name}, hash: sum}
+}
+
+// Auth authenticates bearer credentials.
 type Auth struct {
 	tokens []Token
 }
 
-// ErrNoTokens is returned by NewAuth without tokens: the gateway never runs
-// unauthenticated.
+// ErrNoTokens is returned by NewAuth without tokens: the gateway never
+// runs unauthenticated.
 var ErrNoTokens = errors.New("no tokens configured")
 
 // NewAuth builds an authenticator. It refuses an empty token set.
 func NewAuth(tokens []Token) (*Auth, error) {
-	if len(tokens) == 0 {
+	a := &Auth{tokens: slices.Clone(tokens)}
+	if len(a.tokens) == 0 {
 		return nil, ErrNoTokens
 	}
-	return &Auth{tokens: append([]Token(nil), tokens...)}, nil
+	for i := range a.tokens {
+		a.tokens[i].Tenants = slices.Clone(a.tokens[i].Tenants)
+	}
+	return a, nil
 }
 
-// authenticate finds the token of r. Every configured token is compared, in
-// constant time over fixed-length hashes, so neither the position of a match
-// nor the secret's length shows in the timing.
-func (a *Auth) authenticate(r *http.Request) (Token, bool) {
+// authenticate finds the identity behind r's bearer token. Every
+// configured token is compared, in constant time over fixed-length hashes,
+// so neither the position of a match nor the secret's length shows in the
+// timing.
+func (a *Auth) authenticate(r *http.Request) (Identity, bool) {
 	h := r.Header.Get("Authorization")
 	scheme, secret, ok := strings.Cut(h, " ")
+	secret = strings.TrimSpace(secret)
 	if !ok || !strings.EqualFold(scheme, "Bearer") || secret == "" {
-		return Token{}, false
+		return Identity{}, false
 	}
-	sum := sha256.Sum256([]byte(strings.TrimSpace(secret)))
+	sum := sha256.Sum256([]byte(secret))
 	var found Token
 	match := 0
 	for _, t := range a.tokens {
@@ -75,5 +102,5 @@ func (a *Auth) authenticate(r *http.Request) (Token, bool) {
 			found, match = t, 1
 		}
 	}
-	return found, match == 1
+	return found.Identity, match == 1
 }

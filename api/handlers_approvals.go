@@ -94,8 +94,7 @@ func (s *Server) decideApproval(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(r, &body); err != nil {
 		return err
 	}
-	who := principal(r)
-	v, err := s.deps.Approvals.Decide(r.Context(), r.PathValue("id"), confirm.Approver{Name: who.Name, Role: who.Role},
+	v, err := s.deps.Approvals.Decide(r.Context(), r.PathValue("id"), approver(r),
 		confirm.Decision{Decision: body.Decision, Reason: body.Reason, Digest: body.Digest})
 	var ce *confirm.ConflictError
 	switch {
@@ -148,8 +147,7 @@ func (s *Server) approvalSocket(w http.ResponseWriter, r *http.Request) error {
 	if s.deps.Approvals == nil {
 		return errApprovalsOff
 	}
-	who := principal(r)
-	return s.deps.Approvals.ServeWS(w, r, confirm.Approver{Name: who.Name, Role: who.Role})
+	return s.deps.Approvals.ServeWS(w, r, approver(r))
 }
 
 // pageCSP allows the page's own script, style and socket, and nothing else:

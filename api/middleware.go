@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/sandgate/sandgate/confirm"
 	"github.com/sandgate/sandgate/manager"
 )
 
@@ -15,7 +16,7 @@ type ctxKey int
 
 const (
 	keyRequestID ctxKey = iota
-	keyToken
+	keyIdentity
 )
 
 var errPanic = errors.New("handler panic") // maps to internal
@@ -39,18 +40,31 @@ func requestID(ctx context.Context) string {
 // valid token, 403 with a token of another role.
 func (s *Server) authorize(roles []Role, h handlerFunc) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) error {
-		tok, ok := s.deps.Auth.authenticate(r)
+		id, ok := s.deps.Auth.authenticate(r)
 		if !ok {
 			return errUnauthorized
 		}
-		if !slices.Contains(roles, tok.Role) {
+		if !slices.Contains(roles, id.Role) {
 			return errForbidden
 		}
-		return h(w, r.WithContext(context.WithValue(r.Context(), keyToken, tok)))
+		return h(w, r.WithContext(context.WithValue(r.Context(), keyIdentity, id)))
 	}
 }
 
+func identity(r *http.Request) Identity {
+	id, _ := r.Context().Value(keyIdentity).(Identity)
+	return id
+}
+
+// principal is the caller as the manager knows it: role, name and tenant.
 func principal(r *http.Request) manager.Principal {
-	tok, _ := r.Context().Value(keyToken).(Token)
-	return manager.Principal{Role: string(tok.Role), Name: tok.Name}
+	id := identity(r)
+	return manager.Principal{Role: string(id.Role), Name: id.Name, Tenant: id.Tenant}
+}
+
+// approver is the caller as the approval hub knows it, with the tenants it
+// may see (none listed: all of them).
+func approver(r *http.Request) confirm.Approver {
+	id := identity(r)
+	return confirm.Approver{Name: id.Name, Role: string(id.Role), Tenants: id.Tenants}
 }

@@ -2,6 +2,7 @@ package confirm
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/sandgate/sandgate/errcode"
@@ -43,9 +44,17 @@ type View struct {
 }
 
 // Approver is who decides: the token's name and role, never the token.
+// Tenants limits the approvals it sees and decides to those tenants';
+// empty means every tenant (an unrestricted approver).
 type Approver struct {
-	Name string `json:"name"`
-	Role string `json:"role"`
+	Name    string   `json:"name"`
+	Role    string   `json:"role"`
+	Tenants []string `json:"tenants,omitempty"`
+}
+
+// Sees reports whether a may see and decide an approval of tenant.
+func (a Approver) Sees(tenant string) bool {
+	return len(a.Tenants) == 0 || slices.Contains(a.Tenants, tenant)
 }
 
 // Decision is an approver's answer to one approval.

@@ -33,10 +33,12 @@ type RunContext struct {
 }
 
 // Principal is the authenticated caller. Name identifies the token's owner,
-// never the token.
+// never the token. Tenant owns the sessions the caller creates and is the
+// only tenant whose sessions it can reach, unless Role is admin.
 type Principal struct {
-	Role string `json:"-"`
-	Name string `json:"-"`
+	Role   string `json:"-"`
+	Name   string `json:"-"`
+	Tenant string `json:"-"`
 }
 
 // RunResult is everything a response reports about a finished run.
@@ -120,7 +122,7 @@ func (m *Manager) decide(ctx context.Context, req RunRequest, a risk.Assessment)
 			Context: policy.Context{NeedsBrowser: req.Context.NeedsBrowser, NeedsPersistentFS: req.Context.NeedsPersistentFS},
 		},
 		Risk:      policy.Risk{Level: a.Level.String(), ProvenSafe: a.ProvenSafe, Patterns: riskPatterns(a)},
-		Principal: policy.Principal{Role: req.Principal.Role, Name: req.Principal.Name},
+		Principal: policy.Principal{Role: req.Principal.Role, Name: req.Principal.Name, Tenant: req.Principal.Tenant},
 		Executors: m.avail.Available(ctx),
 	}
 	d := m.deps.Policy.Decide(ctx, in)

@@ -133,10 +133,12 @@ type RiskPattern struct {
 	Line  int
 }
 
-// Principal is who asked.
+// Principal is who asked. Tenant is the tenant that owns the session, so
+// a policy can treat tenants differently (data.json keyed by tenant).
 type Principal struct {
-	Role string
-	Name string
+	Role   string
+	Name   string
+	Tenant string
 }
 
 // SHA256Hex is a helper for building Request.CodeSHA256.
@@ -175,7 +177,7 @@ func (in Input) Map() map[string]any {
 			"proven_safe": in.Risk.ProvenSafe,
 			"patterns":    patterns,
 		},
-		"principal": map[string]any{"role": in.Principal.Role, "name": in.Principal.Name},
+		"principal": map[string]any{"role": in.Principal.Role, "name": in.Principal.Name, "tenant": in.Principal.Tenant},
 		"executors": map[string]any{"available": execs},
 	}
 }

@@ -39,7 +39,9 @@ var ErrNotFound = errcode.New(errcode.NotFound, "session not found")
 
 var sessionIDRe = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
 
-// ValidateSessionID reports whether id may name a session.
+// ValidateSessionID reports whether id may name a session within its
+// tenant (what clients send). The functions of Workspaces take keys (see
+// ValidateKey).
 func ValidateSessionID(id string) error {
 	if !sessionIDRe.MatchString(id) || id == "." || id == ".." {
 		return fmt.Errorf("%w: must match [A-Za-z0-9._-]{1,128}, dot and dot-dot excluded", ErrInvalidSessionID)
@@ -170,9 +172,18 @@ type Dir struct {
 
 // Info describes one session's workspace.
 type Info struct {
+	// SessionID is the session's key; Tenant and Name are its parts (see
+	// SplitKey).
 	SessionID string
+	Tenant    string
+	Name      string
 	Dir       string
 	Created   time.Time
+}
+
+func newInfo(key, dir string, created time.Time) Info {
+	tenant, name := SplitKey(key)
+	return Info{SessionID: key, Tenant: tenant, Name: name, Dir: dir, Created: created}
 }
 
 // New creates root if needed. The root is 0711: the sandbox user may enter a
@@ -227,7 +238,7 @@ func (w *Workspaces) Root() string { return w.root }
 // Ensure returns the session's directory, creating it and allocating its
 // identity on first use.
 func (w *Workspaces) Ensure(_ context.Context, sessionID string) (Dir, error) {
-	if err := ValidateSessionID(sessionID); err != nil {
+	if err := ValidateKey(sessionID); err != nil {
 		return Dir{}, err
 	}
 	w.mu.Lock()
@@ -295,7 +306,7 @@ func owner(fi fs.FileInfo) (uid, gid int) {
 
 // Get returns the session's workspace without creating it.
 func (w *Workspaces) Get(_ context.Context, sessionID string) (Info, error) {
-	if err := ValidateSessionID(sessionID); err != nil {
+	if err := ValidateKey(sessionID); err != nil {
 		return Info{}, err
 	}
 	dir := filepath.Join(w.root, sessionID)
@@ -306,10 +317,10 @@ func (w *Workspaces) Get(_ context.Context, sessionID string) (Info, error) {
 	if err != nil {
 		return Info{}, fmt.Errorf("stat workspace: %w", err)
 	}
-	return Info{SessionID: sessionID, Dir: dir, Created: fi.ModTime()}, nil
+	return newInfo(sessionID, dir, fi.ModTime()), nil
 }
 
-// List returns the sessions with a workspace, sorted by id.
+// List returns the sessions with a workspace, sorted by tenant and name.
 func (w *Workspaces) List(_ context.Context) ([]Info, error) {
 	entries, err := os.ReadDir(w.root)
 	if err != nil {
@@ -317,23 +328,56 @@ func (w *Workspaces) List(_ context.Context) ([]Info, error) {
 	}
 	out := make([]Info, 0, len(entries))
 	for _, e := range entries {
-		if !e.IsDir() || ValidateSessionID(e.Name()) != nil {
+		if !e.IsDir() || ValidateKey(e.Name()) != nil {
 			continue
 		}
 		fi, err := e.Info()
 		if err != nil {
 			continue // removed while listing
 		}
-		out = append(out, Info{SessionID: e.Name(), Dir: filepath.Join(w.root, e.Name()), Created: fi.ModTime()})
+		out = append(out, newInfo(e.Name(), filepath.Join(w.root, e.Name()), fi.ModTime()))
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].SessionID < out[j].SessionID })
+	sort.Slice(out, func(i, j int) bool { return out[i].Less(out[j]) })
 	return out, nil
+}
+
+// Less orders workspaces by tenant, then by name: the order List returns.
+func (i Info) Less(j Info) bool {
+	if i.Tenant != j.Tenant {
+		return i.Tenant < j.Tenant
+	}
+	return i.Name < j.Name
+}
+
+// ListTenant returns the workspaces of tenant's sessions, sorted by name.
+func (w *Workspaces) ListTenant(ctx context.Context, tenant string) ([]Info, error) {
+	all, err := w.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := all[:0]
+	for _, i := range all {
+		if i.Tenant == tenant {
+			out = append(out, i)
+		}
+	}
+	return out, nil
+}
+
+// Exists reports whether the session with this key has a workspace. It is
+// one lstat: cheap enough for every request.
+func (w *Workspaces) Exists(key string) bool {
+	if ValidateKey(key) != nil {
+		return false
+	}
+	fi, err := os.Lstat(filepath.Join(w.root, key))
+	return err == nil && fi.IsDir()
 }
 
 // Remove deletes the session's workspace. Removing one that does not exist
 // is not an error: DELETE is idempotent.
 func (w *Workspaces) Remove(_ context.Context, sessionID string) error {
-	if err := ValidateSessionID(sessionID); err != nil {
+	if err := ValidateKey(sessionID); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(filepath.Join(w.root, sessionID)); err != nil {

@@ -133,3 +133,75 @@ func TestCheckReachable(t *testing.T) {
 		t.Fatalf("a 0700 ancestor was accepted: %v", err)
 	}
 }
+
+func TestKeys(t *testing.T) {
+	cases := []struct {
+		key          string
+		ok           bool
+		tenant, name string
+	}{
+		{"team-a~demo", true, "team-a", "demo"},
+		{"demo", true, "", "demo"},
+		{"t.1~x_y-z", true, "t.1", "x_y-z"},
+		{"~demo", false, "", "demo"},
+		{"team-a~", false, "team-a", ""},
+		{"team-a~b~c", false, "team-a", "b~c"},
+		{"-t~demo", false, "-t", "demo"},
+		{"team a~demo", false, "team a", "demo"},
+		{"team-a~..", false, "team-a", ".."},
+		{"team-a~../x", false, "team-a", "../x"},
+		{strings.Repeat("t", 65) + "~demo", false, strings.Repeat("t", 65), "demo"},
+	}
+	for _, c := range cases {
+		err := ValidateKey(c.key)
+		if (err == nil) != c.ok {
+			t.Errorf("ValidateKey(%q) = %v, want ok=%v", c.key, err, c.ok)
+		}
+		if err != nil && !errors.Is(err, ErrInvalidSessionID) {
+			t.Errorf("%q: %v does not wrap ErrInvalidSessionID", c.key, err)
+		}
+		if tenant, name := SplitKey(c.key); tenant != c.tenant || name != c.name {
+			t.Errorf("SplitKey(%q) = %q, %q", c.key, tenant, name)
+		}
+	}
+	if ValidateSessionID("team-a~demo") == nil {
+		t.Error("a key is not a session id a client may send as its name")
+	}
+	if k := Key("team-a", "demo"); k != "team-a~demo" {
+		t.Errorf("Key = %q", k)
+	}
+}
+
+// TestTenantsShareNoWorkspace: the same name under two tenants is two
+// directories, and each tenant's listing holds only its own.
+func TestTenantsShareNoWorkspace(t *testing.T) {
+	ctx := context.Background()
+	w, err := New(filepath.Join(t.TempDir(), "ws"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := w.Ensure(ctx, Key("team-a", "demo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := w.Ensure(ctx, Key("team-b", "demo"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Path == b.Path {
+		t.Fatalf("one directory for two tenants: %s", a.Path)
+	}
+	if _, err := w.Ensure(ctx, Key("team-b", "other")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := w.ListTenant(ctx, "team-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Name != "demo" || got[1].Name != "other" || got[0].Tenant != "team-b" {
+		t.Fatalf("team-b lists %+v", got)
+	}
+	if !w.Exists(Key("team-a", "demo")) || w.Exists(Key("team-a", "other")) || w.Exists("../x") {
+		t.Fatal("Exists disagrees with the disk")
+	}
+}

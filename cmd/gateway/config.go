@@ -12,6 +12,7 @@ import (
 	"github.com/sandgate/sandgate/executors/aio"
 	"github.com/sandgate/sandgate/executors/subprocess"
 	"github.com/sandgate/sandgate/policy"
+	"github.com/sandgate/sandgate/workspace"
 )
 
 // Config is the whole gateway configuration. Every field has a safe default
@@ -181,6 +182,20 @@ type TokenConfig struct {
 	Name  string `yaml:"name"`
 	Role  string `yaml:"role"`
 	Token string `yaml:"token"`
+	// Tenant owns the sessions this token creates; default: the token's
+	// name, so that a single-team setup needs no change.
+	Tenant string `yaml:"tenant"`
+	// Tenants limits an approver token to these tenants' approvals;
+	// empty (the default) lets it see and decide every tenant's.
+	Tenants []string `yaml:"tenants"`
+}
+
+// tenant is the token's tenant, its name by default.
+func (t TokenConfig) tenant() string {
+	if t.Tenant != "" {
+		return t.Tenant
+	}
+	return t.Name
 }
 
 // ServerConfig holds the HTTP server's timeouts. None may be zero: a zero
@@ -322,6 +337,24 @@ func (a AuthConfig) validate() []error {
 			errs = append(errs, fmt.Errorf("auth.tokens[%d] (%s): the same token is configured twice", i, t.Name))
 		}
 		seen[t.Token] = true
+		errs = append(errs, t.validateTenants(i)...)
+	}
+	return errs
+}
+
+func (t TokenConfig) validateTenants(i int) []error {
+	var errs []error
+	if t.Name != "" && workspace.ValidateTenant(t.tenant()) != nil {
+		errs = append(errs, fmt.Errorf("auth.tokens[%d] (%s): tenant %q: want 1-64 of [A-Za-z0-9._-], starting with a letter or digit (set tenant: when the name is not one)",
+			i, t.Name, t.tenant()))
+	}
+	if len(t.Tenants) > 0 && t.Role != "approver" {
+		errs = append(errs, fmt.Errorf("auth.tokens[%d] (%s): tenants limits an approver; a %s token has one tenant (tenant:)", i, t.Name, t.Role))
+	}
+	for _, name := range t.Tenants {
+		if workspace.ValidateTenant(name) != nil {
+			errs = append(errs, fmt.Errorf("auth.tokens[%d] (%s): tenants: %q is not a valid tenant name", i, t.Name, name))
+		}
 	}
 	return errs
 }

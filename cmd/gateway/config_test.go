@@ -101,6 +101,8 @@ func TestLoadErrors(t *testing.T) {
 		{"every problem at once", []string{"--config", "testdata/many_errors.yaml"}, nil, []string{
 			"listen", "mode \"LAX\"", "approval.timeout", "auto_approve", "role \"root\"", "name is required", "at least 16", "log.level",
 			"executors.subprocess", "executors.docker"}},
+		{"bad tenants", []string{"--config", "testdata/bad_tenants.yaml"}, nil, []string{
+			`tenant "team a bot"`, "set tenant:", "tenants limits an approver", `"bad tenant" is not a valid tenant`}},
 		{"missing file", []string{"--config", "testdata/absent.yaml"}, nil, []string{"absent.yaml"}},
 		{"bad flag mode", []string{"--mode", "YOLO"}, nil, []string{"YOLO"}},
 		{"bad env mode", nil, map[string]string{"SANDGATE_MODE": "lax"}, []string{"lax"}},
@@ -140,6 +142,33 @@ func TestIsLoopback(t *testing.T) {
 	} {
 		if got := IsLoopback(addr); got != want {
 			t.Errorf("%s: %v, want %v", addr, got, want)
+		}
+	}
+}
+
+// TestTokenTenants: a token's tenant is its own setting or, by default, its
+// name; an approver's tenants list is kept as its scope.
+func TestTokenTenants(t *testing.T) {
+	c, err := loadConfig([]string{"--config", "testdata/tenants.yaml"}, noEnv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := &gateway{cfg: c}
+	toks, err := gw.tokens()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, tok := range toks {
+		got[tok.Name] = tok.Tenant + "|" + strings.Join(tok.Tenants, ",")
+	}
+	want := map[string]string{"ci-a": "team-a|", "ci-b": "team-b|", "lead-a": "lead-a|team-a", "oncall": "oncall|", "solo": "solo|"}
+	if len(got) != len(want) {
+		t.Fatalf("tokens %v", got)
+	}
+	for name, w := range want {
+		if got[name] != w {
+			t.Errorf("%s: tenant|scope %q, want %q", name, got[name], w)
 		}
 	}
 }

@@ -316,7 +316,9 @@ func (gw *gateway) tokens() ([]api.Token, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, api.NewToken(t.Name, role, t.Token))
+		tok := api.NewToken(t.Name, role, t.Token)
+		tok.Tenant, tok.Tenants = t.tenant(), t.Tenants
+		out = append(out, tok)
 	}
 	if len(out) > 0 {
 		return out, nil
