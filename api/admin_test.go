@@ -20,13 +20,17 @@ func TestSessionsListGetDelete(t *testing.T) {
 	}
 	r := e.do("GET", "/v1/sessions?limit=2", agentTok, nil)
 	list := r.body["sessions"].([]any)
-	if r.status != 200 || len(list) != 2 || r.body["next_cursor"] != "s-b" {
+	if r.status != 200 || len(list) != 2 || r.body["next_cursor"] != "a~s-b" {
 		t.Fatalf("page 1: %s", r.raw)
 	}
-	r = e.do("GET", "/v1/sessions?limit=2&cursor=s-b", agentTok, nil)
-	list = r.body["sessions"].([]any)
-	if len(list) != 1 || list[0].(map[string]any)["id"] != "s-c" || r.body["next_cursor"] != nil {
-		t.Fatalf("page 2: %s", r.raw)
+	// The cursor is the qualified id; a bare name (as before tenants) is
+	// read in the caller's tenant.
+	for _, cursor := range []string{"a~s-b", "s-b"} {
+		r = e.do("GET", "/v1/sessions?limit=2&cursor="+cursor, agentTok, nil)
+		list = r.body["sessions"].([]any)
+		if len(list) != 1 || list[0].(map[string]any)["id"] != "s-c" || r.body["next_cursor"] != nil {
+			t.Fatalf("page 2 after %s: %s", cursor, r.raw)
+		}
 	}
 	r = e.do("GET", "/v1/sessions/s-a", agentTok, nil)
 	if r.status != 200 || r.body["runs"] != 1.0 || r.body["last_executor"] != "subprocess" {
@@ -71,7 +75,7 @@ func TestPolicyEndpoints(t *testing.T) {
 	if recs := e.auditRecords("dry"); len(recs) != 0 {
 		t.Fatalf("a dry run must not be audited as a run: %+v", recs)
 	}
-	if _, err := e.ws.Get(context.Background(), "dry"); err == nil {
+	if _, err := e.ws.Get(context.Background(), agentKey("dry")); err == nil {
 		t.Fatal("a dry run created a workspace")
 	}
 }

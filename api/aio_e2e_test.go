@@ -160,30 +160,30 @@ func TestAIOEndToEnd(t *testing.T) {
 		t.Fatalf("other session: %d %s", r.status, r.raw)
 	}
 	// Workspace API → sandbox and back.
-	if _, err := e.ws.Write(ctx, "alice", "from-api.txt", workspace.WriteCreate, strings.NewReader("via the API")); err != nil {
+	if _, err := e.ws.Write(ctx, agentKey("alice"), "from-api.txt", workspace.WriteCreate, strings.NewReader("via the API")); err != nil {
 		t.Fatal(err)
 	}
 	r = e.do("POST", "/v1/sessions/alice/run_code", agentTok, persistentRun("const fs = require('fs'); console.log(fs.readFileSync('from-api.txt', 'utf8')); fs.writeFileSync('from-js.txt', 'via node')", "javascript"))
 	if r.status != 200 || r.body["stdout"] != "via the API\n" {
 		t.Fatalf("javascript run: %d %s", r.status, r.raw)
 	}
-	page, err := e.ws.ReadText(ctx, "alice", "from-js.txt", 0, 10)
+	page, err := e.ws.ReadText(ctx, agentKey("alice"), "from-js.txt", 0, 10)
 	if err != nil || !strings.Contains(page.Content, "via node") {
 		t.Fatalf("workspace read: %+v %v", page, err)
 	}
 	// The instance is the session's, deterministic, and shown.
-	info, ok := ex.InstanceInfo("alice")
+	info, ok := ex.InstanceInfo(agentKey("alice"))
 	if !ok || info.Uses != 3 || info.State != "idle" {
 		t.Errorf("instance info %+v %v", info, ok)
 	}
-	if other, _ := ex.InstanceInfo("bob"); other.ID == info.ID || other.Container == info.Container {
+	if other, _ := ex.InstanceInfo(agentKey("bob")); other.ID == info.ID || other.Container == info.Container {
 		t.Errorf("two sessions share an instance: %+v %+v", info, other)
 	}
 	// DELETE releases the instance.
 	if r := e.do("DELETE", "/v1/sessions/alice", agentTok, nil); r.status != 204 {
 		t.Fatalf("delete: %d %s", r.status, r.raw)
 	}
-	if _, ok := ex.InstanceInfo("alice"); ok {
+	if _, ok := ex.InstanceInfo(agentKey("alice")); ok {
 		t.Errorf("alice's instance survived DELETE")
 	}
 }

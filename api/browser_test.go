@@ -176,7 +176,7 @@ func TestBrowserFormThroughTheGateway(t *testing.T) {
 	if !strings.HasPrefix(path, "/workspace/.sandgate/screenshots/") {
 		t.Fatalf("path %q", path)
 	}
-	onDisk, err := os.ReadFile(filepath.Join(e.dataDir, "workspaces", s, strings.TrimPrefix(path, "/workspace/")))
+	onDisk, err := os.ReadFile(filepath.Join(e.dataDir, "workspaces", agentKey(s), strings.TrimPrefix(path, "/workspace/")))
 	if err != nil || !bytes.Equal(onDisk, raw) {
 		t.Fatalf("screenshot in the workspace: %v", err)
 	}

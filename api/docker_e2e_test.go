@@ -50,7 +50,7 @@ func TestDockerEndToEndStrict(t *testing.T) {
 	if r := e.do("GET", "/readyz", "", nil); r.status != 200 || !strings.Contains(string(r.raw), `"docker":"ok"`) {
 		t.Fatalf("readyz %d %s", r.status, r.raw)
 	}
-	if _, err := e.ws.Write(ctx, "s1", "notes.txt", workspace.WriteCreate, strings.NewReader("written before")); err != nil {
+	if _, err := e.ws.Write(ctx, agentKey("s1"), "notes.txt", workspace.WriteCreate, strings.NewReader("written before")); err != nil {
 		t.Fatalf("workspace write: %v", err)
 	}
 	r := e.do("POST", "/v1/sessions/s1/run_code", agentTok,
@@ -71,7 +71,7 @@ func TestDockerEndToEndStrict(t *testing.T) {
 	if r.status != 200 || r.body["sandbox_type"] != "docker" || r.body["success"] != true {
 		t.Fatalf("run_code %d %s", r.status, r.raw)
 	}
-	page, err := e.ws.ReadText(ctx, "s1", "out.txt", 0, 10)
+	page, err := e.ws.ReadText(ctx, agentKey("s1"), "out.txt", 0, 10)
 	if err != nil || !strings.Contains(page.Content, "from docker uid ") || strings.Contains(page.Content, "uid 0") {
 		t.Fatalf("workspace read: %+v %v", page, err)
 	}

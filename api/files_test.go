@@ -243,11 +243,11 @@ func TestUploadLimits(t *testing.T) {
 func plantHostile(t *testing.T, e *env, sid, otherSid string) *strings.Replacer {
 	t.Helper()
 	ctx := context.Background()
-	d, err := e.ws.Ensure(ctx, sid)
+	d, err := e.ws.Ensure(ctx, agentKey(sid))
 	if err != nil {
 		t.Fatal(err)
 	}
-	od, err := e.ws.Ensure(ctx, otherSid)
+	od, err := e.ws.Ensure(ctx, agentKey(otherSid))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -390,7 +390,7 @@ func TestHostilePathsOverHTTP(t *testing.T) {
 		r = e.do("PUT", "/v1/sessions/hs/files/content?path="+c.rawPath, agentTok, []byte("sg-probe-raw"))
 		check(t, "put "+c.rawPath, r, c.traversal)
 		if c.lands != "" {
-			d, _ := e.ws.Ensure(context.Background(), "hs")
+			d, _ := e.ws.Ensure(context.Background(), agentKey("hs"))
 			if b, err := os.ReadFile(filepath.Join(d.Path, c.lands)); err != nil || string(b) != "sg-probe-raw" {
 				t.Errorf("put %s: not at %q (%d %s): %v", c.rawPath, c.lands, r.status, r.raw, err)
 			}
@@ -406,7 +406,7 @@ func TestHostilePathsOverHTTP(t *testing.T) {
 func snapshotOutside(t *testing.T, e *env) string {
 	t.Helper()
 	var b strings.Builder
-	for _, dir := range []string{filepath.Join(e.dataDir, "outside"), filepath.Join(e.dataDir, "workspaces", "hs-other")} {
+	for _, dir := range []string{filepath.Join(e.dataDir, "outside"), filepath.Join(e.dataDir, "workspaces", agentKey("hs-other"))} {
 		es, err := os.ReadDir(dir)
 		if err != nil {
 			t.Fatal(err)
@@ -497,7 +497,7 @@ func TestFilesSharedWithRunCode(t *testing.T) {
 		t.Fatalf("code could not change the API's files: %d %s", r.status, r.raw)
 	}
 	if os.Geteuid() == 0 {
-		d, _ := e.ws.Ensure(context.Background(), "sh")
+		d, _ := e.ws.Ensure(context.Background(), agentKey("sh"))
 		fi, err := os.Stat(filepath.Join(d.Path, "data"))
 		if err != nil {
 			t.Fatal(err)
@@ -521,7 +521,7 @@ func TestRaceCodeFlipsDirectoryUnderAPI(t *testing.T) {
 	if r := e.do("PUT", fileURL("hs", "content", "path", "d/in.txt"), agentTok, []byte("sg-inside\n")); r.status != 201 {
 		t.Fatalf("put: %d %s", r.status, r.raw)
 	}
-	other, _ := e.ws.Ensure(context.Background(), "hs-other")
+	other, _ := e.ws.Ensure(context.Background(), agentKey("hs-other"))
 	// Python, so that a flip is a few system calls, not a few processes.
 	// The link is renamed away rather than removed (a delete would raise the
 	// risk level and route the run to docker).
@@ -616,7 +616,7 @@ func TestCrossSessionFilesOverHTTP(t *testing.T) {
 	if r := e.do("PUT", fileURL("sess-b", "content", "path", "secret.txt"), agentTok, []byte(otherSecret)); r.status != 201 {
 		t.Fatalf("put: %d %s", r.status, r.raw)
 	}
-	b, _ := e.ws.Ensure(context.Background(), "sess-b")
+	b, _ := e.ws.Ensure(context.Background(), agentKey("sess-b"))
 	r := e.do("POST", "/v1/sessions/sess-a/execute", agentTok, map[string]any{
 		"command": fmt.Sprintf("ln -s ../sess-b b_rel && ln -s %s b_abs && ln -s b_rel b_chain && echo planted", b.Path)})
 	if r.status != 200 || r.body["output"] != "planted\n" {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/errcode"
+	"github.com/sandgate/sandgate/manager"
 	"github.com/sandgate/sandgate/policy"
 )
 
@@ -18,7 +19,9 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	page, err := s.deps.Manager.ListSessions(r.Context(), r.URL.Query().Get("cursor"), limit)
+	q := r.URL.Query()
+	page, err := s.deps.Manager.ListSessions(r.Context(), principal(r),
+		manager.SessionQuery{Tenant: q.Get("tenant"), Cursor: q.Get("cursor"), Limit: limit})
 	if err != nil {
 		return err
 	}
@@ -27,7 +30,7 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) getSession(w http.ResponseWriter, r *http.Request) error {
-	info, err := s.deps.Manager.Session(r.Context(), r.PathValue("id"))
+	info, err := s.deps.Manager.Session(r.Context(), principal(r), r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -37,7 +40,7 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request) error {
 
 func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) error {
 	purge := r.URL.Query().Get("purge") == "true"
-	if err := s.deps.Manager.DeleteSession(r.Context(), r.PathValue("id"), purge); err != nil {
+	if err := s.deps.Manager.DeleteSession(r.Context(), principal(r), r.PathValue("id"), purge); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -34,16 +34,23 @@ type browserResponse struct {
 }
 
 func (s *Server) browserAction(w http.ResponseWriter, r *http.Request) error {
-	if s.deps.Browser == nil {
-		return errBrowserOff
-	}
 	var body browserBody
 	if err := decodeJSON(r, &body); err != nil {
 		return err
 	}
 	p := principal(r)
+	// The router is keyed by the session's key, so the caller's session is
+	// resolved here, first: another tenant's is not_found whether or not
+	// this gateway has a browser.
+	ref, err := s.deps.Manager.ResolveSession(p, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	if s.deps.Browser == nil {
+		return errBrowserOff
+	}
 	res, err := s.deps.Browser.Do(r.Context(), browser.Request{
-		RequestID: requestID(r.Context()), SessionID: r.PathValue("id"), Principal: p.Role + ":" + p.Name,
+		RequestID: requestID(r.Context()), SessionID: ref.Key, Principal: p.Role + ":" + p.Name,
 		Action: body.Action, Params: body.Params, Context: body.Context,
 	})
 	if err != nil {

@@ -53,6 +53,8 @@ type envOpts struct {
 	// browser builds the browser router on the env's policy engine, audit
 	// store and workspaces; nil leaves the browser endpoint off.
 	browser func(eng *policy.Engine, st audit.Store, ws *workspace.Workspaces) *browser.Manager
+	// tokens are accepted besides agentTok, approverTok and adminTok.
+	tokens []Token
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -81,23 +83,27 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := prometheus.NewRegistry()
-	mgr, err := manager.New(manager.Config{Mode: o.mode}, manager.Deps{
-		Assessor: risk.NewAssessor(nil, nil), Policy: eng, Confirm: o.confirm,
-		Executors: append([]executors.Executor{sp}, o.executors...), Workspaces: ws, Audit: st, Metrics: manager.NewMetrics(reg),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	auth, err := NewAuth([]Token{
+	auth, err := NewAuth(append([]Token{
 		NewToken("a", RoleAgent, agentTok), NewToken("p", RoleApprover, approverTok), NewToken("root", RoleAdmin, adminTok),
-	})
+	}, o.tokens...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var bm *browser.Manager
+	var resources []manager.SessionResource
 	if o.browser != nil {
 		bm = o.browser(eng, st, ws)
+		resources = append(resources, manager.SessionResource{Name: "browser", Release: bm.ReleaseSession,
+			Describe: func(key string) (any, bool) { b, ok := bm.Live()[key]; return b, ok }})
+	}
+	reg := prometheus.NewRegistry()
+	mgr, err := manager.New(manager.Config{Mode: o.mode}, manager.Deps{
+		Assessor: risk.NewAssessor(nil, nil), Policy: eng, Confirm: o.confirm,
+		Executors: append([]executors.Executor{sp}, o.executors...), Workspaces: ws, Audit: st, Metrics: manager.NewMetrics(reg),
+		Resources: resources,
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	h := New(Config{MaxBodyBytes: o.maxBody}, Deps{Manager: mgr, Policy: eng, Audit: st, Auth: auth, Gatherer: reg, Browser: bm})
 	e := &env{t: t, srv: httptest.NewServer(h), dataDir: o.dataDir, audit: st, ws: ws}
@@ -107,6 +113,10 @@ func newEnv(t *testing.T, o envOpts) *env {
 	})
 	return e
 }
+
+// agentKey is the workspace key of agentTok's session id: the token's
+// name, "a", is its tenant.
+func agentKey(id string) string { return workspace.Key("a", id) }
 
 // resp is a decoded response.
 type resp struct {

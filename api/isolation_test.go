@@ -29,7 +29,7 @@ func TestSessionsCannotReachEachOther(t *testing.T) {
 	if r.status != 200 || r.body["output"] != "a-secret\n" {
 		t.Fatalf("A: %d %s", r.status, r.raw)
 	}
-	aDir := filepath.Join(e.dataDir, "workspaces", "sess-a")
+	aDir := filepath.Join(e.dataDir, "workspaces", agentKey("sess-a"))
 	for _, cmd := range []string{
 		"cat " + filepath.Join(aDir, "secret.txt"),
 		"ls " + aDir,

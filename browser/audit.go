@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/workspace"
 )
 
 // Audit record kinds of the browser router.
@@ -180,4 +181,14 @@ func (f *inflight) idleChan() <-chan struct{} {
 		return nil
 	}
 	return f.idle
+}
+
+// keyedStore attributes the router's records. Its sessions are keys
+// (workspace.Key: tenant~name); a record names the session as clients do,
+// by its name, with its tenant apart, like every other audit record.
+type keyedStore struct{ audit.Store }
+
+func (s keyedStore) Append(ctx context.Context, rec *audit.Record) error {
+	_, rec.SessionID = workspace.SplitKey(rec.SessionID)
+	return s.Store.Append(ctx, rec)
 }

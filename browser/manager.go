@@ -53,6 +53,9 @@ func (c RouteContext) Backend() string {
 // Request is one browser action.
 type Request struct {
 	RequestID string
+	// SessionID is the session's key (workspace.Key): the gateway resolves
+	// the caller's session (manager.ResolveSession) before it asks the
+	// router, which then keeps one browser per tenant and session.
 	SessionID string
 	// Principal is "role:name" of the caller, for the audit record.
 	Principal string
@@ -121,6 +124,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	if res == nil {
 		res = net.DefaultResolver
 	}
+	deps.Audit = keyedStore{deps.Audit}
 	m := &Manager{cfg: cfg, deps: deps, log: log, resolver: res, routers: make(map[string]*Router),
 		janitorDone: make(chan struct{})}
 	m.lifetime, m.cancelLifetime = context.WithCancel(context.Background())
@@ -141,7 +145,7 @@ func (m *Manager) Do(ctx context.Context, req Request) (*Result, error) {
 	start := time.Now()
 	rec := &audit.Record{RequestID: req.RequestID, Kind: KindAction, SessionID: req.SessionID, Principal: req.Principal,
 		Detail: map[string]string{"action": req.Action}}
-	if err := workspace.ValidateSessionID(req.SessionID); err != nil {
+	if err := workspace.ValidateKey(req.SessionID); err != nil {
 		m.finish(ctx, rec, nil, err, start, nil)
 		return nil, err
 	}

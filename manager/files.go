@@ -50,8 +50,10 @@ const detailMax = 256
 // body cap of a raw upload).
 func (m *Manager) FileLimits() workspace.Options { return m.deps.Workspaces.Limits() }
 
-// fileOp runs one file operation and records it.
-func (m *Manager) fileOp(ctx context.Context, kind string, req FileRequest, op func(rec *audit.Record) error) error {
+// fileOp resolves the request's session for its caller, runs one file
+// operation on the session's workspace (op gets the session's key) and
+// records it.
+func (m *Manager) fileOp(ctx context.Context, kind string, req FileRequest, op func(rec *audit.Record, key string) error) error {
 	start := time.Now()
 	rec := &audit.Record{
 		RequestID: req.RequestID, Kind: kind, SessionID: req.SessionID,
@@ -62,9 +64,13 @@ func (m *Manager) fileOp(ctx context.Context, kind string, req FileRequest, op f
 	} else {
 		setDetail(rec, "requested_path", strconv.QuoteToASCII(cut(req.Path, requestedPathMax)))
 	}
-	err := op(rec)
+	ref, err := m.ResolveSession(req.Principal, req.SessionID)
 	if err == nil {
-		m.sessions.touch(req.SessionID)
+		rec.SessionID = ref.ID
+		err = op(rec, ref.Key)
+	}
+	if err == nil {
+		m.sessions.touch(ref.Key)
 	}
 	if code, _, _ := errcode.Of(err); code == errcode.Internal && ctx.Err() != nil {
 		// The client went away (or the gateway is shutting down) mid-way.
@@ -112,8 +118,8 @@ func cut(s string, n int) string {
 
 // ReadFile is the numbered read (deepagents' read_file).
 func (m *Manager) ReadFile(ctx context.Context, req FileRequest, offset, limit int) (page workspace.TextPage, err error) {
-	err = m.fileOp(ctx, KindFileRead, req, func(rec *audit.Record) error {
-		page, err = m.deps.Workspaces.ReadText(ctx, req.SessionID, req.Path, offset, limit)
+	err = m.fileOp(ctx, KindFileRead, req, func(rec *audit.Record, key string) error {
+		page, err = m.deps.Workspaces.ReadText(ctx, key, req.Path, offset, limit)
 		rec.Bytes = int64(len(page.Content))
 		return err
 	})
@@ -124,8 +130,8 @@ func (m *Manager) ReadFile(ctx context.Context, req FileRequest, offset, limit i
 // returns how many bytes it sent. The file is closed after send returns,
 // and the record counts the bytes sent.
 func (m *Manager) GetFile(ctx context.Context, req FileRequest, send func(*workspace.RawFile) (int64, error)) error {
-	return m.fileOp(ctx, KindFileGet, req, func(rec *audit.Record) error {
-		rf, err := m.deps.Workspaces.OpenRaw(ctx, req.SessionID, req.Path)
+	return m.fileOp(ctx, KindFileGet, req, func(rec *audit.Record, key string) error {
+		rf, err := m.deps.Workspaces.OpenRaw(ctx, key, req.Path)
 		if err != nil {
 			return err
 		}
@@ -137,9 +143,9 @@ func (m *Manager) GetFile(ctx context.Context, req FileRequest, send func(*works
 
 // WriteFile stores body at the request's path.
 func (m *Manager) WriteFile(ctx context.Context, req FileRequest, mode workspace.WriteMode, body io.Reader) (res workspace.WriteResult, err error) {
-	err = m.fileOp(ctx, KindFileWrite, req, func(rec *audit.Record) error {
+	err = m.fileOp(ctx, KindFileWrite, req, func(rec *audit.Record, key string) error {
 		setDetail(rec, "mode", cut(string(mode), detailMax))
-		res, err = m.deps.Workspaces.Write(ctx, req.SessionID, req.Path, mode, body)
+		res, err = m.deps.Workspaces.Write(ctx, key, req.Path, mode, body)
 		rec.Bytes = res.Written
 		return err
 	})
@@ -148,8 +154,8 @@ func (m *Manager) WriteFile(ctx context.Context, req FileRequest, mode workspace
 
 // EditFile replaces old with new in the request's file.
 func (m *Manager) EditFile(ctx context.Context, req FileRequest, old, new string, replaceAll bool) (res workspace.EditResult, err error) {
-	err = m.fileOp(ctx, KindFileEdit, req, func(rec *audit.Record) error {
-		res, err = m.deps.Workspaces.Edit(ctx, req.SessionID, req.Path, old, new, replaceAll)
+	err = m.fileOp(ctx, KindFileEdit, req, func(rec *audit.Record, key string) error {
+		res, err = m.deps.Workspaces.Edit(ctx, key, req.Path, old, new, replaceAll)
 		rec.Bytes = res.Size
 		if err == nil {
 			setDetail(rec, "occurrences", strconv.Itoa(res.Occurrences))
@@ -161,8 +167,8 @@ func (m *Manager) EditFile(ctx context.Context, req FileRequest, old, new string
 
 // ListFiles lists the request's path down to depth levels.
 func (m *Manager) ListFiles(ctx context.Context, req FileRequest, depth int) (l workspace.Listing, err error) {
-	err = m.fileOp(ctx, KindFileList, req, func(rec *audit.Record) error {
-		l, err = m.deps.Workspaces.ListFiles(ctx, req.SessionID, req.Path, depth)
+	err = m.fileOp(ctx, KindFileList, req, func(rec *audit.Record, key string) error {
+		l, err = m.deps.Workspaces.ListFiles(ctx, key, req.Path, depth)
 		setDetail(rec, "entries", strconv.Itoa(len(l.Entries)))
 		return err
 	})
@@ -171,9 +177,9 @@ func (m *Manager) ListFiles(ctx context.Context, req FileRequest, depth int) (l 
 
 // GlobFiles lists the entries under the request's path matching pattern.
 func (m *Manager) GlobFiles(ctx context.Context, req FileRequest, pattern string) (l workspace.Listing, err error) {
-	err = m.fileOp(ctx, KindFileGlob, req, func(rec *audit.Record) error {
+	err = m.fileOp(ctx, KindFileGlob, req, func(rec *audit.Record, key string) error {
 		setDetail(rec, "pattern", strconv.QuoteToASCII(cut(pattern, detailMax)))
-		l, err = m.deps.Workspaces.Glob(ctx, req.SessionID, req.Path, pattern)
+		l, err = m.deps.Workspaces.Glob(ctx, key, req.Path, pattern)
 		setDetail(rec, "entries", strconv.Itoa(len(l.Entries)))
 		return err
 	})
@@ -184,10 +190,10 @@ func (m *Manager) GlobFiles(ctx context.Context, req FileRequest, pattern string
 // recorded (agents search for secrets too), only its size.
 func (m *Manager) GrepFiles(ctx context.Context, req FileRequest, q workspace.GrepQuery) (res workspace.GrepResult, err error) {
 	q.Path = req.Path
-	err = m.fileOp(ctx, KindFileGrep, req, func(rec *audit.Record) error {
+	err = m.fileOp(ctx, KindFileGrep, req, func(rec *audit.Record, key string) error {
 		setDetail(rec, "pattern_bytes", strconv.Itoa(len(q.Pattern)))
 		setDetail(rec, "literal", strconv.FormatBool(q.Literal))
-		res, err = m.deps.Workspaces.Grep(ctx, req.SessionID, q)
+		res, err = m.deps.Workspaces.Grep(ctx, key, q)
 		rec.Bytes = res.BytesScanned
 		setDetail(rec, "matches", strconv.Itoa(len(res.Matches)))
 		return err
@@ -197,11 +203,11 @@ func (m *Manager) GrepFiles(ctx context.Context, req FileRequest, q workspace.Gr
 
 // DeleteFile removes the request's path.
 func (m *Manager) DeleteFile(ctx context.Context, req FileRequest, recursive bool) (res workspace.DeleteResult, err error) {
-	err = m.fileOp(ctx, KindFileDelete, req, func(rec *audit.Record) error {
+	err = m.fileOp(ctx, KindFileDelete, req, func(rec *audit.Record, key string) error {
 		if recursive {
 			setDetail(rec, "recursive", "true")
 		}
-		res, err = m.deps.Workspaces.Delete(ctx, req.SessionID, req.Path, recursive)
+		res, err = m.deps.Workspaces.Delete(ctx, key, req.Path, recursive)
 		rec.Bytes = res.Size
 		return err
 	})

@@ -14,7 +14,7 @@ import (
 )
 
 func fileReq(p string) manager.FileRequest {
-	return manager.FileRequest{RequestID: "req-f", Principal: manager.Principal{Role: "agent", Name: "ci-bot"}, SessionID: "s1", Path: p}
+	return manager.FileRequest{RequestID: "req-f", Principal: manager.Principal{Role: "agent", Name: "ci-bot", Tenant: "t1"}, SessionID: "s1", Path: p}
 }
 
 // TestFileOperationsAreAudited: every file operation writes exactly one
@@ -165,7 +165,7 @@ func TestFileOperationsMarkSessionActive(t *testing.T) {
 	if _, err := h.m.WriteFile(ctx, fileReq("a.txt"), workspace.WriteOverwrite, strings.NewReader("x")); err != nil {
 		t.Fatal(err)
 	}
-	first, err := h.m.Session(ctx, "s1")
+	first, err := h.m.Session(ctx, agent, "s1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,13 +176,13 @@ func TestFileOperationsMarkSessionActive(t *testing.T) {
 	if _, err := h.m.ReadFile(ctx, fileReq("missing.txt"), 0, 0); err == nil {
 		t.Fatal("reading a missing file succeeded")
 	}
-	if info, _ := h.m.Session(ctx, "s1"); !info.LastActiveAt.Equal(first.LastActiveAt) {
+	if info, _ := h.m.Session(ctx, agent, "s1"); !info.LastActiveAt.Equal(first.LastActiveAt) {
 		t.Errorf("a failed read moved LastActiveAt: %v -> %v", first.LastActiveAt, info.LastActiveAt)
 	}
 	if _, err := h.m.ReadFile(ctx, fileReq("a.txt"), 0, 0); err != nil {
 		t.Fatal(err)
 	}
-	if info, _ := h.m.Session(ctx, "s1"); !info.LastActiveAt.After(first.LastActiveAt) || info.Runs != 0 {
+	if info, _ := h.m.Session(ctx, agent, "s1"); !info.LastActiveAt.After(first.LastActiveAt) || info.Runs != 0 {
 		t.Errorf("after a read: %+v, want a later LastActiveAt than %v and no run", info, first.LastActiveAt)
 	}
 }

@@ -203,7 +203,7 @@ func request(language, code string) manager.RunRequest {
 	return manager.RunRequest{
 		RequestID: "req-1",
 		Kind:      manager.KindRunCode,
-		Principal: manager.Principal{Role: "agent", Name: "ci-bot"},
+		Principal: manager.Principal{Role: "agent", Name: "ci-bot", Tenant: "t1"},
 		SessionID: "s1",
 		Language:  language,
 		Code:      code,
@@ -247,3 +247,9 @@ func toJSON(t *testing.T, v any) string {
 }
 
 func writeFile(path, content string) error { return os.WriteFile(path, []byte(content), 0o600) }
+
+// agent is the caller of request and fileReq: tenant t1's agent.
+var agent = manager.Principal{Role: "agent", Name: "ci-bot", Tenant: "t1"}
+
+// key is the workspace key of t1's session id.
+func key(id string) string { return workspace.Key("t1", id) }

@@ -24,6 +24,9 @@ type RunRequest struct {
 	Code      string     `json:"code" validate:"required"`
 	TimeoutS  int        `json:"timeout_s" validate:"min=0,max=3600"`
 	Context   RunContext `json:"context"`
+
+	// ref is the session, resolved for Principal by ResolveSession.
+	ref SessionRef
 }
 
 // RunContext carries the routing flags a request may set.
@@ -67,6 +70,10 @@ func (m *Manager) Run(ctx context.Context, req RunRequest) (res *RunResult, err 
 	if err := m.validate(&req); err != nil { // 1 validate
 		return nil, err
 	}
+	if req.ref, err = m.ResolveSession(req.Principal, req.SessionID); err != nil { // 1 the caller's session
+		return nil, err
+	}
+	rec.SessionID = req.ref.ID
 	assessment, err := m.deps.Assessor.Assess(req.Code, req.Language) // 2 assess
 	if err != nil {
 		return nil, invalidFields(FieldError{Field: "language", Code: "oneof", Message: "unsupported language"})
@@ -98,6 +105,10 @@ func (m *Manager) Evaluate(ctx context.Context, req RunRequest) (*Evaluation, er
 	if err := m.validate(&req); err != nil {
 		return nil, err
 	}
+	var err error
+	if req.ref, err = m.ResolveSession(req.Principal, req.SessionID); err != nil {
+		return nil, err
+	}
 	assessment, err := m.deps.Assessor.Assess(req.Code, req.Language)
 	if err != nil {
 		return nil, invalidFields(FieldError{Field: "language", Code: "oneof", Message: "unsupported language"})
@@ -117,7 +128,7 @@ func (m *Manager) decide(ctx context.Context, req RunRequest, a risk.Assessment)
 	in := policy.Input{
 		Mode: m.cfg.Mode,
 		Request: policy.Request{
-			Kind: req.Kind, SessionID: req.SessionID, Language: req.Language,
+			Kind: req.Kind, SessionID: req.ref.ID, Language: req.Language,
 			CodeBytes: len(req.Code), CodeSHA256: policy.SHA256Hex([]byte(req.Code)), TimeoutS: m.timeoutS(req),
 			Context: policy.Context{NeedsBrowser: req.Context.NeedsBrowser, NeedsPersistentFS: req.Context.NeedsPersistentFS},
 		},
@@ -187,7 +198,7 @@ func (m *Manager) confirmRequest(req RunRequest, out *RunResult) confirm.Request
 		reasons[i] = confirm.Reason{Code: r.Code, Message: r.Message}
 	}
 	return confirm.Request{
-		RequestID: req.RequestID, SessionID: req.SessionID, Language: req.Language, Code: req.Code,
+		RequestID: req.RequestID, SessionID: req.ref.ID, Language: req.Language, Code: req.Code,
 		CodeSHA256: policy.SHA256Hex([]byte(req.Code)), RiskLevel: out.Risk.Level.String(), Patterns: pats,
 		Reasons: reasons, Executor: out.Decision.Executor, PolicyRevision: out.Decision.PolicyRevision,
 		Principal: req.Principal.Name,
@@ -212,14 +223,17 @@ func (m *Manager) route(d policy.Decision) (executors.Executor, error) {
 }
 
 func (m *Manager) execute(ctx context.Context, req RunRequest, d policy.Decision, exec executors.Executor) (executors.Result, error) {
-	dir, err := m.deps.Workspaces.Ensure(ctx, req.SessionID)
+	key := req.ref.Key
+	dir, err := m.deps.Workspaces.Ensure(ctx, key)
 	if err != nil {
 		return executors.Result{}, err
 	}
-	m.sessions.begin(req.SessionID)
-	defer m.sessions.end(req.SessionID, string(exec.Kind()))
+	m.sessions.begin(key)
+	defer m.sessions.end(key, string(exec.Kind()))
+	// The executors get the key, not the name: their per-session state
+	// (zygotes, warm containers, pool instances) is then per tenant too.
 	spec := executors.Spec{
-		RequestID: req.RequestID, SessionID: req.SessionID, Language: req.Language, Code: req.Code,
+		RequestID: req.RequestID, SessionID: key, Language: req.Language, Code: req.Code,
 		Timeout: time.Duration(d.Obligations.TimeoutS) * time.Second, WorkspaceDir: dir.Path, UID: dir.UID, GID: dir.GID,
 		Network: d.Obligations.Network, Limits: executors.Limits{MemoryMB: d.Obligations.MemoryMB},
 	}

@@ -369,10 +369,12 @@ func TestRunSpec(t *testing.T) {
 				t.Errorf("spec timeout %v memory %d network %v, want %ds %d %v",
 					spec.Timeout, spec.Limits.MemoryMB, spec.Network, tc.wantTimeout, tc.wantMemory, tc.wantNetwork)
 			}
-			if spec.RequestID != req.RequestID || spec.SessionID != req.SessionID || spec.Language != req.Language || spec.Code != req.Code {
+			// The executor gets the tenant-qualified key: its per-session
+			// state is per tenant too.
+			if spec.RequestID != req.RequestID || spec.SessionID != key(req.SessionID) || spec.Language != req.Language || spec.Code != req.Code {
 				t.Errorf("spec identity %+v does not match the request", spec)
 			}
-			dir, err := h.ws.Ensure(t.Context(), req.SessionID)
+			dir, err := h.ws.Ensure(t.Context(), key(req.SessionID))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -438,7 +440,7 @@ func TestRunPolicyInput(t *testing.T) {
 	if in.Request != want {
 		t.Errorf("policy request %+v, want %+v", in.Request, want)
 	}
-	if in.Mode != "PERMISSIVE" || in.Principal != (policy.Principal{Role: "agent", Name: "ci-bot"}) {
+	if in.Mode != "PERMISSIVE" || in.Principal != (policy.Principal{Role: "agent", Name: "ci-bot", Tenant: "t1"}) {
 		t.Errorf("policy mode %q principal %+v", in.Mode, in.Principal)
 	}
 	if in.Risk.Level != "HIGH" || in.Risk.ProvenSafe || len(in.Risk.Patterns) == 0 || in.Risk.Patterns[0].ID != "python.net.socket" {
@@ -617,7 +619,7 @@ func TestRunAuditSurvivesCancellation(t *testing.T) {
 // an internal error, audited, and nothing runs.
 func TestRunWorkspaceFailure(t *testing.T) {
 	h := newHarness(t, hopts{})
-	if err := writeFile(h.ws.Root()+"/s1", "not a directory"); err != nil {
+	if err := writeFile(h.ws.Root()+"/"+key("s1"), "not a directory"); err != nil {
 		t.Fatal(err)
 	}
 	_, err := h.m.Run(t.Context(), request("python", safePython))

@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 	"sync"
 	"time"
@@ -15,8 +16,12 @@ import (
 // workspace on disk (so sessions survive a restart); activity counters are
 // kept in memory since the last start.
 type SessionInfo struct {
-	ID        string    `json:"id"`
-	CreatedAt time.Time `json:"created_at"`
+	// ID is the session's name within its tenant; QualifiedID
+	// (tenant~name) names it across tenants, as admins need to.
+	ID          string    `json:"id"`
+	Tenant      string    `json:"tenant"`
+	QualifiedID string    `json:"qualified_id"`
+	CreatedAt   time.Time `json:"created_at"`
 	// LastActiveAt is the last run's start or end, or the last successful
 	// file operation, whichever is later.
 	LastActiveAt time.Time `json:"last_active_at,omitzero"`
@@ -26,6 +31,10 @@ type SessionInfo struct {
 	// Resources describes live per-session state (e.g. "aio": the pool
 	// instance, "browser": the live backend).
 	Resources map[string]any `json:"resources,omitempty"`
+}
+
+func infoOf(w workspace.Info) SessionInfo {
+	return SessionInfo{ID: w.Name, Tenant: w.Tenant, QualifiedID: w.SessionID, CreatedAt: w.Created}
 }
 
 type sessionStats struct {
@@ -84,7 +93,7 @@ func (s *sessions) touch(id string) {
 func (s *sessions) fill(info *SessionInfo) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if st, ok := s.stats[info.ID]; ok {
+	if st, ok := s.stats[info.QualifiedID]; ok {
 		info.LastActiveAt, info.Runs, info.Running, info.LastExecutor = st.lastActive, st.runs, st.running, st.lastExecutor
 	}
 }
@@ -95,53 +104,99 @@ func (s *sessions) forget(id string) {
 	s.mu.Unlock()
 }
 
-// SessionPage is one page of sessions, ordered by id. NextCursor is the id
-// to pass as the next cursor; empty when this is the last page.
+// SessionPage is one page of sessions, ordered by tenant and name.
+// NextCursor is the cursor of the next page; empty when this is the last.
 type SessionPage struct {
 	Sessions   []SessionInfo `json:"sessions"`
 	NextCursor string        `json:"next_cursor,omitempty"`
 }
 
-// ListSessions pages through sessions with ids greater than cursor, like
-// deepagents' SandboxProvider.list.
-func (m *Manager) ListSessions(ctx context.Context, cursor string, limit int) (SessionPage, error) {
+// SessionQuery selects sessions for ListSessions.
+type SessionQuery struct {
+	// Tenant keeps one tenant's sessions. A non-admin caller only ever
+	// sees its own tenant's; naming another is not_found. An admin sees
+	// every tenant's when it is empty.
+	Tenant string
+	// Cursor is a previous page's NextCursor: the qualified id of the last
+	// session it held.
+	Cursor string
+	Limit  int
+}
+
+// ListSessions pages through the sessions the caller may see, like
+// deepagents' SandboxProvider.list: its own tenant's, or, for an admin,
+// every tenant's (or q.Tenant's).
+func (m *Manager) ListSessions(ctx context.Context, p Principal, q SessionQuery) (SessionPage, error) {
 	switch {
-	case limit <= 0:
-		limit = 100
-	case limit > 1000:
-		limit = 1000
+	case q.Limit <= 0:
+		q.Limit = 100
+	case q.Limit > 1000:
+		q.Limit = 1000
 	}
-	all, err := m.deps.Workspaces.List(ctx)
+	all, err := m.visibleSessions(ctx, p, q.Tenant)
 	if err != nil {
 		return SessionPage{}, err
 	}
-	start := sort.Search(len(all), func(i int) bool { return all[i].SessionID > cursor })
+	after := workspace.Info{}
+	if q.Cursor != "" {
+		after.Tenant, after.Name = workspace.SplitKey(q.Cursor)
+		if after.Tenant == "" {
+			// A bare name, as cursors were before tenants: in the
+			// tenant being listed, like a bare session id.
+			after.Tenant = q.Tenant
+			if p.Role != RoleAdmin {
+				after.Tenant = p.Tenant
+			}
+		}
+	}
+	start := sort.Search(len(all), func(i int) bool { return q.Cursor == "" || after.Less(all[i]) })
 	page := SessionPage{Sessions: []SessionInfo{}}
 	for _, w := range all[start:] {
-		if len(page.Sessions) == limit {
-			page.NextCursor = page.Sessions[limit-1].ID
+		if len(page.Sessions) == q.Limit {
+			page.NextCursor = page.Sessions[q.Limit-1].QualifiedID
 			break
 		}
-		info := SessionInfo{ID: w.SessionID, CreatedAt: w.Created}
+		info := infoOf(w)
 		m.sessions.fill(&info)
 		page.Sessions = append(page.Sessions, info)
 	}
 	return page, nil
 }
 
-// Session describes one session.
-func (m *Manager) Session(ctx context.Context, id string) (SessionInfo, error) {
-	w, err := m.deps.Workspaces.Get(ctx, id)
+// visibleSessions is every workspace p may list, in List's order.
+func (m *Manager) visibleSessions(ctx context.Context, p Principal, tenant string) ([]workspace.Info, error) {
+	if p.Tenant == "" {
+		return nil, errNoTenant
+	}
+	switch {
+	case p.Role == RoleAdmin && tenant == "":
+		return m.deps.Workspaces.List(ctx)
+	case p.Role == RoleAdmin:
+		return m.deps.Workspaces.ListTenant(ctx, tenant)
+	case tenant == "" || tenant == p.Tenant:
+		return m.deps.Workspaces.ListTenant(ctx, p.Tenant)
+	}
+	return nil, fmt.Errorf("%w: tenant %s", ErrNotFound, tenant)
+}
+
+// Session describes one of the caller's sessions (any session, for an
+// admin).
+func (m *Manager) Session(ctx context.Context, p Principal, id string) (SessionInfo, error) {
+	ref, err := m.ResolveSession(p, id)
 	if err != nil {
 		return SessionInfo{}, err
 	}
-	info := SessionInfo{ID: w.SessionID, CreatedAt: w.Created}
+	w, err := m.deps.Workspaces.Get(ctx, ref.Key)
+	if err != nil {
+		return SessionInfo{}, err
+	}
+	info := infoOf(w)
 	m.sessions.fill(&info)
 	for _, r := range m.deps.Resources {
 		if r.Describe == nil {
 			continue
 		}
-		if v, ok := r.Describe(id); ok {
+		if v, ok := r.Describe(ref.Key); ok {
 			if info.Resources == nil {
 				info.Resources = map[string]any{}
 			}
@@ -151,11 +206,13 @@ func (m *Manager) Session(ctx context.Context, id string) (SessionInfo, error) {
 	return info, nil
 }
 
-// DeleteSession releases what executors hold for the session and, with
-// purge, deletes its workspace. Deleting an unknown session succeeds:
-// DELETE is idempotent.
-func (m *Manager) DeleteSession(ctx context.Context, id string, purge bool) error {
-	if err := workspace.ValidateSessionID(id); err != nil {
+// DeleteSession releases what executors hold for one of the caller's
+// sessions (any session, for an admin) and, with purge, deletes its
+// workspace. Deleting an unknown session of one's own tenant succeeds:
+// DELETE is idempotent. Another tenant's is not_found.
+func (m *Manager) DeleteSession(ctx context.Context, p Principal, id string, purge bool) error {
+	ref, err := m.ResolveSession(p, id)
+	if err != nil {
 		return err
 	}
 	var errs []error
@@ -163,17 +220,17 @@ func (m *Manager) DeleteSession(ctx context.Context, id string, purge bool) erro
 	// go before the sandbox itself is released.
 	for _, r := range m.deps.Resources {
 		if r.Release != nil {
-			errs = append(errs, r.Release(ctx, id))
+			errs = append(errs, r.Release(ctx, ref.Key))
 		}
 	}
 	for _, e := range m.deps.Executors {
 		if r, ok := e.(executors.SessionReleaser); ok {
-			errs = append(errs, r.ReleaseSession(ctx, id))
+			errs = append(errs, r.ReleaseSession(ctx, ref.Key))
 		}
 	}
-	m.sessions.forget(id)
+	m.sessions.forget(ref.Key)
 	if purge {
-		errs = append(errs, m.deps.Workspaces.Remove(ctx, id))
+		errs = append(errs, m.deps.Workspaces.Remove(ctx, ref.Key))
 	}
 	return errors.Join(errs...)
 }

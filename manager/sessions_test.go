@@ -28,7 +28,7 @@ func sessionIDs(p manager.SessionPage) []string {
 func TestListSessions(t *testing.T) {
 	h := newHarness(t, hopts{})
 	for _, id := range []string{"e", "a", "c", "b", "d"} {
-		if _, err := h.ws.Ensure(t.Context(), id); err != nil {
+		if _, err := h.ws.Ensure(t.Context(), key(id)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -39,18 +39,18 @@ func TestListSessions(t *testing.T) {
 		want     []string
 		wantNext string
 	}{
-		{name: "first page", limit: 2, want: []string{"a", "b"}, wantNext: "b"},
-		{name: "middle page", cursor: "b", limit: 2, want: []string{"c", "d"}, wantNext: "d"},
+		{name: "first page", limit: 2, want: []string{"a", "b"}, wantNext: "t1~b"},
+		{name: "middle page", cursor: "b", limit: 2, want: []string{"c", "d"}, wantNext: "t1~d"},
 		{name: "last page", cursor: "d", limit: 2, want: []string{"e"}},
 		{name: "exact fit has no cursor", limit: 5, want: []string{"a", "b", "c", "d", "e"}},
 		{name: "zero limit takes the default", want: []string{"a", "b", "c", "d", "e"}},
 		{name: "negative limit takes the default", limit: -3, want: []string{"a", "b", "c", "d", "e"}},
-		{name: "cursor between ids", cursor: "bb", limit: 1, want: []string{"c"}, wantNext: "c"},
+		{name: "cursor between ids", cursor: "bb", limit: 1, want: []string{"c"}, wantNext: "t1~c"},
 		{name: "cursor past the end", cursor: "z", limit: 2, want: []string{}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			page, err := h.m.ListSessions(t.Context(), tc.cursor, tc.limit)
+			page, err := h.m.ListSessions(t.Context(), agent, manager.SessionQuery{Cursor: tc.cursor, Limit: tc.limit})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -67,7 +67,7 @@ func TestListSessions(t *testing.T) {
 		var all []string
 		cursor := ""
 		for range 10 {
-			page, err := h.m.ListSessions(t.Context(), cursor, 2)
+			page, err := h.m.ListSessions(t.Context(), agent, manager.SessionQuery{Cursor: cursor, Limit: 2})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -82,7 +82,7 @@ func TestListSessions(t *testing.T) {
 	})
 
 	t.Run("empty store", func(t *testing.T) {
-		page, err := newHarness(t, hopts{}).m.ListSessions(t.Context(), "", 0)
+		page, err := newHarness(t, hopts{}).m.ListSessions(t.Context(), agent, manager.SessionQuery{Cursor: "", Limit: 0})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,7 +99,7 @@ func TestSessionActivity(t *testing.T) {
 	var during manager.SessionInfo
 	var duringErr error
 	h.sub.ExecuteFunc = func(ctx context.Context, _ executors.Spec) (executors.Result, error) {
-		during, duringErr = h.m.Session(ctx, "s1")
+		during, duringErr = h.m.Session(ctx, agent, "s1")
 		return executors.Result{}, nil
 	}
 	if _, err := h.m.Run(t.Context(), request("python", safePython)); err != nil {
@@ -108,7 +108,7 @@ func TestSessionActivity(t *testing.T) {
 	if duringErr != nil || during.Running != 1 || during.Runs != 0 {
 		t.Errorf("during the run: %+v %v, want running 1", during, duringErr)
 	}
-	info, err := h.m.Session(t.Context(), "s1")
+	info, err := h.m.Session(t.Context(), agent, "s1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestSessionActivity(t *testing.T) {
 		info.CreatedAt.IsZero() || info.LastActiveAt.IsZero() {
 		t.Errorf("after the run: %+v", info)
 	}
-	page, err := h.m.ListSessions(t.Context(), "", 0)
+	page, err := h.m.ListSessions(t.Context(), agent, manager.SessionQuery{Cursor: "", Limit: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,14 +127,14 @@ func TestSessionActivity(t *testing.T) {
 	if _, err := h.m.Run(t.Context(), request("bash", criticalBash)); !errors.Is(err, manager.ErrPolicyDenied) {
 		t.Fatalf("critical: %v", err)
 	}
-	if info, _ := h.m.Session(t.Context(), "s1"); info.Runs != 1 {
+	if info, _ := h.m.Session(t.Context(), agent, "s1"); info.Runs != 1 {
 		t.Errorf("runs %d after a denied request, want 1", info.Runs)
 	}
 }
 
 func TestSessionLookup(t *testing.T) {
 	h := newHarness(t, hopts{})
-	if _, err := h.ws.Ensure(t.Context(), "known"); err != nil {
+	if _, err := h.ws.Ensure(t.Context(), key("known")); err != nil {
 		t.Fatal(err)
 	}
 	cases := []struct {
@@ -145,11 +145,11 @@ func TestSessionLookup(t *testing.T) {
 	}{
 		{id: "known"},
 		{id: "unknown", wantErr: workspace.ErrNotFound, wantCode: errcode.NotFound, wantStatus: http.StatusNotFound},
-		{id: "../known", wantErr: workspace.ErrInvalidSessionID, wantCode: errcode.InvalidRequest, wantStatus: http.StatusBadRequest},
+		{id: "../known", wantErr: manager.ErrInvalidRequest, wantCode: errcode.InvalidRequest, wantStatus: http.StatusBadRequest},
 	}
 	for _, tc := range cases {
 		t.Run(tc.id, func(t *testing.T) {
-			info, err := h.m.Session(t.Context(), tc.id)
+			info, err := h.m.Session(t.Context(), agent, tc.id)
 			if tc.wantErr == nil {
 				if err != nil || info.ID != tc.id || info.CreatedAt.IsZero() {
 					t.Errorf("Session: %+v %v", info, err)
@@ -183,14 +183,14 @@ func TestDeleteSession(t *testing.T) {
 		{name: "unknown session", id: "nobody", wantReleased: true},
 		{name: "unknown session purged", id: "nobody", purge: true, wantReleased: true},
 		{name: "release error is reported", id: "s1", exists: true, releaseErr: releaseErr, wantErr: releaseErr, wantReleased: true, wantExists: true},
-		{name: "invalid id", id: "../s1", purge: true, wantErr: workspace.ErrInvalidSessionID},
+		{name: "invalid id", id: "../s1", purge: true, wantErr: manager.ErrInvalidRequest},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			rel := &releasingFake{Fake: &executortest.Fake{KindValue: executors.KindDocker}, err: tc.releaseErr}
 			plain := &executortest.Fake{KindValue: executors.KindSubprocess}
 			h := newHarness(t, hopts{execs: []executors.Executor{plain, rel}})
-			if _, err := h.ws.Ensure(t.Context(), "s1"); err != nil {
+			if _, err := h.ws.Ensure(t.Context(), key("s1")); err != nil {
 				t.Fatal(err)
 			}
 			if tc.exists {
@@ -199,26 +199,26 @@ func TestDeleteSession(t *testing.T) {
 				}
 			}
 			for i := range 2 { // DELETE is idempotent
-				err := h.m.DeleteSession(t.Context(), tc.id, tc.purge)
+				err := h.m.DeleteSession(t.Context(), agent, tc.id, tc.purge)
 				if tc.wantErr == nil && err != nil || tc.wantErr != nil && !errors.Is(err, tc.wantErr) {
 					t.Errorf("DeleteSession #%d: %v, want %v", i+1, err, tc.wantErr)
 				}
 			}
 			wantRel := []string(nil)
 			if tc.wantReleased {
-				wantRel = []string{tc.id, tc.id}
+				wantRel = []string{key(tc.id), key(tc.id)}
 			}
 			if got := rel.Released(); !reflect.DeepEqual(got, wantRel) {
 				t.Errorf("ReleaseSession calls %v, want %v", got, wantRel)
 			}
 			if tc.id != "s1" {
-				if _, err := h.m.Session(t.Context(), "s1"); err != nil {
+				if _, err := h.m.Session(t.Context(), agent, "s1"); err != nil {
 					t.Errorf("deleting %q touched s1: %v", tc.id, err)
 				}
 				return
 			}
-			info, err := h.m.Session(t.Context(), "s1")
-			_, statErr := os.Stat(h.ws.Root() + "/s1")
+			info, err := h.m.Session(t.Context(), agent, "s1")
+			_, statErr := os.Stat(h.ws.Root() + "/" + key("s1"))
 			if tc.wantExists {
 				if err != nil || statErr != nil {
 					t.Fatalf("workspace gone after delete without purge: %v %v", err, statErr)
@@ -261,7 +261,7 @@ func TestRunConcurrent(t *testing.T) {
 	}
 	total := 0
 	for _, id := range sessions {
-		info, err := h.m.Session(t.Context(), id)
+		info, err := h.m.Session(t.Context(), agent, id)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -23,9 +23,11 @@ func newValidator() *validator.Validate {
 		}
 		return name
 	})
-	// Registration only fails for an empty tag name or nil function.
+	// Registration only fails for an empty tag name or nil function. A
+	// session id is a name or a qualified id (tenant~name); whose it is,
+	// is ResolveSession's question.
 	_ = v.RegisterValidation("sessionid", func(fl validator.FieldLevel) bool {
-		return workspace.ValidateSessionID(fl.Field().String()) == nil
+		return workspace.ValidateKey(fl.Field().String()) == nil
 	})
 	return v
 }
@@ -81,7 +83,7 @@ func fieldError(fe validator.FieldError) FieldError {
 	case "max":
 		code, msg = "max", "must be at most "+fe.Param()
 	case "sessionid":
-		code, msg = "session_id", "must match [A-Za-z0-9._-]{1,128} and not be . or .."
+		code, msg = sessionIDField.Code, sessionIDField.Message
 	}
 	return FieldError{Field: ns, Code: code, Message: msg}
 }

@@ -1,0 +1,240 @@
+package api
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/browser"
+	"github.com/sandgate/sandgate/confirm"
+	"github.com/sandgate/sandgate/policy"
+	"github.com/sandgate/sandgate/workspace"
+)
+
+// Two teams' agent tokens, for the tenancy tests.
+const (
+	teamATok = "team-a-agent-token-0123456789"
+	teamBTok = "team-b-agent-token-0123456789"
+)
+
+func tenantTokens() []Token {
+	a := NewToken("bot-a", RoleAgent, teamATok)
+	a.Tenant = "team-a"
+	b := NewToken("bot-b", RoleAgent, teamBTok)
+	b.Tenant = "team-b"
+	return []Token{a, b}
+}
+
+// maybeBrowser wires the browser router when Chromium is installed (and
+// fails without it under SANDGATE_REQUIRE_BROWSER=1); without it the
+// browser endpoint still resolves the session first, so the tenancy
+// answers are the same.
+func maybeBrowser(t *testing.T, allow ...string) func(*policy.Engine, audit.Store, *workspace.Workspaces) *browser.Manager {
+	if _, err := os.Stat(browser.DefaultChromiumPath); err != nil {
+		if os.Getenv("SANDGATE_REQUIRE_BROWSER") == "1" {
+			t.Fatal("chromium is not installed and SANDGATE_REQUIRE_BROWSER=1")
+		}
+		t.Log("chromium is not installed: the browser endpoint is checked without a browser behind it")
+		return nil
+	}
+	return browserFor(t, allow...)
+}
+
+// endpoint is one session-scoped request; "{id}" in path and body is the
+// session id under test.
+type endpoint struct {
+	name, method, path string
+	body               any
+}
+
+// sessionEndpoints is every session-scoped endpoint of the API.
+var sessionEndpoints = []endpoint{
+	{"run_code", "POST", "/v1/sessions/{id}/run_code", runCode("print(open('secret.txt').read())", "python")},
+	{"execute", "POST", "/v1/sessions/{id}/execute", map[string]any{"command": "cat secret.txt"}},
+	{"file get", "GET", "/v1/sessions/{id}/files/content?path=secret.txt", nil},
+	{"file put", "PUT", "/v1/sessions/{id}/files/content?path=secret.txt", "pwned"},
+	{"file read", "GET", "/v1/sessions/{id}/files/read?path=secret.txt", nil},
+	{"file edit", "POST", "/v1/sessions/{id}/files/edit", map[string]any{"path": "secret.txt", "old": "a-secret", "new": "pwned"}},
+	{"file list", "GET", "/v1/sessions/{id}/files/list?path=", nil},
+	{"file glob", "GET", "/v1/sessions/{id}/files/glob?pattern=*", nil},
+	{"file grep", "GET", "/v1/sessions/{id}/files/grep?pattern=secret", nil},
+	{"file delete", "DELETE", "/v1/sessions/{id}/files?path=secret.txt", nil},
+	{"browser", "POST", "/v1/sessions/{id}/browser", map[string]any{"action": "content"}},
+	{"session get", "GET", "/v1/sessions/{id}", nil},
+	{"session delete", "DELETE", "/v1/sessions/{id}?purge=true", nil},
+	{"evaluate", "POST", "/v1/policy/evaluate", map[string]any{"session_id": "{id}", "code": "print(1)", "language": "python"}},
+}
+
+func (ep endpoint) call(e *env, token, id string) resp {
+	e.t.Helper()
+	var body any = ep.body
+	switch b := ep.body.(type) {
+	case map[string]any:
+		c := map[string]any{}
+		for k, v := range b {
+			if v == "{id}" {
+				v = id
+			}
+			c[k] = v
+		}
+		body = c
+	}
+	return e.do(ep.method, strings.ReplaceAll(ep.path, "{id}", id), token, body)
+}
+
+// wsState is a workspace as the disk has it: every entry with its size and
+// modification time.
+func wsState(t *testing.T, dir string) string {
+	t.Helper()
+	var lines []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		lines = append(lines, fmt.Sprintf("%s %d %d", strings.TrimPrefix(p, dir), fi.Size(), fi.ModTime().UnixNano()))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(lines)
+	return strings.Join(lines, "\n")
+}
+
+// TestOtherTenantGetsNotFoundEverywhere: team-b's agent aims every
+// session-scoped endpoint at team-a's session. By its qualified id every
+// answer is 404 not_found, the same answer as for a session that does not
+// exist; by its bare name it reaches only team-b's own namespace. Either
+// way team-a's session, its files and its browser are unchanged, and no
+// answer carries team-a's data.
+func TestOtherTenantGetsNotFoundEverywhere(t *testing.T) {
+	pages := testPages(t)
+	e := newEnv(t, envOpts{policyFS: everythingToSubprocess(t), tokens: tenantTokens(), browser: maybeBrowser(t, hostPort(pages.URL))})
+	if r := e.do("PUT", "/v1/sessions/a-private/files/content?path=secret.txt", teamATok, "a-secret"); r.status != 201 {
+		t.Fatalf("A's upload: %d %s", r.status, r.raw)
+	}
+	if r := e.do("POST", "/v1/sessions/a-private/run_code", teamATok, runCode("print(open('secret.txt').read())", "python")); r.status != 200 || r.body["stdout"] != "a-secret\n" {
+		t.Fatalf("A's run: %d %s", r.status, r.raw)
+	}
+	withBrowser := e.do("POST", "/v1/sessions/a-private/browser", teamATok,
+		map[string]any{"action": "navigate", "params": map[string]any{"url": pages.URL + "/"}}).status == 200
+	aDir := filepath.Join(e.dataDir, "workspaces", "team-a~a-private")
+	before := wsState(t, aDir)
+	infoBefore := e.do("GET", "/v1/sessions/a-private", teamATok, nil)
+
+	// The answer for a session that exists nowhere, to compare with.
+	absent := e.do("GET", "/v1/sessions/team-a~nothing-here", teamBTok, nil)
+	if absent.status != 404 || absent.errCode() != "not_found" {
+		t.Fatalf("absent session: %d %s", absent.status, absent.raw)
+	}
+	absentMsg := obj(absent.body["error"])["message"]
+
+	for _, ep := range sessionEndpoints {
+		t.Run(ep.name+" by qualified id", func(t *testing.T) {
+			r := ep.call(e, teamBTok, "team-a~a-private")
+			if r.status != 404 || r.errCode() != "not_found" || obj(r.body["error"])["message"] != absentMsg {
+				t.Errorf("%d %s, want 404 not_found like an absent session", r.status, r.raw)
+			}
+		})
+		t.Run(ep.name+" by name", func(t *testing.T) {
+			r := ep.call(e, teamBTok, "a-private")
+			if strings.Contains(string(r.raw), "a-secret") || strings.Contains(string(r.raw), pages.URL) {
+				t.Errorf("team-b reached team-a's session: %d %s", r.status, r.raw)
+			}
+		})
+	}
+
+	if after := wsState(t, aDir); after != before {
+		t.Errorf("team-a's workspace changed:\n%s\n---\n%s", before, after)
+	}
+	infoAfter := e.do("GET", "/v1/sessions/a-private", teamATok, nil)
+	if infoAfter.status != 200 || infoAfter.body["runs"] != infoBefore.body["runs"] ||
+		fmt.Sprint(infoAfter.body["resources"]) != fmt.Sprint(infoBefore.body["resources"]) {
+		t.Errorf("team-a's session changed: %s -> %s", infoBefore.raw, infoAfter.raw)
+	}
+	if withBrowser && obj(infoAfter.body["resources"])["browser"] == nil {
+		t.Errorf("team-a's browser is gone: %s", infoAfter.raw)
+	}
+	r := e.do("GET", "/v1/sessions/a-private/files/content?path=secret.txt", teamATok, nil)
+	if r.status != 200 || string(r.raw) != "a-secret" {
+		t.Errorf("team-a's file: %d %q", r.status, r.raw)
+	}
+
+	// Listings: each tenant its own; another tenant's by name is 404; an
+	// admin sees both.
+	if r := e.do("PUT", "/v1/sessions/b-own/files/content?path=x", teamBTok, "x"); r.status != 201 {
+		t.Fatalf("B's upload: %d %s", r.status, r.raw)
+	}
+	for tok, want := range map[string]string{teamATok: "team-a", teamBTok: "team-b"} {
+		r := e.do("GET", "/v1/sessions", tok, nil)
+		for _, s := range r.body["sessions"].([]any) {
+			if obj(s)["tenant"] != want {
+				t.Errorf("%s lists %v", want, s)
+			}
+		}
+	}
+	if r := e.do("GET", "/v1/sessions?tenant=team-a", teamBTok, nil); r.status != 404 || r.errCode() != "not_found" {
+		t.Errorf("team-b listing team-a: %d %s", r.status, r.raw)
+	}
+	r = e.do("GET", "/v1/sessions", adminTok, nil)
+	tenants := map[string]bool{}
+	for _, s := range r.body["sessions"].([]any) {
+		tenants[fmt.Sprint(obj(s)["tenant"])] = true
+	}
+	if !tenants["team-a"] || !tenants["team-b"] {
+		t.Errorf("admin lists %s", r.raw)
+	}
+	if r := e.do("GET", "/v1/sessions/team-a~a-private", adminTok, nil); r.status != 200 || r.body["qualified_id"] != "team-a~a-private" {
+		t.Errorf("admin get: %d %s", r.status, r.raw)
+	}
+}
+
+// TestSameSessionNameTwoTenants: team-a's "demo" and team-b's "demo" are
+// two sessions with two workspaces, on the real subprocess executor: code
+// in one cannot see the other's files, by relative path or by the other
+// workspace's host path.
+func TestSameSessionNameTwoTenants(t *testing.T) {
+	auto, _ := confirm.NewAutoApprove("PERMISSIVE")
+	e := newEnv(t, envOpts{mode: "PERMISSIVE", confirm: auto, policyFS: everythingToSubprocess(t), tokens: tenantTokens()})
+	r := e.do("POST", "/v1/sessions/demo/execute", teamATok, map[string]any{"command": "echo a-secret > secret.txt && ls"})
+	if r.status != 200 || r.body["output"] != "secret.txt\n" {
+		t.Fatalf("A: %d %s", r.status, r.raw)
+	}
+	r = e.do("POST", "/v1/sessions/demo/execute", teamBTok, map[string]any{"command": "ls -A; cat secret.txt"})
+	if r.status != 200 || r.body["exit_code"] == 0.0 || strings.Contains(fmt.Sprint(r.body["output"]), "a-secret") ||
+		strings.HasPrefix(fmt.Sprint(r.body["output"]), "secret.txt") {
+		t.Fatalf("B's demo sees A's files: %d %s", r.status, r.raw)
+	}
+	a := e.do("GET", "/v1/sessions/demo", teamATok, nil)
+	b := e.do("GET", "/v1/sessions/demo", teamBTok, nil)
+	if a.body["qualified_id"] != "team-a~demo" || b.body["qualified_id"] != "team-b~demo" || a.body["runs"] != 1.0 || b.body["runs"] != 1.0 {
+		t.Fatalf("sessions: %s / %s", a.raw, b.raw)
+	}
+	if r := e.do("GET", "/v1/sessions/demo/files/content?path=secret.txt", teamBTok, nil); r.status != 404 {
+		t.Fatalf("B's file API reads A's file: %d %s", r.status, r.raw)
+	}
+	if os.Geteuid() != 0 {
+		return // without root both workspaces belong to the gateway's uid
+	}
+	aFile := filepath.Join(e.dataDir, "workspaces", "team-a~demo", "secret.txt")
+	r = e.do("POST", "/v1/sessions/demo/execute", teamBTok, map[string]any{"command": "cat " + aFile})
+	if r.status != 200 || r.body["exit_code"] == 0.0 || strings.Contains(fmt.Sprint(r.body["output"]), "a-secret") {
+		t.Fatalf("B read A's file by its host path: %d %s", r.status, r.raw)
+	}
+}
+
+func sha256Hex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
