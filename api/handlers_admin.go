@@ -73,6 +73,9 @@ func (s *Server) reloadPolicy(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// listAudit is GET /v1/audit?tenant=&session_id=&kind=&limit=&cursor=,
+// newest first. A session's records are those of tenant and session_id
+// together: the same name under two tenants is two sessions.
 func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) error {
 	limit, err := intParam(r, "limit", 100)
 	if err != nil {
@@ -82,8 +85,9 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	q := r.URL.Query()
 	page, err := s.deps.Audit.Query(r.Context(), audit.Query{
-		SessionID: r.URL.Query().Get("session_id"), Kind: r.URL.Query().Get("kind"),
+		Tenant: q.Get("tenant"), SessionID: q.Get("session_id"), Kind: q.Get("kind"),
 		Limit: limit, Before: int64(cursor),
 	})
 	if err != nil {

@@ -198,6 +198,24 @@ func TestOtherTenantGetsNotFoundEverywhere(t *testing.T) {
 	if r := e.do("GET", "/v1/sessions/team-a~a-private", adminTok, nil); r.status != 200 || r.body["qualified_id"] != "team-a~a-private" {
 		t.Errorf("admin get: %d %s", r.status, r.raw)
 	}
+
+	// Audit: team-a's records are team-a's own requests only; team-b's
+	// probes are recorded under team-b, with the id they named.
+	r = e.do("GET", "/v1/audit?tenant=team-a&limit=1000", adminTok, nil)
+	recs := r.body["records"].([]any)
+	if r.status != 200 || len(recs) == 0 {
+		t.Fatalf("audit: %d %s", r.status, r.raw)
+	}
+	for _, rec := range recs {
+		// (The browser's per-request decisions carry no principal.)
+		if m := obj(rec); m["tenant"] != "team-a" || (m["principal"] != "agent:bot-a" && m["kind"] != browser.KindRequest) {
+			t.Errorf("team-a's audit holds %v", rec)
+		}
+	}
+	r = e.do("GET", "/v1/audit?tenant=team-b&session_id=team-a~a-private&kind=file.get", adminTok, nil)
+	if recs := r.body["records"].([]any); len(recs) != 1 || obj(recs[0])["error_code"] != "not_found" || obj(recs[0])["principal"] != "agent:bot-b" {
+		t.Errorf("team-b's probe of team-a's file: %s", r.raw)
+	}
 }
 
 // TestSameSessionNameTwoTenants: team-a's "demo" and team-b's "demo" are

@@ -46,6 +46,7 @@ func fullRecord() audit.Record {
 		RequestID:      "req-1",
 		Time:           time.Date(2026, 3, 4, 5, 6, 7, 891234567, time.UTC),
 		Kind:           "run_code",
+		Tenant:         "team-a",
 		SessionID:      "sess-1",
 		Principal:      "agent:ci-bot",
 		Language:       "python",

@@ -82,6 +82,9 @@ func TestQueryPlans(t *testing.T) {
 		{"session and cursor", Query{SessionID: "s", Before: 100, Limit: 10}, "records_session_id_id"},
 		{"kind", Query{Kind: "run_code", Limit: 10}, "records_kind_id"},
 		{"kind and cursor", Query{Kind: "run_code", Before: 100, Limit: 10}, "records_kind_id"},
+		{"tenant", Query{Tenant: "t", Limit: 10}, "records_tenant_id"},
+		{"tenant and cursor", Query{Tenant: "t", Before: 100, Limit: 10}, "records_tenant_id"},
+		{"tenant and session", Query{Tenant: "t", SessionID: "s", Limit: 10}, "records_tenant_session_id_id"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -150,5 +153,62 @@ func TestCommitBatch_BadRecordDoesNotFailOthers(t *testing.T) {
 	}
 	if len(page.Records) != 2 || page.Records[0].RequestID != "good2" || page.Records[1].RequestID != "good1" {
 		t.Errorf("stored %+v, want good2 and good1", page.Records)
+	}
+}
+
+// TestMigrateAddsTenant: a database written before tenants (audit schema
+// version 1) is upgraded in place; its records keep every field, with an
+// empty tenant, and new records carry theirs.
+func TestMigrateAddsTenant(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.db")
+	db, err := sql.Open("sqlite", dsn(path, time.Second, "journal_mode(WAL)"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(ctx, schemaMigrationsDDL); err != nil {
+		t.Fatal(err)
+	}
+	if err := applyMigration(ctx, tx, auditComponent, auditMigrations[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO records (request_id, time, kind, session_id, principal, outcome)
+		VALUES ('old', '2026-01-01T00:00:00.000000000Z', 'run_code', 'demo', 'agent:a', 'ok')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	s, err := Open(ctx, path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Append(ctx, &Record{RequestID: "new", Kind: "run_code", Tenant: "team-a", SessionID: "demo", Outcome: "ok"}); err != nil {
+		t.Fatal(err)
+	}
+	page, err := s.Query(ctx, Query{SessionID: "demo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Records) != 2 || page.Records[0].Tenant != "team-a" || page.Records[1].RequestID != "old" ||
+		page.Records[1].Tenant != "" || page.Records[1].Principal != "agent:a" {
+		t.Fatalf("records after the upgrade: %+v", page.Records)
+	}
+	if page, _ := s.Query(ctx, Query{Tenant: "team-a"}); len(page.Records) != 1 || page.Records[0].RequestID != "new" {
+		t.Fatalf("tenant filter: %+v", page.Records)
+	}
+	if err := s.Append(ctx, &Record{Kind: "x", Outcome: "ok"}); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE component = 'audit'`).Scan(&n); err != nil || n != len(auditMigrations) {
+		t.Fatalf("schema_migrations: %d rows, %v", n, err)
 	}
 }

@@ -80,7 +80,8 @@ func (m *Memory) Records() []Record {
 
 // matches reports whether r passes q's filters.
 func (q Query) matches(r *Record) bool {
-	return (q.SessionID == "" || r.SessionID == q.SessionID) &&
+	return (q.Tenant == "" || r.Tenant == q.Tenant) &&
+		(q.SessionID == "" || r.SessionID == q.SessionID) &&
 		(q.Kind == "" || r.Kind == q.Kind) &&
 		(q.Before <= 0 || r.ID < q.Before) &&
 		(q.Since.IsZero() || !r.Time.Before(q.Since))

@@ -92,6 +92,17 @@ BEGIN
 	SELECT RAISE(ABORT, 'audit records are append-only');
 END;`,
 	},
+	{
+		// Tenants (issue 14). Records written before have no tenant (''),
+		// which GET /v1/audit?tenant= never matches. A plain column, so
+		// the schema carries over to other stores as it is.
+		Version: 2,
+		Name:    "add tenant",
+		SQL: `
+ALTER TABLE records ADD COLUMN tenant TEXT NOT NULL DEFAULT '';
+CREATE INDEX records_tenant_id ON records (tenant, id);
+CREATE INDEX records_tenant_session_id_id ON records (tenant, session_id, id);`,
+	},
 }
 
 // Migrate brings component's tables up to date by applying, in order, the

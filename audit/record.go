@@ -45,13 +45,16 @@ var (
 //
 // Record deliberately has no field for the code, the shell command, program
 // output or any credential: only their digest and size are kept. Principal is
-// the role and token name, never the token. Detail is for a few small extra
+// the role and token name, never the token. Tenant is the tenant the
+// request concerns: the owner of its session when the session was resolved,
+// else the caller's; SessionID is the session's name within that tenant. Detail is for a few small extra
 // fields (a browser URL's host, say) and must not carry secrets or payloads.
 type Record struct {
 	ID             int64             `json:"id"`
 	RequestID      string            `json:"request_id"`
 	Time           time.Time         `json:"time"`
 	Kind           string            `json:"kind"` // run_code | execute | file.write | policy.reload | ...
+	Tenant         string            `json:"tenant,omitempty"`
 	SessionID      string            `json:"session_id,omitempty"`
 	Principal      string            `json:"principal,omitempty"`
 	Language       string            `json:"language,omitempty"`
@@ -92,6 +95,7 @@ type Approval struct {
 
 // Query selects records, newest first. Zero fields do not filter.
 type Query struct {
+	Tenant    string
 	SessionID string
 	Kind      string
 	// Limit is the page size: 0 or less means DefaultQueryLimit, values above

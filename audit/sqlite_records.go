@@ -15,14 +15,14 @@ const timeLayout = "2006-01-02T15:04:05.000000000Z"
 
 func formatTime(t time.Time) string { return t.UTC().Format(timeLayout) }
 
-const recordColumns = `id, request_id, time, kind, session_id, principal, language, code_sha256,
+const recordColumns = `id, request_id, time, kind, tenant, session_id, principal, language, code_sha256,
 	code_bytes, risk_level, risk_patterns, action, executor, reasons, policy_revision, approval,
 	outcome, error_code, exit_code, duration_ms, http_status, path, bytes, detail`
 
-const insertSQL = `INSERT INTO records (request_id, time, kind, session_id, principal, language,
+const insertSQL = `INSERT INTO records (request_id, time, kind, tenant, session_id, principal, language,
 	code_sha256, code_bytes, risk_level, risk_patterns, action, executor, reasons, policy_revision,
 	approval, outcome, error_code, exit_code, duration_ms, http_status, path, bytes, detail)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 // Append stores rec as a new record and sets rec.ID and, when it is zero,
 // rec.Time. A store-assigned time is taken by the writer as it inserts the
@@ -113,7 +113,8 @@ func encodeJSONColumns(rec *Record) (jsonColumns, error) {
 }
 
 // Query returns one page of records matching q, newest (highest ID) first.
-// SessionID and Kind filters use the (session_id, id) and (kind, id) indexes.
+// SessionID, Kind and Tenant filters use the (session_id, id), (kind, id),
+// (tenant, id) and (tenant, session_id, id) indexes.
 func (s *SQLite) Query(ctx context.Context, q Query) (Page, error) {
 	if s.closed.Load() {
 		return Page{}, ErrClosed
@@ -153,6 +154,10 @@ func buildSelect(q Query) (string, []any) {
 		where []string
 		args  []any
 	)
+	if q.Tenant != "" {
+		where = append(where, "tenant = ?")
+		args = append(args, q.Tenant)
+	}
 	if q.SessionID != "" {
 		where = append(where, "session_id = ?")
 		args = append(args, q.SessionID)
@@ -186,7 +191,7 @@ func scanRecord(rows *sql.Rows) (Record, error) {
 		riskPatterns, reasons, approval, dtl sql.NullString
 		exit                                 sql.NullInt64
 	)
-	err := rows.Scan(&r.ID, &r.RequestID, &tm, &r.Kind, &r.SessionID, &r.Principal, &r.Language,
+	err := rows.Scan(&r.ID, &r.RequestID, &tm, &r.Kind, &r.Tenant, &r.SessionID, &r.Principal, &r.Language,
 		&r.CodeSHA256, &r.CodeBytes, &r.RiskLevel, &riskPatterns, &r.Action, &r.Executor, &reasons,
 		&r.PolicyRevision, &approval, &r.Outcome, &r.ErrorCode, &exit, &r.DurationMS, &r.HTTPStatus,
 		&r.Path, &r.Bytes, &dtl)

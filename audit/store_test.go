@@ -116,9 +116,14 @@ func TestStore_AppendValidation(t *testing.T) {
 func TestStore_Query(t *testing.T) {
 	base := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 	// 30 records: sessions a/b/c in turn, kinds run_code and execute in
-	// turn, one second apart.
+	// turn, one second apart; tenant t1 has the first 10 records, t2 the
+	// rest, so the same session name exists under both.
 	mk := func(i int) audit.Record {
 		r := minimal(i)
+		r.Tenant = "t1"
+		if i >= 10 {
+			r.Tenant = "t2"
+		}
 		r.SessionID = string(rune('a' + i%3))
 		r.Kind = []string{"run_code", "execute"}[i%2]
 		r.Time = base.Add(time.Duration(i) * time.Second)
@@ -139,6 +144,10 @@ func TestStore_Query(t *testing.T) {
 		{"session and kind", audit.Query{SessionID: "a", Kind: "run_code"}, []int{24, 18, 12, 6, 0}, false},
 		{"since is inclusive", audit.Query{Since: base.Add(27 * time.Second)}, []int{29, 28, 27}, false},
 		{"since in another zone", audit.Query{Since: base.Add(28 * time.Second).In(time.FixedZone("Y", -7200))}, []int{29, 28}, false},
+		{"tenant", audit.Query{Tenant: "t1", Limit: 4}, []int{9, 8, 7, 6}, true},
+		{"tenant and session", audit.Query{Tenant: "t1", SessionID: "b"}, []int{7, 4, 1}, false},
+		{"the same session under the other tenant", audit.Query{Tenant: "t2", SessionID: "b", Limit: 2}, []int{28, 25}, true},
+		{"unknown tenant", audit.Query{Tenant: "t3"}, nil, false},
 		{"unknown session", audit.Query{SessionID: "zzz"}, nil, false},
 		{"since in the future", audit.Query{Since: base.Add(time.Hour)}, nil, false},
 	}

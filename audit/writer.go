@@ -136,7 +136,7 @@ func insertRecord(ctx context.Context, stmt *sql.Stmt, rec *Record, cols jsonCol
 		exit = *rec.ExitCode
 	}
 	res, err := stmt.ExecContext(ctx,
-		rec.RequestID, formatTime(t), rec.Kind, rec.SessionID, rec.Principal, rec.Language,
+		rec.RequestID, formatTime(t), rec.Kind, rec.Tenant, rec.SessionID, rec.Principal, rec.Language,
 		rec.CodeSHA256, rec.CodeBytes, rec.RiskLevel, cols.riskPatterns, rec.Action, rec.Executor,
 		cols.reasons, rec.PolicyRevision, cols.approval, rec.Outcome, rec.ErrorCode, exit,
 		rec.DurationMS, rec.HTTPStatus, rec.Path, rec.Bytes, cols.detail)

@@ -189,6 +189,10 @@ func (f *inflight) idleChan() <-chan struct{} {
 type keyedStore struct{ audit.Store }
 
 func (s keyedStore) Append(ctx context.Context, rec *audit.Record) error {
-	_, rec.SessionID = workspace.SplitKey(rec.SessionID)
+	tenant, name := workspace.SplitKey(rec.SessionID)
+	rec.SessionID = name
+	if rec.Tenant == "" {
+		rec.Tenant = tenant
+	}
 	return s.Store.Append(ctx, rec)
 }

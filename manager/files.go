@@ -56,7 +56,7 @@ func (m *Manager) FileLimits() workspace.Options { return m.deps.Workspaces.Limi
 func (m *Manager) fileOp(ctx context.Context, kind string, req FileRequest, op func(rec *audit.Record, key string) error) error {
 	start := time.Now()
 	rec := &audit.Record{
-		RequestID: req.RequestID, Kind: kind, SessionID: req.SessionID,
+		RequestID: req.RequestID, Kind: kind, Tenant: req.Principal.Tenant, SessionID: req.SessionID,
 		Principal: req.Principal.Role + ":" + req.Principal.Name,
 	}
 	if rel, err := workspace.ResolvePath(req.Path); err == nil {
@@ -66,7 +66,7 @@ func (m *Manager) fileOp(ctx context.Context, kind string, req FileRequest, op f
 	}
 	ref, err := m.ResolveSession(req.Principal, req.SessionID)
 	if err == nil {
-		rec.SessionID = ref.ID
+		rec.Tenant, rec.SessionID = ref.Tenant, ref.ID
 		err = op(rec, ref.Key)
 	}
 	if err == nil {

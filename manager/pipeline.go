@@ -73,7 +73,7 @@ func (m *Manager) Run(ctx context.Context, req RunRequest) (res *RunResult, err 
 	if req.ref, err = m.ResolveSession(req.Principal, req.SessionID); err != nil { // 1 the caller's session
 		return nil, err
 	}
-	rec.SessionID = req.ref.ID
+	rec.Tenant, rec.SessionID = req.ref.Tenant, req.ref.ID
 	assessment, err := m.deps.Assessor.Assess(req.Code, req.Language) // 2 assess
 	if err != nil {
 		return nil, invalidFields(FieldError{Field: "language", Code: "oneof", Message: "unsupported language"})
@@ -276,7 +276,7 @@ func newRecord(req RunRequest) *audit.Record {
 		kind = "unknown" // still one record; validation rejects the request
 	}
 	return &audit.Record{
-		RequestID: req.RequestID, Kind: kind, SessionID: req.SessionID,
+		RequestID: req.RequestID, Kind: kind, Tenant: req.Principal.Tenant, SessionID: req.SessionID,
 		Principal: req.Principal.Role + ":" + req.Principal.Name, Language: req.Language,
 		CodeSHA256: policy.SHA256Hex([]byte(req.Code)), CodeBytes: len(req.Code),
 	}

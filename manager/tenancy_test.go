@@ -83,9 +83,13 @@ func TestTenantsRunApart(t *testing.T) {
 		t.Fatalf("%d runs after the refusal, want 2", n)
 	}
 	recs := h.audit.Records()
-	last := recs[len(recs)-1]
-	if last.RequestID != "req-probe" || last.ErrorCode != string(errcode.NotFound) || last.Principal != "agent:bot-b" {
-		t.Errorf("refusal record %+v", last)
+	if len(recs) != 3 || recs[0].Tenant != "team-a" || recs[1].Tenant != "team-b" || recs[0].SessionID != "demo" || recs[1].SessionID != "demo" {
+		t.Fatalf("records %+v", recs)
+	}
+	last := recs[2]
+	if last.RequestID != "req-probe" || last.ErrorCode != string(errcode.NotFound) || last.Principal != "agent:bot-b" ||
+		last.Tenant != "team-b" || last.SessionID != "team-a~demo" {
+		t.Errorf("refusal record %+v: want it under the caller's tenant, with the id it sent", last)
 	}
 }
 
