@@ -470,3 +470,83 @@ func TestApprovalPageRejectsAgentToken(t *testing.T) {
 		t.Fatalf("indicator %q", txt)
 	}
 }
+
+// TestApprovalPageTenantScopeInBrowser: the page of lead-a, an approver
+// limited to team-a, shows team-a's requests only, each card naming its
+// tenant; team-b's, even one that arrives while the page is open, never
+// reaches it. The unrestricted approver's page shows both tenants' cards
+// and decides team-b's.
+func TestApprovalPageTenantScopeInBrowser(t *testing.T) {
+	b := newBrowser(t)
+	dir := artifactDir(t)
+	e := newApprovalEnv(t, approvalOpts{})
+	callA := e.runAsyncAs(teamATok, "etl", highRisk)
+	va := pendingForTenant(t, e.hub, "team-a", "etl")
+	callB := e.runAsyncAs(teamBTok, "etl", highRisk)
+	vb := pendingForTenant(t, e.hub, "team-b", "etl")
+
+	b.do("open lead-a's page",
+		chromedp.EmulateViewport(1280, 800),
+		chromedp.Navigate(e.srv.URL+"/?token="+leadATok),
+		chromedp.WaitVisible(chromedp.CSS(`#conn[data-state="live"]`)),
+		chromedp.WaitVisible(cardSel(va.ID, ".approve")),
+	)
+	if who := eval[string](b, `document.getElementById("who").textContent`); !strings.Contains(who, "lead-a") || !strings.Contains(who, "team-a") {
+		t.Fatalf("signed in as %q", who)
+	}
+	if got := eval[string](b, fmt.Sprintf(`document.querySelector('.card[data-id=%q] .tenant').textContent`, va.ID)); got != "team-a" {
+		t.Fatalf("card tenant %q", got)
+	}
+	// A team-b request, then a team-a one: once the second is shown, the
+	// first would have been too, had it been sent.
+	callB2 := e.runAsyncAs(teamBTok, "late", highRisk)
+	vb2 := pendingForTenant(t, e.hub, "team-b", "late")
+	callA2 := e.runAsyncAs(teamATok, "late", highRisk)
+	va2 := pendingForTenant(t, e.hub, "team-a", "late")
+	b.do("see team-a's second request", chromedp.WaitVisible(cardSel(va2.ID, ".approve")))
+	html := eval[string](b, `document.documentElement.outerHTML`)
+	if n := eval[int](b, `document.querySelectorAll('.card').length`); n != 2 {
+		t.Fatalf("lead-a's page shows %d cards, want team-a's 2", n)
+	}
+	for _, id := range []string{vb.ID, vb2.ID} {
+		if strings.Contains(html, id) {
+			t.Fatalf("lead-a's page holds team-b's approval %s", id)
+		}
+	}
+	b.screenshot(dir, "approval-page-lead-a.png")
+	b.do("approve team-a's first request",
+		chromedp.Click(cardSel(va.ID, ".approve")),
+		chromedp.WaitVisible(cardSel(va.ID, `.banner[data-status="approved"]`)),
+	)
+	if out := callA.wait(t); out.status != 200 || obj(out.body["approval"])["decided_by"] != "lead-a" {
+		t.Fatalf("team-a's call: %d %s", out.status, out.raw)
+	}
+
+	b.do("open the unrestricted approver's page",
+		chromedp.Navigate(e.srv.URL+"/?token="+approverTok),
+		chromedp.WaitVisible(chromedp.CSS(`#conn[data-state="live"]`)),
+		chromedp.WaitVisible(cardSel(vb.ID, ".approve")),
+		chromedp.WaitVisible(cardSel(vb2.ID, ".approve")),
+		chromedp.WaitVisible(cardSel(va2.ID, ".approve")),
+	)
+	for id, want := range map[string]string{vb.ID: "team-b", vb2.ID: "team-b", va2.ID: "team-a"} {
+		if got := eval[string](b, fmt.Sprintf(`document.querySelector('.card[data-id=%q] .tenant').textContent`, id)); got != want {
+			t.Errorf("card %s shows tenant %q, want %q", id, got, want)
+		}
+	}
+	b.screenshot(dir, "approval-page-all-tenants.png")
+	b.do("deny team-b's first request",
+		chromedp.Click(cardSel(vb.ID, ".deny")),
+		chromedp.WaitVisible(cardSel(vb.ID, `.banner[data-status="denied"]`)),
+	)
+	if out := callB.wait(t); out.status != 403 || out.errCode() != "approval_denied" {
+		t.Fatalf("team-b's call: %d %s", out.status, out.raw)
+	}
+	for _, c := range []*pendingCall{callA2, callB2} {
+		c.cancel()
+		<-c.done
+	}
+	if errs := b.pageErrors(); len(errs) > 0 {
+		t.Fatalf("page errors: %v", errs)
+	}
+}

@@ -88,9 +88,10 @@ func newApprovalEnv(t *testing.T, o approvalOpts) *approvalEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	auth, err := NewAuth([]Token{
+	auth, err := NewAuth(append([]Token{
 		NewToken("a", RoleAgent, agentTok), NewToken("p", RoleApprover, approverTok), NewToken("root", RoleAdmin, adminTok),
-	})
+		leadAToken(),
+	}, tenantTokens()...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,13 +151,18 @@ type pendingCall struct {
 
 // runAsync posts a run_code as the agent without blocking the test.
 func (e *approvalEnv) runAsync(session, code string) *pendingCall {
+	return e.runAsyncAs(agentTok, session, code)
+}
+
+// runAsyncAs is runAsync with another agent token.
+func (e *approvalEnv) runAsyncAs(tok, session, code string) *pendingCall {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &pendingCall{done: make(chan struct{}), cancel: cancel}
 	body, _ := json.Marshal(runCode(code, "python"))
 	go func() {
 		defer close(c.done)
 		req, _ := http.NewRequestWithContext(ctx, "POST", e.srv.URL+"/v1/sessions/"+session+"/run_code", bytes.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+agentTok)
+		req.Header.Set("Authorization", "Bearer "+tok)
 		res, err := e.srv.Client().Do(req)
 		if err != nil {
 			c.err = err
@@ -826,5 +832,12 @@ func TestApprovalSlowApproverDoesNotDelayOthers(t *testing.T) {
 			}
 			break
 		}
+	}
+}
+
+func (s *approverSocket) send(v any) {
+	s.t.Helper()
+	if err := s.ws.WriteJSON(v); err != nil {
+		s.t.Fatal(err)
 	}
 }

@@ -39,7 +39,9 @@ type conflictBody struct {
 // listApprovals answers ?status=pending (the default: every pending
 // approval, with its code, oldest first) or a resolved status (approved,
 // denied, timeout, withdrawn, interrupted, or "resolved" for all of them:
-// the most recent from the database, newest first, without code).
+// the most recent from the database, newest first, without code). An
+// approver limited to tenants sees only those tenants' approvals, here,
+// on the socket and on the page; any other approval is not_found to it.
 func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request) error {
 	hub := s.deps.Approvals
 	if hub == nil {
@@ -48,7 +50,7 @@ func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request) error {
 	status := r.URL.Query().Get("status")
 	switch status {
 	case "", confirm.StatusPending:
-		writeJSON(w, http.StatusOK, approvalList{Approvals: hub.Pending()})
+		writeJSON(w, http.StatusOK, approvalList{Approvals: hub.PendingFor(approver(r))})
 		return nil
 	case "resolved":
 		status = ""
@@ -63,7 +65,7 @@ func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request) error {
 	if limit == 0 || limit > maxApprovalList {
 		limit = maxApprovalList
 	}
-	views, err := hub.Recent(r.Context(), status, limit)
+	views, err := hub.RecentFor(r.Context(), approver(r), status, limit)
 	if err != nil {
 		return err
 	}
@@ -75,7 +77,7 @@ func (s *Server) getApproval(w http.ResponseWriter, r *http.Request) error {
 	if s.deps.Approvals == nil {
 		return errApprovalsOff
 	}
-	v, err := s.deps.Approvals.Get(r.Context(), r.PathValue("id"))
+	v, err := s.deps.Approvals.GetFor(r.Context(), r.PathValue("id"), approver(r))
 	if err != nil {
 		return err
 	}

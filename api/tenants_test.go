@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/browser"
@@ -255,4 +256,111 @@ func TestSameSessionNameTwoTenants(t *testing.T) {
 func sha256Hex(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
+}
+
+// leadATok is an approver limited to team-a's approvals.
+const leadATok = "lead-a-approver-token-0123456789"
+
+func leadAToken() Token {
+	t := NewToken("lead-a", RoleApprover, leadATok)
+	t.Tenants = []string{"team-a"}
+	return t
+}
+
+// pendingForTenant waits until the hub holds a pending approval of tenant
+// for session.
+func pendingForTenant(t *testing.T, hub *confirm.Hub, tenant, session string) confirm.View {
+	t.Helper()
+	for range 2000 {
+		for _, v := range hub.Pending() {
+			if v.Tenant == tenant && v.SessionID == session {
+				return v
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("no pending approval for %s/%s", tenant, session)
+	return confirm.View{}
+}
+
+// TestTenantScopedApproverRESTAndSocket: lead-a, an approver limited to
+// team-a, neither sees nor can decide team-b's approval, over REST or the
+// WebSocket; to it that approval does not exist. The unrestricted approver
+// sees both and decides team-b's.
+func TestTenantScopedApproverRESTAndSocket(t *testing.T) {
+	e := newApprovalEnv(t, approvalOpts{})
+	lead := e.approver(t, leadATok)
+	if snap := lead.next(confirm.EventSnapshot); fmt.Sprint(obj(snap["approver"])["tenants"]) != "[team-a]" {
+		t.Fatalf("lead-a's snapshot: %v", snap)
+	}
+	callA := e.runAsyncAs(teamATok, "build", highRisk)
+	va := pendingForTenant(t, e.hub, "team-a", "build")
+	callB := e.runAsyncAs(teamBTok, "build", highRisk)
+	vb := pendingForTenant(t, e.hub, "team-b", "build")
+
+	// REST: lead-a lists team-a's only; team-b's is 404 to read and to
+	// decide, and stays pending.
+	r := e.do("GET", "/v1/approvals", leadATok, nil)
+	list := r.body["approvals"].([]any)
+	if r.status != 200 || len(list) != 1 || obj(list[0])["id"] != va.ID || obj(list[0])["tenant"] != "team-a" {
+		t.Fatalf("lead-a lists %s", r.raw)
+	}
+	if r := e.do("GET", "/v1/approvals/"+vb.ID, leadATok, nil); r.status != 404 || r.errCode() != "not_found" {
+		t.Fatalf("lead-a reads team-b's: %d %s", r.status, r.raw)
+	}
+	if r := e.do("POST", "/v1/approvals/"+vb.ID+"/decision", leadATok, map[string]any{"decision": "approve"}); r.status != 404 || r.errCode() != "not_found" {
+		t.Fatalf("lead-a decides team-b's: %d %s", r.status, r.raw)
+	}
+	// The socket: lead-a was told of team-a's request only, and deciding
+	// team-b's there is not_found too.
+	if ev := lead.next(confirm.EventRequested); approvalOf(ev)["id"] != va.ID {
+		t.Fatalf("lead-a's first event: %v", ev)
+	}
+	lead.send(map[string]any{"type": "decide", "ref": "x", "id": vb.ID, "decision": "approve"})
+	if res := lead.next(confirm.EventResult); res["ok"] != false || obj(res["error"])["code"] != "not_found" {
+		t.Fatalf("socket decision on team-b's: %v", res)
+	}
+	for _, ev := range lead.held {
+		if approvalOf(ev)["id"] == vb.ID {
+			t.Fatalf("lead-a's socket carried team-b's approval: %v", ev)
+		}
+	}
+	if r := e.do("GET", "/v1/approvals", approverTok, nil); len(r.body["approvals"].([]any)) != 2 {
+		t.Fatalf("the unrestricted approver lists %s", r.raw)
+	}
+
+	// Decisions: lead-a approves team-a's over the socket, the unrestricted
+	// approver denies team-b's over REST.
+	lead.send(map[string]any{"type": "decide", "ref": "y", "id": va.ID, "decision": "approve", "digest": va.Digest})
+	if res := lead.next(confirm.EventResult); res["ok"] != true {
+		t.Fatalf("lead-a approving team-a's: %v", res)
+	}
+	if r := e.do("POST", "/v1/approvals/"+vb.ID+"/decision", approverTok, map[string]any{"decision": "deny", "reason": "not today"}); r.status != 200 {
+		t.Fatalf("p denying team-b's: %d %s", r.status, r.raw)
+	}
+	if out := callA.wait(t); out.status != 200 || obj(out.body["approval"])["decided_by"] != "lead-a" {
+		t.Fatalf("team-a's call: %d %s", out.status, out.raw)
+	}
+	if out := callB.wait(t); out.status != 403 || out.errCode() != "approval_denied" {
+		t.Fatalf("team-b's call: %d %s", out.status, out.raw)
+	}
+	r = e.do("GET", "/v1/approvals?status=resolved", leadATok, nil)
+	if list := r.body["approvals"].([]any); len(list) != 1 || obj(list[0])["id"] != va.ID {
+		t.Fatalf("lead-a's history: %s", r.raw)
+	}
+	if r := e.do("GET", "/v1/approvals/"+vb.ID, leadATok, nil); r.status != 404 {
+		t.Fatalf("lead-a reads team-b's resolved approval: %d %s", r.status, r.raw)
+	}
+	if r := e.do("POST", "/v1/approvals/"+vb.ID+"/decision", leadATok, map[string]any{"decision": "approve"}); r.status != 404 {
+		t.Fatalf("lead-a decides team-b's resolved approval: %d %s (a 409 would say who decided it)", r.status, r.raw)
+	}
+	if recs := e.auditRecords("build"); len(recs) != 2 {
+		t.Fatalf("audit: %+v", recs)
+	} else {
+		for _, rec := range recs {
+			if rec.Approval == nil || (rec.Tenant == "team-a") != (rec.Approval.DecidedBy == "lead-a") {
+				t.Errorf("record %s of %s decided by %+v", rec.RequestID, rec.Tenant, rec.Approval)
+			}
+		}
+	}
 }

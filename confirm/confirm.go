@@ -32,7 +32,10 @@ var ErrNotPermissive = errors.New("auto-approve is allowed only in PERMISSIVE mo
 // Request is what an approver is asked to judge. It carries the code for
 // display, and the Digest that binds the answer to exactly this request.
 type Request struct {
-	RequestID      string
+	RequestID string
+	// Tenant owns the session; only approvers who see that tenant are
+	// shown the request and may decide it.
+	Tenant         string
 	SessionID      string
 	Language       string
 	Code           string
@@ -62,12 +65,13 @@ type Reason struct {
 	Message string `json:"message"`
 }
 
-// Digest binds an approval to the request's session, language, code, context
-// and policy revision, so an approval can never be replayed for other code.
+// Digest binds an approval to the request's tenant, session, language,
+// code, context and policy revision, so an approval can never be replayed
+// for other code, or for the same session name under another tenant.
 func (r Request) Digest() string {
 	h := sha256.New()
-	fmt.Fprintf(h, "session=%s\x00language=%s\x00code=%s\x00revision=%s\x00executor=%s\x00",
-		r.SessionID, r.Language, r.CodeSHA256, r.PolicyRevision, r.Executor)
+	fmt.Fprintf(h, "tenant=%s\x00session=%s\x00language=%s\x00code=%s\x00revision=%s\x00executor=%s\x00",
+		r.Tenant, r.SessionID, r.Language, r.CodeSHA256, r.PolicyRevision, r.Executor)
 	for _, k := range []string{"needs_browser", "needs_persistent_fs"} {
 		fmt.Fprintf(h, "%s=%t\x00", k, r.Context[k])
 	}

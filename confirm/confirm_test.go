@@ -23,9 +23,10 @@ func TestAutoApproveOnlyPermissive(t *testing.T) {
 }
 
 func TestDigestBindsEveryField(t *testing.T) {
-	base := Request{SessionID: "s", Language: "python", CodeSHA256: "abc", PolicyRevision: "r1", Executor: "docker",
+	base := Request{Tenant: "team-a", SessionID: "s", Language: "python", CodeSHA256: "abc", PolicyRevision: "r1", Executor: "docker",
 		Context: map[string]bool{"needs_browser": false}}
 	changes := map[string]func(*Request){
+		"tenant":   func(r *Request) { r.Tenant = "team-b" },
 		"session":  func(r *Request) { r.SessionID = "t" },
 		"language": func(r *Request) { r.Language = "bash" },
 		"code":     func(r *Request) { r.CodeSHA256 = "abd" },

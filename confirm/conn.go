@@ -188,7 +188,7 @@ func (h *Hub) ServeWS(w http.ResponseWriter, r *http.Request, who Approver) erro
 	h.subs[c], h.live[c] = struct{}{}, struct{}{}
 	c.enqueueLocked(h.snapshotLocked(who)) // first in the queue: no event can precede it
 	h.mu.Unlock()
-	h.log.InfoContext(r.Context(), "approver connected", "approver", who.Name, "role", who.Role)
+	h.log.InfoContext(r.Context(), "approver connected", "approver", who.Name, "role", who.Role, "tenants", who.Tenants)
 
 	go c.writeLoop()
 	c.readLoop()
@@ -219,17 +219,20 @@ type snapshotEvent struct {
 func (h *Hub) snapshotLocked(who Approver) *websocket.PreparedMessage {
 	ps := make([]*pending, 0, len(h.pending))
 	for _, p := range h.pending {
-		ps = append(ps, p)
+		if who.Sees(p.view.Tenant) {
+			ps = append(ps, p)
+		}
 	}
 	slices.SortFunc(ps, func(a, b *pending) int { return a.view.RequestedAt.Compare(b.view.RequestedAt) })
 	raws := make([]json.RawMessage, len(ps))
 	for i, p := range ps {
 		raws[i] = p.raw
 	}
-	hist := slices.Clone(h.history)
-	slices.Reverse(hist) // newest first
-	if hist == nil {
-		hist = []View{}
+	hist := []View{}
+	for _, v := range slices.Backward(h.history) { // newest first
+		if who.Sees(v.Tenant) {
+			hist = append(hist, v)
+		}
 	}
 	return prepare(mustJSON(snapshotEvent{Type: EventSnapshot, ServerTime: time.Now(), Approver: who,
 		TimeoutS: int(h.opts.Timeout / time.Second), Pending: raws, History: hist}))
@@ -243,16 +246,19 @@ func prepare(b []byte) *websocket.PreparedMessage {
 	return pm
 }
 
-// broadcastLocked queues msg on every subscribed connection, without
+// broadcastLocked queues msg, an event about an approval of tenant, on
+// every subscribed connection whose approver sees that tenant, without
 // blocking: a connection whose queue is full is dropped. The message is
 // framed once for all of them.
-func (h *Hub) broadcastLocked(msg []byte) {
+func (h *Hub) broadcastLocked(tenant string, msg []byte) {
 	if len(h.subs) == 0 {
 		return
 	}
 	pm := prepare(msg)
 	for c := range h.subs {
-		c.enqueueLocked(pm)
+		if c.who.Sees(tenant) {
+			c.enqueueLocked(pm)
+		}
 	}
 }
 

@@ -22,6 +22,7 @@ const StatusPending = "pending"
 type View struct {
 	ID             string          `json:"id"`
 	RequestID      string          `json:"request_id"`
+	Tenant         string          `json:"tenant"`
 	SessionID      string          `json:"session_id"`
 	Language       string          `json:"language"`
 	Code           string          `json:"code,omitempty"`

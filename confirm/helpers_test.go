@@ -47,6 +47,9 @@ func newTestHub(t testing.TB, opts HubOptions) *testHub {
 	th := &testHub{Hub: h, db: sq}
 	th.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		who := Approver{Name: r.Header.Get("X-Test-Approver"), Role: "approver"}
+		if ts := r.Header.Get("X-Test-Tenants"); ts != "" {
+			who.Tenants = strings.Split(ts, ",")
+		}
 		if err := h.ServeWS(w, r, who); err != nil {
 			http.Error(w, err.Error(), http.StatusForbidden)
 		}

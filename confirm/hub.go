@@ -189,7 +189,7 @@ func NewHub(ctx context.Context, opts HubOptions) (*Hub, error) {
 	if n > 0 {
 		opts.Logger.WarnContext(ctx, "resolved approvals left pending by the previous run as interrupted", "count", n)
 	}
-	recent, err := st.recent(ctx, "", opts.HistorySize)
+	recent, err := st.recent(ctx, "", nil, opts.HistorySize)
 	if err != nil {
 		return nil, err
 	}
@@ -228,7 +228,7 @@ func (h *Hub) Confirm(ctx context.Context, req Request) (Outcome, error) {
 	}
 	p := &pending{done: make(chan struct{})}
 	p.view = View{
-		ID: newID(), RequestID: req.RequestID, SessionID: req.SessionID, Language: req.Language, Code: req.Code,
+		ID: newID(), RequestID: req.RequestID, Tenant: req.Tenant, SessionID: req.SessionID, Language: req.Language, Code: req.Code,
 		CodeSHA256: req.CodeSHA256, Digest: req.Digest(), RiskLevel: req.RiskLevel,
 		Patterns: nonNil(req.Patterns), Reasons: nonNil(req.Reasons), Executor: req.Executor,
 		PolicyRevision: req.PolicyRevision, Principal: req.Principal, Context: req.Context,
@@ -254,10 +254,10 @@ func (h *Hub) Confirm(ctx context.Context, req Request) (Outcome, error) {
 		return p.outcome, nil
 	}
 	h.pending[p.view.ID] = p
-	h.broadcastLocked(mustJSON(event{Type: EventRequested, ServerTime: time.Now(), Approval: p.raw}))
+	h.broadcastLocked(p.view.Tenant, mustJSON(event{Type: EventRequested, ServerTime: time.Now(), Approval: p.raw}))
 	h.mu.Unlock()
 	h.log.InfoContext(ctx, "approval requested", "approval_id", p.view.ID, "request_id", req.RequestID,
-		"session_id", req.SessionID, "risk_level", req.RiskLevel, "principal", req.Principal, "deadline", deadline)
+		"tenant", req.Tenant, "session_id", req.SessionID, "risk_level", req.RiskLevel, "principal", req.Principal, "deadline", deadline)
 
 	p.mu.Lock()
 	if !p.resolved {
@@ -288,7 +288,9 @@ func (h *Hub) withdrawnBeforePublish(p *pending) Outcome {
 // Decide records an approver's decision on approval id. The first
 // resolution wins: a later one gets a *ConflictError (409) naming who
 // resolved it and how. A decision naming a digest other than the
-// approval's is refused with ErrDigestMismatch and changes nothing.
+// approval's is refused with ErrDigestMismatch and changes nothing. An
+// approval of a tenant who cannot see is ErrNotFound, pending or resolved,
+// exactly like an id that does not exist.
 func (h *Hub) Decide(ctx context.Context, id string, who Approver, d Decision) (View, error) {
 	var status string
 	switch d.Decision {
@@ -308,10 +310,16 @@ func (h *Hub) Decide(ctx context.Context, id string, who Approver, d Decision) (
 	h.mu.Lock()
 	p := h.pending[id]
 	h.mu.Unlock()
+	if p != nil && !who.Sees(p.view.Tenant) {
+		return View{}, ErrNotFound
+	}
 	if p == nil {
 		v, err := h.store.get(ctx, id)
 		if err != nil {
 			return View{}, err
+		}
+		if !who.Sees(v.Tenant) {
+			return View{}, ErrNotFound
 		}
 		if v.Status == StatusPending {
 			// Recorded but not (or no longer) held by this process: only
@@ -394,45 +402,69 @@ func (h *Hub) settleLocked(p *pending, fin View) {
 	if over := len(h.history) - h.opts.HistorySize; over > 0 {
 		h.history = slices.Delete(h.history, 0, over)
 	}
-	h.broadcastLocked(mustJSON(event{Type: EventResolved, ServerTime: time.Now(), Approval: mustJSON(fin)}))
+	h.broadcastLocked(fin.Tenant, mustJSON(event{Type: EventResolved, ServerTime: time.Now(), Approval: mustJSON(fin)}))
 	h.mu.Unlock()
-	h.log.Info("approval resolved", "approval_id", fin.ID, "request_id", fin.RequestID, "session_id", fin.SessionID,
+	h.log.Info("approval resolved", "approval_id", fin.ID, "request_id", fin.RequestID, "tenant", fin.Tenant, "session_id", fin.SessionID,
 		"status", fin.Status, "decided_by", fin.DecidedBy, "time_to_decide_ms", fin.TimeToDecideMS)
 }
 
-// Pending returns the pending approvals, oldest first, with their code.
-func (h *Hub) Pending() []View {
+// Pending returns every pending approval, oldest first, with its code.
+func (h *Hub) Pending() []View { return h.PendingFor(Approver{}) }
+
+// PendingFor returns the pending approvals who may see, oldest first,
+// with their code.
+func (h *Hub) PendingFor(who Approver) []View {
 	h.mu.Lock()
 	out := make([]View, 0, len(h.pending))
 	for _, p := range h.pending {
-		out = append(out, p.view)
+		if who.Sees(p.view.Tenant) {
+			out = append(out, p.view)
+		}
 	}
 	h.mu.Unlock()
 	sortViews(out)
 	return out
 }
 
-// Get returns one approval: a pending one with its code, a resolved one
+// Get returns any approval: a pending one with its code, a resolved one
 // from the database without it.
-func (h *Hub) Get(ctx context.Context, id string) (View, error) {
+func (h *Hub) Get(ctx context.Context, id string) (View, error) { return h.GetFor(ctx, id, Approver{}) }
+
+// GetFor is Get for an approver: an approval of a tenant who cannot see is
+// ErrNotFound, like an id that does not exist.
+func (h *Hub) GetFor(ctx context.Context, id string, who Approver) (View, error) {
 	h.mu.Lock()
 	p := h.pending[id]
 	h.mu.Unlock()
+	var v View
 	if p != nil {
 		p.mu.Lock()
-		defer p.mu.Unlock()
+		v = p.view
 		if p.resolved {
-			return p.final, nil
+			v = p.final
 		}
-		return p.view, nil
+		p.mu.Unlock()
+	} else {
+		var err error
+		if v, err = h.store.get(ctx, id); err != nil {
+			return View{}, err
+		}
 	}
-	return h.store.get(ctx, id)
+	if !who.Sees(v.Tenant) {
+		return View{}, ErrNotFound
+	}
+	return v, nil
 }
 
 // Recent returns up to limit resolved approvals from the database, newest
 // first; status "" means every resolved status.
 func (h *Hub) Recent(ctx context.Context, status string, limit int) ([]View, error) {
-	return h.store.recent(ctx, status, limit)
+	return h.RecentFor(ctx, Approver{}, status, limit)
+}
+
+// RecentFor is Recent limited to the tenants who sees.
+func (h *Hub) RecentFor(ctx context.Context, who Approver, status string, limit int) ([]View, error) {
+	return h.store.recent(ctx, status, who.Tenants, limit)
 }
 
 // Close interrupts every pending approval (the waiting requests are denied

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/sandgate/sandgate/audit"
@@ -71,6 +72,26 @@ WHEN EXISTS (SELECT 1 FROM approvals WHERE id = NEW.id)
 BEGIN
 	SELECT RAISE(ABORT, 'approval ids are never reused');
 END;`,
+}, {
+	// Tenants (issue 14): the tenant that owns the request's session, a
+	// plain column (rows written before have ''), bound like the session:
+	// the single-use trigger is recreated with it among the binding
+	// columns.
+	Version: 2,
+	Name:    "add tenant",
+	SQL: `
+ALTER TABLE approvals ADD COLUMN tenant TEXT NOT NULL DEFAULT '';
+CREATE INDEX approvals_tenant_decided_at ON approvals (tenant, decided_at);
+DROP TRIGGER approvals_single_use;
+CREATE TRIGGER approvals_single_use BEFORE UPDATE ON approvals
+WHEN OLD.status <> 'pending'
+  OR NEW.id IS NOT OLD.id OR NEW.request_id IS NOT OLD.request_id OR NEW.session_id IS NOT OLD.session_id
+  OR NEW.tenant IS NOT OLD.tenant
+  OR NEW.language IS NOT OLD.language OR NEW.code_sha256 IS NOT OLD.code_sha256 OR NEW.digest IS NOT OLD.digest
+  OR NEW.requested_at IS NOT OLD.requested_at OR NEW.deadline IS NOT OLD.deadline
+BEGIN
+	SELECT RAISE(ABORT, 'an approval is single-use and bound to its request');
+END;`,
 }}
 
 const timeLayout = "2006-01-02T15:04:05.000000000Z07:00"
@@ -99,10 +120,10 @@ func openStore(ctx context.Context, db Store) (*store, error) {
 
 func (s *store) insert(ctx context.Context, v *View) error {
 	return s.db.WriteTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO approvals (id, request_id, session_id, language, code_sha256,
+		_, err := tx.ExecContext(ctx, `INSERT INTO approvals (id, request_id, tenant, session_id, language, code_sha256,
 	digest, risk_level, executor, policy_revision, principal, status, requested_at, deadline)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)`,
-			v.ID, v.RequestID, v.SessionID, v.Language, v.CodeSHA256, v.Digest, v.RiskLevel, v.Executor,
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)`,
+			v.ID, v.RequestID, v.Tenant, v.SessionID, v.Language, v.CodeSHA256, v.Digest, v.RiskLevel, v.Executor,
 			v.PolicyRevision, v.Principal, fmtTime(v.RequestedAt), fmtTime(v.Deadline))
 		return err
 	})
@@ -145,7 +166,7 @@ func (s *store) interruptAll(ctx context.Context, now time.Time, reason string) 
 	return n, err
 }
 
-const viewColumns = `id, request_id, session_id, language, code_sha256, digest, risk_level, executor,
+const viewColumns = `id, request_id, tenant, session_id, language, code_sha256, digest, risk_level, executor,
 	policy_revision, principal, status, requested_at, deadline, decided_by, reason, decided_at`
 
 func scanView(sc interface{ Scan(...any) error }) (View, error) {
@@ -154,7 +175,7 @@ func scanView(sc interface{ Scan(...any) error }) (View, error) {
 		requested, deadline string
 		decided             sql.NullString
 	)
-	err := sc.Scan(&v.ID, &v.RequestID, &v.SessionID, &v.Language, &v.CodeSHA256, &v.Digest, &v.RiskLevel,
+	err := sc.Scan(&v.ID, &v.RequestID, &v.Tenant, &v.SessionID, &v.Language, &v.CodeSHA256, &v.Digest, &v.RiskLevel,
 		&v.Executor, &v.PolicyRevision, &v.Principal, &v.Status, &requested, &deadline, &v.DecidedBy, &v.Reason, &decided)
 	if err != nil {
 		return View{}, err
@@ -180,13 +201,19 @@ func (s *store) get(ctx context.Context, id string) (View, error) {
 }
 
 // recent returns up to limit resolved approvals, newest decision first;
-// status "" means any resolved status.
-func (s *store) recent(ctx context.Context, status string, limit int) ([]View, error) {
+// status "" means any resolved status, no tenants means every tenant.
+func (s *store) recent(ctx context.Context, status string, tenants []string, limit int) ([]View, error) {
 	q := `SELECT ` + viewColumns + ` FROM approvals WHERE status <> 'pending'`
 	args := []any{}
 	if status != "" {
 		q += ` AND status = ?`
 		args = append(args, status)
+	}
+	if len(tenants) > 0 {
+		q += ` AND tenant IN (?` + strings.Repeat(`, ?`, len(tenants)-1) + `)`
+		for _, t := range tenants {
+			args = append(args, t)
+		}
 	}
 	q += ` ORDER BY decided_at DESC, id DESC LIMIT ?`
 	args = append(args, limit)

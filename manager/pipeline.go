@@ -198,7 +198,7 @@ func (m *Manager) confirmRequest(req RunRequest, out *RunResult) confirm.Request
 		reasons[i] = confirm.Reason{Code: r.Code, Message: r.Message}
 	}
 	return confirm.Request{
-		RequestID: req.RequestID, SessionID: req.ref.ID, Language: req.Language, Code: req.Code,
+		RequestID: req.RequestID, Tenant: req.ref.Tenant, SessionID: req.ref.ID, Language: req.Language, Code: req.Code,
 		CodeSHA256: policy.SHA256Hex([]byte(req.Code)), RiskLevel: out.Risk.Level.String(), Patterns: pats,
 		Reasons: reasons, Executor: out.Decision.Executor, PolicyRevision: out.Decision.PolicyRevision,
 		Principal: req.Principal.Name,

@@ -156,7 +156,7 @@
         state.backoff = BACKOFF_MIN_MS;
         hideNotice();
         setConn("live", "Live");
-        if (m.approver) els.who.textContent = m.approver.name + " (" + m.approver.role + ")";
+        if (m.approver) els.who.textContent = whoText(m.approver);
         if (m.timeout_s) state.timeoutS = m.timeout_s;
         applySnapshot(m.pending || [], m.history || []);
         break;
@@ -257,6 +257,10 @@
     const risk = node.querySelector(".risk");
     risk.textContent = v.risk_level || "?";
     risk.dataset.level = v.risk_level || "";
+    const tenant = node.querySelector(".tenant");
+    tenant.textContent = v.tenant || "";
+    tenant.title = "tenant " + (v.tenant || "(none)");
+    tenant.hidden = !v.tenant;
     node.querySelector(".session").textContent = v.session_id;
     node.querySelector(".session").title = "session " + v.session_id;
     node.querySelector(".lang").textContent = v.language;
@@ -451,11 +455,19 @@
     top.append(st, el("span", null, v.decided_by ? "by " + v.decided_by : ""),
       el("span", "h-time", v.decided_at ? new Date(v.decided_at).toLocaleTimeString() : ""));
     li.append(top);
-    const sub = [v.session_id, v.language, v.risk_level];
+    const sub = [v.tenant ? v.tenant + " / " + v.session_id : v.session_id, v.language, v.risk_level];
     if (v.time_to_decide_ms) sub.push(fmtDuration(v.time_to_decide_ms) + " to decide");
     li.append(el("div", "h-sub", sub.filter(Boolean).join(" · ")));
     if (v.reason) li.append(el("div", "h-reason", "“" + v.reason + "”"));
     return li;
+  }
+
+  // whoText names the signed-in approver, and the tenants it is limited
+  // to, if any.
+  function whoText(a) {
+    let s = a.name + " (" + a.role + ")";
+    if (a.tenants && a.tenants.length) s += " · " + a.tenants.join(", ");
+    return s;
   }
 
   function fmtDuration(ms) {
