@@ -3,6 +3,7 @@ package api
 import (
 	"errors"
 	"net/http"
+	"strconv"
 
 	"github.com/sandgate/sandgate/errcode"
 	"github.com/sandgate/sandgate/manager"
@@ -54,6 +55,10 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	if code == errcode.PoolExhausted {
 		w.Header().Set("Retry-After", "1") // busy, not broken: worth a retry
+	}
+	var limited *manager.RateLimitedError
+	if errors.As(err, &limited) {
+		w.Header().Set("Retry-After", strconv.Itoa(limited.RetryAfterSeconds()))
 	}
 	if status >= 500 {
 		s.log.ErrorContext(r.Context(), "request failed", "request_id", requestID(r.Context()), "status", status, "err", err)

@@ -40,9 +40,11 @@ func (s *Server) browserAction(w http.ResponseWriter, r *http.Request) error {
 	}
 	p := principal(r)
 	// The router is keyed by the session's key, so the caller's session is
-	// resolved here, first: another tenant's is not_found whether or not
-	// this gateway has a browser.
-	ref, err := s.deps.Manager.ResolveSession(p, r.PathValue("id"))
+	// resolved and admitted here, first: another tenant's is not_found, and
+	// a tenant over its quotas is refused, whether or not this gateway has
+	// a browser.
+	ref, release, err := s.deps.Manager.AdmitSession(r.Context(), p, r.PathValue("id"), browser.KindAction)
+	defer release()
 	if err != nil {
 		return err
 	}

@@ -55,6 +55,8 @@ type envOpts struct {
 	browser func(eng *policy.Engine, st audit.Store, ws *workspace.Workspaces) *browser.Manager
 	// tokens are accepted besides agentTok, approverTok and adminTok.
 	tokens []Token
+	// quotas are the tenants' limits (none by default).
+	quotas manager.QuotaConfig
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -71,7 +73,9 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ws, err := workspace.New(filepath.Join(o.dataDir, "workspaces"), workspace.Options{})
+	ws, err := workspace.New(filepath.Join(o.dataDir, "workspaces"), workspace.Options{
+		TenantQuotaBytes: func(tenant string) int64 { return o.quotas.For(tenant).MaxWorkspaceBytes },
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +101,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 			Describe: func(key string) (any, bool) { b, ok := bm.Live()[key]; return b, ok }})
 	}
 	reg := prometheus.NewRegistry()
-	mgr, err := manager.New(manager.Config{Mode: o.mode}, manager.Deps{
+	mgr, err := manager.New(manager.Config{Mode: o.mode, Quotas: o.quotas}, manager.Deps{
 		Assessor: risk.NewAssessor(nil, nil), Policy: eng, Confirm: o.confirm,
 		Executors: append([]executors.Executor{sp}, o.executors...), Workspaces: ws, Audit: st, Metrics: manager.NewMetrics(reg),
 		Resources: resources,

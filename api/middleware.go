@@ -28,7 +28,7 @@ func newRequestID() string {
 }
 
 func withRequestID(ctx context.Context, id string) context.Context {
-	return context.WithValue(ctx, keyRequestID, id)
+	return manager.WithRequestID(context.WithValue(ctx, keyRequestID, id), id)
 }
 
 func requestID(ctx context.Context) string {

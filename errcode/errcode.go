@@ -47,9 +47,11 @@ const (
 	// FileTooLarge is a write (or an edit's result) over the per-file limit,
 	// or a file too large for an operation that loads it whole.
 	FileTooLarge Code = "file_too_large"
-	// QuotaExceeded is 413, not 507: the limit is the session's own, the
-	// remedy is the client's (send less, delete files), exactly as for
-	// 413, whereas a 5xx would blame the server and invite retries.
+	// QuotaExceeded is 429 (DESIGN.md §5), for a session's workspace quota
+	// and a tenant's quotas alike (live sessions, runs in flight,
+	// workspace bytes): the limit is the client's own and so is the remedy
+	// (finish or delete something, send less). Not 507: a 5xx would blame
+	// the server and invite blind retries.
 	QuotaExceeded Code = "quota_exceeded"
 	// BinaryFile is 422, not 415: 415 describes the request's own body
 	// format, and the numbered-line read is a GET with no body; the request
@@ -61,6 +63,9 @@ const (
 	// be reached or answered with a network error.
 	BrowserTimeout   Code = "browser_timeout"
 	NavigationFailed Code = "navigation_failed"
+	// RateLimited is a tenant over its request rate (issue 14): 429 with
+	// Retry-After, the seconds until its token bucket has a token again.
+	RateLimited Code = "rate_limited"
 )
 
 var statuses = map[Code]int{
@@ -83,7 +88,8 @@ var statuses = map[Code]int{
 	EditNoMatch:         http.StatusConflict,
 	EditAmbiguous:       http.StatusConflict,
 	FileTooLarge:        http.StatusRequestEntityTooLarge,
-	QuotaExceeded:       http.StatusRequestEntityTooLarge,
+	QuotaExceeded:       http.StatusTooManyRequests,
+	RateLimited:         http.StatusTooManyRequests,
 	BinaryFile:          http.StatusUnprocessableEntity,
 	BrowserTimeout:      http.StatusGatewayTimeout,
 	NavigationFailed:    http.StatusBadGateway,

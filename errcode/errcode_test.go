@@ -38,7 +38,8 @@ func TestOf(t *testing.T) {
 		{"edit no match", New(EditNoMatch, "e"), EditNoMatch, 409, "e"},
 		{"edit ambiguous", New(EditAmbiguous, "e"), EditAmbiguous, 409, "e"},
 		{"file too large", New(FileTooLarge, "f"), FileTooLarge, 413, "f"},
-		{"quota exceeded", New(QuotaExceeded, "q"), QuotaExceeded, 413, "q"},
+		{"quota exceeded", New(QuotaExceeded, "q"), QuotaExceeded, 429, "q"},
+		{"rate limited", New(RateLimited, "r"), RateLimited, 429, "r"},
 		{"binary file", New(BinaryFile, "b"), BinaryFile, 422, "b"},
 	}
 	for _, c := range cases {

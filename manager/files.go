@@ -67,7 +67,7 @@ func (m *Manager) fileOp(ctx context.Context, kind string, req FileRequest, op f
 	ref, err := m.ResolveSession(req.Principal, req.SessionID)
 	if err == nil {
 		rec.Tenant, rec.SessionID = ref.Tenant, ref.ID
-		err = op(rec, ref.Key)
+		err = m.admitted(ctx, ref, fileAdmitOp(kind), func() error { return op(rec, ref.Key) })
 	}
 	if err == nil {
 		m.sessions.touch(ref.Key)
@@ -78,6 +78,15 @@ func (m *Manager) fileOp(ctx context.Context, kind string, req FileRequest, op f
 	}
 	m.record(ctx, rec, fileOutcome(err), err, start)
 	return err
+}
+
+// fileAdmitOp is what a file operation may do: an upload may create its
+// session; everything else needs an existing one.
+func fileAdmitOp(kind string) admitOp {
+	if kind == KindFileWrite {
+		return opCreate
+	}
+	return opRead
 }
 
 // fileOutcome classifies a file operation for the audit log: refused as
@@ -95,6 +104,8 @@ func fileOutcome(err error) string {
 		return OutcomeDenied
 	case errcode.Cancelled:
 		return OutcomeCancelled
+	case errcode.RateLimited, errcode.QuotaExceeded:
+		return OutcomeLimited
 	case errcode.Internal:
 		return OutcomeError
 	}

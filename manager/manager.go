@@ -39,6 +39,8 @@ type Config struct {
 	ApprovalTimeout time.Duration
 	// AvailabilityTTL caches executor probes between requests; default 1 s.
 	AvailabilityTTL time.Duration
+	// Quotas are the tenants' limits; the zero value limits nothing.
+	Quotas QuotaConfig
 }
 
 func (c *Config) applyDefaults() {
@@ -93,6 +95,7 @@ type Manager struct {
 	execs     map[string]executors.Executor
 	avail     *availability
 	sessions  *sessions
+	quotas    *quotas
 }
 
 // New checks the wiring and builds a Manager.
@@ -133,6 +136,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 		cfg: cfg, deps: deps, log: log, validator: newValidator(), execs: execs,
 		avail:    newAvailability(deps.Executors, cfg.AvailabilityTTL),
 		sessions: newSessions(),
+		quotas:   newQuotas(cfg.Quotas),
 	}, nil
 }
 

@@ -14,6 +14,7 @@ type Metrics struct {
 	policy      prometheus.Histogram
 	exec        *prometheus.HistogramVec
 	auditErrors prometheus.Counter
+	refusals    *prometheus.CounterVec
 }
 
 // NewMetrics registers the series on reg.
@@ -43,8 +44,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Audit records that could not be written.",
 		}),
 	}
-	reg.MustRegister(m.requests, m.latency, m.policy, m.exec, m.auditErrors)
+	// The tenant label's values are the configured tenants and "other"
+	// (QuotaConfig.Labels): bounded by the configuration.
+	m.refusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sandgate_quota_refusals_total",
+		Help: "Requests refused by a tenant's quota, by tenant and quota (rate, sessions, concurrent_runs, workspace_bytes).",
+	}, []string{"tenant", "quota"})
+	reg.MustRegister(m.requests, m.latency, m.policy, m.exec, m.auditErrors, m.refusals)
 	return m
+}
+
+func (m *Metrics) quotaRefused(tenant, quota string) {
+	if m != nil && quota != "" {
+		m.refusals.WithLabelValues(tenant, quota).Inc()
+	}
 }
 
 func (m *Metrics) observeRequest(kind, action, executor, outcome string, d time.Duration) {

@@ -74,6 +74,11 @@ func (m *Manager) Run(ctx context.Context, req RunRequest) (res *RunResult, err 
 		return nil, err
 	}
 	rec.Tenant, rec.SessionID = req.ref.Tenant, req.ref.ID
+	release, err := m.admit(ctx, req.ref, opRun) // 1 the tenant's quotas
+	defer release()
+	if err != nil {
+		return nil, err
+	}
 	assessment, err := m.deps.Assessor.Assess(req.Code, req.Language) // 2 assess
 	if err != nil {
 		return nil, invalidFields(FieldError{Field: "language", Code: "oneof", Message: "unsupported language"})
@@ -107,6 +112,10 @@ func (m *Manager) Evaluate(ctx context.Context, req RunRequest) (*Evaluation, er
 	}
 	var err error
 	if req.ref, err = m.ResolveSession(req.Principal, req.SessionID); err != nil {
+		return nil, err
+	}
+	if err := m.admitted(ctx, req.ref, opRead, func() error { return nil }); err != nil {
+		m.refused(ctx, KindEvaluate, req.Principal, req.ref, err)
 		return nil, err
 	}
 	assessment, err := m.deps.Assessor.Assess(req.Code, req.Language)

@@ -18,6 +18,10 @@ const (
 	OutcomeUnavailable = "unavailable"
 	OutcomeError       = "error"
 	OutcomeCancelled   = "cancelled"
+	// OutcomeLimited is a request a quota refused: the tenant's rate, live
+	// sessions, runs in flight or workspace bytes, or a session's
+	// workspace quota. Nothing ran.
+	OutcomeLimited = "limited"
 )
 
 // auditWriteTimeout bounds the record write. The write is detached from the
@@ -45,6 +49,10 @@ func (m *Manager) record(ctx context.Context, rec *audit.Record, outcome string,
 	code, status, _ := errcode.Of(err)
 	rec.ErrorCode, rec.HTTPStatus = string(code), status
 	rec.Outcome = outcome
+	if q := quotaKind(err); q != "" {
+		setDetail(rec, "quota", q)
+		m.deps.Metrics.quotaRefused(m.quotas.label(rec.Tenant), q)
+	}
 	if code == errcode.Internal {
 		m.log.ErrorContext(ctx, "request failed", "request_id", rec.RequestID, "session_id", rec.SessionID, "err", err)
 	}
@@ -78,6 +86,8 @@ func outcomeOf(code errcode.Code, res *RunResult, err error) string {
 		return OutcomeUnavailable
 	case errcode.Cancelled:
 		return OutcomeCancelled
+	case errcode.RateLimited, errcode.QuotaExceeded:
+		return OutcomeLimited
 	}
 	return OutcomeError
 }

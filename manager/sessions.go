@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/workspace"
 )
@@ -133,6 +134,14 @@ func (m *Manager) ListSessions(ctx context.Context, p Principal, q SessionQuery)
 	case q.Limit > 1000:
 		q.Limit = 1000
 	}
+	if p.Tenant == "" {
+		return SessionPage{}, errNoTenant
+	}
+	own := SessionRef{Tenant: p.Tenant}
+	if err := m.admitted(ctx, own, opRead, func() error { return nil }); err != nil {
+		m.refused(ctx, KindSessionList, p, own, err)
+		return SessionPage{}, err
+	}
 	all, err := m.visibleSessions(ctx, p, q.Tenant)
 	if err != nil {
 		return SessionPage{}, err
@@ -186,6 +195,10 @@ func (m *Manager) Session(ctx context.Context, p Principal, id string) (SessionI
 	if err != nil {
 		return SessionInfo{}, err
 	}
+	if err := m.admitted(ctx, m.rateRef(p, ref), opRead, func() error { return nil }); err != nil {
+		m.refused(ctx, KindSessionGet, p, ref, err)
+		return SessionInfo{}, err
+	}
 	w, err := m.deps.Workspaces.Get(ctx, ref.Key)
 	if err != nil {
 		return SessionInfo{}, err
@@ -210,11 +223,23 @@ func (m *Manager) Session(ctx context.Context, p Principal, id string) (SessionI
 // sessions (any session, for an admin) and, with purge, deletes its
 // workspace. Deleting an unknown session of one's own tenant succeeds:
 // DELETE is idempotent. Another tenant's is not_found.
-func (m *Manager) DeleteSession(ctx context.Context, p Principal, id string, purge bool) error {
+func (m *Manager) DeleteSession(ctx context.Context, p Principal, id string, purge bool) (err error) {
+	start := time.Now()
+	rec := &audit.Record{RequestID: requestIDFrom(ctx), Kind: KindSessionDelete, Tenant: p.Tenant, SessionID: id,
+		Principal: p.Role + ":" + p.Name}
+	if purge {
+		setDetail(rec, "purge", "true")
+	}
+	defer func() { m.record(ctx, rec, fileOutcome(err), err, start) }()
 	ref, err := m.ResolveSession(p, id)
 	if err != nil {
 		return err
 	}
+	rec.Tenant, rec.SessionID = ref.Tenant, ref.ID
+	return m.admitted(ctx, m.rateRef(p, ref), opRead, func() error { return m.deleteSession(ctx, ref, purge) })
+}
+
+func (m *Manager) deleteSession(ctx context.Context, ref SessionRef, purge bool) error {
 	var errs []error
 	// Resources first: a browser attached to the session's sandbox must let
 	// go before the sandbox itself is released.

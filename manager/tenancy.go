@@ -1,9 +1,12 @@
 package manager
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"time"
 
+	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/workspace"
 )
 
@@ -74,3 +77,58 @@ func (m *Manager) ResolveSession(p Principal, id string) (SessionRef, error) {
 // name nor a qualified id.
 var sessionIDField = FieldError{Field: "session_id", Code: "session_id",
 	Message: "must match [A-Za-z0-9._-]{1,128} and not be . or .., optionally prefixed by its tenant and ~"}
+
+// Kinds of the audit records of session requests that are not executions
+// or file operations. A session's deletion is always recorded; a read, a
+// listing or a dry run only when a quota refuses it (a refusal is always
+// audited).
+const (
+	KindSessionGet    = "session.get"
+	KindSessionList   = "session.list"
+	KindSessionDelete = "session.delete"
+	KindEvaluate      = "evaluate"
+)
+
+type ctxKey int
+
+const keyRequestID ctxKey = 0
+
+// WithRequestID gives ctx the request's id, for the audit records the
+// manager writes for requests that carry no RequestID field (session
+// reads, listings, deletions, refusals).
+func WithRequestID(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, keyRequestID, id)
+}
+
+func requestIDFrom(ctx context.Context) string {
+	id, _ := ctx.Value(keyRequestID).(string)
+	return id
+}
+
+// AdmitSession resolves the session id names for p and admits one request
+// on it that the manager does not run itself (a browser action, kind),
+// checking the tenant's rate and live-session quotas. It returns the
+// session and a release to call when the request is over. A refusal
+// (another tenant's session, a quota) is audited as a record of kind,
+// since the work it refused never reaches its own recorder.
+func (m *Manager) AdmitSession(ctx context.Context, p Principal, id, kind string) (SessionRef, func(), error) {
+	ref, err := m.ResolveSession(p, id)
+	if err != nil {
+		m.refused(ctx, kind, p, SessionRef{Tenant: p.Tenant, ID: id}, err)
+		return SessionRef{}, func() {}, err
+	}
+	release, err := m.admit(ctx, ref, opCreate)
+	if err != nil {
+		release()
+		m.refused(ctx, kind, p, ref, err)
+		return SessionRef{}, func() {}, err
+	}
+	return ref, release, nil
+}
+
+// refused records a request of kind refused before it did anything.
+func (m *Manager) refused(ctx context.Context, kind string, p Principal, ref SessionRef, err error) {
+	rec := &audit.Record{RequestID: requestIDFrom(ctx), Kind: kind, Tenant: ref.Tenant, SessionID: ref.ID,
+		Principal: p.Role + ":" + p.Name}
+	m.record(ctx, rec, fileOutcome(err), err, time.Now())
+}

@@ -1,11 +1,14 @@
 package manager_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
 
+	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/errcode"
+	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/manager"
 	"github.com/sandgate/sandgate/workspace"
 )
@@ -152,5 +155,61 @@ func TestTenantsListAndFiles(t *testing.T) {
 	info, err := h.m.Session(ctx, admin, "team-a~demo")
 	if err != nil || info.ID != "demo" || info.Tenant != "team-a" || info.QualifiedID != "team-a~demo" {
 		t.Errorf("admin describing A's session: %+v %v", info, err)
+	}
+}
+
+// TestQuotaCheckedBeforeAnythingRuns: a run refused by its tenant's quota
+// is neither assessed against the policy, nor put to an approver, nor
+// executed; it is recorded as limited. Another tenant is not held up.
+func TestQuotaCheckedBeforeAnythingRuns(t *testing.T) {
+	h := newHarness(t, hopts{cfg: manager.Config{Quotas: manager.QuotaConfig{
+		Tenants: map[string]manager.Quota{"team-a": {MaxConcurrentRuns: 1}}}}})
+	started, unblock := make(chan struct{}), make(chan struct{})
+	h.sub.ExecuteFunc = func(ctx context.Context, s executors.Spec) (executors.Result, error) {
+		if s.SessionID == "team-a~slow" {
+			close(started)
+			<-unblock
+		}
+		return executors.Result{}, nil
+	}
+	slow := request("python", safePython)
+	slow.Principal, slow.SessionID = teamA, "slow"
+	done := make(chan error, 1)
+	go func() { _, err := h.m.Run(context.Background(), slow); done <- err }()
+	<-started
+	inputs := len(h.decider.Inputs())
+	second := request("python", safePython)
+	second.Principal, second.SessionID, second.RequestID = teamA, "other", "req-2"
+	_, err := h.m.Run(t.Context(), second)
+	if !errors.Is(err, manager.ErrConcurrencyQuota) {
+		t.Fatalf("second run: %v", err)
+	}
+	if code, status, _ := errcode.Of(err); code != errcode.QuotaExceeded || status != 429 {
+		t.Fatalf("code %s/%d", code, status)
+	}
+	if len(h.decider.Inputs()) != inputs || len(h.sub.Calls()) != 1 || h.ws.Exists("team-a~other") {
+		t.Fatalf("the refused run got to the policy (%d inputs), an executor (%d calls) or a workspace", len(h.decider.Inputs()), len(h.sub.Calls()))
+	}
+	b := request("python", safePython)
+	b.Principal = teamB
+	if _, err := h.m.Run(t.Context(), b); err != nil {
+		t.Fatalf("team-b while team-a is at its limit: %v", err)
+	}
+	close(unblock)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var rec audit.Record
+	for _, r := range h.audit.Records() {
+		if r.RequestID == "req-2" {
+			rec = r
+		}
+	}
+	if rec.Outcome != manager.OutcomeLimited || rec.ErrorCode != "quota_exceeded" || rec.Detail["quota"] != "concurrent_runs" ||
+		rec.Tenant != "team-a" || rec.SessionID != "other" {
+		t.Fatalf("refusal record %+v", rec)
+	}
+	if _, err := h.m.Run(t.Context(), second); err != nil {
+		t.Fatalf("after the slow run ended: %v", err)
 	}
 }

@@ -572,6 +572,7 @@ func (w *Workspaces) Delete(ctx context.Context, sessionID, p string, recursive 
 	unlock := w.locks.lock(fileKey(sessionID, rel))
 	defer unlock()
 	defer w.usage.invalidate(sessionID)
+	defer w.tenants.invalidate(sessionID)
 
 	fi, err := s.root.Lstat(rel)
 	if err != nil {

@@ -71,7 +71,7 @@ func (w *Workspaces) reserve(ctx context.Context, s *session, dBytes, dFiles, in
 	if dBytes <= 0 && dFiles <= 0 {
 		u.bytes += dBytes
 		u.files += dFiles
-		return nil
+		return w.reserveTenant(ctx, s.id, dBytes) // a shrink: never refused
 	}
 	if u.measured.IsZero() || time.Since(u.measured) > w.opts.UsageMaxAge {
 		b, f, err := measure(ctx, s.root, w.opts.QuotaFiles+1)
@@ -84,6 +84,9 @@ func (w *Workspaces) reserve(ctx context.Context, s *session, dBytes, dFiles, in
 		return fmt.Errorf("%w: %d bytes in %d entries, growing by %d bytes and %d entries",
 			ErrQuotaExceeded, u.bytes, u.files, dBytes, dFiles)
 	}
+	if err := w.reserveTenant(ctx, s.id, dBytes); err != nil {
+		return err
+	}
 	u.bytes += dBytes
 	u.files += dFiles
 	return nil
@@ -95,6 +98,7 @@ func (w *Workspaces) release(id string, dBytes, dFiles int64) {
 	u.bytes -= dBytes
 	u.files -= dFiles
 	u.mu.Unlock()
+	w.releaseTenant(id, dBytes)
 }
 
 // measure sums the sizes of the regular files under root and counts its

@@ -102,6 +102,12 @@ type Options struct {
 	// the API's own writes are added to it; files the code wrote meanwhile
 	// count from the next walk.
 	UsageMaxAge time.Duration
+	// TenantQuotaBytes, when set, caps the regular-file bytes of all of a
+	// tenant's sessions together (quota_exceeded), for API writes the way
+	// QuotaBytes caps one session's; 0 or less for a tenant means no cap.
+	// Sessions without a tenant (bare keys) have none. The tenant's usage
+	// is measured by walking its workspaces at most every UsageMaxAge.
+	TenantQuotaBytes func(tenant string) int64
 	// SyncWrites fsyncs each file before it is renamed into place, so an
 	// API write survives a host crash, not only a failed request. Off by
 	// default: the workspace is scratch space, and the code writing next
@@ -158,9 +164,10 @@ type Workspaces struct {
 	uidCount int
 	mu       sync.Mutex // serialises uid allocation
 
-	opts  Options
-	locks keyedMutex // per-file locks of mutating file operations
-	usage usageCache // measured size of each workspace, for quotas
+	opts    Options
+	locks   keyedMutex   // per-file locks of mutating file operations
+	usage   usageCache   // measured size of each workspace, for quotas
+	tenants tenantUsages // measured size of each tenant's workspaces
 }
 
 // Dir is a session's workspace and the identity that owns it.
@@ -384,5 +391,6 @@ func (w *Workspaces) Remove(_ context.Context, sessionID string) error {
 		return fmt.Errorf("remove workspace: %w", err)
 	}
 	w.usage.forget(sessionID)
+	w.tenants.invalidate(sessionID)
 	return nil
 }

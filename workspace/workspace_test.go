@@ -3,9 +3,12 @@ package workspace
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -203,5 +206,56 @@ func TestTenantsShareNoWorkspace(t *testing.T) {
 	}
 	if !w.Exists(Key("team-a", "demo")) || w.Exists(Key("team-a", "other")) || w.Exists("../x") {
 		t.Fatal("Exists disagrees with the disk")
+	}
+}
+
+// TestTenantQuotaBytes: the bytes of all of a tenant's sessions count
+// against its quota, concurrent writers included; other tenants and
+// tenant-less sessions are not limited by it.
+func TestTenantQuotaBytes(t *testing.T) {
+	ctx := context.Background()
+	w, err := New(filepath.Join(t.TempDir(), "ws"), Options{TenantQuotaBytes: func(tenant string) int64 {
+		if tenant == "t" {
+			return 1000
+		}
+		return 0
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(key string, n int) error {
+		_, err := w.Write(ctx, key, "f", WriteOverwrite, strings.NewReader(strings.Repeat("x", n)))
+		return err
+	}
+	if err := write("t~a", 600); err != nil {
+		t.Fatal(err)
+	}
+	if err := write("t~b", 600); !errors.Is(err, ErrTenantQuotaExceeded) {
+		t.Fatalf("crossing the tenant's quota: %v", err)
+	}
+	if err := write("u~a", 5000); err != nil {
+		t.Fatalf("another tenant: %v", err)
+	}
+	if err := write("plain", 5000); err != nil {
+		t.Fatalf("a tenant-less session: %v", err)
+	}
+	if err := write("t~a", 100); err != nil { // a shrink is always allowed
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var ok atomic.Int32
+	for i := range 10 {
+		wg.Go(func() {
+			if write(fmt.Sprintf("t~c%d", i), 200) == nil {
+				ok.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if n := ok.Load(); n != 4 {
+		t.Errorf("%d concurrent 200-byte writes fit next to 100 bytes under 1000, want 4", n)
+	}
+	if used, err := w.TenantUsage(ctx, "t"); err != nil || used != 900 {
+		t.Errorf("TenantUsage = %d, %v; want 900", used, err)
 	}
 }

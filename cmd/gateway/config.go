@@ -36,6 +36,7 @@ type Config struct {
 	Approval  ApprovalConfig  `yaml:"approval"`
 	Executors ExecutorsConfig `yaml:"executors"`
 	Auth      AuthConfig      `yaml:"auth"`
+	Tenants   TenantsConfig   `yaml:"tenants"`
 	Server    ServerConfig    `yaml:"server"`
 	Log       LogConfig       `yaml:"log"`
 }
@@ -198,6 +199,72 @@ func (t TokenConfig) tenant() string {
 	return t.Name
 }
 
+// TenantsConfig holds the tenants' quotas: Quotas for every tenant, and
+// per-tenant Overrides whose unset fields keep the Quotas value.
+type TenantsConfig struct {
+	Quotas    QuotaConfig              `yaml:"quotas"`
+	Overrides map[string]QuotaOverride `yaml:"overrides"`
+}
+
+// QuotaConfig is one tenant's limits (manager.Quota). 0 turns a limit off;
+// the defaults are finite and sized not to bind a normal single-team
+// gateway.
+type QuotaConfig struct {
+	MaxSessions       int     `yaml:"max_sessions"`
+	MaxConcurrentRuns int     `yaml:"max_concurrent_runs"`
+	MaxWorkspaceMiB   int64   `yaml:"max_workspace_mib"`
+	RequestsPerSecond float64 `yaml:"requests_per_second"`
+	Burst             int     `yaml:"burst"`
+}
+
+// QuotaOverride is a tenant's own limits; a field left out keeps the
+// default.
+type QuotaOverride struct {
+	MaxSessions       *int     `yaml:"max_sessions"`
+	MaxConcurrentRuns *int     `yaml:"max_concurrent_runs"`
+	MaxWorkspaceMiB   *int64   `yaml:"max_workspace_mib"`
+	RequestsPerSecond *float64 `yaml:"requests_per_second"`
+	Burst             *int     `yaml:"burst"`
+}
+
+// over returns q with o's set fields.
+func (o QuotaOverride) over(q QuotaConfig) QuotaConfig {
+	set(&q.MaxSessions, o.MaxSessions)
+	set(&q.MaxConcurrentRuns, o.MaxConcurrentRuns)
+	set(&q.MaxWorkspaceMiB, o.MaxWorkspaceMiB)
+	set(&q.RequestsPerSecond, o.RequestsPerSecond)
+	set(&q.Burst, o.Burst)
+	return q
+}
+
+func set[T any](dst *T, v *T) {
+	if v != nil {
+		*dst = *v
+	}
+}
+
+func (q QuotaConfig) validate(where string) []error {
+	var errs []error
+	if q.MaxSessions < 0 || q.MaxConcurrentRuns < 0 || q.MaxWorkspaceMiB < 0 || q.RequestsPerSecond < 0 || q.Burst < 0 {
+		errs = append(errs, fmt.Errorf("%s: quotas must not be negative (0 turns a limit off)", where))
+	}
+	if q.RequestsPerSecond > 0 && q.Burst < 1 {
+		errs = append(errs, fmt.Errorf("%s: burst must be at least 1 when requests_per_second is set", where))
+	}
+	return errs
+}
+
+func (t TenantsConfig) validate() []error {
+	errs := t.Quotas.validate("tenants.quotas")
+	for _, name := range sortedKeys(t.Overrides) {
+		if workspace.ValidateTenant(name) != nil {
+			errs = append(errs, fmt.Errorf("tenants.overrides: %q is not a valid tenant name", name))
+		}
+		errs = append(errs, t.Overrides[name].over(t.Quotas).validate("tenants.overrides."+name)...)
+	}
+	return errs
+}
+
 // ServerConfig holds the HTTP server's timeouts. None may be zero: a zero
 // http.Server timeout means none at all.
 type ServerConfig struct {
@@ -227,6 +294,8 @@ func Default() Config {
 		Browser:   BrowserConfig{Enabled: true, IdleTTL: 5 * time.Minute, MaxBrowsers: 8},
 		Workspace: WorkspaceConfig{MaxFileMiB: 32, QuotaMiB: 1024, QuotaFiles: 100_000},
 		Approval:  ApprovalConfig{Timeout: 120 * time.Second},
+		Tenants: TenantsConfig{Quotas: QuotaConfig{MaxSessions: 1000, MaxConcurrentRuns: 64, MaxWorkspaceMiB: 10 << 10,
+			RequestsPerSecond: 1000, Burst: 2000}},
 		Executors: ExecutorsConfig{
 			// The executors' tunables are left at zero: their packages'
 			// defaults apply (TestExecutorDefaultsInOnePlace).
@@ -315,6 +384,7 @@ func (c Config) Validate() error {
 		add("log.level %q: want debug, info, warn or error", c.Log.Level)
 	}
 	errs = append(errs, c.Auth.validate()...)
+	errs = append(errs, c.Tenants.validate()...)
 	return errors.Join(errs...)
 }
 

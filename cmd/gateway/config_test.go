@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -102,7 +103,8 @@ func TestLoadErrors(t *testing.T) {
 			"listen", "mode \"LAX\"", "approval.timeout", "auto_approve", "role \"root\"", "name is required", "at least 16", "log.level",
 			"executors.subprocess", "executors.docker"}},
 		{"bad tenants", []string{"--config", "testdata/bad_tenants.yaml"}, nil, []string{
-			`tenant "team a bot"`, "set tenant:", "tenants limits an approver", `"bad tenant" is not a valid tenant`}},
+			`tenant "team a bot"`, "set tenant:", "tenants limits an approver", `"bad tenant" is not a valid tenant`,
+			"tenants.quotas: quotas must not be negative", "burst must be at least 1", `tenants.overrides: "team b"`}},
 		{"missing file", []string{"--config", "testdata/absent.yaml"}, nil, []string{"absent.yaml"}},
 		{"bad flag mode", []string{"--mode", "YOLO"}, nil, []string{"YOLO"}},
 		{"bad env mode", nil, map[string]string{"SANDGATE_MODE": "lax"}, []string{"lax"}},
@@ -170,5 +172,35 @@ func TestTokenTenants(t *testing.T) {
 		if got[name] != w {
 			t.Errorf("%s: tenant|scope %q, want %q", name, got[name], w)
 		}
+	}
+}
+
+// TestTenantQuotas: an override keeps the defaults it does not set; every
+// configured tenant may label metrics.
+func TestTenantQuotas(t *testing.T) {
+	c, err := loadConfig([]string{"--config", "testdata/tenants.yaml"}, noEnv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := &gateway{cfg: c}
+	toks, err := gw.tokens()
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := quotaConfig(c, toks)
+	a, b := q.For("team-a"), q.For("team-b")
+	if a.MaxSessions != 100 || a.MaxConcurrentRuns != 8 || a.MaxWorkspaceBytes != 4096<<20 || a.RequestsPerSecond != 20 || a.Burst != 40 {
+		t.Errorf("team-a (defaults): %+v", a)
+	}
+	if b.MaxSessions != 100 || b.MaxConcurrentRuns != 2 || b.MaxWorkspaceBytes != 4096<<20 || b.RequestsPerSecond != 5 || b.Burst != 5 {
+		t.Errorf("team-b (override): %+v", b)
+	}
+	for _, name := range []string{"team-a", "team-b", "lead-a", "oncall", "solo"} {
+		if !slices.Contains(q.Labels, name) {
+			t.Errorf("labels %v lack %s", q.Labels, name)
+		}
+	}
+	if d := Default().Tenants.Quotas; d.MaxSessions <= 0 || d.MaxConcurrentRuns <= 0 || d.MaxWorkspaceMiB <= 0 || d.RequestsPerSecond <= 0 {
+		t.Errorf("default quotas are not all finite: %+v", d)
 	}
 }

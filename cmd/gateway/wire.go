@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -89,9 +90,11 @@ func build(ctx context.Context, cfg Config, _ func(string) string, stdout, stder
 	if gw.audit, err = audit.Open(ctx, filepath.Join(cfg.DataDir, "audit", "audit.db"), audit.Options{Logger: gw.log, Synchronous: cfg.Audit.Synchronous}); err != nil {
 		return nil, err
 	}
+	quotas := quotaConfig(cfg, tokens)
 	workspaces, err := workspace.New(filepath.Join(cfg.DataDir, "workspaces"), workspace.Options{
 		MaxFileBytes: int64(cfg.Workspace.MaxFileMiB) << 20, QuotaBytes: cfg.Workspace.QuotaMiB << 20,
-		QuotaFiles: cfg.Workspace.QuotaFiles,
+		QuotaFiles:       cfg.Workspace.QuotaFiles,
+		TenantQuotaBytes: func(tenant string) int64 { return quotas.For(tenant).MaxWorkspaceBytes },
 	})
 	if err != nil {
 		return nil, err
@@ -123,7 +126,7 @@ func build(ctx context.Context, cfg Config, _ func(string) string, stdout, stder
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	gw.manager, err = manager.New(manager.Config{
 		Mode: cfg.Mode, MaxCodeBytes: cfg.Limits.MaxCodeBytes, DefaultTimeout: cfg.Limits.DefaultTimeout,
-		ApprovalTimeout: cfg.Approval.Timeout,
+		ApprovalTimeout: cfg.Approval.Timeout, Quotas: quotas,
 	}, manager.Deps{
 		Assessor: assessor, Policy: gw.policy, Confirm: confirmer, Executors: execs, Workspaces: workspaces,
 		Audit: gw.audit, Metrics: manager.NewMetrics(reg), Logger: gw.log, Resources: gw.resources(),
@@ -139,6 +142,28 @@ func build(ctx context.Context, cfg Config, _ func(string) string, stdout, stder
 		return nil, err
 	}
 	return gw, nil
+}
+
+// quotaConfig is the manager's view of tenants.quotas and overrides. The
+// configured tenants (tokens' and overrides') are the values the metrics'
+// tenant label may take.
+func quotaConfig(cfg Config, tokens []api.Token) manager.QuotaConfig {
+	q := manager.QuotaConfig{Default: managerQuota(cfg.Tenants.Quotas), Tenants: map[string]manager.Quota{}}
+	for name, o := range cfg.Tenants.Overrides {
+		q.Tenants[name] = managerQuota(o.over(cfg.Tenants.Quotas))
+		q.Labels = append(q.Labels, name)
+	}
+	for _, t := range tokens {
+		if !slices.Contains(q.Labels, t.Tenant) {
+			q.Labels = append(q.Labels, t.Tenant)
+		}
+	}
+	return q
+}
+
+func managerQuota(c QuotaConfig) manager.Quota {
+	return manager.Quota{MaxSessions: c.MaxSessions, MaxConcurrentRuns: c.MaxConcurrentRuns,
+		MaxWorkspaceBytes: c.MaxWorkspaceMiB << 20, RequestsPerSecond: c.RequestsPerSecond, Burst: c.Burst}
 }
 
 // prepareDataDir creates the data directory 0711: sandboxed code runs as
