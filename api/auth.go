@@ -3,6 +3,7 @@ package api
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -62,19 +63,31 @@ func NewHashedToken(name string, role Role, sum [sha256.Size]byte) Token {
 	return Token{Identity: Identity{Name: name, Role: role, Tenant: name}, hash: sum}
 }
 
-// Auth authenticates bearer credentials.
+// Auth authenticates bearer credentials: static tokens and, when a
+// JWTVerifier is given, JWTs.
 type Auth struct {
 	tokens []Token
+	jwt    *JWTVerifier
 }
 
-// ErrNoTokens is returned by NewAuth without tokens: the gateway never
-// runs unauthenticated.
+// ErrNoTokens is returned by NewAuth without tokens or JWTs: the gateway
+// never runs unauthenticated.
 var ErrNoTokens = errors.New("no tokens configured")
 
-// NewAuth builds an authenticator. It refuses an empty token set.
-func NewAuth(tokens []Token) (*Auth, error) {
+// AuthOption configures NewAuth.
+type AuthOption func(*Auth)
+
+// WithJWT also accepts the JWTs v verifies.
+func WithJWT(v *JWTVerifier) AuthOption { return func(a *Auth) { a.jwt = v } }
+
+// NewAuth builds an authenticator. It refuses to authenticate nobody: it
+// needs at least one token, or a JWT verifier.
+func NewAuth(tokens []Token, opts ...AuthOption) (*Auth, error) {
 	a := &Auth{tokens: slices.Clone(tokens)}
-	if len(a.tokens) == 0 {
+	for _, o := range opts {
+		o(a)
+	}
+	if len(a.tokens) == 0 && a.jwt == nil {
 		return nil, ErrNoTokens
 	}
 	for i := range a.tokens {
@@ -83,10 +96,11 @@ func NewAuth(tokens []Token) (*Auth, error) {
 	return a, nil
 }
 
-// authenticate finds the identity behind r's bearer token. Every
-// configured token is compared, in constant time over fixed-length hashes,
-// so neither the position of a match nor the secret's length shows in the
-// timing.
+// authenticate finds the identity behind r's bearer credential. Static
+// tokens come first: every configured token is compared, in constant time
+// over fixed-length hashes, so neither the position of a match nor the
+// secret's length shows in the timing. A credential that is no token is
+// then tried as a JWT, when JWTs are accepted.
 func (a *Auth) authenticate(r *http.Request) (Identity, bool) {
 	h := r.Header.Get("Authorization")
 	scheme, secret, ok := strings.Cut(h, " ")
@@ -102,5 +116,35 @@ func (a *Auth) authenticate(r *http.Request) (Identity, bool) {
 			found, match = t, 1
 		}
 	}
-	return found.Identity, match == 1
+	if match == 1 {
+		return found.Identity, true
+	}
+	if a.jwt != nil && looksLikeJWT(secret) {
+		id, err := a.jwt.Verify(r.Context(), secret)
+		return id, err == nil
+	}
+	return Identity{}, false
 }
+
+// looksLikeJWT is a compact JWS: three dot-separated segments.
+func looksLikeJWT(s string) bool { return strings.Count(s, ".") == 2 }
+
+// ParseSecret reads a configured token: the secret itself, or "sha256:"
+// and the 64 hex digits of its SHA-256, so that a configuration file need
+// not hold the secret. It returns the hash either way.
+func ParseSecret(s string) ([sha256.Size]byte, error) {
+	var sum [sha256.Size]byte
+	h, ok := strings.CutPrefix(s, HashPrefix)
+	if !ok {
+		return sha256.Sum256([]byte(s)), nil
+	}
+	b, err := hex.DecodeString(h)
+	if err != nil || len(b) != sha256.Size {
+		return sum, fmt.Errorf("a %s token must be followed by the 64 hex digits of the secret's SHA-256", HashPrefix)
+	}
+	copy(sum[:], b)
+	return sum, nil
+}
+
+// HashPrefix marks a configured token given as its SHA-256.
+const HashPrefix = "sha256:"

@@ -57,6 +57,8 @@ type envOpts struct {
 	tokens []Token
 	// quotas are the tenants' limits (none by default).
 	quotas manager.QuotaConfig
+	// jwt, when set, also accepts the JWTs it verifies.
+	jwt *JWTVerifier
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -87,9 +89,13 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var authOpts []AuthOption
+	if o.jwt != nil {
+		authOpts = append(authOpts, WithJWT(o.jwt))
+	}
 	auth, err := NewAuth(append([]Token{
 		NewToken("a", RoleAgent, agentTok), NewToken("p", RoleApprover, approverTok), NewToken("root", RoleAdmin, adminTok),
-	}, o.tokens...))
+	}, o.tokens...), authOpts...)
 	if err != nil {
 		t.Fatal(err)
 	}

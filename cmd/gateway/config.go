@@ -4,11 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sandgate/sandgate/api"
 	"github.com/sandgate/sandgate/executors/aio"
 	"github.com/sandgate/sandgate/executors/subprocess"
 	"github.com/sandgate/sandgate/policy"
@@ -172,16 +175,84 @@ type SubprocessConfig struct {
 	TmpMB int `yaml:"tmp_mb"`
 }
 
-// AuthConfig lists bearer tokens. Without any, the gateway generates one per
-// role at start, prints them, and only listens on loopback.
+// AuthConfig lists bearer tokens and, optionally, how to accept JWTs.
+// Without either, the gateway generates one token per role at start, prints
+// them, and only listens on loopback.
 type AuthConfig struct {
 	Tokens []TokenConfig `yaml:"tokens"`
+	JWT    JWTConfig     `yaml:"jwt"`
+}
+
+// JWTConfig accepts JWTs signed (RS256 or ES256) by an identity provider
+// whose keys are in a JWKS file or at a JWKS URL. Setting audience turns
+// it on.
+type JWTConfig struct {
+	// Audience must be in the token's aud. Required to accept JWTs.
+	Audience string `yaml:"audience"`
+	// Issuer, when set, must be the token's iss.
+	Issuer string `yaml:"issuer"`
+	// JWKSFile or JWKSURL (exactly one) holds the verification keys. A URL
+	// must be https, or http to a loopback address.
+	JWKSFile string `yaml:"jwks_file"`
+	JWKSURL  string `yaml:"jwks_url"`
+	// Refresh is how long keys from the URL are used before it is fetched
+	// again (default 10m); a token naming an unknown key fetches sooner.
+	Refresh time.Duration `yaml:"refresh"`
+	// Leeway is the clock skew allowed on exp and nbf (default 30s).
+	Leeway time.Duration `yaml:"leeway"`
+	// Claims name the claims giving the caller's tenant, role, name and,
+	// for an approver, the tenants it may see.
+	Claims JWTClaimsConfig `yaml:"claims"`
+}
+
+// JWTClaimsConfig maps claims to the caller.
+type JWTClaimsConfig struct {
+	Tenant  string `yaml:"tenant"`
+	Role    string `yaml:"role"`
+	Name    string `yaml:"name"`
+	Tenants string `yaml:"tenants"`
+}
+
+// Enabled reports whether JWTs are accepted.
+func (j JWTConfig) Enabled() bool { return j.Audience != "" || j.JWKSFile != "" || j.JWKSURL != "" }
+
+func (j JWTConfig) validate() []error {
+	if !j.Enabled() {
+		return nil
+	}
+	var errs []error
+	if j.Audience == "" {
+		errs = append(errs, errors.New("auth.jwt.audience is required to accept JWTs"))
+	}
+	if (j.JWKSFile == "") == (j.JWKSURL == "") {
+		errs = append(errs, errors.New("auth.jwt: set exactly one of jwks_file and jwks_url"))
+	}
+	if j.JWKSURL != "" {
+		u, err := url.Parse(j.JWKSURL)
+		if err != nil || u.Host == "" || (u.Scheme != "https" && !(u.Scheme == "http" && IsLoopback(hostPort(u)))) {
+			errs = append(errs, fmt.Errorf("auth.jwt.jwks_url %q: want an https URL (http only to a loopback address)", j.JWKSURL))
+		}
+	}
+	if j.Refresh < 0 || j.Leeway < 0 {
+		errs = append(errs, errors.New("auth.jwt: refresh and leeway must not be negative"))
+	}
+	return errs
+}
+
+// hostPort is u's host with a port, for IsLoopback.
+func hostPort(u *url.URL) string {
+	if u.Port() != "" {
+		return u.Host
+	}
+	return net.JoinHostPort(u.Hostname(), "0")
 }
 
 // TokenConfig is one credential.
 type TokenConfig struct {
-	Name  string `yaml:"name"`
-	Role  string `yaml:"role"`
+	Name string `yaml:"name"`
+	Role string `yaml:"role"`
+	// Token is the secret, or "sha256:" and the hex SHA-256 of the secret
+	// (printf %s "$SECRET" | sha256sum), so the file holds no secret.
 	Token string `yaml:"token"`
 	// Tenant owns the sessions this token creates; default: the token's
 	// name, so that a single-team setup needs no change.
@@ -389,8 +460,8 @@ func (c Config) Validate() error {
 }
 
 func (a AuthConfig) validate() []error {
-	var errs []error
-	seen := map[string]bool{}
+	errs := a.JWT.validate()
+	seen := map[[32]byte]bool{}
 	for i, t := range a.Tokens {
 		switch t.Role {
 		case "agent", "approver", "admin":
@@ -400,13 +471,16 @@ func (a AuthConfig) validate() []error {
 		if t.Name == "" {
 			errs = append(errs, fmt.Errorf("auth.tokens[%d]: name is required", i))
 		}
-		if len(t.Token) < 16 {
+		sum, err := api.ParseSecret(t.Token)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("auth.tokens[%d] (%s): %w", i, t.Name, err))
+		case !strings.HasPrefix(t.Token, api.HashPrefix) && len(t.Token) < 16:
 			errs = append(errs, fmt.Errorf("auth.tokens[%d] (%s): token must be at least 16 characters", i, t.Name))
-		}
-		if seen[t.Token] && t.Token != "" {
+		case seen[sum]:
 			errs = append(errs, fmt.Errorf("auth.tokens[%d] (%s): the same token is configured twice", i, t.Name))
 		}
-		seen[t.Token] = true
+		seen[sum] = true
 		errs = append(errs, t.validateTenants(i)...)
 	}
 	return errs

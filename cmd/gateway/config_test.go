@@ -105,6 +105,9 @@ func TestLoadErrors(t *testing.T) {
 		{"bad tenants", []string{"--config", "testdata/bad_tenants.yaml"}, nil, []string{
 			`tenant "team a bot"`, "set tenant:", "tenants limits an approver", `"bad tenant" is not a valid tenant`,
 			"tenants.quotas: quotas must not be negative", "burst must be at least 1", `tenants.overrides: "team b"`}},
+		{"bad jwt", []string{"--config", "testdata/bad_jwt.yaml"}, nil, []string{
+			"auth.jwt.audience is required", "exactly one of jwks_file and jwks_url", `jwks_url "http://idp.example.com/jwks"`}},
+		{"bad hashed token", []string{"--config", "testdata/bad_hash.yaml"}, nil, []string{"64 hex digits", "configured twice"}},
 		{"missing file", []string{"--config", "testdata/absent.yaml"}, nil, []string{"absent.yaml"}},
 		{"bad flag mode", []string{"--mode", "YOLO"}, nil, []string{"YOLO"}},
 		{"bad env mode", nil, map[string]string{"SANDGATE_MODE": "lax"}, []string{"lax"}},

@@ -80,7 +80,7 @@ func build(ctx context.Context, cfg Config, _ func(string) string, stdout, stder
 	if err != nil {
 		return nil, err
 	}
-	auth, err := api.NewAuth(tokens)
+	auth, err := gw.auth(ctx, tokens)
 	if err != nil {
 		return nil, err
 	}
@@ -341,15 +341,19 @@ func (gw *gateway) tokens() ([]api.Token, error) {
 		if err != nil {
 			return nil, err
 		}
-		tok := api.NewToken(t.Name, role, t.Token)
+		sum, err := api.ParseSecret(t.Token)
+		if err != nil {
+			return nil, fmt.Errorf("token %s: %w", t.Name, err)
+		}
+		tok := api.NewHashedToken(t.Name, role, sum)
 		tok.Tenant, tok.Tenants = t.tenant(), t.Tenants
 		out = append(out, tok)
 	}
-	if len(out) > 0 {
+	if len(out) > 0 || gw.cfg.Auth.JWT.Enabled() {
 		return out, nil
 	}
 	if !IsLoopback(gw.cfg.Listen) {
-		return nil, fmt.Errorf("refusing to listen on %s without configured tokens: set auth.tokens or SANDGATE_*_TOKEN, or listen on loopback", gw.cfg.Listen)
+		return nil, fmt.Errorf("refusing to listen on %s without configured tokens: set auth.tokens, auth.jwt or SANDGATE_*_TOKEN, or listen on loopback", gw.cfg.Listen)
 	}
 	gw.secrets = map[api.Role]string{}
 	for _, role := range []api.Role{api.RoleAgent, api.RoleApprover, api.RoleAdmin} {
@@ -364,12 +368,45 @@ func (gw *gateway) tokens() ([]api.Token, error) {
 	return out, nil
 }
 
+// auth is the authenticator: the tokens and, when auth.jwt is set, a JWT
+// verifier whose tenant claims must be valid tenant names.
+func (gw *gateway) auth(ctx context.Context, tokens []api.Token) (*api.Auth, error) {
+	j := gw.cfg.Auth.JWT
+	if !j.Enabled() {
+		return api.NewAuth(tokens)
+	}
+	var keys api.KeySource
+	if j.JWKSFile != "" {
+		f, err := api.NewJWKSFile(ctx, j.JWKSFile)
+		if err != nil {
+			return nil, err
+		}
+		keys = f
+	} else {
+		keys = api.NewJWKSURL(j.JWKSURL, api.JWKSURLOptions{Refresh: j.Refresh})
+		if _, err := keys.Keys(ctx, false); err != nil {
+			// JWTs are refused until the keys can be fetched; static tokens
+			// work meanwhile.
+			gw.log.Warn("JWKS not fetched yet; JWTs are refused until it is", "url", j.JWKSURL, "err", err)
+		}
+	}
+	v, err := api.NewJWTVerifier(api.JWTConfig{
+		Audience: j.Audience, Issuer: j.Issuer, Keys: keys, Leeway: j.Leeway,
+		TenantClaim: j.Claims.Tenant, RoleClaim: j.Claims.Role, NameClaim: j.Claims.Name, TenantsClaim: j.Claims.Tenants,
+		ValidTenant: workspace.ValidateTenant,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return api.NewAuth(tokens, api.WithJWT(v))
+}
+
 func (gw *gateway) listen(handler http.Handler) error {
 	ln, err := net.Listen("tcp", gw.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	if len(gw.cfg.Auth.Tokens) == 0 && !IsLoopback(ln.Addr().String()) {
+	if gw.secrets != nil && !IsLoopback(ln.Addr().String()) {
 		ln.Close()
 		return errors.New("refusing a non-loopback listener without configured tokens")
 	}
