@@ -35,7 +35,8 @@ type SessionInfo struct {
 }
 
 func infoOf(w workspace.Info) SessionInfo {
-	return SessionInfo{ID: w.Name, Tenant: w.Tenant, QualifiedID: w.SessionID, CreatedAt: w.Created}
+	// A workspace from before tenants has no tenant: "~name" names it.
+	return SessionInfo{ID: w.Name, Tenant: w.Tenant, QualifiedID: w.Tenant + workspace.KeySep + w.Name, CreatedAt: w.Created}
 }
 
 type sessionStats struct {
@@ -94,7 +95,11 @@ func (s *sessions) touch(id string) {
 func (s *sessions) fill(info *SessionInfo) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if st, ok := s.stats[info.QualifiedID]; ok {
+	key := info.ID // a workspace from before tenants
+	if info.Tenant != "" {
+		key = workspace.Key(info.Tenant, info.ID)
+	}
+	if st, ok := s.stats[key]; ok {
 		info.LastActiveAt, info.Runs, info.Running, info.LastExecutor = st.lastActive, st.runs, st.running, st.lastExecutor
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/sandgate/sandgate/audit"
@@ -22,7 +23,8 @@ import (
 // qualified_id). A qualified id of another tenant is not_found, for every
 // operation, and so is a name the caller's tenant does not have: the two
 // answers are the same, so probing tells a caller nothing about other
-// tenants' sessions. Admins reach every tenant's sessions by qualified id.
+// tenants' sessions. Admins reach every tenant's sessions by qualified id,
+// and workspaces made before tenants (which belong to none) as "~name".
 
 // RoleAdmin is the role that sees every tenant's sessions.
 const RoleAdmin = "admin"
@@ -60,6 +62,9 @@ func (m *Manager) ResolveSession(p Principal, id string) (SessionRef, error) {
 	if p.Tenant == "" {
 		return SessionRef{}, errNoTenant
 	}
+	if name, ok := strings.CutPrefix(id, workspace.KeySep); ok {
+		return resolveUntenanted(p, name)
+	}
 	if err := workspace.ValidateKey(id); err != nil {
 		return SessionRef{}, invalidFields(sessionIDField)
 	}
@@ -71,6 +76,19 @@ func (m *Manager) ResolveSession(p Principal, id string) (SessionRef, error) {
 		return SessionRef{}, fmt.Errorf("%w: %s", errSessionNotFound, id)
 	}
 	return SessionRef{Tenant: tenant, ID: name, Key: workspace.Key(tenant, name)}, nil
+}
+
+// resolveUntenanted resolves "~name": a workspace made before tenants,
+// which belongs to no tenant. Only an admin reaches it (to read or purge
+// it after an upgrade); to anyone else it is not found.
+func resolveUntenanted(p Principal, name string) (SessionRef, error) {
+	if workspace.ValidateSessionID(name) != nil {
+		return SessionRef{}, invalidFields(sessionIDField)
+	}
+	if p.Role != RoleAdmin {
+		return SessionRef{}, fmt.Errorf("%w: %s", errSessionNotFound, name)
+	}
+	return SessionRef{ID: name, Key: name}, nil
 }
 
 // sessionIDField is the field error of a session id that is neither a

@@ -213,3 +213,26 @@ func TestQuotaCheckedBeforeAnythingRuns(t *testing.T) {
 		t.Fatalf("after the slow run ended: %v", err)
 	}
 }
+
+// TestUntenantedWorkspace: a workspace from before tenants belongs to no
+// tenant; an admin lists it as "~name" and reaches and purges it by that
+// id, nobody else reaches it.
+func TestUntenantedWorkspace(t *testing.T) {
+	h := newHarness(t, hopts{})
+	if _, err := h.ws.Ensure(t.Context(), "legacy"); err != nil {
+		t.Fatal(err)
+	}
+	page, err := h.m.ListSessions(t.Context(), admin, manager.SessionQuery{})
+	if err != nil || len(page.Sessions) != 1 || page.Sessions[0].QualifiedID != "~legacy" || page.Sessions[0].Tenant != "" {
+		t.Fatalf("admin lists %+v %v", page, err)
+	}
+	if _, err := h.m.Session(t.Context(), teamA, "~legacy"); !errors.Is(err, workspace.ErrNotFound) {
+		t.Fatalf("an agent reaching a tenant-less workspace: %v", err)
+	}
+	if info, err := h.m.Session(t.Context(), admin, "~legacy"); err != nil || info.ID != "legacy" {
+		t.Fatalf("admin: %+v %v", info, err)
+	}
+	if err := h.m.DeleteSession(t.Context(), admin, "~legacy", true); err != nil || h.ws.Exists("legacy") {
+		t.Fatalf("admin purge: %v, exists %v", err, h.ws.Exists("legacy"))
+	}
+}
