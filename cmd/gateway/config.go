@@ -200,8 +200,10 @@ func Default() Config {
 		Browser:   BrowserConfig{Enabled: true, IdleTTL: 5 * time.Minute, MaxBrowsers: 8},
 		Workspace: WorkspaceConfig{MaxFileMiB: 32, QuotaMiB: 1024, QuotaFiles: 100_000},
 		Approval:  ApprovalConfig{Timeout: 120 * time.Second},
+		// Quotas sized not to bind one team's gateway (bench/ drives ~600
+		// req/s on 2 cores); set them per tenant for shared gateways.
 		Tenants: TenantsConfig{Quotas: QuotaConfig{MaxSessions: 1000, MaxConcurrentRuns: 64, MaxWorkspaceMiB: 10 << 10,
-			RequestsPerSecond: 1000, Burst: 2000}},
+			RequestsPerSecond: 5000, Burst: 10000}},
 		Executors: ExecutorsConfig{
 			// The executors' tunables are left at zero: their packages'
 			// defaults apply (TestExecutorDefaultsInOnePlace).
