@@ -202,7 +202,7 @@ func Default() Config {
 		Approval:  ApprovalConfig{Timeout: 120 * time.Second},
 		// Quotas sized not to bind one team's gateway (bench/ drives ~600
 		// req/s on 2 cores); set them per tenant for shared gateways.
-		Tenants: TenantsConfig{Quotas: QuotaConfig{MaxSessions: 1000, MaxConcurrentRuns: 64, MaxWorkspaceMiB: 10 << 10,
+		Tenants: TenantsConfig{Quotas: QuotaConfig{MaxSessions: 10_000, MaxConcurrentRuns: 64, MaxWorkspaceMiB: 10 << 10,
 			RequestsPerSecond: 5000, Burst: 10000}},
 		Executors: ExecutorsConfig{
 			// The executors' tunables are left at zero: their packages'
