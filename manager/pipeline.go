@@ -32,6 +32,9 @@ type RunRequest struct {
 	// connection open (MCP, a stream) can say what it waits for. It must
 	// not block. The HTTP API leaves it nil.
 	OnApprovalPending func(ApprovalPending) `json:"-"`
+	// OnApprovalResolved, when set, is called with the approval service's
+	// answer as soon as it comes (before the request runs, when approved).
+	OnApprovalResolved func(confirm.Outcome) `json:"-"`
 }
 
 // ApprovalPending describes a request held for approval: what an agent
@@ -175,6 +178,9 @@ func (m *Manager) confirm(ctx context.Context, req RunRequest, out *RunResult) e
 	cctx, cancel := context.WithDeadline(ctx, creq.Deadline.Add(approvalGrace))
 	defer cancel()
 	outcome, err := m.deps.Confirm.Confirm(cctx, creq)
+	if err == nil && req.OnApprovalResolved != nil {
+		req.OnApprovalResolved(outcome)
+	}
 	if ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded) && outcome.Status != confirm.StatusApproved {
 		return denied(ErrApprovalTimeout, d, policy.Reason{Code: "approval_timeout", Message: "no approver decided in time"})
 	}

@@ -712,7 +712,7 @@ func TestRunApprovalWaitIsBounded(t *testing.T) {
 
 // TestRunApprovalPendingHook: a request with OnApprovalPending learns the
 // approval's id, risk and deadline once the service publishes it, before
-// the answer; Via reaches the approval request; a request without the hook
+// the answer, and OnApprovalResolved the answer; Via reaches the approval request; a request without the hook
 // (the HTTP API) asks exactly as before.
 func TestRunApprovalPendingHook(t *testing.T) {
 	h := newHarness(t, hopts{cfg: manager.Config{ApprovalTimeout: 90 * time.Second}})
@@ -731,6 +731,9 @@ func TestRunApprovalPendingHook(t *testing.T) {
 		got = append(got, p)
 		order = append(order, "pending")
 	}
+	req.OnApprovalResolved = func(o confirm.Outcome) {
+		order = append(order, "resolved:"+o.Status+":"+o.DecidedBy)
+	}
 	if _, err := h.m.Run(t.Context(), req); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
@@ -741,7 +744,7 @@ func TestRunApprovalPendingHook(t *testing.T) {
 	if d := time.Until(got[0].Deadline); d < 60*time.Second || d > 90*time.Second {
 		t.Errorf("pending deadline in %v, want about the 90s approval timeout", d)
 	}
-	if strings.Join(order, ",") != "pending,answered" {
+	if strings.Join(order, ",") != "pending,answered,resolved:approved:alice" {
 		t.Errorf("order %v", order)
 	}
 	plain := request("python", highPython)
