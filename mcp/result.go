@@ -22,12 +22,12 @@ const ErrorMetaKey = "sandgate/error"
 // errorBody is the HTTP API's error body (DESIGN.md §5), plus the decision
 // when the pipeline judged the request before refusing it.
 type errorBody struct {
-	Code      errcode.Code          `json:"code"`
-	Message   string                `json:"message"`
-	Reasons   []policy.Reason       `json:"reasons,omitempty"`
-	Fields    []errcode.FieldError  `json:"fields,omitempty"`
-	Decision  *decisionView         `json:"decision,omitempty"`
-	RequestID string                `json:"request_id"`
+	Code      errcode.Code         `json:"code"`
+	Message   string               `json:"message"`
+	Reasons   []policy.Reason      `json:"reasons,omitempty"`
+	Fields    []errcode.FieldError `json:"fields,omitempty"`
+	Decision  *decisionView        `json:"decision,omitempty"`
+	RequestID string               `json:"request_id"`
 }
 
 // okResult is a successful call: out as structuredContent, the reply's text

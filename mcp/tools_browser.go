@@ -17,8 +17,8 @@ import (
 var errBrowserOff = errcode.New(errcode.ExecutorUnavailable, "the browser is not enabled on this gateway")
 
 type browserInput struct {
-	Action string `json:"action" jsonschema:"the action to run"`
-	Params map[string]any `json:"params,omitempty" jsonschema:"the action's parameters, as in POST /v1/sessions/{id}/browser: navigate {url}, click {selector}, type {selector, text}, wait_for {selector, state}, content {format, selector}, screenshot {full_page, path}, scroll {x, y or selector}; each may take timeout_s"`
+	Action    string               `json:"action" jsonschema:"the action to run"`
+	Params    map[string]any       `json:"params,omitempty" jsonschema:"the action's parameters, as in POST /v1/sessions/{id}/browser: navigate {url}, click {selector}, type {selector, text}, wait_for {selector, state}, content {format, selector}, screenshot {full_page, path}, scroll {x, y or selector}; each may take timeout_s"`
 	Context   browser.RouteContext `json:"context,omitempty" jsonschema:"backend selection: needs_file_access or is_research run the AIO sandbox's browser"`
 	SessionID string               `json:"session_id,omitempty"`
 }
