@@ -96,6 +96,7 @@ type Server struct {
 	mu       sync.Mutex
 	sessions map[string]*session // by MCP session id
 	closed   bool
+	calls    sync.WaitGroup // tool calls in flight
 	wg       sync.WaitGroup // session watchers
 }
 
@@ -168,23 +169,48 @@ func (s *Server) ServeMCP(w http.ResponseWriter, r *http.Request, p manager.Prin
 	return nil
 }
 
-// Close ends every MCP session (their hanging streams would otherwise hold
-// the HTTP server's shutdown to its deadline) and waits, up to ctx, for
-// their per-session state to be released.
+// Close is the server's part of a graceful shutdown: new tool calls are
+// refused, those in flight may finish until ctx ends, then every MCP
+// session is closed (their hanging streams would otherwise hold the HTTP
+// server's shutdown to its deadline, and closing cancels calls still
+// running), and their sessions' state is released. Main registers it with
+// http.Server.RegisterOnShutdown.
 func (s *Server) Close(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
+	callsErr := waitCtx(ctx, &s.calls)
 	for ss := range s.sdk.Sessions() {
 		_ = ss.Close()
 	}
+	if err := waitCtx(ctx, &s.wg); err != nil {
+		return fmt.Errorf("mcp: sessions still releasing: %w", err)
+	}
+	if callsErr != nil {
+		return fmt.Errorf("mcp: tool calls cancelled at shutdown: %w", callsErr)
+	}
+	return nil
+}
+
+// begin counts a tool call in flight, unless the server is closing.
+func (s *Server) begin() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.calls.Add(1)
+	return true
+}
+
+func waitCtx(ctx context.Context, wg *sync.WaitGroup) error {
 	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
+	go func() { wg.Wait(); close(done) }()
 	select {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("mcp: sessions still releasing: %w", ctx.Err())
+		return ctx.Err()
 	}
 }
 

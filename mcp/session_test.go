@@ -2,12 +2,15 @@ package mcp
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // TestSessionMapping: each MCP session works in its own sandgate session,
@@ -163,5 +166,32 @@ func TestNormalizeOrigin(t *testing.T) {
 		if got != want || ok != (want != "") {
 			t.Errorf("normalizeOrigin(%q) = %q, %v; want %q", in, got, ok, want)
 		}
+	}
+}
+
+// TestCloseLetsCallsFinish: at shutdown, a call in flight completes with
+// its output before the sessions are closed.
+func TestCloseLetsCallsFinish(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	cs := e.connect(agentTok, nil)
+	ch := callAsync(t, cs, "run_code", map[string]any{"code": "import time\ntime.sleep(1)\nprint('finished')"})
+	waitFor(t, func() bool {
+		e.mcp.mu.Lock()
+		defer e.mcp.mu.Unlock()
+		return len(e.mcp.sessions) == 1 && e.mcp.sessions[cs.ID()].used
+	})
+	time.Sleep(200 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := e.mcp.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	var out runOutput
+	structured(t, await(t, ch), &out)
+	if out.Stdout != "finished\n" {
+		t.Fatalf("the call in flight got %+v", out)
+	}
+	if _, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "session_info"}); err == nil {
+		t.Fatal("a call after Close succeeded")
 	}
 }

@@ -46,10 +46,14 @@ type reply struct {
 // the tool's isError result, with its stable code.
 type handler[In, Out any] func(ctx context.Context, c *call, in In) (Out, reply, error)
 
-// errNoPrincipal cannot happen behind api (which authenticates every
-// request); it keeps a handler from running without a principal whatever
-// the wiring.
-var errNoPrincipal = errcode.New(errcode.Unauthorized, "a valid bearer token is required")
+// Refusals of the plumbing. errClosing is a 503-class code: the call may be
+// retried against a gateway that is up. errNoPrincipal cannot happen behind
+// api, which authenticates every request; it keeps a handler from running
+// without a principal whatever the wiring.
+var (
+	errClosing     = errcode.New(errcode.ExecutorUnavailable, "the gateway is shutting down")
+	errNoPrincipal = errcode.New(errcode.Unauthorized, "a valid bearer token is required")
+)
 
 // addTool registers a typed tool. The input schema is inferred from In
 // (with tweak applied: enums, defaults) and refuses unknown arguments; the
@@ -69,6 +73,10 @@ func addTool[In, Out any](s *Server, t *sdk.Tool, tweak func(*jsonschema.Schema)
 	t.InputSchema, t.OutputSchema = in, mustSchema[Out]()
 	s.sdk.AddTool(t, func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 		c := &call{s: s, req: req, requestID: newRequestID()}
+		if !s.begin() {
+			return s.errorResult(ctx, c, errClosing), nil
+		}
+		defer s.calls.Done()
 		p, ok := principalOf(req.Extra)
 		if !ok {
 			return s.errorResult(ctx, c, errNoPrincipal), nil
