@@ -96,7 +96,7 @@ type Server struct {
 	mu       sync.Mutex
 	sessions map[string]*session // by MCP session id
 	closed   bool
-	calls    sync.WaitGroup // tool calls in flight
+	posts    sync.WaitGroup // POSTs in flight (they carry the tool calls), counted while open
 	wg       sync.WaitGroup // session watchers
 }
 
@@ -165,12 +165,35 @@ func (s *Server) ServeMCP(w http.ResponseWriter, r *http.Request, p manager.Prin
 	if err := s.checkOrigin(r); err != nil {
 		return err
 	}
+	if r.Method == http.MethodPost && s.track() {
+		defer s.posts.Done()
+	}
 	s.handler.ServeHTTP(w, r.WithContext(withPrincipal(r.Context(), p)))
 	return nil
 }
 
+// track counts a POST in flight unless the server is closing. A POST ends
+// once the responses to the calls it carried are written, which is what
+// Close waits for; a tool call's own return would be too early.
+func (s *Server) track() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.posts.Add(1)
+	return true
+}
+
+func (s *Server) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
 // Close is the server's part of a graceful shutdown: new tool calls are
-// refused, those in flight may finish until ctx ends, then every MCP
+// refused, those in flight may finish (their responses written) until ctx
+// ends, then every MCP
 // session is closed (their hanging streams would otherwise hold the HTTP
 // server's shutdown to its deadline, and closing cancels calls still
 // running), and their sessions' state is released. Main registers it with
@@ -179,7 +202,7 @@ func (s *Server) Close(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
-	callsErr := waitCtx(ctx, &s.calls)
+	callsErr := waitCtx(ctx, &s.posts)
 	for ss := range s.sdk.Sessions() {
 		_ = ss.Close()
 	}
@@ -190,17 +213,6 @@ func (s *Server) Close(ctx context.Context) error {
 		return fmt.Errorf("mcp: tool calls cancelled at shutdown: %w", callsErr)
 	}
 	return nil
-}
-
-// begin counts a tool call in flight, unless the server is closing.
-func (s *Server) begin() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return false
-	}
-	s.calls.Add(1)
-	return true
 }
 
 func waitCtx(ctx context.Context, wg *sync.WaitGroup) error {

@@ -173,7 +173,19 @@ func TestNormalizeOrigin(t *testing.T) {
 // its output before the sessions are closed.
 func TestCloseLetsCallsFinish(t *testing.T) {
 	e := newEnv(t, envOpts{})
-	cs := e.connect(agentTok, nil)
+	// Without the standalone stream: the Go client fails its calls in
+	// flight as soon as that stream ends, even when their responses are
+	// already on their way.
+	client := sdk.NewClient(&sdk.Implementation{Name: "sandgate-test", Version: "0.1"}, nil)
+	cs, err := client.Connect(t.Context(), &sdk.StreamableClientTransport{
+		Endpoint:   e.srv.URL + Path,
+		HTTPClient: &http.Client{Transport: tokenTransport{token: agentTok, base: http.DefaultTransport}},
+		MaxRetries: -1, DisableStandaloneSSE: true,
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
 	ch := callAsync(t, cs, "run_code", map[string]any{"code": "import time\ntime.sleep(1)\nprint('finished')"})
 	waitFor(t, func() bool {
 		e.mcp.mu.Lock()

@@ -73,10 +73,9 @@ func addTool[In, Out any](s *Server, t *sdk.Tool, tweak func(*jsonschema.Schema)
 	t.InputSchema, t.OutputSchema = in, mustSchema[Out]()
 	s.sdk.AddTool(t, func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 		c := &call{s: s, req: req, requestID: newRequestID()}
-		if !s.begin() {
+		if s.isClosed() {
 			return s.errorResult(ctx, c, errClosing), nil
 		}
-		defer s.calls.Done()
 		p, ok := principalOf(req.Extra)
 		if !ok {
 			return s.errorResult(ctx, c, errNoPrincipal), nil
