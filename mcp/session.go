@@ -37,17 +37,17 @@ type session struct {
 }
 
 // initialized starts watching a new MCP session, so that its derived
-// session is released when it ends.
+// session is released when it ends. (The initialized notification carries
+// no principal; the first tool call that uses the session records it.)
 func (s *Server) initialized(_ context.Context, req *sdk.InitializedRequest) {
 	ss := req.Session
-	p, _ := principalOf(req.Extra)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return
 	}
 	if _, ok := s.sessions[ss.ID()]; !ok {
-		s.sessions[ss.ID()] = &session{id: derivedSessionID(ss.ID()), principal: p}
+		s.sessions[ss.ID()] = &session{id: derivedSessionID(ss.ID())}
 	}
 	s.wg.Go(func() {
 		_ = ss.Wait()
@@ -55,14 +55,15 @@ func (s *Server) initialized(_ context.Context, req *sdk.InitializedRequest) {
 	})
 }
 
-// touch marks the MCP session's derived session as used and returns its
-// id.
-func (s *Server) touch(ss *sdk.ServerSession) string {
+// touch marks the MCP session's derived session as used by p (the SDK
+// binds an MCP session to one principal, so it is always the same) and
+// returns its id.
+func (s *Server) touch(ss *sdk.ServerSession, p manager.Principal) string {
 	id := derivedSessionID(ss.ID())
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if st, ok := s.sessions[ss.ID()]; ok {
-		st.used = true
+		st.used, st.principal = true, p
 	}
 	return id
 }

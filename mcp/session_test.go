@@ -43,6 +43,11 @@ func TestSessionMapping(t *testing.T) {
 	if info.Exists || !info.Default || info.SessionID == wa.SessionID {
 		t.Fatalf("fresh session_info %+v", info)
 	}
+	e.mcp.mu.Lock()
+	if st := e.mcp.sessions[b.ID()]; st == nil || st.principal != testPrincipals[agentTok] {
+		t.Errorf("b's session state %+v, want it used by %+v", st, testPrincipals[agentTok])
+	}
+	e.mcp.mu.Unlock()
 	// b ends: its own session is released; a's, which it only named, is not.
 	if err := b.Close(); err != nil {
 		t.Fatal(err)

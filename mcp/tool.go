@@ -31,7 +31,7 @@ func (c *call) session(arg string) string {
 	if arg != "" {
 		return arg
 	}
-	return c.s.touch(c.req.Session)
+	return c.s.touch(c.req.Session, c.principal)
 }
 
 // reply is a handler's rendering of its output for a model: a text, and
