@@ -13,11 +13,15 @@ import (
 // both, so callers can report whatever they measure.
 //
 // It is the one channel for "something is happening" on a call: approvals
-// use it now. Output streaming (issue 16, item 4) is meant to use it too:
-// once the executors' output package takes a chunk callback, run passes
-// one that reports each chunk here (message: the chunk, cut to a line or
-// two; progress: the bytes so far), and the final result stays the whole
-// output under the usual caps.
+// use it now. Output while a program runs (issue 16, item 4) is meant to
+// use it too. executors/output's Collector already offers the hook
+// (Options.Tap: every kept chunk, in order, masked and under the caps);
+// once the streaming work carries it from manager.RunRequest through
+// executors.Spec to the Collector, run (tools_run.go) sets it to a function
+// that queues each chunk without blocking, and a goroutine like
+// approvalWatch's sends them here, coalesced per interval (message: the new
+// lines, cut; progress: the bytes so far). The final result stays the
+// whole output under the usual caps, so nothing else changes.
 type progress struct {
 	ss    *sdk.ServerSession
 	token any
