@@ -61,7 +61,7 @@ deps:
 ## (e2e/*/), exactly as their committed lockfiles pin them: `npm ci` from
 ## the npm registry, no install scripts. A directory whose node_modules was
 ## installed from the same package.json and lockfile is left alone.
-NPM_CLIENTS := e2e/deepagents
+NPM_CLIENTS := e2e/deepagents e2e/mcp
 
 npm-deps:
 	@for d in $(NPM_CLIENTS); do \

@@ -50,7 +50,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.As(err, &fe) {
 		body.Error.Fields = []manager.FieldError{fe.field}
 	}
-	if status == http.StatusUnauthorized {
+	if status == http.StatusUnauthorized && w.Header().Get("WWW-Authenticate") == "" {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sandgate"`)
 	}
 	if code == errcode.PoolExhausted {

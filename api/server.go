@@ -48,6 +48,8 @@ type Deps struct {
 	// Approvals is the approval hub behind /v1/approvals and the page; nil
 	// answers those endpoints with 404 (approvals not enabled).
 	Approvals *confirm.Hub
+	// MCP is the MCP server mounted at /mcp; nil leaves it unmounted.
+	MCP MCPServer
 }
 
 // Server is the http.Handler of the gateway.
@@ -89,6 +91,7 @@ func (s *Server) routes() {
 	s.fileRoutes()
 	s.approvalRoutes()
 	s.browserRoutes()
+	s.mcpRoutes()
 
 	// Metrics name executors, policy revisions and rates: admin only.
 	metrics := promhttp.HandlerFor(s.deps.Gatherer, promhttp.HandlerOpts{})

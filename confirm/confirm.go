@@ -50,6 +50,18 @@ type Request struct {
 	Context map[string]bool
 	// Deadline is when the approval times out (a deny).
 	Deadline time.Time
+	// Via says how the request reached the gateway when it was not the
+	// HTTP API (for example "MCP, client claude-code 1.0.3"), so the
+	// approver knows which agent is waiting. It is shown, not bound: it is
+	// not part of the digest, and like Code it is not stored.
+	Via string
+	// Published, when set, is called with the approval's id once approvers
+	// can see it, before Confirm starts waiting. A caller that waits on
+	// Confirm uses it to tell its own client what it is waiting for (MCP
+	// progress notifications, a streamed approval_pending event). It must
+	// not block; it is not called when no approval is published (a
+	// service that decides at once, or one that fails before publishing).
+	Published func(approvalID string)
 }
 
 // Pattern is a risk hit to highlight in the code.

@@ -35,13 +35,17 @@ type View struct {
 	PolicyRevision string          `json:"policy_revision"`
 	Principal      string          `json:"principal"`
 	Context        map[string]bool `json:"context,omitempty"`
-	Status         string          `json:"status"`
-	RequestedAt    time.Time       `json:"requested_at"`
-	Deadline       time.Time       `json:"deadline"`
-	DecidedBy      string          `json:"decided_by,omitempty"`
-	Reason         string          `json:"reason,omitempty"`
-	DecidedAt      time.Time       `json:"decided_at,omitzero"`
-	TimeToDecideMS int64           `json:"time_to_decide_ms,omitempty"`
+	// Via is the request's channel when it was not the HTTP API (shown on
+	// the page next to the principal). Like Code, it is held in memory
+	// only: a resolved approval read back from the store has none.
+	Via            string    `json:"via,omitempty"`
+	Status         string    `json:"status"`
+	RequestedAt    time.Time `json:"requested_at"`
+	Deadline       time.Time `json:"deadline"`
+	DecidedBy      string    `json:"decided_by,omitempty"`
+	Reason         string    `json:"reason,omitempty"`
+	DecidedAt      time.Time `json:"decided_at,omitzero"`
+	TimeToDecideMS int64     `json:"time_to_decide_ms,omitempty"`
 }
 
 // Approver is who decides: the token's name and role, never the token.

@@ -231,7 +231,7 @@ func (h *Hub) Confirm(ctx context.Context, req Request) (Outcome, error) {
 		ID: newID(), RequestID: req.RequestID, Tenant: req.Tenant, SessionID: req.SessionID, Language: req.Language, Code: req.Code,
 		CodeSHA256: req.CodeSHA256, Digest: req.Digest(), RiskLevel: req.RiskLevel,
 		Patterns: nonNil(req.Patterns), Reasons: nonNil(req.Reasons), Executor: req.Executor,
-		PolicyRevision: req.PolicyRevision, Principal: req.Principal, Context: req.Context,
+		PolicyRevision: req.PolicyRevision, Principal: req.Principal, Context: req.Context, Via: req.Via,
 		Status: StatusPending, RequestedAt: now, Deadline: deadline,
 	}
 	p.raw = mustJSON(p.view)
@@ -258,6 +258,9 @@ func (h *Hub) Confirm(ctx context.Context, req Request) (Outcome, error) {
 	h.mu.Unlock()
 	h.log.InfoContext(ctx, "approval requested", "approval_id", p.view.ID, "request_id", req.RequestID,
 		"tenant", req.Tenant, "session_id", req.SessionID, "risk_level", req.RiskLevel, "principal", req.Principal, "deadline", deadline)
+	if req.Published != nil {
+		req.Published(p.view.ID)
+	}
 
 	p.mu.Lock()
 	if !p.resolved {

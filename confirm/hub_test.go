@@ -619,3 +619,42 @@ func waitFor(t testing.TB, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestPublishedNamesThePendingApproval: Published is called once, with the
+// id approvers see, while the approval is still pending, and the channel
+// (Via) reaches the approvers' view without entering the digest.
+func TestPublishedNamesThePendingApproval(t *testing.T) {
+	th := newTestHub(t, HubOptions{})
+	c := th.dial(t, "p")
+	c.next(EventSnapshot)
+	req := request("s1", "import subprocess\nsubprocess.run(['id'])")
+	plain := req.Digest()
+	req.Via = "MCP, client test-agent 1.0"
+	published := make(chan string, 2)
+	req.Published = func(id string) {
+		if v, err := th.Get(t.Context(), id); err != nil || v.Status != StatusPending {
+			t.Errorf("at Published, approval %s is %+v (%v), want pending", id, v, err)
+		}
+		published <- id
+	}
+	a := confirmAsync(t.Context(), th.Hub, req)
+	seen := c.next(EventRequested).Approval
+	var id string
+	select {
+	case id = <-published:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Published was not called")
+	}
+	if id != seen.ID || seen.Via != req.Via || seen.Digest != plain {
+		t.Fatalf("published %q; approvers saw id %q via %q digest %s (without Via: %s)", id, seen.ID, seen.Via, seen.Digest, plain)
+	}
+	if _, err := th.Decide(t.Context(), id, Approver{Name: "p"}, Decision{Decision: "deny", Reason: "no"}); err != nil {
+		t.Fatal(err)
+	}
+	if out := a.wait(t); out.ApprovalID != id || out.Status != StatusDenied {
+		t.Fatalf("outcome %+v", out)
+	}
+	if len(published) != 0 {
+		t.Fatal("Published was called more than once")
+	}
+}

@@ -83,17 +83,19 @@ func gatewayBinary(t *testing.T) string {
 // gatewayProc is one gateway process with fixed tokens, a private data
 // directory and an ephemeral loopback port.
 type gatewayProc struct {
-	base    string
-	agent   string // the agent role's bearer token
-	logPath string
+	base     string
+	agent    string // the agent role's bearer token
+	approver string // the approver role's
+	logPath  string
 }
 
 var bannerRe = regexp.MustCompile(`^sandgate listening on (http://\S+)`)
 
 // startGateway starts the gateway in mode with its default configuration
-// otherwise, waits until /readyz answers 200, and stops it (SIGTERM, so it
-// removes its own containers) when the test ends.
-func startGateway(t *testing.T, mode string) *gatewayProc {
+// otherwise (args may add flags, such as --config), waits until /readyz
+// answers 200, and stops it (SIGTERM, so it removes its own containers)
+// when the test ends.
+func startGateway(t *testing.T, mode string, args ...string) *gatewayProc {
 	t.Helper()
 	bin := gatewayBinary(t)
 	dir := t.TempDir()
@@ -103,16 +105,16 @@ func startGateway(t *testing.T, mode string) *gatewayProc {
 			t.Fatal(err)
 		}
 	}
-	g := &gatewayProc{agent: randomToken(t), logPath: filepath.Join(dir, "gateway.log")}
+	g := &gatewayProc{agent: randomToken(t), approver: randomToken(t), logPath: filepath.Join(dir, "gateway.log")}
 	logf, err := os.Create(g.logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = logf.Close() })
-	cmd := exec.Command(bin, "--mode", mode, "--listen", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "data"))
+	cmd := exec.Command(bin, append([]string{"--mode", mode, "--listen", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "data")}, args...)...)
 	cmd.Env = append(os.Environ(),
 		"SANDGATE_AGENT_TOKEN="+g.agent,
-		"SANDGATE_APPROVER_TOKEN="+randomToken(t),
+		"SANDGATE_APPROVER_TOKEN="+g.approver,
 		"SANDGATE_ADMIN_TOKEN="+randomToken(t))
 	cmd.Stderr = logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -24,9 +24,30 @@ type RunRequest struct {
 	Code      string     `json:"code" validate:"required"`
 	TimeoutS  int        `json:"timeout_s" validate:"min=0,max=3600"`
 	Context   RunContext `json:"context"`
-
 	// ref is the session, resolved for Principal by ResolveSession.
 	ref SessionRef
+
+	// Via names the channel for approvers when it is not the HTTP API
+	// ("MCP, client ..."); see confirm.Request.Via.
+	Via string `json:"-"`
+	// OnApprovalPending, when set, is called once the approval this
+	// request waits for is visible to approvers, so a caller that holds a
+	// connection open (MCP, a stream) can say what it waits for. It must
+	// not block. The HTTP API leaves it nil.
+	OnApprovalPending func(ApprovalPending) `json:"-"`
+	// OnApprovalResolved, when set, is called with the approval service's
+	// answer as soon as it comes (before the request runs, when approved).
+	OnApprovalResolved func(confirm.Outcome) `json:"-"`
+}
+
+// ApprovalPending describes a request held for approval: what an agent
+// waiting on it may be told (never the code).
+type ApprovalPending struct {
+	ID        string
+	RiskLevel string
+	Patterns  []risk.Pattern
+	Reasons   []policy.Reason
+	Deadline  time.Time
 }
 
 // RunContext carries the routing flags a request may set.
@@ -179,6 +200,9 @@ func (m *Manager) confirm(ctx context.Context, req RunRequest, out *RunResult) e
 	cctx, cancel := context.WithDeadline(ctx, creq.Deadline.Add(approvalGrace))
 	defer cancel()
 	outcome, err := m.deps.Confirm.Confirm(cctx, creq)
+	if err == nil && req.OnApprovalResolved != nil {
+		req.OnApprovalResolved(outcome)
+	}
 	if ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded) && outcome.Status != confirm.StatusApproved {
 		return denied(ErrApprovalTimeout, d, policy.Reason{Code: "approval_timeout", Message: "no approver decided in time"})
 	}
@@ -206,13 +230,25 @@ func (m *Manager) confirmRequest(req RunRequest, out *RunResult) confirm.Request
 	for i, r := range out.Decision.Reasons {
 		reasons[i] = confirm.Reason{Code: r.Code, Message: r.Message}
 	}
+	deadline := time.Now().Add(m.cfg.ApprovalTimeout)
 	return confirm.Request{
 		RequestID: req.RequestID, Tenant: req.ref.Tenant, SessionID: req.ref.ID, Language: req.Language, Code: req.Code,
 		CodeSHA256: policy.SHA256Hex([]byte(req.Code)), RiskLevel: out.Risk.Level.String(), Patterns: pats,
 		Reasons: reasons, Executor: out.Decision.Executor, PolicyRevision: out.Decision.PolicyRevision,
 		Principal: req.Principal.Name,
 		Context:   map[string]bool{"needs_browser": req.Context.NeedsBrowser, "needs_persistent_fs": req.Context.NeedsPersistentFS},
-		Deadline:  time.Now().Add(m.cfg.ApprovalTimeout),
+		Deadline:  deadline, Via: req.Via, Published: published(req, out, deadline),
+	}
+}
+
+// published adapts req's OnApprovalPending to confirm.Request.Published.
+func published(req RunRequest, out *RunResult, deadline time.Time) func(string) {
+	if req.OnApprovalPending == nil {
+		return nil
+	}
+	return func(id string) {
+		req.OnApprovalPending(ApprovalPending{ID: id, RiskLevel: out.Risk.Level.String(), Patterns: out.Risk.Patterns,
+			Reasons: out.Decision.Reasons, Deadline: deadline})
 	}
 }
 

@@ -711,3 +711,55 @@ func TestRunApprovalWaitIsBounded(t *testing.T) {
 		t.Errorf("executed %d times without an approval", n)
 	}
 }
+
+// TestRunApprovalPendingHook: a request with OnApprovalPending learns the
+// approval's id, risk and deadline once the service publishes it, before
+// the answer, and OnApprovalResolved the answer; Via reaches the approval request; a request without the hook
+// (the HTTP API) asks exactly as before.
+func TestRunApprovalPendingHook(t *testing.T) {
+	h := newHarness(t, hopts{cfg: manager.Config{ApprovalTimeout: 90 * time.Second}})
+	var order []string
+	h.confirm.fn = func(_ context.Context, req confirm.Request) (confirm.Outcome, error) {
+		if req.Published != nil {
+			req.Published("apr_x")
+		}
+		order = append(order, "answered")
+		return confirm.Outcome{ApprovalID: "apr_x", Status: confirm.StatusApproved, DecidedBy: "alice"}, nil
+	}
+	var got []manager.ApprovalPending
+	req := request("python", highPython)
+	req.Via = "MCP, client test 1.0"
+	req.OnApprovalPending = func(p manager.ApprovalPending) {
+		got = append(got, p)
+		order = append(order, "pending")
+	}
+	req.OnApprovalResolved = func(o confirm.Outcome) {
+		order = append(order, "resolved:"+o.Status+":"+o.DecidedBy)
+	}
+	if _, err := h.m.Run(t.Context(), req); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if len(got) != 1 || got[0].ID != "apr_x" || got[0].RiskLevel != "HIGH" || len(got[0].Reasons) != 1 ||
+		got[0].Reasons[0].Code != "risk.high" || len(got[0].Patterns) == 0 {
+		t.Fatalf("OnApprovalPending got %+v", got)
+	}
+	if d := time.Until(got[0].Deadline); d < 60*time.Second || d > 90*time.Second {
+		t.Errorf("pending deadline in %v, want about the 90s approval timeout", d)
+	}
+	if strings.Join(order, ",") != "pending,answered,resolved:approved:alice" {
+		t.Errorf("order %v", order)
+	}
+	plain := request("python", highPython)
+	plain.RequestID = "req-2"
+	if _, err := h.m.Run(t.Context(), plain); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	reqs := h.confirm.Requests()
+	if reqs[0].Via != req.Via || reqs[1].Via != "" || reqs[1].Published != nil {
+		t.Errorf("approval requests: via %q / %q, published hook without a caller hook: %v",
+			reqs[0].Via, reqs[1].Via, reqs[1].Published != nil)
+	}
+	if reqs[0].Digest() != reqs[1].Digest() {
+		t.Error("Via changed the approval digest")
+	}
+}

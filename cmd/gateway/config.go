@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandgate/sandgate/executors/aio"
 	"github.com/sandgate/sandgate/executors/subprocess"
+	"github.com/sandgate/sandgate/mcp"
 	"github.com/sandgate/sandgate/policy"
 )
 
@@ -34,6 +35,7 @@ type Config struct {
 	Browser   BrowserConfig   `yaml:"browser"`
 	Approval  ApprovalConfig  `yaml:"approval"`
 	Executors ExecutorsConfig `yaml:"executors"`
+	MCP       MCPConfig       `yaml:"mcp"`
 	Auth      AuthConfig      `yaml:"auth"`
 	Tenants   TenantsConfig   `yaml:"tenants"`
 	Server    ServerConfig    `yaml:"server"`
@@ -102,6 +104,30 @@ type ApprovalConfig struct {
 	// AllowedOrigins are extra browser origins accepted on the approval
 	// socket besides the gateway's own (behind a TLS-terminating proxy).
 	AllowedOrigins []string `yaml:"allowed_origins"`
+}
+
+// MCPConfig is the MCP endpoint at /mcp (package mcp). Enabled by default:
+// it takes the same agent tokens as the HTTP API and runs everything
+// through the same pipeline.
+type MCPConfig struct {
+	Enabled bool `yaml:"enabled"`
+	// PublicURL is the gateway's base URL as clients reach it (behind a
+	// TLS-terminating proxy); empty derives it from each request's Host.
+	PublicURL string `yaml:"public_url"`
+	// AllowedHosts, when set, are the only Host values /mcp accepts (the
+	// DNS-rebinding guard of a non-loopback listener).
+	AllowedHosts []string `yaml:"allowed_hosts"`
+	// AllowedOrigins are browser origins accepted besides the gateway's own.
+	AllowedOrigins []string `yaml:"allowed_origins"`
+	// SessionTimeout closes an idle MCP session (and releases its session's
+	// browser and pool instance).
+	SessionTimeout time.Duration `yaml:"session_timeout"`
+	// ProgressInterval paces the notifications sent while a call waits for
+	// approval.
+	ProgressInterval time.Duration `yaml:"progress_interval"`
+	// PurgeOnClose also deletes the workspace of an MCP session's own
+	// sandgate session when the MCP session ends.
+	PurgeOnClose bool `yaml:"purge_on_close"`
 }
 
 // ExecutorsConfig enables backends.
@@ -204,6 +230,7 @@ func Default() Config {
 		// req/s on 2 cores); set them per tenant for shared gateways.
 		Tenants: TenantsConfig{Quotas: QuotaConfig{MaxSessions: 10_000, MaxConcurrentRuns: 64, MaxWorkspaceMiB: 10 << 10,
 			RequestsPerSecond: 5000, Burst: 10000}},
+		MCP:       MCPConfig{Enabled: true, SessionTimeout: mcp.DefaultSessionTimeout, ProgressInterval: mcp.DefaultProgressInterval},
 		Executors: ExecutorsConfig{
 			// The executors' tunables are left at zero: their packages'
 			// defaults apply (TestExecutorDefaultsInOnePlace).
@@ -282,6 +309,9 @@ func (c Config) Validate() error {
 	}
 	if d := c.Executors.Docker; d.Enabled && (d.MemoryMB < 0 || d.CPUs < 0 || d.MaxProcs < 0 || d.TmpfsMB < 0 || d.WarmIdle < 0) {
 		add("executors.docker: memory_mb, cpus, max_procs, tmpfs_mb and warm_idle must not be negative")
+	}
+	if m := c.MCP; m.Enabled && (m.SessionTimeout <= 0 || m.ProgressInterval <= 0) {
+		add("mcp: session_timeout and progress_interval must be positive")
 	}
 	if b := c.Browser; b.Enabled && (b.IdleTTL <= 0 || b.MaxBrowsers <= 0) {
 		add("browser: idle_ttl and max_browsers must be positive")

@@ -89,6 +89,10 @@ func TestLoadFull(t *testing.T) {
 		c.Executors.Subprocess.RootDir != "/var/lib/sandgate/rootfs/runtime" || c.Executors.Subprocess.TmpMB != 32 {
 		t.Fatalf("decoded %+v", c)
 	}
+	if m := c.MCP; !m.Enabled || m.PublicURL != "https://gate.example.com" || len(m.AllowedHosts) != 1 || len(m.AllowedOrigins) != 1 ||
+		m.SessionTimeout != 10*time.Minute || m.ProgressInterval != 3*time.Second || !m.PurgeOnClose {
+		t.Fatalf("decoded mcp %+v", m)
+	}
 }
 
 func TestLoadErrors(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,6 +29,7 @@ import (
 	"github.com/sandgate/sandgate/executors/docker"
 	"github.com/sandgate/sandgate/executors/subprocess"
 	"github.com/sandgate/sandgate/manager"
+	"github.com/sandgate/sandgate/mcp"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/risk"
 	"github.com/sandgate/sandgate/workspace"
@@ -46,6 +48,7 @@ type gateway struct {
 	hub      *confirm.Hub // nil when auto-approve is configured
 	aio      *aio.Executor
 	browser  *browser.Manager
+	mcp      *mcp.Server // nil when disabled
 	// baseCancel ends every request context; called when the shutdown
 	// deadline passes so running executions are killed, not abandoned.
 	baseCancel context.CancelFunc
@@ -134,9 +137,13 @@ func build(ctx context.Context, cfg Config, _ func(string) string, stdout, stder
 	if err != nil {
 		return nil, err
 	}
+	mcpServer, err := gw.mcpServer()
+	if err != nil {
+		return nil, err
+	}
 	handler := api.New(api.Config{MaxBodyBytes: cfg.Limits.MaxBodyBytes}, api.Deps{
 		Manager: gw.manager, Policy: gw.policy, Audit: gw.audit, Auth: auth, Gatherer: reg, Logger: gw.log,
-		Approvals: gw.hub, Browser: gw.browser,
+		Approvals: gw.hub, Browser: gw.browser, MCP: mcpServer,
 	})
 	if err := gw.listen(handler); err != nil {
 		return nil, err
@@ -314,6 +321,25 @@ func (gw *gateway) resources() []manager.SessionResource {
 	return out
 }
 
+// mcpServer builds the MCP endpoint on the manager and the browser router,
+// or returns nil (no route) when it is disabled. The interface is nil, not
+// a nil pointer, so api leaves /mcp unmounted.
+func (gw *gateway) mcpServer() (api.MCPServer, error) {
+	m := gw.cfg.MCP
+	if !m.Enabled {
+		return nil, nil
+	}
+	s, err := mcp.New(mcp.Config{
+		PublicURL: m.PublicURL, AllowedHosts: m.AllowedHosts, AllowedOrigins: m.AllowedOrigins,
+		SessionTimeout: m.SessionTimeout, ProgressInterval: m.ProgressInterval, PurgeOnClose: m.PurgeOnClose,
+	}, mcp.Deps{Manager: gw.manager, Browser: gw.browser, Logger: gw.log})
+	if err != nil {
+		return nil, err
+	}
+	gw.mcp = s
+	return s, nil
+}
+
 // confirmer is the approval hub behind the web page, or AutoApprove when it
 // is configured (PERMISSIVE only, as Validate and NewAutoApprove both
 // check).
@@ -437,6 +463,9 @@ func (gw *gateway) closeStores() {
 func (gw *gateway) banner() {
 	base := "http://" + gw.Addr()
 	fmt.Fprintf(gw.stdout, "sandgate listening on %s (mode %s)\n", base, gw.cfg.Mode)
+	if gw.mcp != nil {
+		fmt.Fprintf(gw.stdout, "mcp endpoint: %s%s (streamable HTTP; agent token as bearer)\n", base, mcp.Path)
+	}
 	if gw.secrets == nil {
 		return
 	}
@@ -484,6 +513,19 @@ func (gw *gateway) shutdown() {
 		if err := gw.hub.Close(sctx); err != nil {
 			gw.log.Warn("approval hub close", "err", err)
 		}
+	}
+	// MCP sessions hold streams open that Shutdown would wait for: once
+	// Shutdown has stopped the listener, the server lets its tool calls
+	// finish (up to the deadline) and then closes its sessions.
+	if gw.mcp != nil {
+		var once sync.Once // Shutdown is called twice below
+		gw.server.RegisterOnShutdown(func() {
+			once.Do(func() {
+				if err := gw.mcp.Close(sctx); err != nil {
+					gw.log.Warn("mcp close", "err", err)
+				}
+			})
+		})
 	}
 	if err := gw.server.Shutdown(sctx); err != nil {
 		gw.log.Warn("shutdown deadline passed; cancelling running requests", "err", err)

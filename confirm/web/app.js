@@ -265,7 +265,8 @@
     node.querySelector(".session").title = "session " + v.session_id;
     node.querySelector(".lang").textContent = v.language;
     node.querySelector(".executor").textContent = "→ " + (v.executor || "?");
-    node.querySelector(".principal").textContent = v.principal ? "by " + v.principal : "";
+    node.querySelector(".principal").textContent =
+      (v.principal ? "by " + v.principal : "") + (v.via ? " via " + v.via : "");
 
     const reasons = node.querySelector(".reasons");
     for (const r of v.reasons || []) {

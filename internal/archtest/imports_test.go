@@ -26,6 +26,9 @@ func rules() []rule {
 		{"api/...", "cmd/...", "cmd is the top: nothing imports main packages"},
 		{"manager/...", "api/...", "the manager is driven by api, never the reverse"},
 		{"manager/...", "cmd/...", "wiring happens in main only"},
+		{"mcp/...", "api/...", "api mounts the MCP server through an interface; mcp sits beside api, on the manager"},
+		{"mcp/...", "cmd/...", "cmd is the top: nothing imports main packages"},
+		{"manager/...", "mcp/...", "the manager is driven by api and mcp, never the reverse"},
 		{"executors/...", "policy/...", "executors run what was decided; they never decide"},
 		{"executors/...", "risk/...", "executors run what was decided; they never decide"},
 		{"executors/...", "confirm/...", "executors never ask for approval"},
@@ -34,7 +37,7 @@ func rules() []rule {
 		{"policy/...", "executors/...", "policy names executors as strings; it never runs them"},
 	}
 	for _, leaf := range leaves {
-		for _, upper := range []string{"manager/...", "api/...", "cmd/..."} {
+		for _, upper := range []string{"manager/...", "api/...", "mcp/...", "cmd/..."} {
 			rs = append(rs, rule{leaf, upper, "imports flow cmd → api → manager → leaves"})
 		}
 	}
@@ -129,6 +132,10 @@ func TestRulesCatchViolations(t *testing.T) {
 		{"manager", "executors/subprocess", false},
 		{"executors/subprocess", "executors", false},
 		{"cmd/gateway", "api", false},
+		{"mcp", "api", true},
+		{"confirm", "mcp", true},
+		{"mcp", "manager", false},
+		{"cmd/gateway", "mcp", false},
 	}
 	for _, c := range cases {
 		graph := map[string][]string{module + c.from: {module + c.to, "fmt"}}
