@@ -22,7 +22,7 @@ const (
 	// its port 8080 published on 127.0.0.1 (an ephemeral host port): this
 	// is how the real agent-infra/sandbox image (≥ 1.9.3) is served. The
 	// sandbox then has a network, so runs whose policy says network=false
-	// are refused (executor_unavailable), never run.
+	// are refused (executor.capability_missing), never run.
 	NetworkBridge = "bridge"
 )
 
