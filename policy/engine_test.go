@@ -12,13 +12,13 @@ import (
 )
 
 type decideCase struct {
-	Name              string   `yaml:"name"`
-	Mode              string   `yaml:"mode"`
-	Level             string   `yaml:"level"`
-	ProvenSafe        bool     `yaml:"proven_safe"`
-	Language          string   `yaml:"language"`
-	NeedsBrowser      bool     `yaml:"needs_browser"`
-	NeedsPersistentFS bool     `yaml:"needs_persistent_fs"`
+	Name              string `yaml:"name"`
+	Mode              string `yaml:"mode"`
+	Level             string `yaml:"level"`
+	ProvenSafe        bool   `yaml:"proven_safe"`
+	Language          string `yaml:"language"`
+	NeedsBrowser      bool   `yaml:"needs_browser"`
+	NeedsPersistentFS bool   `yaml:"needs_persistent_fs"`
 	// Available lists the kinds that are wired and available, with full
 	// capabilities (default: all three). Others are absent.
 	Available []string `yaml:"available"`
