@@ -39,6 +39,10 @@ type Config struct {
 	ApprovalTimeout time.Duration
 	// AvailabilityTTL caches executor probes between requests; default 1 s.
 	AvailabilityTTL time.Duration
+	// UnavailableHold is how long an executor whose runs keep failing as
+	// unavailable, although its probe passes, is held unavailable before
+	// it is probed again; default 10 s.
+	UnavailableHold time.Duration
 }
 
 func (c *Config) applyDefaults() {
@@ -53,6 +57,9 @@ func (c *Config) applyDefaults() {
 	}
 	if c.AvailabilityTTL <= 0 {
 		c.AvailabilityTTL = time.Second
+	}
+	if c.UnavailableHold <= 0 {
+		c.UnavailableHold = 10 * time.Second
 	}
 }
 
@@ -131,7 +138,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	}
 	return &Manager{
 		cfg: cfg, deps: deps, log: log, validator: newValidator(), execs: execs,
-		avail:    newAvailability(deps.Executors, cfg.AvailabilityTTL),
+		avail:    newAvailability(deps.Executors, cfg.AvailabilityTTL, cfg.UnavailableHold),
 		sessions: newSessions(),
 	}, nil
 }
