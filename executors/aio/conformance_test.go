@@ -75,7 +75,10 @@ func startFixture(t *testing.T, img string) *fixture {
 			t.Fatal(err)
 		}
 	}
-	const uid = DefaultSandboxID
+	// A uid of its own: RLIMIT_NPROC, which enforces the process
+	// obligation, counts every task of the uid on the host, and other
+	// sandboxes of the default uid (another test binary's) would share it.
+	uid := DefaultSandboxID + 1_000_000 + int(time.Now().UnixNano()%1_000_000)
 	if err := os.Chown(run, uid, uid); err != nil {
 		t.Fatal(err)
 	}
