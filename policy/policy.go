@@ -174,17 +174,6 @@ func (in Input) Map() map[string]any {
 	for i, p := range in.Risk.Patterns {
 		patterns[i] = map[string]any{"id": p.ID, "level": p.Level, "line": p.Line}
 	}
-	execs := make(map[string]any, len(in.Executors))
-	for kind, st := range in.Executors {
-		e := map[string]any{"available": st.Available, "capabilities": st.Capabilities}
-		if st.Capabilities == nil {
-			e["capabilities"] = map[string]any{}
-		}
-		if !st.Available {
-			e["reason"] = st.Reason
-		}
-		execs[kind] = e
-	}
 	return map[string]any{
 		"mode": in.Mode,
 		"request": map[string]any{
@@ -205,6 +194,23 @@ func (in Input) Map() map[string]any {
 			"patterns":    patterns,
 		},
 		"principal": map[string]any{"role": in.Principal.Role, "name": in.Principal.Name},
-		"executors": execs,
+		"executors": executorsMap(in.Executors),
 	}
+}
+
+// executorsMap is input.executors: every executor by kind, with its reason
+// only when it is not available.
+func executorsMap(states map[string]ExecutorState) map[string]any {
+	execs := make(map[string]any, len(states))
+	for kind, st := range states {
+		e := map[string]any{"available": st.Available, "capabilities": st.Capabilities}
+		if st.Capabilities == nil {
+			e["capabilities"] = map[string]any{}
+		}
+		if !st.Available {
+			e["reason"] = st.Reason
+		}
+		execs[kind] = e
+	}
+	return execs
 }
