@@ -12,10 +12,9 @@ import "github.com/sandgate/sandgate/executors"
 //   - filesystem isolation: the minimal root, /workspace and no host path;
 //   - the memory limit: RLIMIT_AS;
 //   - the process limit: RLIMIT_NPROC. As root it counts the session's own
-//     uid (concurrent runs of a session share it). In IsolationUserNS the
-//     kernel counts it per uid within the run's own user namespace, the
-//     rlimits being set inside it (the conformance suite's ProcessLimit
-//     case holds the mode to that).
+//     uid (concurrent runs of a session share it). In IsolationUserNS it is
+//     set inside the run's own user namespace (nprocScript), where the
+//     kernel counts only that run's tasks.
 //
 // IsolationNone enforces nothing; Available refuses every run then, and
 // the capabilities say so too. RootFS is the root's identity ("host", or
