@@ -122,9 +122,10 @@ func Required(spec Spec) []string {
 }
 
 // Check returns a *CapabilityError naming every capability spec needs and
-// c lacks, or nil. Backends call it before running anything, and the
-// manager before it calls a backend, so a run whose obligations cannot be
-// enforced is refused whichever policy decided it.
+// c lacks, or nil. The manager calls it before it calls a backend, so a
+// run whose obligations cannot be enforced is refused whichever policy
+// decided it; a backend whose capabilities depend on its mode (aio in
+// bridge mode, subprocess without isolation) calls it too.
 func (c Capabilities) Check(kind Kind, spec Spec) error {
 	var missing []string
 	for _, name := range Required(spec) {
