@@ -125,7 +125,7 @@ func Required(spec Spec) []string {
 // c lacks, or nil. The manager calls it before it calls a backend, so a
 // run whose obligations cannot be enforced is refused whichever policy
 // decided it; a backend whose capabilities depend on its mode (aio in
-// bridge mode, subprocess without isolation) calls it too.
+// bridge mode) calls it too.
 func (c Capabilities) Check(kind Kind, spec Spec) error {
 	var missing []string
 	for _, name := range Required(spec) {
