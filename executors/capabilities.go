@@ -39,10 +39,12 @@ type Capabilities struct {
 	Kernels bool `json:"kernels"`
 	// RequiresSession: every run must name a session.
 	RequiresSession bool `json:"requires_session"`
-	// RootFS identifies the root filesystem runs see:
-	// "image:<ref>@<image id>", "dir:<path>@<recipe hash>" or "host".
-	// Empty when the backend does not know it yet (an image not inspected
-	// because the engine is down).
+	// RootFS identifies the root filesystem runs see: "rootfs:<name>" for
+	// the runtime root (scripts/images.sh names each build
+	// runtime-<recipe hash>; every executor on that root reports the same
+	// name, so a policy can compare them), "image:<ref>@<image id>" for an
+	// image not built on it, or "host" for the host's system directories.
+	// An image not inspected yet (the engine is down) is "image:<ref>".
 	RootFS string `json:"root_fs"`
 	// Isolation names the mode the backend is in ("namespaces",
 	// "process-group", "container", ...): the reason, for operators and

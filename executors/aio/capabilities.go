@@ -38,29 +38,44 @@ func capabilitiesFor(network, rootFS string) executors.Capabilities {
 	}
 }
 
-// rootFS is "image:<ref>@<id>", with the id the backend's last successful
-// probe saw, or the reference alone before that.
+// rootFS is "rootfs:<root>" for an image built on a runtime root (its
+// sandgate.rootfs label: the subprocess and docker executors name the
+// same root the same way), else "image:<ref>@<id>", or "image:<ref>"
+// before the backend's first successful probe.
 func (e *Executor) rootFS() string {
-	id := ""
-	if b, ok := e.be.(interface{ seenImageID() string }); ok {
-		id = b.seenImageID()
+	var seen seenImage
+	if b, ok := e.be.(interface{ seenImage() seenImage }); ok {
+		seen = b.seenImage()
 	}
-	if id == "" {
-		return "image:" + e.cfg.Image
+	switch {
+	case seen.rootFS != "":
+		return "rootfs:" + seen.rootFS
+	case seen.id != "":
+		return "image:" + e.cfg.Image + "@" + seen.id
 	}
-	return "image:" + e.cfg.Image + "@" + id
+	return "image:" + e.cfg.Image
 }
 
-// imageID holds the image id the last successful probe saw.
-type imageID struct{ v atomic.Pointer[string] }
+// labelRootFS is the image label naming the runtime root the image is
+// built on (scripts/images.sh).
+const labelRootFS = "sandgate.rootfs"
 
-func (i *imageID) set(id string) { i.v.Store(&id) }
+// seenImage is what a probe learnt of the image.
+type seenImage struct {
+	id     string
+	rootFS string
+}
 
-func (i *imageID) get() string {
+// imageID holds what the last successful probe saw of the image.
+type imageID struct{ v atomic.Pointer[seenImage] }
+
+func (i *imageID) set(s seenImage) { i.v.Store(&s) }
+
+func (i *imageID) get() seenImage {
 	if p := i.v.Load(); p != nil {
 		return *p
 	}
-	return ""
+	return seenImage{}
 }
 
-func (b *localBackend) seenImageID() string { return b.image.get() }
+func (b *localBackend) seenImage() seenImage { return b.image.get() }

@@ -149,7 +149,11 @@ func (b *localBackend) available(ctx context.Context) error {
 		}
 		return unavailable("image inspect", err)
 	}
-	b.image.set(info.ID)
+	seen := seenImage{id: info.ID}
+	if info.Config != nil {
+		seen.rootFS = info.Config.Labels[labelRootFS]
+	}
+	b.image.set(seen)
 	return nil
 }
 

@@ -125,7 +125,11 @@ func (e *Executor) Available(ctx context.Context) error {
 			}
 			return e.unavailable("image inspect", err)
 		}
-		e.imageIDs.set(img, info.ID)
+		seen := seenImage{id: info.ID}
+		if info.Config != nil {
+			seen.rootFS = info.Config.Labels[labelRootFS]
+		}
+		e.imageIDs.set(img, seen)
 	}
 	e.afterEngineOK()
 	return nil
