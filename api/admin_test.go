@@ -150,7 +150,7 @@ func TestProbesAndMetrics(t *testing.T) {
 		t.Fatalf("healthz %d", r.status)
 	}
 	r := e.do("GET", "/readyz", "", nil)
-	if r.status != 200 || r.body["ready"] != true || r.body["executors"].(map[string]any)["subprocess"] != "ok" {
+	if r.status != 200 || r.body["ready"] != true || r.body["executors"].(map[string]any)["subprocess"].(map[string]any)["status"] != "ok" {
 		t.Fatalf("readyz %d %s", r.status, r.raw)
 	}
 	e.do("POST", "/v1/sessions/m/run_code", agentTok, runCode("print(1)", "python"))

@@ -47,7 +47,7 @@ func TestDockerEndToEndStrict(t *testing.T) {
 	e := newEnv(t, envOpts{mode: "STRICT", executors: []executors.Executor{d}})
 	ctx := t.Context()
 
-	if r := e.do("GET", "/readyz", "", nil); r.status != 200 || !strings.Contains(string(r.raw), `"docker":"ok"`) {
+	if r := e.do("GET", "/readyz", "", nil); r.status != 200 || !strings.Contains(string(r.raw), `"docker":{"status":"ok"`) {
 		t.Fatalf("readyz %d %s", r.status, r.raw)
 	}
 	if _, err := e.ws.Write(ctx, agentKey("s1"), "notes.txt", workspace.WriteCreate, strings.NewReader("written before")); err != nil {

@@ -47,13 +47,20 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// policyView is GET /v1/policy: the policy in force, the mode, and the
+// executors as the policy sees them (availability, reason, capabilities).
 type policyView struct {
 	policy.Status
-	Mode string `json:"mode"`
+	Mode      string                            `json:"mode"`
+	Executors map[string]manager.ExecutorStatus `json:"executors"`
+}
+
+func (s *Server) policyView(ctx context.Context, st policy.Status) policyView {
+	return policyView{Status: st, Mode: s.deps.Manager.Mode(), Executors: s.deps.Manager.ExecutorStatus(ctx)}
 }
 
 func (s *Server) getPolicy(w http.ResponseWriter, r *http.Request) error {
-	writeJSON(w, http.StatusOK, policyView{Status: s.deps.Policy.Status(), Mode: s.deps.Manager.Mode()})
+	writeJSON(w, http.StatusOK, s.policyView(r.Context(), s.deps.Policy.Status()))
 	return nil
 }
 
@@ -69,7 +76,7 @@ func (s *Server) reloadPolicy(w http.ResponseWriter, r *http.Request) error {
 		writeJSON(w, http.StatusBadRequest, body)
 		return nil
 	}
-	writeJSON(w, http.StatusOK, policyView{Status: st, Mode: s.deps.Manager.Mode()})
+	writeJSON(w, http.StatusOK, s.policyView(r.Context(), st))
 	return nil
 }
 
@@ -114,19 +121,23 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) error {
 	return nil
 }
 
-// readyz is ready when the policy is loaded and every wired executor
-// answers its probe. Failure reasons go to the log, not to this
-// unauthenticated endpoint.
+// readyz is ready when the policy is loaded and every wired executor is
+// available. Each executor shows what the policy decides on: its status,
+// the executor's own short reason when it is unavailable (never a wrapped
+// internal error: this endpoint is unauthenticated) and its capabilities,
+// so a gateway that cannot enforce an obligation says so here instead of
+// looking healthy while its runs are refused.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 	defer cancel()
 	ready := s.deps.Policy.Status().Revision != ""
-	execs := map[string]string{}
-	for kind, err := range s.deps.Manager.Probe(ctx) {
-		execs[kind] = "ok"
-		if err != nil {
-			execs[kind], ready = "unavailable", false
-			s.log.WarnContext(ctx, "executor not ready", "executor", kind, "err", err)
+	execs := map[string]readyExecutor{}
+	for kind, st := range s.deps.Manager.ExecutorStatus(ctx) {
+		execs[kind] = readyExecutor{Status: "ok", ExecutorStatus: st}
+		if !st.Available {
+			execs[kind] = readyExecutor{Status: "unavailable", ExecutorStatus: st}
+			ready = false
+			s.log.WarnContext(ctx, "executor not ready", "executor", kind, "reason", st.Reason)
 		}
 	}
 	status := http.StatusOK
@@ -135,4 +146,11 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, status, map[string]any{"ready": ready, "executors": execs})
 	return nil
+}
+
+// readyExecutor is one executor in /readyz: "ok" or "unavailable", then
+// the status the policy sees.
+type readyExecutor struct {
+	Status string `json:"status"`
+	manager.ExecutorStatus
 }

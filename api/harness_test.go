@@ -50,6 +50,8 @@ type envOpts struct {
 	dataDir  string
 	// extra executors wired next to the subprocess one (docker, aio).
 	executors []executors.Executor
+	// subprocess replaces the real subprocess executor (a fake).
+	subprocess executors.Executor
 	// browser builds the browser router on the env's policy engine, audit
 	// store and workspaces; nil leaves the browser endpoint off.
 	browser func(eng *policy.Engine, st audit.Store, ws *workspace.Workspaces) *browser.Manager
@@ -85,9 +87,11 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sp, err := subprocess.New(ctx, subprocess.Config{})
-	if err != nil {
-		t.Fatal(err)
+	var sp executors.Executor = o.subprocess
+	if sp == nil {
+		if sp, err = subprocess.New(ctx, subprocess.Config{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var authOpts []AuthOption
 	if o.jwt != nil {

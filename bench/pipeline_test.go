@@ -9,6 +9,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/rego"
 
+	"github.com/sandgate/sandgate/executors/executortest"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/risk"
 )
@@ -46,7 +47,10 @@ func BenchmarkAssessDecide(b *testing.B) {
 				CodeSHA256: policy.SHA256Hex(code), TimeoutS: 30},
 			Risk:      policy.Risk{Level: a.Level.String(), ProvenSafe: a.ProvenSafe},
 			Principal: policy.Principal{Role: "agent", Name: "bench"},
-			Executors: []string{"subprocess", "docker"},
+			Executors: map[string]policy.ExecutorState{
+				"subprocess": {Available: true, Capabilities: executortest.FullCapabilities().Map()},
+				"docker":     {Available: true, Capabilities: executortest.FullCapabilities().Map()},
+			},
 		}
 		for _, p := range a.Patterns {
 			in.Risk.Patterns = append(in.Risk.Patterns, policy.RiskPattern{ID: p.ID, Level: p.Level.String(), Line: p.Line})

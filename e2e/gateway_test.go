@@ -183,9 +183,11 @@ func (g *gatewayProc) waitReady(t *testing.T, exited <-chan struct{}) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	var r struct {
-		Executors map[string]string `json:"executors"`
+		Executors map[string]struct {
+			Status string `json:"status"`
+		} `json:"executors"`
 	}
-	if json.Unmarshal([]byte(body), &r) == nil && (r.Executors["docker"] != "ok" || r.Executors["aio"] != "ok") {
+	if json.Unmarshal([]byte(body), &r) == nil && (r.Executors["docker"].Status != "ok" || r.Executors["aio"].Status != "ok") {
 		skipOrFail(t, requireDockerEnv, "docker engine or images not usable (scripts/dockerd.sh start; make images): /readyz %d %s", status, body)
 	}
 	t.Fatalf("/readyz never answered 200: %d %s\n%s", status, body, g.logTail())

@@ -1,7 +1,8 @@
 // Package executors defines the contract every execution backend implements.
 //
 // The contract is deliberately small (Nomad's driver lesson, without Nomad's
-// RPC-driven size): a kind, an availability probe and a blocking Execute. What
+// RPC-driven size): a kind, an availability probe, the capabilities it can
+// enforce and a blocking Execute. What
 // only some backends can do lives in optional interfaces detected by type
 // assertion, so the manager never needs to know which backend it talks to.
 //
@@ -128,8 +129,9 @@ type Spec struct {
 	// backend's configured default; a backend never runs code as uid 0.
 	UID int
 	GID int
-	// Network is the policy obligation. Backends that cannot honour
-	// Network=false must refuse to run.
+	// Network is the policy obligation. Backends that cannot honour it
+	// must refuse to run with an error wrapping ErrCapabilityMissing
+	// (Capabilities.Check).
 	Network bool
 	Limits  Limits
 }
@@ -165,6 +167,11 @@ type Executor interface {
 	// wrapping ErrUnavailable that says why not. It must be cheap enough to
 	// call from /readyz and before each decision.
 	Available(ctx context.Context) error
+	// Capabilities reports what the backend can enforce in its current
+	// mode (see Capabilities). It must be cheap and must not block: the
+	// manager reads it with every availability probe, and the policy
+	// decides on it.
+	Capabilities() Capabilities
 	// Execute runs spec to completion. ctx carries the request's deadline and
 	// cancellation: when ctx is done the whole process tree (or container) is
 	// killed before Execute returns.

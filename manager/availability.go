@@ -2,71 +2,167 @@ package manager
 
 import (
 	"context"
-	"sort"
+	"errors"
+	"maps"
 	"sync"
 	"time"
 
 	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/policy"
 )
+
+// ExecutorStatus is one executor as the policy sees it: whether it can run
+// work now, why not, and what it can enforce. /readyz and GET /v1/policy
+// show exactly this, so what an operator reads is what the policy decided
+// on.
+type ExecutorStatus struct {
+	Available bool `json:"available"`
+	// Reason is the executor's own short explanation (UnavailableError's
+	// Reason), never a wrapped internal error.
+	Reason       string                 `json:"reason,omitempty"`
+	Capabilities executors.Capabilities `json:"capabilities"`
+}
 
 // availability caches executor probes for a short TTL: probing a Docker
 // engine on every request would put a round trip on the hot path, while a
 // stale answer costs at most one 503 that the executor itself reports.
+//
+// It also breaks the loop of an executor whose probe passes while its runs
+// fail as unavailable (the probe and Execute disagree): after
+// heldAfterStrikes such runs in a row, the executor is held unavailable,
+// with the reason its runs gave, for the hold period, and the policy
+// denies runs to it instead of sending each one to fail.
 type availability struct {
 	execs []executors.Executor
 	ttl   time.Duration
+	hold  time.Duration
 
 	mu      sync.Mutex
 	checked time.Time
-	kinds   []string
-	errs    map[string]error
+	status  map[string]ExecutorStatus
+	input   map[string]policy.ExecutorState // status in the policy's form; rebuilt with it
+	strikes map[string]int                  // runs failed as unavailable in a row, by kind
+	held    map[string]heldDown
 }
+
+// heldDown is an executor held unavailable after its runs kept failing.
+type heldDown struct {
+	until  time.Time
+	reason string
+}
+
+// heldAfterStrikes is how many runs in a row must fail as unavailable,
+// with a passing probe in between, before the executor is held down. One
+// failure may be a broken instance or a passing outage; the probe that
+// follows it decides.
+const heldAfterStrikes = 2
 
 // probeTimeout bounds one round of executor probes.
 const probeTimeout = 2 * time.Second
 
-func newAvailability(execs []executors.Executor, ttl time.Duration) *availability {
-	return &availability{execs: execs, ttl: ttl}
+func newAvailability(execs []executors.Executor, ttl, hold time.Duration) *availability {
+	return &availability{execs: execs, ttl: ttl, hold: hold, strikes: map[string]int{}, held: map[string]heldDown{}}
 }
 
-// Available lists the kinds whose probe succeeded, sorted.
-func (a *availability) Available(ctx context.Context) []string {
+// PolicyInput returns the executors as input.executors. The map is shared
+// by every request until the next refresh and must not be modified.
+func (a *availability) PolicyInput(ctx context.Context) map[string]policy.ExecutorState {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if time.Since(a.checked) < a.ttl && a.kinds != nil {
-		return a.kinds
+	a.refreshLocked(ctx)
+	return a.input
+}
+
+// Status returns every wired executor's status, by kind.
+func (a *availability) Status(ctx context.Context) map[string]ExecutorStatus {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.refreshLocked(ctx)
+	return maps.Clone(a.status)
+}
+
+func (a *availability) refreshLocked(ctx context.Context) {
+	now := time.Now()
+	if a.status != nil && now.Sub(a.checked) < a.ttl && !a.holdExpiredLocked(now) {
+		return
 	}
 	// The answer is shared by every request for the TTL, so it must not
 	// depend on one client's context: a client that went away would
 	// otherwise make a healthy executor look unavailable to everyone.
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), probeTimeout)
 	defer cancel()
-	kinds, errs := make([]string, 0, len(a.execs)), make(map[string]error)
+	status := make(map[string]ExecutorStatus, len(a.execs))
 	for _, e := range a.execs {
-		if err := e.Available(pctx); err != nil {
-			errs[string(e.Kind())] = err
-			continue
+		kind := string(e.Kind())
+		st := ExecutorStatus{Available: true}
+		if h, ok := a.held[kind]; ok && now.Before(h.until) {
+			st.Available, st.Reason = false, h.reason
+		} else if err := e.Available(pctx); err != nil {
+			st.Available, st.Reason = false, unavailableReason(err)
 		}
-		kinds = append(kinds, string(e.Kind()))
+		// Capabilities are read after the probe: a probe may learn what
+		// they report (the image id of the root filesystem).
+		st.Capabilities = e.Capabilities()
+		status[kind] = st
 	}
-	sort.Strings(kinds)
-	a.kinds, a.errs, a.checked = kinds, errs, time.Now()
-	return kinds
+	for kind, h := range a.held {
+		if !now.Before(h.until) {
+			delete(a.held, kind)
+		}
+	}
+	a.status, a.input, a.checked = status, policyInput(status), now
 }
 
-// Invalidate forgets the cached answer, after an executor reported itself
-// unavailable mid-request.
-func (a *availability) Invalidate() {
+// holdExpiredLocked reports whether a hold ended since the last refresh,
+// so the executor is probed again at once rather than a TTL later.
+func (a *availability) holdExpiredLocked(now time.Time) bool {
+	for _, h := range a.held {
+		if !now.Before(h.until) {
+			return true
+		}
+	}
+	return false
+}
+
+func policyInput(status map[string]ExecutorStatus) map[string]policy.ExecutorState {
+	in := make(map[string]policy.ExecutorState, len(status))
+	for kind, st := range status {
+		in[kind] = policy.ExecutorState{Available: st.Available, Reason: st.Reason, Capabilities: st.Capabilities.Map()}
+	}
+	return in
+}
+
+// unavailableReason is the operator text of a failed probe: the
+// executor's own reason, never the wrapped error (which may carry paths
+// or addresses and is logged instead).
+func unavailableReason(err error) string {
+	var ue *executors.UnavailableError
+	if errors.As(err, &ue) && ue.Reason != "" {
+		return ue.Reason
+	}
+	return "availability probe failed"
+}
+
+// RunFailed records a run the executor refused as unavailable. The cached
+// answer is dropped so the next request probes again; after
+// heldAfterStrikes failures in a row the executor is held unavailable for
+// the hold period with the run's reason.
+func (a *availability) RunFailed(kind executors.Kind, err error) {
 	a.mu.Lock()
+	defer a.mu.Unlock()
+	k := string(kind)
+	a.strikes[k]++
+	if a.strikes[k] >= heldAfterStrikes {
+		a.held[k] = heldDown{until: time.Now().Add(a.hold),
+			reason: unavailableReason(err) + " (runs keep failing although the probe passes)"}
+		a.strikes[k] = heldAfterStrikes - 1 // one more failure after the hold holds it again
+	}
 	a.checked = time.Time{}
-	a.mu.Unlock()
 }
 
-// Probe runs every executor's probe now, for /readyz.
-func (a *availability) Probe(ctx context.Context) map[string]error {
-	out := make(map[string]error, len(a.execs))
-	for _, e := range a.execs {
-		out[string(e.Kind())] = e.Available(ctx)
-	}
-	return out
+// RunSucceeded clears the executor's failure count.
+func (a *availability) RunSucceeded(kind executors.Kind) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.strikes, string(kind))
 }

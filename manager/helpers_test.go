@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -234,6 +235,19 @@ func assertNoCode(t *testing.T, rec audit.Record, code string) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// availableKinds lists the available executors of a policy input, sorted
+// and comma-separated.
+func availableKinds(in map[string]policy.ExecutorState) string {
+	var kinds []string
+	for kind, st := range in {
+		if st.Available {
+			kinds = append(kinds, kind)
+		}
+	}
+	slices.Sort(kinds)
+	return strings.Join(kinds, ",")
+}
 
 func isRoot() bool { return os.Geteuid() == 0 }
 

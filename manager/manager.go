@@ -41,6 +41,10 @@ type Config struct {
 	AvailabilityTTL time.Duration
 	// Quotas are the tenants' limits; the zero value limits nothing.
 	Quotas QuotaConfig
+	// UnavailableHold is how long an executor whose runs keep failing as
+	// unavailable, although its probe passes, is held unavailable before
+	// it is probed again; default 10 s.
+	UnavailableHold time.Duration
 }
 
 func (c *Config) applyDefaults() {
@@ -55,6 +59,9 @@ func (c *Config) applyDefaults() {
 	}
 	if c.AvailabilityTTL <= 0 {
 		c.AvailabilityTTL = time.Second
+	}
+	if c.UnavailableHold <= 0 {
+		c.UnavailableHold = 10 * time.Second
 	}
 }
 
@@ -134,7 +141,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	}
 	return &Manager{
 		cfg: cfg, deps: deps, log: log, validator: newValidator(), execs: execs,
-		avail:    newAvailability(deps.Executors, cfg.AvailabilityTTL),
+		avail:    newAvailability(deps.Executors, cfg.AvailabilityTTL, cfg.UnavailableHold),
 		sessions: newSessions(),
 		quotas:   newQuotas(cfg.Quotas),
 	}, nil

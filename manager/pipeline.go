@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/sandgate/sandgate/audit"
@@ -117,8 +118,14 @@ func (m *Manager) Run(ctx context.Context, req RunRequest) (res *RunResult, err 
 	if err != nil {
 		return out, err
 	}
-	result, err := m.execute(ctx, req, decision, exec) // 6 execute
+	spec := specFor(req, decision)
+	if err := enforceable(exec, spec, decision); err != nil {
+		recordDenial(rec, err)
+		return out, err
+	}
+	result, err := m.execute(ctx, exec, spec, decision) // 6 execute
 	if err != nil {
+		recordDenial(rec, err)
 		return out, err
 	}
 	out.Result, out.SandboxType = result, string(exec.Kind())
@@ -164,7 +171,7 @@ func (m *Manager) decide(ctx context.Context, req RunRequest, a risk.Assessment)
 		},
 		Risk:      policy.Risk{Level: a.Level.String(), ProvenSafe: a.ProvenSafe, Patterns: riskPatterns(a)},
 		Principal: policy.Principal{Role: req.Principal.Role, Name: req.Principal.Name, Tenant: req.Principal.Tenant},
-		Executors: m.avail.Available(ctx),
+		Executors: m.avail.PolicyInput(ctx),
 	}
 	d := m.deps.Policy.Decide(ctx, in)
 	m.deps.Metrics.observePolicy(time.Since(start))
@@ -267,21 +274,62 @@ func (m *Manager) route(d policy.Decision) (executors.Executor, error) {
 	return exec, nil
 }
 
-func (m *Manager) execute(ctx context.Context, req RunRequest, d policy.Decision, exec executors.Executor) (executors.Result, error) {
-	key := req.ref.Key
-	dir, err := m.deps.Workspaces.Ensure(ctx, key)
+// specFor is the run the decision allows, without its workspace: the
+// obligations become the Spec's timeout, network and limits. The
+// executors get the session's key, not its name: their per-session state
+// (zygotes, warm containers, pool instances) is then per tenant too.
+func specFor(req RunRequest, d policy.Decision) executors.Spec {
+	return executors.Spec{
+		RequestID: req.RequestID, SessionID: req.ref.Key, Language: req.Language, Code: req.Code,
+		Timeout: time.Duration(d.Obligations.TimeoutS) * time.Second, Network: d.Obligations.Network,
+		Limits: executors.Limits{MemoryMB: d.Obligations.MemoryMB, MaxProcs: d.Obligations.MaxProcs},
+	}
+}
+
+// enforceable is the manager's own check that the executor can enforce
+// the decision's obligations. The default policy never routes such a run
+// (it reads the same capabilities), but an administrator's policy might:
+// the run is then denied here, before any workspace is touched, rather
+// than run without an obligation or sent to fail.
+func enforceable(exec executors.Executor, spec executors.Spec, d policy.Decision) error {
+	if err := exec.Capabilities().Check(exec.Kind(), spec); err != nil {
+		return capabilityDenied(exec.Kind(), err, d)
+	}
+	return nil
+}
+
+// capabilityDenied is the 403 of a run the executor cannot enforce.
+func capabilityDenied(kind executors.Kind, err error, d policy.Decision) error {
+	msg := string(kind) + " cannot enforce an obligation of this run"
+	var ce *executors.CapabilityError
+	if errors.As(err, &ce) {
+		msg = ce.Error() // names the kind, the capabilities and the mode only
+	}
+	return denied(ErrPolicyDenied, d, policy.Reason{Code: policy.ReasonCapabilityMissing, Message: msg})
+}
+
+// recordDenial adds the reasons of a denial that came after the decision
+// (a missing capability, an unavailable executor) to the audit record.
+func recordDenial(rec *audit.Record, err error) {
+	var de *DeniedError
+	if !errors.As(err, &de) {
+		return
+	}
+	for _, r := range de.Reasons {
+		if !slices.Contains(rec.Reasons, audit.Reason{Code: r.Code, Message: r.Message}) {
+			rec.Reasons = append(rec.Reasons, audit.Reason{Code: r.Code, Message: r.Message})
+		}
+	}
+}
+
+func (m *Manager) execute(ctx context.Context, exec executors.Executor, spec executors.Spec, d policy.Decision) (executors.Result, error) {
+	dir, err := m.deps.Workspaces.Ensure(ctx, spec.SessionID)
 	if err != nil {
 		return executors.Result{}, err
 	}
-	m.sessions.begin(key)
-	defer m.sessions.end(key, string(exec.Kind()))
-	// The executors get the key, not the name: their per-session state
-	// (zygotes, warm containers, pool instances) is then per tenant too.
-	spec := executors.Spec{
-		RequestID: req.RequestID, SessionID: key, Language: req.Language, Code: req.Code,
-		Timeout: time.Duration(d.Obligations.TimeoutS) * time.Second, WorkspaceDir: dir.Path, UID: dir.UID, GID: dir.GID,
-		Network: d.Obligations.Network, Limits: executors.Limits{MemoryMB: d.Obligations.MemoryMB},
-	}
+	m.sessions.begin(spec.SessionID)
+	defer m.sessions.end(spec.SessionID, string(exec.Kind()))
+	spec.WorkspaceDir, spec.UID, spec.GID = dir.Path, dir.UID, dir.GID
 	start := time.Now()
 	res, err := exec.Execute(ctx, spec)
 	m.deps.Metrics.observeExec(string(exec.Kind()), time.Since(start))
@@ -290,11 +338,19 @@ func (m *Manager) execute(ctx context.Context, req RunRequest, d policy.Decision
 		// executor killed the run; record it as cancelled, not as a failure.
 		return res, fmt.Errorf("%w: %w", ErrCancelled, cerr)
 	}
-	if errors.Is(err, executors.ErrUnavailable) {
-		m.avail.Invalidate()
+	switch {
+	case errors.Is(err, executors.ErrCapabilityMissing):
+		// Not unavailability: probing again would not change it, so the
+		// executor is neither re-probed nor retried.
+		m.log.WarnContext(ctx, "executor cannot enforce the run's obligations", "executor", exec.Kind(), "err", err)
+		return res, capabilityDenied(exec.Kind(), err, d)
+	case errors.Is(err, executors.ErrUnavailable):
+		m.avail.RunFailed(exec.Kind(), err)
 		m.log.WarnContext(ctx, "executor unavailable", "executor", exec.Kind(), "err", err)
-		return res, denied(ErrExecutorUnavailable, d, policy.Reason{Code: "executor_unavailable",
-			Message: "executor " + d.Executor + " is not available"})
+		return res, denied(ErrExecutorUnavailable, d, policy.Reason{Code: policy.ReasonExecutorUnavailable,
+			Message: "executor " + d.Executor + " is not available: " + unavailableReason(err)})
+	case err == nil:
+		m.avail.RunSucceeded(exec.Kind())
 	}
 	return res, err
 }

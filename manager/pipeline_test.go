@@ -342,19 +342,24 @@ func TestRunSpec(t *testing.T) {
 		wantTimeout int // seconds
 		wantMemory  int
 		wantNetwork bool
+		wantProcs   int
+		caps        *executors.Capabilities
 	}{
-		{name: "default timeout", wantTimeout: 30, wantMemory: 512},
-		{name: "requested timeout", timeoutS: 7, wantTimeout: 7, wantMemory: 512},
-		{name: "policy caps the timeout", timeoutS: 3600, wantTimeout: 300, wantMemory: 512},
+		{name: "default timeout", wantTimeout: 30, wantMemory: 512, wantProcs: 128},
+		{name: "requested timeout", timeoutS: 7, wantTimeout: 7, wantMemory: 512, wantProcs: 128},
+		{name: "policy caps the timeout", timeoutS: 3600, wantTimeout: 300, wantMemory: 512, wantProcs: 128},
 		{
 			name: "obligations win over the request", timeoutS: 60,
-			decision:    &policy.Decision{Action: policy.ActionAllow, Executor: "subprocess", Obligations: policy.Obligations{TimeoutS: 5, MemoryMB: 64, Network: true}},
-			wantTimeout: 5, wantMemory: 64, wantNetwork: true,
+			decision: &policy.Decision{Action: policy.ActionAllow, Executor: "subprocess",
+				Obligations: policy.Obligations{TimeoutS: 5, MemoryMB: 64, MaxProcs: 9, Network: true}},
+			caps:        &executors.Capabilities{NetworkGrant: true, KillDetached: true, MemoryLimit: true, ProcessLimit: true},
+			wantTimeout: 5, wantMemory: 64, wantNetwork: true, wantProcs: 9,
 		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, hopts{decision: tc.decision})
+			h.sub.Caps = tc.caps
 			req := request("python", safePython)
 			req.TimeoutS = tc.timeoutS
 			if _, err := h.m.Run(t.Context(), req); err != nil {
@@ -365,9 +370,10 @@ func TestRunSpec(t *testing.T) {
 				t.Fatalf("%d executions, want 1", len(calls))
 			}
 			spec := calls[0]
-			if spec.Timeout.Seconds() != float64(tc.wantTimeout) || spec.Limits.MemoryMB != tc.wantMemory || spec.Network != tc.wantNetwork {
-				t.Errorf("spec timeout %v memory %d network %v, want %ds %d %v",
-					spec.Timeout, spec.Limits.MemoryMB, spec.Network, tc.wantTimeout, tc.wantMemory, tc.wantNetwork)
+			if spec.Timeout.Seconds() != float64(tc.wantTimeout) || spec.Limits.MemoryMB != tc.wantMemory ||
+				spec.Network != tc.wantNetwork || spec.Limits.MaxProcs != tc.wantProcs {
+				t.Errorf("spec timeout %v memory %d procs %d network %v, want %ds %d %d %v", spec.Timeout,
+					spec.Limits.MemoryMB, spec.Limits.MaxProcs, spec.Network, tc.wantTimeout, tc.wantMemory, tc.wantProcs, tc.wantNetwork)
 			}
 			// The executor gets the tenant-qualified key: its per-session
 			// state is per tenant too.
@@ -446,8 +452,11 @@ func TestRunPolicyInput(t *testing.T) {
 	if in.Risk.Level != "HIGH" || in.Risk.ProvenSafe || len(in.Risk.Patterns) == 0 || in.Risk.Patterns[0].ID != "python.net.socket" {
 		t.Errorf("policy risk %+v", in.Risk)
 	}
-	if strings.Join(in.Executors, ",") != "docker,subprocess" {
-		t.Errorf("policy executors %v, want [docker subprocess]", in.Executors)
+	if got := availableKinds(in.Executors); got != "docker,subprocess" {
+		t.Errorf("policy executors %v, want docker and subprocess available", in.Executors)
+	}
+	if c := in.Executors["docker"].Capabilities; c["network_isolation"] != true || c["process_limit"] != true || c["root_fs"] != "host" {
+		t.Errorf("policy sees docker capabilities %v, want the executor's", c)
 	}
 	if m := in.Map(); strings.Contains(toJSON(t, m), canary) {
 		t.Errorf("policy input carries the code: %v", m)
@@ -531,7 +540,7 @@ func TestRunExecutorUnavailableInvalidatesCache(t *testing.T) {
 			t.Fatalf("request %d: %v, want ErrExecutorUnavailable", i, err)
 		}
 		ins := h.decider.Inputs()
-		if got := strings.Join(ins[len(ins)-1].Executors, ","); got != want {
+		if got := availableKinds(ins[len(ins)-1].Executors); got != want {
 			t.Errorf("request %d: policy saw executors %q, want %q", i, got, want)
 		}
 	}
@@ -541,9 +550,9 @@ func TestRunExecutorUnavailableInvalidatesCache(t *testing.T) {
 	if n := len(h.docker.Calls()); n != 0 {
 		t.Errorf("docker executed %d times: a subprocess request was downgraded", n)
 	}
-	probe := h.m.Probe(t.Context())
-	if !errors.Is(probe["subprocess"], executors.ErrUnavailable) || probe["docker"] != nil || len(probe) != 2 {
-		t.Errorf("Probe = %v", probe)
+	st := h.m.ExecutorStatus(t.Context())
+	if st["subprocess"].Available || st["subprocess"].Reason != "python missing" || !st["docker"].Available || len(st) != 2 {
+		t.Errorf("ExecutorStatus = %+v", st)
 	}
 }
 

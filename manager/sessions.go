@@ -265,5 +265,9 @@ func (m *Manager) deleteSession(ctx context.Context, ref SessionRef, purge bool)
 	return errors.Join(errs...)
 }
 
-// Probe runs every executor's availability probe, for /readyz.
-func (m *Manager) Probe(ctx context.Context) map[string]error { return m.avail.Probe(ctx) }
+// ExecutorStatus reports every wired executor's availability, reason and
+// capabilities, by kind: the answer the policy decides on (cached for
+// Config.AvailabilityTTL), for /readyz and GET /v1/policy.
+func (m *Manager) ExecutorStatus(ctx context.Context) map[string]ExecutorStatus {
+	return m.avail.Status(ctx)
+}

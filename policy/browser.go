@@ -3,6 +3,8 @@ package policy
 import (
 	"context"
 	"fmt"
+
+	"github.com/open-policy-agent/opa/v1/rego"
 )
 
 // BrowserInput is one request a session's browser is about to make: the
@@ -75,7 +77,7 @@ func (e *Engine) DecideBrowser(ctx context.Context, in BrowserInput) BrowserDeci
 	if c == nil {
 		return BrowserDecision{Action: ActionDeny, Reasons: []Reason{{Code: ReasonNotLoaded, Message: "no policy is loaded"}}}
 	}
-	v, failed := e.eval(ctx, c, c.browser, in.Map())
+	v, failed := e.eval(ctx, c, c.browser, rego.EvalInput(in.Map()))
 	if failed != nil {
 		return BrowserDecision{Action: ActionDeny, Reasons: failed.Reasons, PolicyRevision: c.revision}
 	}

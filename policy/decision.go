@@ -106,6 +106,13 @@ func obligations(v any) (Obligations, error) {
 	if o.MemoryMB, err = nonNegInt(obj["memory_mb"], "memory_mb"); err != nil {
 		return Obligations{}, err
 	}
+	// max_procs came after the first decision documents: a policy that
+	// does not set it leaves the executor's default in force.
+	if v, ok := obj["max_procs"]; ok {
+		if o.MaxProcs, err = nonNegInt(v, "max_procs"); err != nil {
+			return Obligations{}, err
+		}
+	}
 	return o, nil
 }
 

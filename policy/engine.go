@@ -58,7 +58,8 @@ type Engine struct {
 	log         *slog.Logger
 	schemas     *ast.SchemaSet
 
-	cur atomic.Pointer[compiled]
+	cur       atomic.Pointer[compiled]
+	executors executorsValue // input.executors, converted once per map
 
 	mu           sync.Mutex // serialises reloads and guards the fields below
 	lastErr      error
@@ -156,7 +157,12 @@ func (e *Engine) Decide(ctx context.Context, in Input) Decision {
 	if c == nil {
 		return deny("", ReasonNotLoaded, "no policy is loaded")
 	}
-	v, failed := e.eval(ctx, c, c.exec, in.Map())
+	input, err := in.value(&e.executors)
+	if err != nil {
+		e.log.Error("policy input", "err", err)
+		return deny(c.revision, ReasonEvalError, "policy evaluation failed")
+	}
+	v, failed := e.eval(ctx, c, c.exec, rego.EvalParsedInput(input))
 	if failed != nil {
 		return *failed
 	}
@@ -171,7 +177,7 @@ func (e *Engine) Decide(ctx context.Context, in Input) Decision {
 
 // eval runs one prepared query under the evaluation bound. It returns the
 // value, or the fail-closed deny that replaces it.
-func (e *Engine) eval(ctx context.Context, c *compiled, pq rego.PreparedEvalQuery, input map[string]any) (any, *Decision) {
+func (e *Engine) eval(ctx context.Context, c *compiled, pq rego.PreparedEvalQuery, input rego.EvalOption) (any, *Decision) {
 	// OPA checks for cancellation only now and then, so a request that is
 	// already gone is denied here rather than evaluated.
 	if err := ctx.Err(); err != nil {
@@ -180,7 +186,7 @@ func (e *Engine) eval(ctx context.Context, c *compiled, pq rego.PreparedEvalQuer
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.evalTimeout)
 	defer cancel()
-	rs, err := pq.Eval(ctx, rego.EvalInput(input))
+	rs, err := pq.Eval(ctx, input)
 	if err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			e.log.Error("policy evaluation timed out", "revision", c.revision, "timeout", e.evalTimeout)

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,18 +12,26 @@ import (
 )
 
 type decideCase struct {
-	Name              string   `yaml:"name"`
-	Mode              string   `yaml:"mode"`
-	Level             string   `yaml:"level"`
-	ProvenSafe        bool     `yaml:"proven_safe"`
-	Language          string   `yaml:"language"`
-	NeedsBrowser      bool     `yaml:"needs_browser"`
-	NeedsPersistentFS bool     `yaml:"needs_persistent_fs"`
-	Available         []string `yaml:"available"`
-	Want              struct {
+	Name              string `yaml:"name"`
+	Mode              string `yaml:"mode"`
+	Level             string `yaml:"level"`
+	ProvenSafe        bool   `yaml:"proven_safe"`
+	Language          string `yaml:"language"`
+	NeedsBrowser      bool   `yaml:"needs_browser"`
+	NeedsPersistentFS bool   `yaml:"needs_persistent_fs"`
+	// Available lists the kinds that are wired and available, with full
+	// capabilities (default: all three). Others are absent.
+	Available []string `yaml:"available"`
+	// Unavailable maps a kind to the reason it is wired but unavailable.
+	Unavailable map[string]string `yaml:"unavailable"`
+	// Caps maps a kind to capability values that replace the full ones.
+	Caps map[string]map[string]any `yaml:"caps"`
+	Want struct {
 		Action   string   `yaml:"action"`
 		Executor string   `yaml:"executor"`
 		Reasons  []string `yaml:"reasons"`
+		// Messages, when set, are the reasons' messages in order.
+		Messages []string `yaml:"messages"`
 	} `yaml:"want"`
 }
 
@@ -33,9 +42,36 @@ func (c decideCase) input() Input {
 	}
 	in.Request.Context = Context{NeedsBrowser: c.NeedsBrowser, NeedsPersistentFS: c.NeedsPersistentFS}
 	if c.Available != nil {
-		in.Executors = c.Available
+		in.Executors = executorStates(c.Available...)
+	}
+	for kind, why := range c.Unavailable {
+		in.Executors[kind] = ExecutorState{Reason: why, Capabilities: fullCaps()}
+	}
+	for kind, caps := range c.Caps {
+		st := in.Executors[kind]
+		maps.Copy(st.Capabilities, caps)
+		in.Executors[kind] = st
 	}
 	return in
+}
+
+// fullCaps can enforce every obligation of the default policy, as the
+// executors.Capabilities.Map of a production backend.
+func fullCaps() map[string]any {
+	return map[string]any{
+		"network_isolation": true, "network_grant": false, "memory_limit": true, "process_limit": true,
+		"kill_detached": true, "filesystem_isolation": true, "kernels": false, "requires_session": false,
+		"root_fs": "host", "isolation": "namespaces",
+	}
+}
+
+// executorStates has the given kinds available with full capabilities.
+func executorStates(kinds ...string) map[string]ExecutorState {
+	out := make(map[string]ExecutorState, len(kinds))
+	for _, k := range kinds {
+		out[k] = ExecutorState{Available: true, Capabilities: fullCaps()}
+	}
+	return out
 }
 
 func baseInput(mode, level string, proven bool) Input {
@@ -45,7 +81,7 @@ func baseInput(mode, level string, proven bool) Input {
 			CodeBytes: 9, CodeSHA256: SHA256Hex([]byte("print(1)\n")), TimeoutS: 30},
 		Risk:      Risk{Level: level, ProvenSafe: proven, Patterns: []RiskPattern{{ID: "x.y", Level: level, Line: 1}}},
 		Principal: Principal{Role: "agent", Name: "agent"},
-		Executors: []string{"subprocess", "docker", "aio"},
+		Executors: executorStates("subprocess", "docker", "aio"),
 	}
 }
 
@@ -90,6 +126,11 @@ func TestDecideDefaultPolicy(t *testing.T) {
 			if got := reasonCodes(d); !slices.Equal(got, c.Want.Reasons) {
 				t.Fatalf("reasons %v, want %v", got, c.Want.Reasons)
 			}
+			for i, msg := range c.Want.Messages {
+				if d.Reasons[i].Message != msg {
+					t.Errorf("reason %d: message %q, want %q", i, d.Reasons[i].Message, msg)
+				}
+			}
 			if d.PolicyRevision != e.Revision() || len(d.PolicyRevision) != len("sha256:")+64 {
 				t.Fatalf("policy_revision %q, want the engine's %q", d.PolicyRevision, e.Revision())
 			}
@@ -105,15 +146,15 @@ func TestDecideObligations(t *testing.T) {
 	in := baseInput("STRICT", "LOW", false)
 	in.Request.TimeoutS = 10000
 	d := e.Decide(context.Background(), in)
-	if d.Obligations.TimeoutS != 300 || d.Obligations.MemoryMB != 512 {
-		t.Fatalf("obligations %+v, want timeout clamped to 300 and 512 MB", d.Obligations)
+	if d.Obligations.TimeoutS != 300 || d.Obligations.MemoryMB != 512 || d.Obligations.MaxProcs != 128 {
+		t.Fatalf("obligations %+v, want timeout clamped to 300, 512 MB and 128 processes", d.Obligations)
 	}
 }
 
 func TestDecideOnlyReason(t *testing.T) {
 	e := newEngine(t, Options{})
 	in := baseInput("STRICT", "LOW", false)
-	in.Executors = []string{"subprocess"}
+	in.Executors = executorStates("subprocess")
 	if d := e.Decide(context.Background(), in); !d.OnlyReason(ReasonExecutorUnavailable) {
 		t.Fatalf("want only executor_unavailable, got %v", d.Reasons)
 	}

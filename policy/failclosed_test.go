@@ -55,6 +55,7 @@ func TestFailClosed(t *testing.T) {
 		{"fractional timeout", `decision := {"action": "allow", "executor": "docker", "reasons": [], "obligations": {"network": false, "timeout_s": 1.5, "memory_mb": 1}}`, 0, ReasonInvalidDecision},
 		{"allow without timeout", `decision := {"action": "allow", "executor": "docker", "reasons": [], "obligations": {"network": false, "timeout_s": 0, "memory_mb": 1}}`, 0, ReasonInvalidDecision},
 		{"network not boolean", `decision := {"action": "allow", "executor": "docker", "reasons": [], "obligations": {"network": "no", "timeout_s": 1, "memory_mb": 1}}`, 0, ReasonInvalidDecision},
+		{"negative max_procs", `decision := {"action": "allow", "executor": "docker", "reasons": [], "obligations": {"network": false, "timeout_s": 1, "memory_mb": 1, "max_procs": -1}}`, 0, ReasonInvalidDecision},
 		{"not an object", `decision := "allow"`, 0, ReasonInvalidDecision},
 	}
 	for _, c := range cases {
@@ -77,8 +78,15 @@ func TestValidDecisionAccepted(t *testing.T) {
 	rule := `decision := {"action": "allow", "executor": "docker", "reasons": [{"code": "c", "message": "m"}], "obligations": {"network": false, "timeout_s": 7, "memory_mb": 64}}`
 	e := newEngine(t, Options{FS: replaceDecision(t, rule)})
 	d := e.Decide(context.Background(), baseInput("STRICT", "SAFE", true))
-	if d.Action != ActionAllow || d.Executor != "docker" || d.Obligations.TimeoutS != 7 || d.Obligations.MemoryMB != 64 {
+	if d.Action != ActionAllow || d.Executor != "docker" || d.Obligations.TimeoutS != 7 || d.Obligations.MemoryMB != 64 ||
+		d.Obligations.MaxProcs != 0 {
 		t.Fatalf("got %+v", d)
+	}
+	// max_procs is optional; when set it is carried through.
+	rule = `decision := {"action": "allow", "executor": "docker", "reasons": [], "obligations": {"network": false, "timeout_s": 7, "memory_mb": 64, "max_procs": 9}}`
+	e = newEngine(t, Options{FS: replaceDecision(t, rule)})
+	if d := e.Decide(context.Background(), baseInput("STRICT", "SAFE", true)); d.Obligations.MaxProcs != 9 {
+		t.Fatalf("max_procs 9 not carried: %+v", d)
 	}
 }
 

@@ -34,9 +34,14 @@ const (
 	ReasonUndefined       = "policy.undefined"
 	ReasonInvalidDecision = "policy.invalid_decision"
 	// ReasonExecutorUnavailable is the code the default policy uses when the
-	// chosen executor is not in input.executors.available. The manager maps
-	// a deny made only of this reason to 503 executor_unavailable.
+	// chosen executor is not available (input.executors.<kind>.available).
+	// The manager maps a deny made only of this reason to 503
+	// executor_unavailable.
 	ReasonExecutorUnavailable = "executor_unavailable"
+	// ReasonCapabilityMissing is the code of a run the chosen executor
+	// cannot enforce an obligation of (no network isolation, no process
+	// limit...): a 403 policy deny, since probing again would not help.
+	ReasonCapabilityMissing = "executor.capability_missing"
 )
 
 // Decision is the decision document of DESIGN.md §4.
@@ -60,6 +65,9 @@ type Obligations struct {
 	Network  bool `json:"network"`
 	TimeoutS int  `json:"timeout_s"`
 	MemoryMB int  `json:"memory_mb"`
+	// MaxProcs caps the run's processes (threads count too). Optional in
+	// the decision document: zero means the executor's own default.
+	MaxProcs int `json:"max_procs"`
 }
 
 // Allowed reports whether the request may run without approval.
@@ -97,8 +105,22 @@ type Input struct {
 	Request   Request
 	Risk      Risk
 	Principal Principal
-	// Executors lists the kinds whose Available probe succeeded.
-	Executors []string
+	// Executors describes every wired executor, by kind. A kind that is
+	// not wired is absent, which the policy treats as unavailable.
+	Executors map[string]ExecutorState
+}
+
+// ExecutorState is what the policy knows of one executor: whether it can
+// run work now and what it can enforce (DESIGN.md §6).
+type ExecutorState struct {
+	Available bool
+	// Reason says why the executor is not available. It is operator text
+	// the policy may quote in a deny message, so it never carries a
+	// wrapped internal error.
+	Reason string
+	// Capabilities are executors.Capabilities.Map(): this package does
+	// not depend on the executors.
+	Capabilities map[string]any
 }
 
 // Request describes the would-be run.
@@ -154,10 +176,6 @@ func (in Input) Map() map[string]any {
 	for i, p := range in.Risk.Patterns {
 		patterns[i] = map[string]any{"id": p.ID, "level": p.Level, "line": p.Line}
 	}
-	execs := make([]any, len(in.Executors))
-	for i, e := range in.Executors {
-		execs[i] = e
-	}
 	return map[string]any{
 		"mode": in.Mode,
 		"request": map[string]any{
@@ -178,6 +196,23 @@ func (in Input) Map() map[string]any {
 			"patterns":    patterns,
 		},
 		"principal": map[string]any{"role": in.Principal.Role, "name": in.Principal.Name, "tenant": in.Principal.Tenant},
-		"executors": map[string]any{"available": execs},
+		"executors": executorsMap(in.Executors),
 	}
+}
+
+// executorsMap is input.executors: every executor by kind, with its reason
+// only when it is not available.
+func executorsMap(states map[string]ExecutorState) map[string]any {
+	execs := make(map[string]any, len(states))
+	for kind, st := range states {
+		e := map[string]any{"available": st.Available, "capabilities": st.Capabilities}
+		if st.Capabilities == nil {
+			e["capabilities"] = map[string]any{}
+		}
+		if !st.Available {
+			e["reason"] = st.Reason
+		}
+		execs[kind] = e
+	}
+	return execs
 }

@@ -86,6 +86,9 @@ func (s *server) handleCodeExecute(w http.ResponseWriter, r *http.Request) {
 		spec.argv = []string{"node", "-"}
 	}
 	applyExtension(&spec, req.XSandgate)
+	if *req.Language == "javascript" {
+		spec.argv, spec.headroomMB = withHeapCap(spec.argv, spec.limits), nodeHeadroomMB
+	}
 	j, err := s.jobs.start(spec)
 	if err != nil {
 		writeFail(w, http.StatusInternalServerError, "Failed to start "+*req.Language+": "+err.Error(), nil)

@@ -42,6 +42,9 @@ type jobSpec struct {
 	hardTimeout time.Duration
 	// limits are per-run rlimits applied through the shell (nil: none).
 	limits *runLimits
+	// headroomMB is added to the address-space limit (nodeHeadroomMB for
+	// node).
+	headroomMB int
 	// label is the command text reported by the API.
 	label string
 }
@@ -128,9 +131,13 @@ func (t *jobTable) env(extra map[string]string, marker string) []string {
 func (t *jobTable) start(spec jobSpec) (*job, error) {
 	id := newID()
 	argv := spec.argv
+	var lim appliedLimits
 	if spec.limits != nil {
-		l := clampLimits(*spec.limits)
-		spec.limits = &l
+		lim = resolveLimits(*spec.limits, spec.headroomMB, func() int {
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			return t.baselineLocked()
+		})
 	}
 	// Per-run rlimits. A program read from stdin (python, node) cannot run
 	// before its text arrives: its limits are set with prlimit(2) between
@@ -138,7 +145,7 @@ func (t *jobTable) start(spec jobSpec) (*job, error) {
 	// runs at once, so it goes through a shell that sets them first.
 	gate := spec.limits != nil && spec.stdin != ""
 	if spec.limits != nil && !gate {
-		argv = append([]string{"/bin/sh", "-c", ulimitScript(*spec.limits), "sh"}, argv...)
+		argv = append([]string{"/bin/sh", "-c", ulimitScript(lim), "sh"}, argv...)
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = spec.dir
@@ -188,7 +195,7 @@ func (t *jobTable) start(spec jobSpec) (*job, error) {
 		_ = w.Close()
 	}
 	if err == nil && gate {
-		if err = setLimits(cmd.Process.Pid, *spec.limits); err != nil {
+		if err = setLimits(cmd.Process.Pid, lim); err != nil {
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		}
 	}
@@ -354,7 +361,7 @@ func clampLimits(lim runLimits) runLimits {
 
 // setLimits applies lim to pid with prlimit(2) (same uid: allowed, and
 // only lowering).
-func setLimits(pid int, lim runLimits) error {
+func setLimits(pid int, lim appliedLimits) error {
 	set := func(res int, v uint64) error {
 		if err := unix.Prlimit(pid, res, &unix.Rlimit{Cur: v, Max: v}, nil); err != nil {
 			return fmt.Errorf("prlimit %d: %w", res, err)
@@ -371,13 +378,20 @@ func setLimits(pid int, lim runLimits) error {
 	if lim.MaxFileSizeMB > 0 {
 		errs = append(errs, set(unix.RLIMIT_FSIZE, uint64(lim.MaxFileSizeMB)<<20))
 	}
+	if lim.addressSpaceMB > 0 {
+		errs = append(errs, set(unix.RLIMIT_AS, uint64(lim.addressSpaceMB)<<20))
+	}
+	if lim.nproc > 0 {
+		errs = append(errs, set(unix.RLIMIT_NPROC, uint64(lim.nproc)))
+	}
 	return errors.Join(errs...)
 }
 
 // ulimitScript sets lim and then executes the command line passed as
 // arguments. dash's ulimit -f counts 512-byte blocks.
-func ulimitScript(lim runLimits) string {
+func ulimitScript(lim appliedLimits) string {
 	var b strings.Builder
+	b.WriteString(lim.ulimitArgs())
 	if lim.CPUSeconds > 0 {
 		b.WriteString("ulimit -t " + strconv.Itoa(lim.CPUSeconds) + " && ")
 	}

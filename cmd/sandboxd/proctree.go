@@ -21,6 +21,7 @@ type proc struct {
 	pid, ppid, pgid, sid int
 	start                uint64 // clock ticks since boot
 	uid                  int
+	threads              int // what RLIMIT_NPROC counts of it
 }
 
 // readProc parses /proc/<pid>/stat. ok is false for processes that are
@@ -38,8 +39,8 @@ func readProc(pid int) (p proc, ok bool) {
 		return p, false
 	}
 	f := strings.Fields(string(b[i+1:]))
-	// f[0] is the state (field 3); ppid, pgrp, session follow; starttime is
-	// field 22, so f[19].
+	// f[0] is the state (field 3); ppid, pgrp, session follow;
+	// num_threads is field 20 (f[17]) and starttime field 22 (f[19]).
 	if len(f) < 20 {
 		return p, false
 	}
@@ -47,6 +48,7 @@ func readProc(pid int) (p proc, ok bool) {
 	p.ppid, _ = strconv.Atoi(f[1])
 	p.pgid, _ = strconv.Atoi(f[2])
 	p.sid, _ = strconv.Atoi(f[3])
+	p.threads, _ = strconv.Atoi(f[17])
 	p.start, _ = strconv.ParseUint(f[19], 10, 64)
 	fi, err := os.Stat(dir)
 	if err != nil {

@@ -22,7 +22,7 @@ const (
 	// its port 8080 published on 127.0.0.1 (an ephemeral host port): this
 	// is how the real agent-infra/sandbox image (≥ 1.9.3) is served. The
 	// sandbox then has a network, so runs whose policy says network=false
-	// are refused (executor_unavailable), never run.
+	// are refused (executor.capability_missing), never run.
 	NetworkBridge = "bridge"
 )
 
@@ -59,9 +59,12 @@ const (
 )
 
 // DefaultLimits are applied to the fields a Spec leaves at zero. Output
-// caps and rlimits are per run; memory, CPU and processes are the
-// container's (PoolConfig.MemoryMB, CPUs, Pids): one instance serves every
-// run of its session.
+// caps and rlimits are per run. A Spec's MemoryMB and MaxProcs (the
+// policy's obligations, always set by the gateway) are enforced per run by
+// sandboxd (RLIMIT_AS, and a RLIMIT_NPROC budget that concurrent runs of
+// the session share: see cmd/sandboxd/limits.go); left at zero, the
+// container's limits (PoolConfig.MemoryMB, Pids), which every run of the
+// session shares, are the bound. CPU is the container's (PoolConfig.CPUs).
 var DefaultLimits = executors.Limits{
 	MaxOpenFiles:   1024,
 	MaxFileSizeMB:  100,

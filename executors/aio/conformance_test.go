@@ -59,6 +59,7 @@ type fixture struct {
 	c      *Client
 	target string // host directory propagated to the container's /workspace
 	uid    int
+	img    string
 	mu     sync.Mutex // one workspace mounted at a time
 }
 
@@ -74,7 +75,10 @@ func startFixture(t *testing.T, img string) *fixture {
 			t.Fatal(err)
 		}
 	}
-	const uid = DefaultSandboxID
+	// A uid of its own: RLIMIT_NPROC, which enforces the process
+	// obligation, counts every task of the uid on the host, and other
+	// sandboxes of the default uid (another test binary's) would share it.
+	uid := DefaultSandboxID + 1_000_000 + int(time.Now().UnixNano()%1_000_000)
 	if err := os.Chown(run, uid, uid); err != nil {
 		t.Fatal(err)
 	}
@@ -127,10 +131,14 @@ func startFixture(t *testing.T, img string) *fixture {
 	if err := waitReady(rctx, c); err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{c: c, target: ws, uid: uid}
+	return &fixture{c: c, target: ws, uid: uid, img: img}
 }
 
 func (f *fixture) Kind() executors.Kind { return executors.KindAIO }
+
+func (f *fixture) Capabilities() executors.Capabilities {
+	return capabilitiesFor(NetworkNone, "image:"+f.img)
+}
 
 func (f *fixture) Available(ctx context.Context) error {
 	_, err := f.c.Sandbox(ctx)

@@ -82,8 +82,13 @@
 // read-only root with a private tmpfs /tmp, memory (no swap), CPU and pids
 // limits, no log driver; plus docker-init as PID 1, which reaps the
 // orphans of runs in a container that lives for many of them. Per-run
-// rlimits (CPU seconds, open files, file size) are applied by sandboxd;
-// memory and processes are the container's, shared by the session's runs.
+// rlimits are applied by sandboxd: CPU seconds, open files, file size, the
+// memory obligation (RLIMIT_AS per process, the node heap capped too) and
+// the process obligation (a RLIMIT_NPROC budget on top of the sandbox's
+// own tasks, shared by the session's concurrent runs: see
+// cmd/sandboxd/limits.go). The container's memory and pids limits bound
+// the whole session. Executor.Capabilities says so to the policy; in
+// bridge mode none of the per-run obligations hold and it says that.
 //
 // # Bridge mode (the real agent-infra image)
 //

@@ -76,8 +76,8 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 	if err != nil {
 		return executors.Result{}, err
 	}
-	if e.cfg.Network == NetworkBridge && !spec.Network {
-		return executors.Result{}, unavailable("network=false cannot be enforced in bridge mode", nil)
+	if err := e.Capabilities().Check(executors.KindAIO, spec); err != nil {
+		return executors.Result{}, err // bridge mode: the image's server enforces no per-run obligation
 	}
 	if spec.SessionID == "" {
 		return executors.Result{}, errors.New("aio: a run needs a session id: the instance belongs to the session")

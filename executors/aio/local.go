@@ -100,6 +100,7 @@ type localBackend struct {
 	// madeMount is set when this process made StateDir a mount point; it
 	// undoes that at a Close that removed every instance.
 	madeMount bool
+	image     imageID // the id of cfg.Image, for Capabilities
 }
 
 func newLocalBackend(cfg PoolConfig) (*localBackend, error) {
@@ -141,12 +142,18 @@ func (b *localBackend) available(ctx context.Context) error {
 	if _, err := b.cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
 		return unavailable("docker engine unreachable", err)
 	}
-	if _, err := b.cli.ImageInspect(ctx, b.cfg.Image); err != nil {
+	info, err := b.cli.ImageInspect(ctx, b.cfg.Image)
+	if err != nil {
 		if cerrdefs.IsNotFound(err) {
 			return unavailable("image "+b.cfg.Image+" missing (make images)", err)
 		}
 		return unavailable("image inspect", err)
 	}
+	seen := seenImage{id: info.ID}
+	if info.Config != nil {
+		seen.rootFS = info.Config.Labels[labelRootFS]
+	}
+	b.image.set(seen)
 	return nil
 }
 

@@ -47,7 +47,7 @@ func run(ctx context.Context, c *Client, r runRequest) (executors.Result, error)
 		SpillLimit:  r.limits.MaxSpillBytes,
 		TimeoutMS:   max(r.timeout.Milliseconds(), 1),
 		Limits: &RunLimits{CPUSeconds: r.limits.CPUSeconds, MaxOpenFiles: r.limits.MaxOpenFiles,
-			MaxFileSizeMB: r.limits.MaxFileSizeMB},
+			MaxFileSizeMB: r.limits.MaxFileSizeMB, MemoryMB: r.limits.MemoryMB, MaxProcs: r.limits.MaxProcs},
 	}
 	if !r.extended {
 		ext = nil

@@ -43,6 +43,8 @@ type Executor struct {
 
 	warm     *warmPool
 	warmHits atomic.Int64 // runs served by a warm container
+
+	imageIDs imageIDs // what Capabilities names as the root filesystem
 }
 
 // Interface guards.
@@ -116,12 +118,18 @@ func (e *Executor) Available(ctx context.Context) error {
 			continue
 		}
 		seen[img] = true
-		if _, err := e.cli.ImageInspect(ctx, img); err != nil {
+		info, err := e.cli.ImageInspect(ctx, img)
+		if err != nil {
 			if cerrdefs.IsNotFound(err) {
 				return e.unavailable("image "+img+" missing (make images)", err)
 			}
 			return e.unavailable("image inspect", err)
 		}
+		seen := seenImage{id: info.ID}
+		if info.Config != nil {
+			seen.rootFS = info.Config.Labels[labelRootFS]
+		}
+		e.imageIDs.set(img, seen)
 	}
 	e.afterEngineOK()
 	return nil

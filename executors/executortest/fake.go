@@ -15,6 +15,9 @@ type Fake struct {
 	KindValue     executors.Kind
 	AvailableFunc func(ctx context.Context) error
 	ExecuteFunc   func(ctx context.Context, spec executors.Spec) (executors.Result, error)
+	// Caps is what Capabilities reports; nil reports FullCapabilities, as
+	// a healthy production backend would.
+	Caps *executors.Capabilities
 
 	mu    sync.Mutex
 	calls []executors.Spec
@@ -36,6 +39,24 @@ func (f *Fake) Available(ctx context.Context) error {
 		return nil
 	}
 	return f.AvailableFunc(ctx)
+}
+
+// Capabilities returns *Caps, or FullCapabilities when Caps is nil.
+func (f *Fake) Capabilities() executors.Capabilities {
+	if f.Caps == nil {
+		return FullCapabilities()
+	}
+	return *f.Caps
+}
+
+// FullCapabilities can enforce every obligation the default policy
+// attaches (network off, the timeout on detached processes, memory and
+// process limits), as a production backend can.
+func FullCapabilities() executors.Capabilities {
+	return executors.Capabilities{
+		NetworkIsolation: true, MemoryLimit: true, ProcessLimit: true, KillDetached: true,
+		FilesystemIsolation: true, RootFS: "host", Isolation: "fake",
+	}
 }
 
 // Execute records spec and calls ExecuteFunc.

@@ -19,6 +19,9 @@ func TestFakeDefaults(t *testing.T) {
 	if calls := f.Calls(); len(calls) != 1 || calls[0].RequestID != "a" {
 		t.Errorf("Calls() = %+v", calls)
 	}
+	if err := f.Capabilities().Check(f.Kind(), executors.Spec{Limits: executors.Limits{MemoryMB: 1, MaxProcs: 1}}); err != nil {
+		t.Errorf("zero Fake cannot enforce the default obligations: %v", err)
+	}
 }
 
 func TestFakeFunctions(t *testing.T) {
@@ -36,5 +39,10 @@ func TestFakeFunctions(t *testing.T) {
 	res, _ := f.Execute(t.Context(), executors.Spec{Code: "echo"})
 	if res.Stdout != "echo" || res.ExitCode != 3 || f.Kind() != executors.KindDocker {
 		t.Errorf("Execute: %+v", res)
+	}
+	weak := executors.Capabilities{MemoryLimit: true, Isolation: "process-group"}
+	f.Caps = &weak
+	if got := f.Capabilities(); got != weak {
+		t.Errorf("Capabilities() = %+v, want %+v", got, weak)
 	}
 }

@@ -92,6 +92,8 @@ func Run(t *testing.T, h Harness) {
 	t.Run("HostFilesInvisible", s.forEachLang(s.testHostFilesInvisible))
 	t.Run("NoNetwork", s.forEachLang(s.testNoNetwork))
 	t.Run("DataStack", s.testDataStack)
+	t.Run("MemoryLimit", s.forEachLang(s.testMemoryLimit))
+	t.Run("ProcessLimit", s.forEachLang(s.testProcessLimit))
 }
 
 type suite struct {

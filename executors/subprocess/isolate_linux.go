@@ -33,14 +33,24 @@ shift 5
 "$@"
 exit $?`
 
-// execScript is the init step in user-namespace mode: same rlimits, then
-// the shell replaces itself with bubblewrap (no credential change happens
-// after Go's fork, so Pdeathsig survives the exec, and bubblewrap's
-// --die-with-parent carries it on).
+// execScript is the init step in user-namespace mode: the same rlimits
+// but RLIMIT_NPROC ($4 is skipped), then the shell replaces itself with
+// bubblewrap (no credential change happens after Go's fork, so Pdeathsig
+// survives the exec, and bubblewrap's --die-with-parent carries it on).
+// RLIMIT_NPROC is set inside the run's user namespace instead (nprocScript):
+// out here it would count every task of the gateway's uid, the gateway's
+// own threads and every other run, and bubblewrap could not even make the
+// namespaces under a small budget. Inside, the kernel counts the sandbox
+// uid's tasks of that namespace only: the run's own.
 const execScript = `umask 022
 ulimit -c 0 && ulimit -t "$1" && ulimit -v "$2" && ulimit -n "$3" && ulimit -f "$5" || exit 125
-ulimit -p "$4" 2>/dev/null || ulimit -u "$4" || exit 125
 shift 5
+exec "$@"`
+
+// nprocScript runs inside the user namespace, before the interpreter: it
+// sets RLIMIT_NPROC ($1) and replaces itself with argv.
+const nprocScript = `ulimit -p "$1" 2>/dev/null || ulimit -u "$1" || exit 125
+shift
 exec "$@"`
 
 // initArg0 names the init step in ps output and lets the probe recognise it.

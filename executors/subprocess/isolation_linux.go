@@ -180,7 +180,7 @@ func (e *Executor) bwrapCommand(l launch) *exec.Cmd {
 		args = append(args, "--unshare-net")
 	}
 	args = append(args, l.root.bwrapArgs()...)
-	args = append(args, "--")
+	args = append(args, "--", e.cfg.Shell, "-c", nprocScript, initArg0, l.limits.args()[3])
 	args = append(args, l.argv...)
 	cmd := exec.Command(e.cfg.Shell, args...)
 	cmd.Args[0] = initArg0

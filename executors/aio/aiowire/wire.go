@@ -29,6 +29,14 @@ type RunLimits struct {
 	CPUSeconds    int `json:"cpu_seconds,omitempty"`
 	MaxOpenFiles  int `json:"max_open_files,omitempty"`
 	MaxFileSizeMB int `json:"max_file_size_mb,omitempty"`
+	// MemoryMB caps the address space of each of the run's processes
+	// (RLIMIT_AS), as the subprocess executor does; for node the V8 heap
+	// is capped at it and the address space gets V8's headroom.
+	MemoryMB int `json:"memory_mb,omitempty"`
+	// MaxProcs is the run's process budget (threads count too): processes
+	// the run may have besides sandboxd's own and the sandbox's other
+	// long-lived ones. Concurrent runs of the sandbox share it.
+	MaxProcs int `json:"max_procs,omitempty"`
 }
 
 // RunOutput is the x_sandgate part of a response: the exact bytes of both

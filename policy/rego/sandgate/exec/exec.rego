@@ -17,7 +17,7 @@ default decision := {
 	"action": "deny",
 	"executor": "none",
 	"reasons": [{"code": "policy.default", "message": "no rule produced a decision"}],
-	"obligations": {"network": false, "timeout_s": 0, "memory_mb": 0},
+	"obligations": {"network": false, "timeout_s": 0, "memory_mb": 0, "max_procs": 0},
 }
 
 decision := _decision("deny", deny_reasons) if {
@@ -58,6 +58,7 @@ obligations := {
 	"network": false,
 	"timeout_s": min([input.request.timeout_s, config.limits.max_timeout_s]),
 	"memory_mb": object.get(config.limits.memory_mb, chosen_executor, config.limits.default_memory_mb),
+	"max_procs": object.get(config.limits.max_procs, chosen_executor, config.limits.default_max_procs),
 }
 
 reason(code, message) := {"code": code, "message": message}
@@ -80,9 +81,57 @@ deny_reasons contains reason("language.not_allowed", sprintf("language %q is not
 	not input.request.language in config.languages
 }
 
-deny_reasons contains reason("executor_unavailable", sprintf("executor %q is not available", [executor])) if {
-	not executor in input.executors.available
+# An executor that is not wired is absent from input.executors: it is as
+# unavailable as one whose probe failed.
+deny_reasons contains reason("executor_unavailable", unavailable_message) if {
+	not input.executors[executor].available
 }
+
+unavailable_message := sprintf("executor %q is not available: %s", [executor, input.executors[executor].reason]) if {
+	input.executors[executor].reason != ""
+} else := sprintf("executor %q is not available", [executor])
+
+# The capabilities the run's obligations need from the executor (the Go
+# side applies the same rule: executors.Required). The timeout must reach
+# processes that left the run's process group, hence kill_detached.
+# Administrators can require more for every run in
+# config.required_capabilities (filesystem_isolation, say).
+required_capabilities contains "network_isolation" if not obligations.network
+
+required_capabilities contains "network_grant" if obligations.network
+
+required_capabilities contains "kill_detached" if obligations.timeout_s > 0
+
+required_capabilities contains "memory_limit" if obligations.memory_mb > 0
+
+required_capabilities contains "process_limit" if obligations.max_procs > 0
+
+required_capabilities contains name if some name in config.required_capabilities
+
+# A run is never routed to an executor that cannot enforce its
+# obligations: it is denied, naming what is missing, rather than sent to
+# fail there (executor_unavailable would make the client retry forever).
+deny_reasons contains reason("executor.capability_missing", msg) if {
+	state := input.executors[executor]
+	state.available
+	some name in required_capabilities
+	not state.capabilities[name]
+	msg := sprintf("%s cannot enforce %s%s", [executor, object.get(capability_text, name, name), isolation_note(state)])
+}
+
+capability_text := {
+	"network_isolation": "network isolation",
+	"network_grant": "network access through the egress proxy",
+	"memory_limit": "the memory limit",
+	"process_limit": "the process limit",
+	"kill_detached": "the timeout on detached processes",
+	"filesystem_isolation": "filesystem isolation",
+	"kernels": "stateful kernels",
+}
+
+isolation_note(state) := sprintf(" (%s mode)", [state.capabilities.isolation]) if {
+	state.capabilities.isolation != ""
+} else := ""
 
 approval_reasons contains reason(sprintf("risk.%s", [lower(level)]), msg) if {
 	row.action == "require_approval"

@@ -2,7 +2,28 @@ package sandgate.exec_test
 
 import data.sandgate.exec
 
-all_executors := ["subprocess", "docker", "aio"]
+full_caps := {
+	"network_isolation": true,
+	"network_grant": false,
+	"memory_limit": true,
+	"process_limit": true,
+	"kill_detached": true,
+	"filesystem_isolation": true,
+	"kernels": false,
+	"requires_session": false,
+	"root_fs": "host",
+	"isolation": "namespaces",
+}
+
+all_executors := {kind: {"available": true, "capabilities": full_caps} | some kind in ["subprocess", "docker", "aio"]}
+
+# with_executor replaces one executor's state in inp.
+with_executor(inp, kind, state) := json.patch(inp, [{"op": "add", "path": sprintf("/executors/%s", [kind]), "value": state}])
+
+# with_caps is inp where kind has full_caps with the given changes.
+with_caps(inp, kind, changes) := with_executor(inp, kind, {"available": true, "capabilities": object.union(full_caps, changes)})
+
+codes(d) := [r.code | some r in d.reasons]
 
 mk(mode, level, proven) := {
 	"mode": mode,
@@ -17,7 +38,7 @@ mk(mode, level, proven) := {
 	},
 	"risk": {"level": level, "proven_safe": proven, "patterns": []},
 	"principal": {"role": "agent", "name": "agent"},
-	"executors": {"available": all_executors},
+	"executors": all_executors,
 }
 
 # Every row of the mode table in DESIGN.md §3: [mode, level, action, executor].
@@ -55,7 +76,7 @@ test_high_needs_approval_reason if {
 test_allow_has_no_reasons if {
 	d := exec.decision with input as mk("STRICT", "SAFE", true)
 	d.reasons == []
-	d.obligations == {"network": false, "timeout_s": 30, "memory_mb": 512}
+	d.obligations == {"network": false, "timeout_s": 30, "memory_mb": 512, "max_procs": 128}
 }
 
 test_unproven_safe_is_low if {
@@ -87,11 +108,92 @@ test_aio_keeps_approval_and_deny if {
 }
 
 test_executor_unavailable_denies if {
-	inp := json.patch(mk("STRICT", "LOW", false), [{"op": "replace", "path": "/executors/available", "value": ["subprocess"]}])
+	inp := with_executor(mk("STRICT", "LOW", false), "docker", {"available": false, "reason": "engine unreachable", "capabilities": {}})
 	d := exec.decision with input as inp
 	d.action == "deny"
 	d.executor == "docker"
-	d.reasons[0].code == "executor_unavailable"
+	d.reasons == [{"code": "executor_unavailable", "message": "executor \"docker\" is not available: engine unreachable"}]
+}
+
+test_executor_not_wired_denies if {
+	inp := json.patch(mk("STRICT", "LOW", false), [{"op": "remove", "path": "/executors/docker"}])
+	d := exec.decision with input as inp
+	d.action == "deny"
+	d.reasons == [{"code": "executor_unavailable", "message": "executor \"docker\" is not available"}]
+}
+
+# The non-root gateway: subprocess in process-group mode cannot isolate
+# the network, kill detached processes or bound the run's processes. A
+# SAFE run is denied naming each, never sent there to fail.
+test_process_group_subprocess_denied_naming_capabilities if {
+	inp := with_caps(mk("STRICT", "SAFE", true), "subprocess", {
+		"network_isolation": false, "kill_detached": false, "process_limit": false,
+		"isolation": "process-group",
+	})
+	d := exec.decision with input as inp
+	d.action == "deny"
+	d.executor == "subprocess"
+	d.reasons == [
+		{"code": "executor.capability_missing", "message": "subprocess cannot enforce network isolation (process-group mode)"},
+		{"code": "executor.capability_missing", "message": "subprocess cannot enforce the process limit (process-group mode)"},
+		{"code": "executor.capability_missing", "message": "subprocess cannot enforce the timeout on detached processes (process-group mode)"},
+	]
+}
+
+test_each_obligation_needs_its_capability if {
+	every name in ["network_isolation", "kill_detached", "memory_limit", "process_limit"] {
+		d := exec.decision with input as with_caps(mk("PERMISSIVE", "MEDIUM", false), "docker", {name: false})
+		d.action == "deny"
+		codes(d) == ["executor.capability_missing"]
+		contains(d.reasons[0].message, exec.capability_text[name])
+	}
+}
+
+test_capability_missing_beats_approval if {
+	d := exec.decision with input as with_caps(mk("STRICT", "HIGH", false), "docker", {"memory_limit": false})
+	d.action == "deny"
+	codes(d) == ["executor.capability_missing"]
+}
+
+test_capability_message_without_isolation if {
+	inp := with_executor(mk("STRICT", "LOW", false), "docker", {"available": true, "capabilities": {
+		"network_isolation": true, "kill_detached": true, "memory_limit": true,
+	}})
+	d := exec.decision with input as inp
+	d.reasons == [{"code": "executor.capability_missing", "message": "docker cannot enforce the process limit"}]
+}
+
+test_unavailable_is_not_also_capability_missing if {
+	inp := with_executor(mk("STRICT", "LOW", false), "docker", {"available": false, "reason": "down", "capabilities": {}})
+	d := exec.decision with input as inp
+	codes(d) == ["executor_unavailable"]
+}
+
+test_network_grant_needed_for_network if {
+	obl := {"network": true, "timeout_s": 30, "memory_mb": 512, "max_procs": 128}
+	d := exec.decision with input as mk("STRICT", "LOW", false) with exec.obligations as obl
+	d.action == "deny"
+	d.reasons == [{"code": "executor.capability_missing", "message": "docker cannot enforce network access through the egress proxy (namespaces mode)"}]
+	dg := exec.decision with input as with_caps(mk("STRICT", "LOW", false), "docker", {"network_grant": true})
+		with exec.obligations as obl
+	dg.action == "allow"
+}
+
+test_required_capabilities_from_config if {
+	inp := with_caps(mk("STRICT", "SAFE", true), "subprocess", {"filesystem_isolation": false})
+	allowed := exec.decision with input as inp
+	allowed.action == "allow"
+	d := exec.decision with input as inp with data.sandgate.config.required_capabilities as ["filesystem_isolation"]
+	d.action == "deny"
+	d.reasons[0].message == "subprocess cannot enforce filesystem isolation (namespaces mode)"
+}
+
+test_max_procs_obligation if {
+	d := exec.decision with input as mk("STRICT", "LOW", false)
+	d.obligations.max_procs == 128
+	dd := exec.decision with input as mk("STRICT", "LOW", false)
+		with data.sandgate.config.limits.max_procs as {"docker": 16}
+	dd.obligations.max_procs == 16
 }
 
 test_unknown_mode_denies if {
@@ -122,7 +224,7 @@ test_timeout_clamped if {
 }
 
 test_deny_beats_approval if {
-	inp := json.patch(mk("STRICT", "HIGH", false), [{"op": "replace", "path": "/executors/available", "value": []}])
+	inp := json.patch(mk("STRICT", "HIGH", false), [{"op": "replace", "path": "/executors", "value": {}}])
 	d := exec.decision with input as inp
 	d.action == "deny"
 }

@@ -1,0 +1,191 @@
+package manager_test
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate/errcode"
+	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/manager"
+	"github.com/sandgate/sandgate/policy"
+)
+
+// processGroupCaps is the subprocess executor of a gateway that is not
+// root: no network or PID namespace, code runs as the gateway's uid.
+func processGroupCaps() *executors.Capabilities {
+	return &executors.Capabilities{MemoryLimit: true, RootFS: "host", Isolation: "process-group"}
+}
+
+// deniedReasons unwraps a *DeniedError, failing the test otherwise.
+func deniedReasons(t *testing.T, err error) []policy.Reason {
+	t.Helper()
+	var de *manager.DeniedError
+	if !errors.As(err, &de) {
+		t.Fatalf("err %v is not a DeniedError", err)
+	}
+	return de.Reasons
+}
+
+// TestRunNonRootGatewayIsDeniedNotLooped is the non-root gateway bug: the
+// subprocess executor answered its probe, every run then failed with 503
+// executor_unavailable, and the manager re-probed and looped. Now the
+// policy sees the executor cannot isolate the network and denies the run
+// (403) naming that, every time, and the executor is never called.
+func TestRunNonRootGatewayIsDeniedNotLooped(t *testing.T) {
+	h := newHarness(t, hopts{})
+	h.sub.Caps = processGroupCaps()
+	for i := range 3 {
+		req := request("python", safePython)
+		_, err := h.m.Run(t.Context(), req)
+		if !errors.Is(err, manager.ErrPolicyDenied) || errors.Is(err, manager.ErrExecutorUnavailable) {
+			t.Fatalf("request %d: %v, want ErrPolicyDenied", i, err)
+		}
+		code, status, _ := errcode.Of(err)
+		if code != errcode.PolicyDenied || status != http.StatusForbidden {
+			t.Fatalf("request %d: %s %d, want policy_denied 403", i, code, status)
+		}
+		reasons := deniedReasons(t, err)
+		want := policy.Reason{Code: policy.ReasonCapabilityMissing,
+			Message: "subprocess cannot enforce network isolation (process-group mode)"}
+		if len(reasons) == 0 || reasons[0] != want {
+			t.Fatalf("request %d: reasons %+v, want first %+v", i, reasons, want)
+		}
+	}
+	if n := len(h.sub.Calls()); n != 0 {
+		t.Errorf("subprocess executed %d times, want 0: the policy denies before execute", n)
+	}
+	if n := len(h.docker.Calls()); n != 0 {
+		t.Errorf("docker executed %d times: a subprocess run was downgraded", n)
+	}
+	recs := h.audit.Records()
+	if len(recs) != 3 || recs[0].Outcome != manager.OutcomeDenied || recs[0].ErrorCode != string(errcode.PolicyDenied) ||
+		recs[0].Reasons[0].Code != policy.ReasonCapabilityMissing {
+		t.Errorf("audit records %+v, want 3 denied with the capability reason", recs)
+	}
+	st := h.m.ExecutorStatus(t.Context())["subprocess"]
+	if !st.Available || st.Capabilities.NetworkIsolation || st.Capabilities.Isolation != "process-group" {
+		t.Errorf("ExecutorStatus subprocess = %+v, want available with its process-group capabilities", st)
+	}
+}
+
+// TestRunUnenforceableDecisionDeniedByManager: an administrator's policy
+// that ignores capabilities still cannot send a run to an executor that
+// cannot enforce it: the manager checks before it touches the workspace.
+func TestRunUnenforceableDecisionDeniedByManager(t *testing.T) {
+	allow := &policy.Decision{Action: policy.ActionAllow, Executor: "subprocess", PolicyRevision: "admin-rev",
+		Obligations: policy.Obligations{TimeoutS: 10, MemoryMB: 64, MaxProcs: 8}}
+	h := newHarness(t, hopts{decision: allow})
+	h.sub.Caps = &executors.Capabilities{NetworkIsolation: true, KillDetached: true, MemoryLimit: true, Isolation: "test"}
+	_, err := h.m.Run(t.Context(), request("python", safePython))
+	if !errors.Is(err, manager.ErrPolicyDenied) {
+		t.Fatalf("Run: %v, want ErrPolicyDenied", err)
+	}
+	reasons := deniedReasons(t, err)
+	if len(reasons) != 1 || reasons[0].Code != policy.ReasonCapabilityMissing ||
+		reasons[0].Message != "subprocess cannot enforce the process limit (test mode)" {
+		t.Errorf("reasons %+v", reasons)
+	}
+	if n := len(h.sub.Calls()); n != 0 {
+		t.Errorf("subprocess executed %d times, want 0", n)
+	}
+	rec := h.oneRecord(t)
+	if rec.Action != policy.ActionAllow || rec.Outcome != manager.OutcomeDenied || len(rec.Reasons) != 1 ||
+		rec.Reasons[0].Code != policy.ReasonCapabilityMissing {
+		t.Errorf("audit record action %q outcome %q reasons %+v", rec.Action, rec.Outcome, rec.Reasons)
+	}
+	if _, err := os.Stat(filepath.Join(h.ws.Root(), "s1")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the session's workspace was created for a run that cannot be enforced (stat: %v)", err)
+	}
+}
+
+// TestRunExecutorCapabilityErrorIs403: an executor that finds at run time
+// that it cannot enforce an obligation is a 403, and it is not re-probed
+// (re-probing is what made the non-root gateway loop).
+func TestRunExecutorCapabilityErrorIs403(t *testing.T) {
+	h := newHarness(t, hopts{cfg: manager.Config{AvailabilityTTL: time.Hour}})
+	probes := 0
+	h.sub.AvailableFunc = func(context.Context) error { probes++; return nil }
+	h.sub.ExecuteFunc = func(context.Context, executors.Spec) (executors.Result, error) {
+		return executors.Result{}, &executors.CapabilityError{Kind: executors.KindSubprocess,
+			Missing: []string{executors.CapNetworkIsolation}, Isolation: "process-group"}
+	}
+	for range 2 {
+		_, err := h.m.Run(t.Context(), request("python", safePython))
+		if !errors.Is(err, manager.ErrPolicyDenied) {
+			t.Fatalf("Run: %v, want ErrPolicyDenied", err)
+		}
+		if r := deniedReasons(t, err); r[0].Message != "subprocess cannot enforce network isolation (process-group mode)" {
+			t.Errorf("reasons %+v", r)
+		}
+	}
+	if probes != 1 {
+		t.Errorf("probed %d times, want 1: a missing capability is not unavailability", probes)
+	}
+}
+
+// TestRunUnavailableHeldWhenProbeDisagrees: an executor whose probe passes
+// while its runs keep failing as unavailable is held unavailable, with the
+// runs' reason, so the policy denies runs to it (and /readyz says so)
+// instead of sending each one to fail; after the hold it is probed again.
+func TestRunUnavailableHeldWhenProbeDisagrees(t *testing.T) {
+	h := newHarness(t, hopts{cfg: manager.Config{AvailabilityTTL: time.Hour, UnavailableHold: 300 * time.Millisecond}})
+	fail := true
+	h.sub.ExecuteFunc = func(context.Context, executors.Spec) (executors.Result, error) {
+		if fail {
+			return executors.Result{}, &executors.UnavailableError{Kind: executors.KindSubprocess, Reason: "cannot start the sandbox"}
+		}
+		return executors.Result{Stdout: "hi\n"}, nil
+	}
+	for i := range 3 {
+		_, err := h.m.Run(t.Context(), request("python", safePython))
+		if !errors.Is(err, manager.ErrExecutorUnavailable) {
+			t.Fatalf("request %d: %v, want ErrExecutorUnavailable", i, err)
+		}
+		if r := deniedReasons(t, err); !strings.Contains(r[0].Message, "cannot start the sandbox") {
+			t.Errorf("request %d: reasons %+v, want the executor's reason", i, r)
+		}
+	}
+	if n := len(h.sub.Calls()); n != 2 {
+		t.Errorf("subprocess executed %d times, want 2: the third run is denied by the policy", n)
+	}
+	st := h.m.ExecutorStatus(t.Context())["subprocess"]
+	if st.Available || !strings.Contains(st.Reason, "cannot start the sandbox") {
+		t.Errorf("ExecutorStatus during the hold = %+v, want unavailable with the runs' reason", st)
+	}
+	fail = false
+	time.Sleep(350 * time.Millisecond)
+	if _, err := h.m.Run(t.Context(), request("python", safePython)); err != nil {
+		t.Fatalf("after the hold: %v", err)
+	}
+	if st := h.m.ExecutorStatus(t.Context())["subprocess"]; !st.Available || st.Reason != "" {
+		t.Errorf("ExecutorStatus after the hold = %+v", st)
+	}
+}
+
+// TestExecutorStatusReasons: the status carries the executor's own reason,
+// never the wrapped internal error.
+func TestExecutorStatusReasons(t *testing.T) {
+	h := newHarness(t, hopts{})
+	h.docker.AvailableFunc = func(context.Context) error {
+		return &executors.UnavailableError{Kind: executors.KindDocker, Reason: "engine unreachable",
+			Err: errors.New("dial unix /secret/path/docker.sock: connect: refused")}
+	}
+	h.sub.AvailableFunc = func(context.Context) error { return errors.New("internal detail /root/x") }
+	st := h.m.ExecutorStatus(t.Context())
+	if d := st["docker"]; d.Available || d.Reason != "engine unreachable" || !d.Capabilities.NetworkIsolation {
+		t.Errorf("docker status %+v", d)
+	}
+	if s := st["subprocess"]; s.Available || s.Reason != "availability probe failed" {
+		t.Errorf("subprocess status %+v", s)
+	}
+	if strings.Contains(toJSON(t, st), "/secret/path") || strings.Contains(toJSON(t, st), "/root/x") {
+		t.Errorf("status leaks the wrapped error: %s", toJSON(t, st))
+	}
+}
