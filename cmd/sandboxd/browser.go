@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sandgate/sandgate/executors/process"
 	"io"
 	"net/http"
 	"net/http/httputil"
@@ -92,7 +93,7 @@ func (b *browser) ensure(ctx context.Context) (int, error) {
 	go func() {
 		_ = cmd.Wait()
 		drop()
-		_ = syscall.Kill(-root.pid, syscall.SIGKILL)
+		_ = process.KillGroup(root.pid)
 		close(exited)
 	}()
 	port, err := waitDevToolsPort(ctx, dataDir, exited)

@@ -5,11 +5,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/sandgate/sandgate/executors/process"
 	"io"
 	"os"
 	"os/exec"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -196,7 +196,7 @@ func (t *jobTable) start(spec jobSpec) (*job, error) {
 	}
 	if err == nil && gate {
 		if err = setLimits(cmd.Process.Pid, lim); err != nil {
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			_ = process.KillGroup(cmd.Process.Pid)
 		}
 	}
 	if err != nil {
@@ -231,7 +231,7 @@ func (t *jobTable) start(spec jobSpec) (*job, error) {
 		j.mu.Unlock()
 		// Children left in the group would hold the pipes: they end with
 		// the command. Detached ones are cut off after WaitDelay.
-		_ = syscall.Kill(-j.root.pid, syscall.SIGKILL)
+		_ = process.KillGroup(j.root.pid)
 		drained := make(chan struct{})
 		go func() { pumps.Wait(); close(drained) }()
 		select {
@@ -282,7 +282,7 @@ func (t *jobTable) signal(j *job, sig syscall.Signal) {
 	running := j.status == statusRunning
 	j.mu.Unlock()
 	if running {
-		_ = syscall.Kill(-j.root.pid, sig)
+		_ = process.SignalGroup(j.root.pid, sig)
 	}
 }
 
@@ -329,10 +329,7 @@ func exitCode(ps *os.ProcessState, err error) int {
 		}
 		return 0
 	}
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal())
-	}
-	return ps.ExitCode()
+	return process.ExitCode(ps)
 }
 
 func closeAll(a, b []*os.File) {
@@ -359,51 +356,19 @@ func clampLimits(lim runLimits) runLimits {
 	return lim
 }
 
-// setLimits applies lim to pid with prlimit(2) (same uid: allowed, and
-// only lowering).
-func setLimits(pid int, lim appliedLimits) error {
-	set := func(res int, v uint64) error {
-		if err := unix.Prlimit(pid, res, &unix.Rlimit{Cur: v, Max: v}, nil); err != nil {
-			return fmt.Errorf("prlimit %d: %w", res, err)
-		}
-		return nil
-	}
-	var errs []error
-	if lim.CPUSeconds > 0 {
-		errs = append(errs, set(unix.RLIMIT_CPU, uint64(lim.CPUSeconds)))
-	}
-	if lim.MaxOpenFiles > 0 {
-		errs = append(errs, set(unix.RLIMIT_NOFILE, uint64(lim.MaxOpenFiles)))
-	}
-	if lim.MaxFileSizeMB > 0 {
-		errs = append(errs, set(unix.RLIMIT_FSIZE, uint64(lim.MaxFileSizeMB)<<20))
-	}
-	if lim.addressSpaceMB > 0 {
-		errs = append(errs, set(unix.RLIMIT_AS, uint64(lim.addressSpaceMB)<<20))
-	}
-	if lim.nproc > 0 {
-		errs = append(errs, set(unix.RLIMIT_NPROC, uint64(lim.nproc)))
-	}
-	return errors.Join(errs...)
+// rlimits is lim in the shared representation (executors/process).
+func (lim appliedLimits) rlimits() process.Rlimits {
+	return process.Rlimits{CPUSeconds: lim.CPUSeconds, AddressSpaceBytes: lim.addressSpaceMB << 20,
+		OpenFiles: lim.MaxOpenFiles, Procs: lim.nproc, FileSizeBytes: lim.MaxFileSizeMB << 20}
 }
 
+// setLimits applies lim to pid with prlimit(2) (same uid: allowed, and
+// only lowering).
+func setLimits(pid int, lim appliedLimits) error { return lim.rlimits().Prlimit(pid) }
+
 // ulimitScript sets lim and then executes the command line passed as
-// arguments. dash's ulimit -f counts 512-byte blocks.
-func ulimitScript(lim appliedLimits) string {
-	var b strings.Builder
-	b.WriteString(lim.ulimitArgs())
-	if lim.CPUSeconds > 0 {
-		b.WriteString("ulimit -t " + strconv.Itoa(lim.CPUSeconds) + " && ")
-	}
-	if lim.MaxOpenFiles > 0 {
-		b.WriteString("ulimit -n " + strconv.Itoa(lim.MaxOpenFiles) + " && ")
-	}
-	if lim.MaxFileSizeMB > 0 {
-		b.WriteString("ulimit -f " + strconv.Itoa(lim.MaxFileSizeMB*2048) + " && ")
-	}
-	b.WriteString(`exec "$@"`)
-	return b.String()
-}
+// arguments.
+func ulimitScript(lim appliedLimits) string { return lim.rlimits().UlimitScript() + `exec "$@"` }
 
 // waitJob waits for j to finish, at most d (d <= 0: no limit), or until
 // cancel is closed. It reports whether j finished.

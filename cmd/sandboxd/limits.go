@@ -1,9 +1,8 @@
 package main
 
 import (
+	"github.com/sandgate/sandgate/executors/process"
 	"os"
-	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -13,7 +12,7 @@ import (
 // RLIMIT_AS of a few hundred MB); the heap itself is capped at MemoryMB
 // with --max-old-space-size. The subprocess executor uses the same figure
 // (subprocess.DefaultNodeAddressSpaceHeadroomMB).
-const nodeHeadroomMB = 3072
+const nodeHeadroomMB = process.NodeHeadroomMB
 
 // appliedLimits are the rlimits one run gets: the request's RunLimits
 // (clamped to sandboxd's own hard limits) resolved into what the kernel
@@ -116,19 +115,5 @@ func withHeapCap(argv []string, lim *runLimits) []string {
 	if lim == nil || lim.MemoryMB <= 0 || len(argv) == 0 || argv[0] != "node" {
 		return argv
 	}
-	return append([]string{argv[0], "--max-old-space-size=" + strconv.Itoa(lim.MemoryMB)}, argv[1:]...)
-}
-
-// ulimitArgs are the dash ulimit options for the limits the shell path
-// sets on top of CPU, files and file size: -v is KiB of address space,
-// -p the process count.
-func (a appliedLimits) ulimitArgs() string {
-	var b strings.Builder
-	if a.addressSpaceMB > 0 {
-		b.WriteString("ulimit -v " + strconv.Itoa(a.addressSpaceMB*1024) + " && ")
-	}
-	if a.nproc > 0 {
-		b.WriteString("ulimit -p " + strconv.Itoa(a.nproc) + " && ")
-	}
-	return b.String()
+	return append([]string{argv[0], process.NodeHeapArg(lim.MemoryMB)}, argv[1:]...)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"github.com/sandgate/sandgate/executors/process"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -169,7 +170,7 @@ func (s sweep) owns(procs map[int]proc, p proc) bool {
 // kill SIGKILLs the sweep's victims until none is left (a fork racing the
 // scan is caught by the next round), for at most budget.
 func (s sweep) kill(budget time.Duration) {
-	_ = syscall.Kill(-s.target.pid, syscall.SIGKILL)
+	_ = process.KillGroup(s.target.pid)
 	deadline := time.Now().Add(budget)
 	for {
 		v := s.victims(listProcs())

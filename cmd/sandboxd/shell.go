@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/sandgate/sandgate/executors/process"
 	"net/http"
 	"os"
 	"os/exec"
@@ -238,7 +239,7 @@ func (s *server) startShell(sess *shellSession) error {
 		close(p.exited)
 		// Leftovers of the shell's group end with it; detached ones would
 		// hold the output pipe open forever.
-		_ = syscall.Kill(-p.root.pid, syscall.SIGKILL)
+		_ = process.KillGroup(p.root.pid)
 		cut := time.AfterFunc(s.cfg.WaitDelay, func() { _ = outR.SetReadDeadline(time.Now()) })
 		<-readDone // the output the shell wrote before it exited
 		cut.Stop()

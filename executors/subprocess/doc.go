@@ -174,6 +174,9 @@
 //     Tracebacks of uncaught exceptions are cleaned of it. An audit hook
 //     the program installs sees, after an uncaught exception, the
 //     bootstrap's one-shot hook in the "sys.excepthook" event.
+//   - Node 18 (the runtime root's, Debian bookworm): process.moduleLoadList
+//     lists a few more internal modules (the preload's require of fs
+//     comes before the ES module loader's set-up); Node 20 loads none.
 //   - Node: require('module')._pathCache (internal) holds the placeholder
 //     path's entry, and while the run lasts the placeholder symlink exists
 //     in the warm directory (outside the workspace).

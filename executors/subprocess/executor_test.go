@@ -158,10 +158,16 @@ func TestNoIsolationIsUnavailable(t *testing.T) {
 	if e.Isolation() != IsolationNone {
 		t.Fatalf("isolation %q without its launcher, want none", e.Isolation())
 	}
-	if err := e.Available(t.Context()); !errors.Is(err, executors.ErrUnavailable) || !strings.Contains(err.Error(), "nonexistent") {
+	err := e.Available(t.Context())
+	if !errors.Is(err, executors.ErrUnavailable) || !strings.Contains(err.Error(), "nonexistent") {
 		t.Errorf("Available: %v, want ErrUnavailable naming the reason", err)
 	}
-	_, err := e.Execute(t.Context(), executors.Spec{Language: "python", Code: "1",
+	// The short reason /readyz shows names what is missing.
+	var ue *executors.UnavailableError
+	if !errors.As(err, &ue) || !strings.Contains(ue.Reason, "unshare") && !strings.Contains(ue.Reason, "bubblewrap") {
+		t.Errorf("reason %q, want it to name the missing launcher", ue.Reason)
+	}
+	_, err = e.Execute(t.Context(), executors.Spec{Language: "python", Code: "1",
 		WorkspaceDir: executortest.NewWorkspace(t)})
 	if !errors.Is(err, executors.ErrUnavailable) {
 		t.Errorf("Execute: %v, want ErrUnavailable", err)

@@ -3,6 +3,7 @@ package subprocess
 import (
 	"errors"
 	"fmt"
+	"github.com/sandgate/sandgate/executors/process"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -59,7 +60,7 @@ const initArg0 = "sandgate-init"
 // launch describes one process to start.
 type launch struct {
 	argv   []string // interpreter and its arguments
-	limits rlimits
+	limits process.Rlimits
 	dir    string
 	env    []string
 	netns  bool // new network namespace (namespaces mode only)
@@ -74,26 +75,6 @@ type launch struct {
 	zygote bool
 }
 
-// rlimits in the units the shell's ulimit builtin takes; unlimited (-1)
-// only in a zygote's launch.
-type rlimits struct {
-	cpuSeconds, asKiB, nofile, nproc, fsizeBlocks int
-}
-
-const unlimited = -1
-
-func (r rlimits) args() []string {
-	args := make([]string, 0, 5)
-	for _, v := range []int{r.cpuSeconds, r.asKiB, r.nofile, r.nproc, r.fsizeBlocks} {
-		if v == unlimited {
-			args = append(args, "unlimited")
-		} else {
-			args = append(args, strconv.Itoa(v))
-		}
-	}
-	return args
-}
-
 // command builds the exec.Cmd for l under the executor's isolation. The
 // caller sets Stdout, Stderr, WaitDelay and, for a warm process,
 // ExtraFiles; killing is proc's job.
@@ -105,7 +86,7 @@ func (e *Executor) command(l launch) *exec.Cmd {
 		return cmd
 	}
 	args := []string{"-c", initScript, initArg0}
-	args = append(args, l.limits.args()...)
+	args = append(args, l.limits.UlimitValues()...)
 	if l.zygote {
 		args = append(args, e.unshare, "--mount", "--")
 	} else {
@@ -123,44 +104,6 @@ func (e *Executor) command(l launch) *exec.Cmd {
 	cmd.Env = l.env
 	cmd.SysProcAttr = attr
 	return cmd
-}
-
-// killTree SIGKILLs the run's process group and its leader. In namespaces
-// mode the leader is PID 1 of the run's PID namespace, so the kernel then
-// kills every process in it, even those that left the group with setsid.
-// It must only be called while the leader is not yet reaped, so the pid
-// cannot have been reused.
-func killTree(pid int) error {
-	errGroup := unix.Kill(-pid, unix.SIGKILL)
-	errLeader := unix.Kill(pid, unix.SIGKILL)
-	if errors.Is(errGroup, unix.ESRCH) && errors.Is(errLeader, unix.ESRCH) {
-		return os.ErrProcessDone
-	}
-	if errLeader != nil && !errors.Is(errLeader, unix.ESRCH) {
-		return fmt.Errorf("kill %d: %w", pid, errLeader)
-	}
-	return nil
-}
-
-// awaitExit blocks until pid has exited without reaping it (WNOWAIT), so
-// the caller can still kill the process group by the leader's pid.
-func awaitExit(pid int) error {
-	for {
-		var info unix.Siginfo
-		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
-		if !errors.Is(err, unix.EINTR) {
-			return err
-		}
-	}
-}
-
-// exitCode maps a wait status to the shell convention: the exit status, or
-// 128+signal for a process killed by a signal.
-func exitCode(ps *os.ProcessState) int {
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal())
-	}
-	return ps.ExitCode()
 }
 
 // sealInheritedFDs sets close-on-exec on every descriptor above 2 the

@@ -45,22 +45,25 @@ const (
 func (e *Executor) chooseIsolation(ctx context.Context) {
 	e.dropUID = os.Geteuid() == 0
 	var err error
+	var reason string // short, for /readyz and the policy input
 	if e.dropUID {
 		e.isolation = IsolationNamespaces
-		if e.unshare, err = e.lookPath(e.cfg.Unshare, DefaultToolPATH); err == nil {
-			err = e.probe(ctx)
+		if e.unshare, err = e.lookPath(e.cfg.Unshare, DefaultToolPATH); err != nil {
+			reason = "util-linux unshare not found"
+		} else if err = e.probe(ctx); err != nil {
+			reason = "namespace isolation probe failed"
 		}
 	} else {
 		e.isolation = IsolationUserNS
 		if e.bwrap, err = lookPath("/", e.cfg.Bwrap, DefaultToolPATH); err != nil {
-			err = fmt.Errorf("not root, and bubblewrap (apt install bubblewrap) is needed for user namespaces: %w", err)
-		} else {
-			err = e.probe(ctx)
+			reason = "not root, and bubblewrap (needed for user namespaces) is not installed"
+		} else if err = e.probe(ctx); err != nil {
+			reason = "not root, and user namespaces are unavailable (bubblewrap failed)"
 		}
 	}
 	if err != nil {
-		e.log.Error("subprocess executor unavailable: no isolation", "tried", string(e.isolation), "err", err)
-		e.isolation, e.noIsolation = IsolationNone, fmt.Errorf("%s isolation: %w", e.isolation, err)
+		e.log.Error("subprocess executor unavailable: no isolation", "tried", string(e.isolation), "reason", reason, "err", err)
+		e.isolation, e.noIsolation, e.noIsolationReason = IsolationNone, fmt.Errorf("%s isolation: %w", e.isolation, err), reason
 	}
 }
 
@@ -173,14 +176,14 @@ func (e *Executor) statInterp(p string) (os.FileInfo, error) { return statIn(e.s
 // whose death ends the namespace.
 func (e *Executor) bwrapCommand(l launch) *exec.Cmd {
 	args := []string{"-c", execScript, initArg0}
-	args = append(args, l.limits.args()...)
+	args = append(args, l.limits.UlimitValues()...)
 	args = append(args, e.bwrap, "--unshare-user", "--uid", strconv.Itoa(l.uid), "--gid", strconv.Itoa(l.gid),
 		"--unshare-pid", "--die-with-parent")
 	if l.netns {
 		args = append(args, "--unshare-net")
 	}
 	args = append(args, l.root.bwrapArgs()...)
-	args = append(args, "--", e.cfg.Shell, "-c", nprocScript, initArg0, l.limits.args()[3])
+	args = append(args, "--", e.cfg.Shell, "-c", nprocScript, initArg0, l.limits.UlimitValues()[3])
 	args = append(args, l.argv...)
 	cmd := exec.Command(e.cfg.Shell, args...)
 	cmd.Args[0] = initArg0

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/executors/process"
 )
 
 // proc is one started launch chain, cold or warm. Its reaper goroutine
@@ -54,13 +55,13 @@ func (e *Executor) startLaunch(cmd *exec.Cmd, l launch) (*proc, error) {
 
 func (p *proc) reap(log *slog.Logger) {
 	pid := p.cmd.Process.Pid
-	if err := awaitExit(pid); err != nil {
+	if err := process.AwaitExit(pid); err != nil {
 		log.Warn("waitid", "error", err.Error())
 	}
 	p.mu.Lock()
 	// The leader is a zombie, so its pid still names our group: kill what
 	// is left of it (background jobs in process-group mode).
-	_ = killTree(pid)
+	_ = process.KillGroup(pid)
 	p.reaped = true
 	p.mu.Unlock()
 	close(p.exited)
@@ -77,7 +78,7 @@ func (p *proc) kill() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.reaped {
-		_ = killTree(p.cmd.Process.Pid)
+		_ = process.KillGroup(p.cmd.Process.Pid)
 	}
 }
 
@@ -109,7 +110,7 @@ func (e *Executor) await(ctx, runCtx context.Context, p *proc, out *output, bega
 	if p.state == nil {
 		return res, fmt.Errorf("subprocess: wait: %w", p.err)
 	}
-	res.ExitCode = exitCode(p.state)
+	res.ExitCode = process.ExitCode(p.state)
 	if deadlineHit {
 		if ctx.Err() != nil {
 			return res, fmt.Errorf("subprocess: run aborted: %w", context.Cause(ctx))

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
 	"time"
 
 	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/executors/internal/wsfile"
+	"github.com/sandgate/sandgate/executors/process"
 )
 
 // Executor runs code as a hardened host subprocess. It is safe for
@@ -24,13 +24,15 @@ type Executor struct {
 	unshare      string
 	bwrap        string // bubblewrap, in IsolationUserNS
 	isolation    Isolation
-	noIsolation  error  // why no isolation could be set up (IsolationNone)
-	dropUID      bool   // run as the sandbox uid/gid (gateway is root)
-	sysRoot      string // Config.RootDir resolved, or "/" for the host's system directories
-	rootID       string // the root filesystem's identity (capabilities)
-	runDir       string // the executor's own host directory: stage/, probe/
-	stage        string // mount point of the base root while it is built
-	base         baseNS // every run's root starts as a copy of it
+	noIsolation  error // why no isolation could be set up (IsolationNone)
+	// noIsolationReason says it in a few words, for /readyz.
+	noIsolationReason string
+	dropUID           bool   // run as the sandbox uid/gid (gateway is root)
+	sysRoot           string // Config.RootDir resolved, or "/" for the host's system directories
+	rootID            string // the root filesystem's identity (capabilities)
+	runDir            string // the executor's own host directory: stage/, probe/
+	stage             string // mount point of the base root while it is built
+	base              baseNS // every run's root starts as a copy of it
 
 	warm     *warmPool   // nil when Config.DisableWarm
 	zygotes  *zygotePool // nil without namespaces, or when disabled
@@ -110,7 +112,7 @@ func (e *Executor) Isolation() Isolation { return e.isolation }
 // interpreter is present. It only stats a few files.
 func (e *Executor) Available(context.Context) error {
 	if e.isolation == IsolationNone {
-		return e.unavailable("no isolation", e.noIsolation)
+		return e.unavailable(e.noIsolationReason, e.noIsolation)
 	}
 	var errs []error
 	for lang, err := range e.missing {
@@ -156,23 +158,18 @@ func (e *Executor) interpreterArgs(lang, interp, rel string, lim executors.Limit
 	case executors.LangBash:
 		return []string{interp, "--noprofile", "--norc", rel}
 	default:
-		return []string{interp, "--max-old-space-size=" + strconv.Itoa(lim.MemoryMB), rel}
+		return []string{interp, process.NodeHeapArg(lim.MemoryMB), rel}
 	}
 }
 
-// limitsFor resolves the limits of one run into ulimit units.
-func (e *Executor) limitsFor(lang string, lim executors.Limits) rlimits {
+// limitsFor resolves the limits of one run into rlimits.
+func (e *Executor) limitsFor(lang string, lim executors.Limits) process.Rlimits {
 	asMB := lim.MemoryMB
 	if lang == executors.LangJavaScript {
 		asMB += e.cfg.NodeAddressSpaceHeadroomMB
 	}
-	return rlimits{
-		cpuSeconds:  lim.CPUSeconds,
-		asKiB:       asMB * 1024,
-		nofile:      lim.MaxOpenFiles,
-		nproc:       lim.MaxProcs,
-		fsizeBlocks: lim.MaxFileSizeMB * 2048, // 512-byte blocks, checked by the probe
-	}
+	return process.Rlimits{CPUSeconds: lim.CPUSeconds, AddressSpaceBytes: asMB << 20, OpenFiles: lim.MaxOpenFiles,
+		Procs: lim.MaxProcs, FileSizeBytes: lim.MaxFileSizeMB << 20}
 }
 
 // env is the code's whole environment: nothing of the gateway's. HOME is
@@ -192,7 +189,7 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 		return executors.Result{}, err
 	}
 	if e.isolation == IsolationNone {
-		return executors.Result{}, e.unavailable("no isolation", e.noIsolation)
+		return executors.Result{}, e.unavailable(e.noIsolationReason, e.noIsolation)
 	}
 	id, dir, lim := spec.RequestID, spec.WorkspaceDir, spec.Limits
 	ws, err := e.openWorkspace(dir, spec.UID, spec.GID)

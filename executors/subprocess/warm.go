@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/executors/process"
 )
 
 // WarmStats counts what the warm pool did since New. Hits+Misses is the
@@ -77,7 +78,7 @@ type warmKey struct {
 	dir      string
 	dirID    fileID // the workspace directory itself (dev, inode)
 	netns    bool
-	limits   rlimits
+	limits   process.Rlimits
 	heapMB   int // node's --max-old-space-size
 }
 
@@ -576,7 +577,7 @@ func (e *Executor) Prewarm(ctx context.Context, spec executors.Spec) error {
 		return err
 	}
 	if e.isolation == IsolationNone {
-		return e.unavailable("no isolation", e.noIsolation)
+		return e.unavailable(e.noIsolationReason, e.noIsolation)
 	}
 	ws, err := e.openWorkspace(spec.WorkspaceDir, spec.UID, spec.GID)
 	if err != nil {

@@ -7,11 +7,11 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/executors/process"
 )
 
 // handoffFD is the descriptor on which a warm interpreter's bootstrap talks
@@ -327,7 +327,7 @@ func (e *Executor) warmArgs(lang, interp string, lim executors.Limits, preload, 
 		}
 		return []string{interp, "--noprofile", "--norc", "-c", bashBoot, "sandgate-warm", e.envTool, interp}, true
 	case executors.LangJavaScript:
-		return []string{interp, "--max-old-space-size=" + strconv.Itoa(lim.MemoryMB), "--require", preload, placeholder}, true
+		return []string{interp, process.NodeHeapArg(lim.MemoryMB), "--require", preload, placeholder}, true
 	}
 	return nil, false
 }

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/executors/process"
 )
 
 // zygote is one session's Python zygote process (see zygoteBoot): an
@@ -48,16 +49,16 @@ type zygote struct {
 // since a run (root until it drops to the sandbox uid, but perhaps without
 // CAP_SYS_RESOURCE) can only lower what it inherits, and each run sets
 // its own.
-func zygoteLimits() rlimits {
-	hard := func(res int, unit uint64) int {
+func zygoteLimits() process.Rlimits {
+	hard := func(res int) int {
 		var r unix.Rlimit
-		if err := unix.Getrlimit(res, &r); err != nil || r.Max == unix.RLIM_INFINITY || r.Max/unit > math.MaxInt32 {
-			return unlimited
+		if err := unix.Getrlimit(res, &r); err != nil || r.Max == unix.RLIM_INFINITY || r.Max > math.MaxInt32 {
+			return process.Unlimited
 		}
-		return int(r.Max / unit)
+		return int(r.Max)
 	}
-	return rlimits{cpuSeconds: hard(unix.RLIMIT_CPU, 1), asKiB: hard(unix.RLIMIT_AS, 1024),
-		nofile: hard(unix.RLIMIT_NOFILE, 1), nproc: hard(unix.RLIMIT_NPROC, 1), fsizeBlocks: hard(unix.RLIMIT_FSIZE, 512)}
+	return process.Rlimits{CPUSeconds: hard(unix.RLIMIT_CPU), AddressSpaceBytes: hard(unix.RLIMIT_AS),
+		OpenFiles: hard(unix.RLIMIT_NOFILE), Procs: hard(unix.RLIMIT_NPROC), FileSizeBytes: hard(unix.RLIMIT_FSIZE)}
 }
 
 // zygoteReadyTimeout bounds the wait for a new zygote's "R"; a zygote
@@ -258,8 +259,8 @@ func (z *zygote) send(rel string, l launch) (*zygoteRun, error) {
 	r.ctl = ctl
 	give = append(give, child)
 	lim := l.limits
-	msg := rel + "\x00" + strconv.Itoa(lim.cpuSeconds) + "\x00" + strconv.Itoa(lim.asKiB*1024) + "\x00" +
-		strconv.Itoa(lim.nofile) + "\x00" + strconv.Itoa(lim.nproc) + "\x00" + strconv.Itoa(lim.fsizeBlocks*512) +
+	msg := rel + "\x00" + strconv.Itoa(lim.CPUSeconds) + "\x00" + strconv.Itoa(lim.AddressSpaceBytes) + "\x00" +
+		strconv.Itoa(lim.OpenFiles) + "\x00" + strconv.Itoa(lim.Procs) + "\x00" + strconv.Itoa(lim.FileSizeBytes) +
 		"\x00" + strconv.Itoa(l.uid) + "\x00" + strconv.Itoa(l.gid) + "\x00" + strconv.FormatInt(l.root.tmpBytes, 10)
 	rights := unix.UnixRights(int(give[0].Fd()), int(give[1].Fd()), int(give[2].Fd()))
 	if _, _, err := z.conn.WriteMsgUnix([]byte(msg), rights, nil); err != nil {

@@ -3,6 +3,7 @@ package subprocess
 import (
 	"container/list"
 	"context"
+	"github.com/sandgate/sandgate/executors/process"
 	"os"
 	"sync"
 	"time"
@@ -62,7 +63,7 @@ func (p *zygotePool) usable() bool {
 // must call done.
 func (p *zygotePool) acquire(session string, ws *warmSpec) *zygote {
 	key := ws.key
-	key.limits = rlimits{} // each run sets its own
+	key.limits = process.Rlimits{} // each run sets its own
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || p.broken >= maxZygoteFailures {
