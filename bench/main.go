@@ -173,6 +173,7 @@ type report struct {
 	Policy       *policyResult     `json:"policy,omitempty"`
 	Files        []abResult        `json:"files,omitempty"`
 	Mixed        []mixedResult     `json:"mixed,omitempty"`
+	RootCost     *rootCostResult   `json:"root_cost,omitempty"`
 	Unavailable  map[string]string `json:"unavailable,omitempty"`
 	GatewayRSSMB float64           `json:"gateway_rss_mb_end"`
 }
@@ -199,6 +200,13 @@ func run(ctx context.Context, o opts, out, readme, jsonOut string) error {
 			fail("subprocess", err)
 		} else {
 			rep.Subprocess = r
+		}
+	}
+	if o.want("rootcost") {
+		if r, err := scenarioRootCost(ctx, 300); err != nil {
+			fail("rootcost", err)
+		} else {
+			rep.RootCost = &r
 		}
 	}
 	if o.want("docker") {

@@ -310,6 +310,9 @@ func markdown(rep *report, sk *soakResult, h headline) string {
 		}
 	}
 	scen("SAFE Python via subprocess", "`run_code` of `print(1)` (proven SAFE, so the subprocess executor) in one session, against `/usr/bin/python3 -I -u -c 'print(1)'` spawned directly and the same command under Anthropic's sandbox-runtime (`srt -c`, npm `@anthropic-ai/sandbox-runtime` with Debian bubblewrap and socat). The gateway figure includes HTTP, validation, risk assessment, the policy decision, audit and the run.", rep.Subprocess...)
+	if r := rep.RootCost; r != nil {
+		p("## The subprocess executor's minimal root\n\nEvery subprocess run sees only its workspace at /workspace, the system directories read-only, a private /tmp, a minimal /dev and a fresh /proc (DESIGN.md §6). Its cost per cold launch, from `go test -bench RootCost ./executors/subprocess/` (the launch chain running `true` with the minimal root against the same chain in the host's root, alternating, n=%d): p50 %s against %s, **%.2f×** (%+.2f ms). Zygote runs (the SAFE Python rows above) build the root once per session and pay one tmpfs mount per run for their private /tmp.\n\n", r.N, ms(r.MinimalP50MS), ms(r.HostP50MS), r.Ratio, r.CostP50MS)
+	}
 	if rep.Docker != nil {
 		scen("STRICT Python via Docker", "`run_code` of `import os\\nprint(1)` (not proven SAFE: STRICT sends it to Docker), fresh and warm, against `docker run --rm --network none sandgate/runtime:latest python3 -c 'print(1)'` through the CLI. The think-time row's req/s includes its untimed pauses.", *rep.Docker)
 	}
