@@ -63,7 +63,7 @@ func main() {
 	flag.DurationVar(&o.mixedDur, "mixed-duration", 30*time.Second, "duration of each mixed workload level")
 	flag.DurationVar(&o.think, "docker-think", time.Second, "untimed pause before each paced warm Docker run (an agent's model call)")
 	flag.StringVar(&o.image, "image", "sandgate/runtime:latest", "image of the docker run baseline")
-	only := flag.String("only", "", "comma-separated scenarios to run (subprocess,docker,aio,policy,files,mixed); empty: all")
+	only := flag.String("only", "", "comma-separated scenarios to run (subprocess,rootcost,docker,aio,policy,files,mixed); empty: all")
 	out := flag.String("out", "", "write the report under this docs directory (performance.md, perf/)")
 	readme := flag.String("readme", "", "README whose perf:begin/perf:end block gets the headline figures")
 	render := flag.String("render", "", "only re-render the report under this docs directory from its JSON")
