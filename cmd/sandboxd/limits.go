@@ -53,12 +53,24 @@ func resolveLimits(lim runLimits, headroomMB int, baseline func() int) appliedLi
 		a.addressSpaceMB = clampMB(lim.MemoryMB+headroomMB, unix.RLIMIT_AS)
 	}
 	if lim.MaxProcs > 0 {
-		a.nproc = baseline() + lim.MaxProcs
+		// Clamped like the address space: prlimit cannot raise a limit
+		// past sandboxd's own hard one, and a failed prlimit kills the
+		// run (a busy uid's baseline can reach it).
+		a.nproc = clampCount(baseline()+lim.MaxProcs, unix.RLIMIT_NPROC)
 	}
 	return a
 }
 
 // clampMB lowers mb to sandboxd's own hard limit of res, in MiB.
+// clampCount lowers n to sandboxd's own hard limit for res.
+func clampCount(n, res int) int {
+	var cur unix.Rlimit
+	if unix.Getrlimit(res, &cur) != nil || cur.Max == unix.RLIM_INFINITY {
+		return n
+	}
+	return int(min(uint64(n), cur.Max))
+}
+
 func clampMB(mb, res int) int {
 	var cur unix.Rlimit
 	if unix.Getrlimit(res, &cur) != nil || cur.Max == unix.RLIM_INFINITY {
