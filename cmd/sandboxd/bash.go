@@ -223,12 +223,11 @@ func (s *server) handleBashExec(w http.ResponseWriter, r *http.Request) {
 		if req.Timeout != nil && *req.Timeout > 0 {
 			soft = seconds(*req.Timeout)
 		}
-		var finished, gone bool
+		var gone bool
 		if rl != nil {
-			finished, gone = rl.run(w, r, j, soft)
+			_, gone = rl.run(w, r, j, soft)
 		} else {
-			finished = waitJob(j, soft, r.Context().Done())
-			gone = !finished && r.Context().Err() != nil
+			gone = !waitJob(j, soft, r.Context().Done()) && r.Context().Err() != nil
 		}
 		if gone {
 			// The caller went away from a synchronous exec: nobody will
