@@ -246,7 +246,7 @@ func newEnvWithPolicyDir(t *testing.T, dir string) *env {
 // traversable makes a test data dir (and the per-test directory that
 // t.TempDir nests it in) 0711, as the gateway makes its data dir: sandboxed
 // uids must reach their workspace through it but cannot list it.
-func traversable(t *testing.T, dir string) {
+func traversable(t testing.TB, dir string) {
 	t.Helper()
 	for _, d := range []string{filepath.Dir(dir), dir} {
 		if err := os.Chmod(d, 0o711); err != nil {

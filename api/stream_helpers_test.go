@@ -174,7 +174,7 @@ func (e *env) recordOf(t *testing.T, session, id string) audit.Record {
 // routedPolicy is the default policy with every PERMISSIVE risk level
 // allowed on executor: the streaming tests pick the backend, whatever
 // the risk of their programs.
-func routedPolicy(t *testing.T, executor string) fstest.MapFS {
+func routedPolicy(t testing.TB, executor string) fstest.MapFS {
 	t.Helper()
 	m := fstest.MapFS{}
 	err := fsWalk(policy.DefaultFS(), func(p string, b []byte) {
