@@ -17,7 +17,7 @@ import (
 // newDockerExecutor builds the real Docker executor for end-to-end tests.
 // Without a usable engine the test is skipped, unless
 // SANDGATE_REQUIRE_DOCKER=1 (make test) makes that a failure.
-func newDockerExecutor(t *testing.T) *docker.Executor {
+func newDockerExecutor(t testing.TB) *docker.Executor {
 	t.Helper()
 	var b [6]byte
 	_, _ = rand.Read(b[:])

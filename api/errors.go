@@ -36,6 +36,23 @@ var (
 // writeError renders err through errcode.Of, the single mapping from errors
 // to code and status. Internal error text never reaches the client.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	status, body := s.errorResponse(r, err)
+	if status == http.StatusUnauthorized && w.Header().Get("WWW-Authenticate") == "" {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sandgate"`)
+	}
+	if body.Error.Code == errcode.PoolExhausted {
+		w.Header().Set("Retry-After", "1") // busy, not broken: worth a retry
+	}
+	var limited *manager.RateLimitedError
+	if errors.As(err, &limited) {
+		w.Header().Set("Retry-After", strconv.Itoa(limited.RetryAfterSeconds()))
+	}
+	writeJSON(w, status, body)
+}
+
+// errorResponse is the status and body err is answered with (logging
+// what a 5xx hides): an ordinary error answer, or a streamed error event.
+func (s *Server) errorResponse(r *http.Request, err error) (int, errorBody) {
 	code, status, msg := errcode.Of(err)
 	body := errorBody{Error: errorDetail{Code: code, Message: msg, RequestID: requestID(r.Context())}}
 	var denied *manager.DeniedError
@@ -50,20 +67,10 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.As(err, &fe) {
 		body.Error.Fields = []manager.FieldError{fe.field}
 	}
-	if status == http.StatusUnauthorized && w.Header().Get("WWW-Authenticate") == "" {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="sandgate"`)
-	}
-	if code == errcode.PoolExhausted {
-		w.Header().Set("Retry-After", "1") // busy, not broken: worth a retry
-	}
-	var limited *manager.RateLimitedError
-	if errors.As(err, &limited) {
-		w.Header().Set("Retry-After", strconv.Itoa(limited.RetryAfterSeconds()))
-	}
 	if status >= 500 {
 		s.log.ErrorContext(r.Context(), "request failed", "request_id", requestID(r.Context()), "status", status, "err", err)
 	}
-	writeJSON(w, status, body)
+	return status, body
 }
 
 // fieldErr is a one-field validation error raised while decoding.

@@ -82,22 +82,11 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(r, &body); err != nil {
 		return err
 	}
-	res, err := s.deps.Manager.Run(r.Context(), manager.RunRequest{
+	return s.run(w, r, manager.RunRequest{
 		RequestID: requestID(r.Context()), Kind: manager.KindRunCode, Principal: principal(r),
 		SessionID: r.PathValue("id"), Language: body.Language, Code: body.Code,
 		TimeoutS: body.TimeoutS, Context: body.Context,
-	})
-	if err != nil {
-		return err
-	}
-	out := res.Result
-	writeJSON(w, http.StatusOK, runCodeResponse{
-		Success: out.ExitCode == 0 && !out.TimedOut, Stdout: out.Stdout, Stderr: out.Stderr,
-		ExitCode: out.ExitCode, Truncated: out.Truncated, TimedOut: out.TimedOut, OutputPath: out.OutputPath,
-		SandboxType: res.SandboxType, DurationMS: out.Duration.Milliseconds(), Risk: res.Risk,
-		Decision: viewDecision(res.Decision), Approval: viewApproval(res.Approval), RequestID: requestID(r.Context()),
-	})
-	return nil
+	}, viewRunCode)
 }
 
 // execute is LangChain deepagents' execute contract: one combined output,
@@ -107,21 +96,47 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(r, &body); err != nil {
 		return err
 	}
-	res, err := s.deps.Manager.Run(r.Context(), manager.RunRequest{
+	return s.run(w, r, manager.RunRequest{
 		RequestID: requestID(r.Context()), Kind: manager.KindExecute, Principal: principal(r),
 		SessionID: r.PathValue("id"), Language: "bash", Code: body.Command, TimeoutS: body.TimeoutS,
-	})
+	}, viewExecute)
+}
+
+// responseView renders a finished run as an endpoint's response body.
+type responseView func(res *manager.RunResult, requestID string) any
+
+// run answers req with the JSON response, or with an NDJSON stream of
+// events when the client asks for one (Accept: application/x-ndjson).
+func (s *Server) run(w http.ResponseWriter, r *http.Request, req manager.RunRequest, view responseView) error {
+	if wantsStream(r) {
+		return s.stream(w, r, req, view)
+	}
+	res, err := s.deps.Manager.Run(r.Context(), req)
 	if err != nil {
 		return err
 	}
+	writeJSON(w, http.StatusOK, view(res, requestID(r.Context())))
+	return nil
+}
+
+func viewRunCode(res *manager.RunResult, id string) any {
 	out := res.Result
-	writeJSON(w, http.StatusOK, executeResponse{
+	return runCodeResponse{
+		Success: out.ExitCode == 0 && !out.TimedOut, Stdout: out.Stdout, Stderr: out.Stderr,
+		ExitCode: out.ExitCode, Truncated: out.Truncated, TimedOut: out.TimedOut, OutputPath: out.OutputPath,
+		SandboxType: res.SandboxType, DurationMS: out.Duration.Milliseconds(), Risk: res.Risk,
+		Decision: viewDecision(res.Decision), Approval: viewApproval(res.Approval), RequestID: id,
+	}
+}
+
+func viewExecute(res *manager.RunResult, id string) any {
+	out := res.Result
+	return executeResponse{
 		Output: combineOutput(out.Stdout, out.Stderr), ExitCode: out.ExitCode, Truncated: out.Truncated,
 		TimedOut: out.TimedOut, OutputPath: out.OutputPath, SandboxType: res.SandboxType,
 		DurationMS: out.Duration.Milliseconds(), Risk: res.Risk, Decision: viewDecision(res.Decision),
-		Approval: viewApproval(res.Approval), RequestID: requestID(r.Context()),
-	})
-	return nil
+		Approval: viewApproval(res.Approval), RequestID: id,
+	}
 }
 
 func combineOutput(stdout, stderr string) string {

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -61,6 +62,10 @@ type envOpts struct {
 	quotas manager.QuotaConfig
 	// jwt, when set, also accepts the JWTs it verifies.
 	jwt *JWTVerifier
+	// api tunes the HTTP layer (its MaxBodyBytes is maxBody's).
+	api Config
+	// writeTimeout is the listener's http.Server WriteTimeout (0: none).
+	writeTimeout time.Duration
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -119,8 +124,12 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := New(Config{MaxBodyBytes: o.maxBody}, Deps{Manager: mgr, Policy: eng, Audit: st, Auth: auth, Gatherer: reg, Browser: bm})
-	e := &env{t: t, srv: httptest.NewServer(h), dataDir: o.dataDir, audit: st, ws: ws}
+	o.api.MaxBodyBytes = o.maxBody
+	h := New(o.api, Deps{Manager: mgr, Policy: eng, Audit: st, Auth: auth, Gatherer: reg, Browser: bm})
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.WriteTimeout = o.writeTimeout
+	srv.Start()
+	e := &env{t: t, srv: srv, dataDir: o.dataDir, audit: st, ws: ws}
 	t.Cleanup(func() {
 		e.srv.Close()
 		_ = st.Close()
@@ -237,7 +246,7 @@ func newEnvWithPolicyDir(t *testing.T, dir string) *env {
 // traversable makes a test data dir (and the per-test directory that
 // t.TempDir nests it in) 0711, as the gateway makes its data dir: sandboxed
 // uids must reach their workspace through it but cannot list it.
-func traversable(t *testing.T, dir string) {
+func traversable(t testing.TB, dir string) {
 	t.Helper()
 	for _, d := range []string{filepath.Dir(dir), dir} {
 		if err := os.Chmod(d, 0o711); err != nil {

@@ -8,6 +8,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -29,10 +30,28 @@ type PolicyAdmin interface {
 	Reload(ctx context.Context) (policy.Status, error)
 }
 
-// Config tunes the HTTP layer.
+// Config tunes the HTTP layer. Zero values take the defaults in New.
 type Config struct {
 	MaxBodyBytes int64
+	// StreamKeepalive is how often a streamed run (Accept:
+	// application/x-ndjson) sends a keepalive event: DefaultStreamKeepalive.
+	StreamKeepalive time.Duration
+	// StreamWriteTimeout bounds each write of a streamed run, in place of
+	// the server's WriteTimeout (which would cut a long run): a client
+	// that reads nothing for this long is gone, and its run is cancelled.
+	// Default DefaultStreamWriteTimeout.
+	StreamWriteTimeout time.Duration
 }
+
+// Defaults of the streamed runs.
+const (
+	// DefaultStreamKeepalive is within DESIGN.md §10's 10–15 s, under the
+	// idle timeouts of common proxies (30–60 s).
+	DefaultStreamKeepalive = 12 * time.Second
+	// DefaultStreamWriteTimeout is five keepalives: a client that has not
+	// taken one event in that time is not reading.
+	DefaultStreamWriteTimeout = 60 * time.Second
+)
 
 // Deps are the collaborators, wired in main.
 type Deps struct {
@@ -64,6 +83,12 @@ type Server struct {
 func New(cfg Config, deps Deps) *Server {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.StreamKeepalive <= 0 {
+		cfg.StreamKeepalive = DefaultStreamKeepalive
+	}
+	if cfg.StreamWriteTimeout <= 0 {
+		cfg.StreamWriteTimeout = DefaultStreamWriteTimeout
 	}
 	s := &Server{cfg: cfg, deps: deps, log: deps.Logger, mux: http.NewServeMux()}
 	if s.log == nil {

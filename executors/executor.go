@@ -15,6 +15,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sandgate/sandgate/executors/output"
 )
 
 // Kind names a backend. The values are the ones the policy's decision
@@ -134,6 +136,21 @@ type Spec struct {
 	// (Capabilities.Check).
 	Network bool
 	Limits  Limits
+	// Output, when set, receives the run's output while it runs: each
+	// chunk the response keeps (masked, within the caps), in order, with
+	// its sequence number. It is the backend's output.Collector Tap (for
+	// aio, sandboxd's Tap relayed over the wire), so the streamed bytes
+	// are the Result's bytes, capped and spilled exactly as without it.
+	//
+	// It is called under the collector's lock and must not block: a
+	// caller that writes the chunks to a client queues them
+	// (output.Queue) and writes from elsewhere, so a slow client slows its
+	// own stream, never the program. Data is only valid during the call.
+	// The Result stays the whole answer: a backend that cannot stream (an
+	// AIO server other than sandboxd) never calls Output, and a warm
+	// start that falls back to a cold one may repeat an interpreter's
+	// start-up warning, with sequence numbers from 1 again.
+	Output func(output.Chunk)
 }
 
 // Result is what a finished run produced. A program that fails or times out

@@ -10,6 +10,7 @@ import (
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/confirm"
 	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/executors/output"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/risk"
 )
@@ -39,6 +40,16 @@ type RunRequest struct {
 	// OnApprovalResolved, when set, is called with the approval service's
 	// answer as soon as it comes (before the request runs, when approved).
 	OnApprovalResolved func(confirm.Outcome) `json:"-"`
+	// OnDecision, when set, is called with the risk and the decision as
+	// soon as the policy has decided, before any approval or run: a
+	// streaming response starts with it. It must not block.
+	OnDecision func(risk.Assessment, policy.Decision) `json:"-"`
+	// OnOutput, when set, receives the run's output while it runs
+	// (executors.Spec.Output): each kept chunk, masked and within the
+	// caps, in order. It is called under the executor's output lock, so
+	// it must not block (queue the chunk: output.Queue), and Data is only
+	// valid during the call. The RunResult stays the whole answer.
+	OnOutput func(output.Chunk) `json:"-"`
 }
 
 // ApprovalPending describes a request held for approval: what an agent
@@ -108,6 +119,9 @@ func (m *Manager) Run(ctx context.Context, req RunRequest) (res *RunResult, err 
 	rec.RiskLevel, rec.RiskPatterns = assessment.Level.String(), patternIDs(assessment)
 	decision := m.decide(ctx, req, assessment) // 3 decide
 	recordDecision(rec, decision)
+	if req.OnDecision != nil {
+		req.OnDecision(assessment, decision)
+	}
 	out := &RunResult{Risk: assessment, Decision: decision}
 	if err := m.gate(ctx, req, out); err != nil { // 4 confirm
 		rec.Approval = approvalRecord(out.Approval)
@@ -210,6 +224,14 @@ func (m *Manager) confirm(ctx context.Context, req RunRequest, out *RunResult) e
 	if err == nil && req.OnApprovalResolved != nil {
 		req.OnApprovalResolved(outcome)
 	}
+	if cerr := ctx.Err(); cerr != nil {
+		// The client went away while the request was held (the service
+		// withdrew the approval): a cancellation, not a denial.
+		if err == nil {
+			out.Approval = &outcome
+		}
+		return fmt.Errorf("%w: %w", ErrCancelled, cerr)
+	}
 	if ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded) && outcome.Status != confirm.StatusApproved {
 		return denied(ErrApprovalTimeout, d, policy.Reason{Code: "approval_timeout", Message: "no approver decided in time"})
 	}
@@ -283,6 +305,7 @@ func specFor(req RunRequest, d policy.Decision) executors.Spec {
 		RequestID: req.RequestID, SessionID: req.ref.Key, Language: req.Language, Code: req.Code,
 		Timeout: time.Duration(d.Obligations.TimeoutS) * time.Second, Network: d.Obligations.Network,
 		Limits: executors.Limits{MemoryMB: d.Obligations.MemoryMB, MaxProcs: d.Obligations.MaxProcs},
+		Output: req.OnOutput,
 	}
 }
 

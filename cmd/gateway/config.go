@@ -241,7 +241,10 @@ func Default() Config {
 		Server: ServerConfig{
 			ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second,
 			// A request may wait for approval and then run to the policy's
-			// ceiling (300 s), so writes need the sum plus a margin.
+			// ceiling (300 s), so writes need the sum plus a margin. A
+			// streamed run (Accept: application/x-ndjson) is not bound by
+			// it: each of its writes has its own deadline
+			// (api.DefaultStreamWriteTimeout).
 			WriteTimeout: 10 * time.Minute, IdleTimeout: 2 * time.Minute, ShutdownTimeout: 30 * time.Second,
 		},
 		Log: LogConfig{Level: "info"},

@@ -195,6 +195,11 @@ func (s *server) handleBashExec(w http.ResponseWriter, r *http.Request) {
 		spec.hardTimeout = seconds(*req.HardTimeout)
 	}
 	applyExtension(&spec, req.XSandgate)
+	var rl *relay
+	if !req.AsyncMode {
+		rl = newRelay(req.XSandgate) // an async exec answers at once: nothing to stream
+		spec.tap = rl.tap()
+	}
 	j, err := s.jobs.start(spec)
 	if err != nil {
 		cleanup()
@@ -218,7 +223,13 @@ func (s *server) handleBashExec(w http.ResponseWriter, r *http.Request) {
 		if req.Timeout != nil && *req.Timeout > 0 {
 			soft = seconds(*req.Timeout)
 		}
-		if !waitJob(j, soft, r.Context().Done()) && r.Context().Err() != nil {
+		var gone bool
+		if rl != nil {
+			_, gone = rl.run(w, r, j, soft)
+		} else {
+			gone = !waitJob(j, soft, r.Context().Done()) && r.Context().Err() != nil
+		}
+		if gone {
 			// The caller went away from a synchronous exec: nobody will
 			// collect the result, so the command dies with the request.
 			s.jobs.kill(j, statusKilled)
@@ -229,7 +240,12 @@ func (s *server) handleBashExec(w http.ResponseWriter, r *http.Request) {
 	if req.MaxOutputLength != nil {
 		maxLen = *req.MaxOutputLength
 	}
-	writeOK(w, s.bashResult(sess.id, j, maxLen, req.XSandgate != nil))
+	res := s.bashResult(sess.id, j, maxLen, req.XSandgate != nil)
+	if rl != nil {
+		rl.finish(res)
+		return
+	}
+	writeOK(w, res)
 }
 
 // applyExtension adds the gateway's output and timeout settings to spec.

@@ -89,13 +89,21 @@ func (s *server) handleCodeExecute(w http.ResponseWriter, r *http.Request) {
 	if *req.Language == "javascript" {
 		spec.argv, spec.headroomMB = withHeapCap(spec.argv, spec.limits), nodeHeadroomMB
 	}
+	rl := newRelay(req.XSandgate)
+	spec.tap = rl.tap()
 	j, err := s.jobs.start(spec)
 	if err != nil {
 		writeFail(w, http.StatusInternalServerError, "Failed to start "+*req.Language+": "+err.Error(), nil)
 		return
 	}
-	if !waitJob(j, 0, r.Context().Done()) {
-		s.jobs.kill(j, statusKilled)
+	finished := false
+	if rl != nil {
+		finished, _ = rl.run(w, r, j, 0)
+	} else {
+		finished = waitJob(j, 0, r.Context().Done())
+	}
+	if !finished {
+		s.jobs.kill(j, statusKilled) // the caller went away: the run dies with the request
 	}
 	<-j.done
 	status, code := j.state()
@@ -126,6 +134,10 @@ func (s *server) handleCodeExecute(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.XSandgate != nil {
 		res.XSandgate = s.runOutput(j, out, errb, outTrunc, errTrunc)
+	}
+	if rl != nil {
+		rl.finish(res)
+		return
 	}
 	writeOK(w, res)
 }

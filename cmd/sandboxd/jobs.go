@@ -47,6 +47,9 @@ type jobSpec struct {
 	headroomMB int
 	// label is the command text reported by the API.
 	label string
+	// tap receives the output as it is kept (a streamed answer's queue);
+	// nil: nobody streams.
+	tap func(output.Chunk)
 }
 
 // runLimits are the rlimits of one run, applied with ulimit before the
@@ -164,7 +167,7 @@ func (t *jobTable) start(spec jobSpec) (*job, error) {
 	if retain <= 0 {
 		retain = t.cfg.RetainBytes
 	}
-	out := newOutput(retain, spec.spill, t.cfg.Workspace)
+	out := newOutput(retain, spec.spill, t.cfg.Workspace, spec.tap)
 	// The pipes are created here, not by os/exec, so that Wait returns as
 	// soon as the process exits; the readers are drained separately and
 	// cut off after WaitDelay if a detached child holds a pipe open.

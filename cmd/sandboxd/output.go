@@ -25,9 +25,10 @@ type spillSpec struct {
 // newOutput is the output.Collector of one command: each stream keeps its
 // first retain bytes (offset-addressed, for /v1/bash/output) and, with sp,
 // the combined output goes to the spill file once one overflows. Nothing
-// is masked: inside the sandbox the workspace is /workspace.
-func newOutput(retain int, sp *spillSpec, workspace string) *output.Collector {
-	o := output.Options{Limit: retain}
+// is masked: inside the sandbox the workspace is /workspace. tap, when
+// set, sees each kept chunk (a streamed answer).
+func newOutput(retain int, sp *spillSpec, workspace string, tap func(output.Chunk)) *output.Collector {
+	o := output.Options{Limit: retain, Tap: tap}
 	if sp != nil {
 		if rel, ok := inside(workspace, sp.path); ok {
 			o.SpillPath = sp.path

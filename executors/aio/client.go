@@ -1,12 +1,14 @@
 package aio
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net"
 	"net/http"
 	"strings"
@@ -100,6 +102,16 @@ const maxResponse = 128 << 20
 
 // call sends one JSON request and decodes the envelope's data into out.
 func (c *Client) call(ctx context.Context, method, path string, in, out any) error {
+	return c.callStream(ctx, method, path, in, out, nil)
+}
+
+// callStream is call for a request that may be answered as a stream
+// (x_sandgate.stream): each output line goes to onChunk as it arrives,
+// and the last line's envelope is decoded into out as call decodes a
+// whole answer. An answer that is not a stream (an error found before
+// the run started, or a server that ignores the extension) is decoded as
+// call does. With a nil onChunk only JSON is accepted.
+func (c *Client) callStream(ctx context.Context, method, path string, in, out any, onChunk func(aiowire.StreamEvent)) error {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
@@ -116,17 +128,53 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any) err
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
+	if onChunk != nil {
+		req.Header.Set("Accept", aiowire.StreamMediaType+", application/json")
+	}
 	req.Header.Set("X-AIO-API-Key", c.key)
 	res, err := c.hc.Do(req)
 	if err != nil {
 		return err
 	}
 	defer res.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(res.Body, maxResponse))
+	limited := io.LimitReader(res.Body, maxResponse)
+	if onChunk != nil && res.StatusCode == http.StatusOK && isStream(res.Header.Get("Content-Type")) {
+		return readStream(method, path, limited, out, onChunk)
+	}
+	raw, err := io.ReadAll(limited)
 	if err != nil {
 		return fmt.Errorf("%s %s: read response: %w", method, path, err)
 	}
 	return decode(method, path, res.StatusCode, raw, out)
+}
+
+func isStream(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	return err == nil && mt == aiowire.StreamMediaType
+}
+
+// errStreamEnded is a streamed answer that ended without its result line.
+var errStreamEnded = errors.New("streamed answer ended without a result")
+
+// readStream reads a streamed answer: chunks to onChunk, then the
+// envelope into out.
+func readStream(method, path string, r io.Reader, out any, onChunk func(aiowire.StreamEvent)) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), maxResponse)
+	for sc.Scan() {
+		var ev aiowire.StreamEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return fmt.Errorf("%s %s: stream line: %w", method, path, err)
+		}
+		if ev.Result != nil {
+			return decode(method, path, http.StatusOK, ev.Result, out)
+		}
+		onChunk(ev)
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("%s %s: read stream: %w", method, path, err)
+	}
+	return fmt.Errorf("%s %s: %w", method, path, errStreamEnded)
 }
 
 // decode checks, in order (aio-api.md §1.3): the HTTP status, the
@@ -210,6 +258,7 @@ type (
 	RunExtension = aiowire.RunExtension
 	RunLimits    = aiowire.RunLimits
 	RunOutput    = aiowire.RunOutput
+	StreamEvent  = aiowire.StreamEvent
 )
 
 // BashExecRequest is POST /v1/bash/exec's body.
@@ -230,9 +279,30 @@ type BashExecResult = aiowire.BashExecResult
 
 // BashExec calls POST /v1/bash/exec.
 func (c *Client) BashExec(ctx context.Context, req BashExecRequest) (BashExecResult, error) {
+	return c.BashExecStream(ctx, req, nil)
+}
+
+// BashExecStream is BashExec with the output streamed to onChunk while
+// the command runs: it asks sandboxd for a streamed answer
+// (x_sandgate.stream; req.XSandgate must be set). Any other server
+// answers as BashExec, and onChunk is never called. A nil onChunk is
+// BashExec.
+func (c *Client) BashExecStream(ctx context.Context, req BashExecRequest, onChunk func(aiowire.StreamEvent)) (BashExecResult, error) {
+	req.XSandgate = streamed(req.XSandgate, onChunk)
 	var res BashExecResult
-	err := c.call(ctx, http.MethodPost, "/v1/bash/exec", req, &res)
+	err := c.callStream(ctx, http.MethodPost, "/v1/bash/exec", req, &res, onChunk)
 	return res, err
+}
+
+// streamed returns x asking for a streamed answer when onChunk is set (a
+// copy: the caller's request is not changed).
+func streamed(x *RunExtension, onChunk func(aiowire.StreamEvent)) *RunExtension {
+	if x == nil || onChunk == nil {
+		return x
+	}
+	c := *x
+	c.Stream = true
+	return &c
 }
 
 // BashSessionCreate calls POST /v1/bash/sessions/create.
@@ -276,8 +346,15 @@ type CodeExecuteResult struct {
 
 // CodeExecute calls POST /v1/code/execute.
 func (c *Client) CodeExecute(ctx context.Context, req CodeExecuteRequest) (CodeExecuteResult, error) {
+	return c.CodeExecuteStream(ctx, req, nil)
+}
+
+// CodeExecuteStream is CodeExecute with the output streamed to onChunk,
+// as BashExecStream.
+func (c *Client) CodeExecuteStream(ctx context.Context, req CodeExecuteRequest, onChunk func(aiowire.StreamEvent)) (CodeExecuteResult, error) {
+	req.XSandgate = streamed(req.XSandgate, onChunk)
 	var res CodeExecuteResult
-	err := c.call(ctx, http.MethodPost, "/v1/code/execute", req, &res)
+	err := c.callStream(ctx, http.MethodPost, "/v1/code/execute", req, &res, onChunk)
 	return res, err
 }
 

@@ -161,5 +161,5 @@ func (f *fixture) Execute(ctx context.Context, spec executors.Spec) (executors.R
 	}
 	defer func() { _ = unmountAll(f.target) }()
 	return run(ctx, f.c, runRequest{dir: workspaceMount, id: spec.RequestID, lang: spec.Language, code: spec.Code, timeout: spec.Timeout,
-		margin: DefaultClientMargin, limits: spec.Limits, extended: true})
+		margin: DefaultClientMargin, limits: spec.Limits, extended: true, output: spec.Output})
 }

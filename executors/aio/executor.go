@@ -90,7 +90,7 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 	}
 	res, err := run(ctx, l.client(), runRequest{
 		dir: workspaceMount, id: id, lang: spec.Language, code: spec.Code, timeout: spec.Timeout, margin: DefaultClientMargin,
-		limits: spec.Limits, extended: e.cfg.Network == NetworkNone,
+		limits: spec.Limits, extended: e.cfg.Network == NetworkNone, output: spec.Output,
 	})
 	broken := errors.Is(err, errUnknownOutcome)
 	l.release(broken)

@@ -28,6 +28,9 @@ type runRequest struct {
 	margin   time.Duration
 	limits   executors.Limits
 	extended bool // send sandboxd's x_sandgate part
+	// output is Spec.Output: with extended, sandboxd streams the run's
+	// output and each chunk is relayed to it as it arrives.
+	output func(output.Chunk)
 }
 
 // errUnknownOutcome marks a run whose result the sandbox never delivered
@@ -49,8 +52,9 @@ func run(ctx context.Context, c *Client, r runRequest) (executors.Result, error)
 		Limits: &RunLimits{CPUSeconds: r.limits.CPUSeconds, MaxOpenFiles: r.limits.MaxOpenFiles,
 			MaxFileSizeMB: r.limits.MaxFileSizeMB, MemoryMB: r.limits.MemoryMB, MaxProcs: r.limits.MaxProcs},
 	}
+	onChunk := relay(r.output, r.limits.MaxOutputBytes)
 	if !r.extended {
-		ext = nil
+		ext, onChunk = nil, nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.timeout+r.margin)
 	defer cancel()
@@ -66,15 +70,15 @@ func run(ctx context.Context, c *Client, r runRequest) (executors.Result, error)
 	switch r.lang {
 	case executors.LangBash:
 		var res BashExecResult
-		res, err = runBash(cctx, ctx, c, r, ext)
+		res, err = runBash(cctx, ctx, c, r, ext, onChunk)
 		status, exitCode, stdout, stderr, out = res.Status, res.ExitCode, res.Stdout, res.Stderr, res.XSandgate
 		timedOut = status == "timed_out"
 		finished = status == "completed" || timedOut
 	case executors.LangPython, executors.LangJavaScript:
 		secs := int(math.Ceil(r.timeout.Seconds()))
 		var res CodeExecuteResult
-		res, err = c.CodeExecute(cctx, CodeExecuteRequest{Language: r.lang, Code: r.code, Timeout: &secs,
-			Cwd: r.dir, XSandgate: ext})
+		res, err = c.CodeExecuteStream(cctx, CodeExecuteRequest{Language: r.lang, Code: r.code, Timeout: &secs,
+			Cwd: r.dir, XSandgate: ext}, onChunk)
 		status, exitCode, stdout, stderr, out = res.Status, res.ExitCode, res.Stdout, res.Stderr, res.XSandgate
 		timedOut = status == "timeout"
 		finished = status == "ok" || status == "error" || timedOut
@@ -125,7 +129,7 @@ func run(ctx context.Context, c *Client, r runRequest) (executors.Result, error)
 
 // runBash runs one bash command in a bash session of its own, so that a
 // cancelled run can be killed by session id on any server, and closes it.
-func runBash(cctx, parent context.Context, c *Client, r runRequest, ext *RunExtension) (BashExecResult, error) {
+func runBash(cctx, parent context.Context, c *Client, r runRequest, ext *RunExtension, onChunk func(StreamEvent)) (BashExecResult, error) {
 	sid := "sg-" + r.id
 	if err := c.BashSessionCreate(cctx, sid, r.dir); err != nil {
 		return BashExecResult{}, err
@@ -141,8 +145,40 @@ func runBash(cctx, parent context.Context, c *Client, r runRequest, ext *RunExte
 	}()
 	hard := r.timeout.Seconds()
 	limit := r.limits.MaxOutputBytes
-	return c.BashExec(cctx, BashExecRequest{Command: r.code, SessionID: sid, ExecDir: r.dir,
-		HardTimeout: &hard, MaxOutputLength: &limit, XSandgate: ext})
+	return c.BashExecStream(cctx, BashExecRequest{Command: r.code, SessionID: sid, ExecDir: r.dir,
+		HardTimeout: &hard, MaxOutputLength: &limit, XSandgate: ext}, onChunk)
+}
+
+// relay turns sandboxd's streamed chunks into calls of out (Spec.Output),
+// or is nil when nobody streams. The gateway does not take the sandbox's
+// word for the cap: each stream relays at most limit bytes, the most the
+// Result keeps, and the chunks are numbered here, from 1.
+func relay(out func(output.Chunk), limit int) func(StreamEvent) {
+	if out == nil {
+		return nil
+	}
+	var (
+		seq  uint64
+		sent [2]int
+	)
+	return func(ev StreamEvent) {
+		var s output.Stream
+		switch ev.Stream {
+		case "stdout":
+			s = output.Stdout
+		case "stderr":
+			s = output.Stderr
+		default:
+			return
+		}
+		data := ev.Data[:min(len(ev.Data), max(limit-sent[s], 0))]
+		if len(data) == 0 {
+			return
+		}
+		sent[s] += len(data)
+		seq++
+		out(output.Chunk{Seq: seq, Stream: s, Data: data})
+	}
 }
 
 // classify turns a client error into the executor's error: the caller's

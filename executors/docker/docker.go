@@ -331,7 +331,7 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 	}
 	res, err := e.run(ctx, b, runInput{
 		lang: spec.Language, code: spec.Code, timeout: spec.Timeout, limits: lim,
-		dir: dir, requestID: id, log: log,
+		dir: dir, requestID: id, log: log, tap: spec.Output,
 	})
 	e.discard(b)
 	if err == nil && spec.SessionID != "" {

@@ -134,6 +134,7 @@ type runInput struct {
 	dir        string // host workspace
 	requestID  string
 	log        *slog.Logger
+	tap        func(output.Chunk) // Spec.Output
 }
 
 // run feeds the program to b and collects its output and exit status. At
@@ -147,6 +148,7 @@ func (e *Executor) run(ctx context.Context, b *box, in runInput) (executors.Resu
 		// The mount table inside the container names the host path.
 		Mask:      output.HostPaths(in.dir),
 		SpillPath: shown,
+		Tap:       in.tap,
 		Spill: output.Spill{
 			Limit:   in.limits.MaxSpillBytes,
 			Open:    func() (io.WriteCloser, error) { return output.CreateIn(in.dir, rel) },

@@ -87,6 +87,8 @@ func Run(t *testing.T, h Harness) {
 	t.Run("WorkingDirectory", s.forEachLang(s.testWorkingDirectory))
 	t.Run("HostPathMasked", s.forEachLang(s.testHostPathMasked))
 	t.Run("BinaryAndUnicode", s.forEachLang(s.testBinaryAndUnicode))
+	t.Run("StreamWhileRunning", s.forEachLang(s.testStreamWhileRunning))
+	t.Run("StreamIsResult", s.forEachLang(s.testStreamIsResult))
 	t.Run("WorkspaceUntouched", s.forEachLang(s.testWorkspaceUntouched))
 	t.Run("AbsoluteWorkspacePaths", s.forEachLang(s.testAbsoluteWorkspacePaths))
 	t.Run("HostFilesInvisible", s.forEachLang(s.testHostFilesInvisible))

@@ -80,6 +80,7 @@ type warmSecondRun struct {
 func (w warmSecondRun) Execute(ctx context.Context, spec executors.Spec) (executors.Result, error) {
 	first := spec
 	first.RequestID += "-first"
+	first.Output = nil // the stream is the real run's
 	first.Code = map[string]string{executors.LangJavaScript: "", executors.LangBash: ":", executors.LangPython: "pass"}[spec.Language]
 	if res, err := w.Executor.Execute(ctx, first); err != nil || res.ExitCode != 0 {
 		w.t.Fatalf("first run: %+v %v", res, err)

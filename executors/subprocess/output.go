@@ -23,6 +23,7 @@ func (e *Executor) newOutput(ws *os.Root, spec executors.Spec) *output {
 		// (/proc/self/mountinfo) still names the host directory.
 		Mask:      runout.HostPaths(spec.WorkspaceDir),
 		SpillPath: shown,
+		Tap:       spec.Output,
 		Spill: runout.Spill{
 			Limit: spec.Limits.MaxSpillBytes,
 			Open:  func() (io.WriteCloser, error) { return wsfile.CreateExclusive(ws, rel) },

@@ -6,6 +6,8 @@
 // from a zero one).
 package aiowire
 
+import "encoding/json"
+
 // RunExtension is sandboxd's optional addition to /v1/bash/exec and
 // /v1/code/execute requests. The real AIO server ignores unknown fields,
 // so a client may always send it and must cope with a response that has
@@ -21,6 +23,31 @@ type RunExtension struct {
 	// AIO fields' seconds; it wins over them.
 	TimeoutMS int64      `json:"timeout_ms,omitempty"`
 	Limits    *RunLimits `json:"limits,omitempty"`
+	// Stream asks for the output while the run goes on: a synchronous
+	// call then answers 200 with StreamMediaType, one StreamEvent per
+	// line, instead of the JSON envelope. Errors found before the run
+	// starts are still ordinary JSON answers, so a client tells the two
+	// apart by the Content-Type. A server that does not know the field
+	// answers with the envelope: a client must accept either.
+	Stream bool `json:"stream,omitempty"`
+}
+
+// StreamMediaType is the Content-Type of a streamed answer.
+const StreamMediaType = "application/x-ndjson"
+
+// StreamEvent is one line of a streamed answer: a chunk of output (Seq,
+// Stream, Data), as the server's output collector kept it (within
+// output_limit, in arrival order across both streams), or, on the last
+// line, Result: the envelope the call answers without streaming, whose
+// x_sandgate part stays the authoritative output. An answer that ends
+// without a Result line is a run whose outcome is unknown.
+type StreamEvent struct {
+	Seq uint64 `json:"seq,omitempty"`
+	// Stream is "stdout" or "stderr".
+	Stream string `json:"stream,omitempty"`
+	// Data are the chunk's exact bytes (base64 in JSON).
+	Data   []byte          `json:"data,omitempty"`
+	Result json.RawMessage `json:"result,omitempty"`
 }
 
 // RunLimits are the rlimits of one run, applied before the interpreter
