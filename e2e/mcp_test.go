@@ -373,12 +373,8 @@ var mcpChecks = []mcpCheck{
 	}},
 	{"run_high_approved", func(raw json.RawMessage, seen approvalSeen) error {
 		r, err := decodeAs[struct {
-			Result   toolResult `json:"result"`
-			Progress []struct {
-				Progress float64 `json:"progress"`
-				Total    float64 `json:"total"`
-				Message  string  `json:"message"`
-			} `json:"progress"`
+			Result       toolResult     `json:"result"`
+			Progress     []progressNote `json:"progress"`
 			Elicitations []struct {
 				Mode          string `json:"mode"`
 				URL           string `json:"url"`
@@ -414,8 +410,21 @@ var mcpChecks = []mcpCheck{
 		if m := waitingRe.FindStringSubmatch(r.Progress[0].Message); m == nil || m[1] != seen.ID {
 			return fmt.Errorf("first progress %q, want waiting for approval %s", r.Progress[0].Message, seen.ID)
 		}
-		if last := r.Progress[len(r.Progress)-1].Message; !strings.Contains(last, "approved by ") {
-			return fmt.Errorf("last progress %q", last)
+		// After the approval the run's output follows as progress too, and
+		// the real npm client keeps receiving it (the progress values rise).
+		approvedAt := slices.IndexFunc(r.Progress, func(p progressNote) bool { return strings.Contains(p.Message, "approved by ") })
+		if approvedAt < 0 {
+			return fmt.Errorf("no 'approved by' progress: %+v", r.Progress)
+		}
+		for _, p := range r.Progress[approvedAt+1:] {
+			if !strings.HasPrefix(p.Message, "output: ") {
+				return fmt.Errorf("progress after the approval %q, want the run's output", p.Message)
+			}
+		}
+		for i := 1; i < len(r.Progress); i++ {
+			if r.Progress[i].Progress <= r.Progress[i-1].Progress {
+				return fmt.Errorf("progress values do not increase: %+v", r.Progress)
+			}
 		}
 		if len(r.Elicitations) != 1 || r.Elicitations[0].Mode != "url" || r.Elicitations[0].ElicitationID != seen.ID ||
 			!strings.HasSuffix(r.Elicitations[0].URL, "/#"+seen.ID) {
@@ -513,4 +522,11 @@ var mcpChecks = []mcpCheck{
 		}
 		return nil
 	}},
+}
+
+// progressNote is one MCP progress notification as the node client saw it.
+type progressNote struct {
+	Progress float64 `json:"progress"`
+	Total    float64 `json:"total"`
+	Message  string  `json:"message"`
 }

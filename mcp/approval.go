@@ -32,8 +32,8 @@ type approvalWatch struct {
 	stopOnce   sync.Once
 }
 
-func (s *Server) watchApproval(ctx context.Context, c *call) *approvalWatch {
-	w := &approvalWatch{s: s, c: c, ctx: ctx, prog: newProgress(c.req),
+func (s *Server) watchApproval(ctx context.Context, c *call, prog *progress) *approvalWatch {
+	w := &approvalWatch{s: s, c: c, ctx: ctx, prog: prog,
 		onPending: make(chan manager.ApprovalPending, 1), onResolved: make(chan confirm.Outcome, 1),
 		quit: make(chan struct{}), done: make(chan struct{})}
 	go w.run()

@@ -118,12 +118,18 @@ func (s *Server) execute(ctx context.Context, c *call, in executeInput) (runOutp
 }
 
 // run takes req through manager.Run, the pipeline of POST /run_code, with
-// the approval hooks that keep the client informed while it is held.
+// the approval hooks that keep the client informed while it is held and
+// the output hook that reports the program's output while it runs. Both
+// share the call's progress, so its values keep increasing.
 func (s *Server) run(ctx context.Context, c *call, req manager.RunRequest) (runOutput, error) {
 	req.RequestID, req.Principal, req.Via = c.requestID, c.principal, via(c.req)
-	w := s.watchApproval(ctx, c)
+	prog := newProgress(c.req)
+	w := s.watchApproval(ctx, c, prog)
 	req.OnApprovalPending, req.OnApprovalResolved = w.pending, w.resolved
+	ow := watchOutput(ctx, prog, outputInterval)
+	req.OnOutput = ow.push
 	res, err := s.deps.Manager.Run(ctx, req)
+	ow.stop()
 	w.stop()
 	if err != nil {
 		return runOutput{}, err
