@@ -17,12 +17,25 @@
 #
 # The engine runs without a bridge or iptables rules: containers here get
 # NetworkMode none, and the host's firewall is left alone.
+#
+# gVisor: when runsc is installed (scripts/gvisor.sh, `make gvisor`, which
+# `make test` runs before this), the engine is started with a daemon.json
+# ($STATE_DIR/daemon.json, --config-file) registering it as the runtime
+# "runsc", which the gvisor executor asks for. An engine this script
+# started earlier without it (runsc built since) gets it registered live:
+# the runtimes are written to the file that engine reads its configuration
+# from, and SIGHUP makes it reload them (dockerd reloads "runtimes" without
+# a restart; running containers are untouched). An engine started any other
+# way is left as it is: the gvisor executor then reports it unavailable,
+# and the README says how to register runsc there.
 set -euo pipefail
 
 STATE_DIR=${SANDGATE_DOCKERD_STATE:-/run/sandgate-dockerd}
 SOCK=${SANDGATE_DOCKERD_SOCK:-/var/run/docker.sock}
 LOG=${SANDGATE_DOCKERD_LOG:-/var/log/sandgate-dockerd.log}
 WAIT_S=${SANDGATE_DOCKERD_WAIT:-60}
+CONFIG=$STATE_DIR/daemon.json
+RUNSC=${SANDGATE_RUNSC:-/usr/local/bin/runsc}
 
 mode=${1:-}
 holder=${2:-$PPID}
@@ -60,6 +73,67 @@ live_leases() {
   echo "$n"
 }
 
+# daemon_config prints the engine configuration this script starts
+# dockerd with: runsc registered when it is installed.
+daemon_config() {
+  if [ -x "$RUNSC" ]; then
+    printf '{\n  "runtimes": {\n    "runsc": {"path": "%s"}\n  }\n}\n' "$RUNSC"
+  else
+    echo '{}'
+  fi
+}
+
+has_runsc() {
+  [ "$(docker -H "unix://$SOCK" info --format '{{if index .Runtimes "runsc"}}yes{{end}}' 2>/dev/null)" = yes ]
+}
+
+# config_file_of PID prints the configuration file the dockerd PID reads
+# (its --config-file, else dockerd's default).
+config_file_of() {
+  local arg next=0 file=/etc/docker/daemon.json
+  while IFS= read -r -d '' arg; do
+    if [ "$next" = 1 ]; then file=$arg; next=0; continue; fi
+    case "$arg" in
+    --config-file) next=1 ;;
+    --config-file=*) file=${arg#--config-file=} ;;
+    esac
+  done <"/proc/$1/cmdline"
+  echo "$file"
+}
+
+# register_runsc adds runsc to a running engine this script started
+# without it, by rewriting the file the engine reads (only when that file
+# is this script's own, or absent) and SIGHUP. Anything else is left
+# alone, with a message.
+register_runsc() {
+  [ -x "$RUNSC" ] || return 0
+  has_runsc && return 0
+  local pid file
+  pid=$(started_pid)
+  if [ -z "$pid" ]; then
+    echo "dockerd: the engine on $SOCK was not started by this script and has no runsc runtime;" \
+      "the gvisor executor stays unavailable (README: registering runsc)" >&2
+    return 0
+  fi
+  file=$(config_file_of "$pid")
+  if [ "$file" != "$CONFIG" ] && [ -e "$file" ]; then
+    echo "dockerd: pid $pid reads $file, which this script did not write; not changing it." \
+      "Add runsc there (README) or restart the engine with scripts/dockerd.sh" >&2
+    return 0
+  fi
+  mkdir -p "$(dirname "$file")"
+  daemon_config >"$file"
+  kill -HUP "$pid"
+  for _ in $(seq 50); do
+    if has_runsc; then
+      echo "dockerd: registered runsc ($RUNSC) with pid $pid through $file"
+      return 0
+    fi
+    sleep 0.2
+  done
+  echo "dockerd: pid $pid did not pick up runsc from $file; see $LOG" >&2
+}
+
 start() {
   mkdir -p "$STATE_DIR/leases"
   exec 9>"$STATE_DIR/lock"
@@ -67,6 +141,7 @@ start() {
   touch "$STATE_DIR/leases/$holder"
   if ping_engine; then
     echo "dockerd: an engine already answers on $SOCK"
+    register_runsc
     return 0
   fi
   if [ -n "$(started_pid)" ]; then
@@ -80,9 +155,10 @@ start() {
       echo "dockerd: no engine answers and starting one needs root" >&2
       exit 1
     fi
+    daemon_config >"$CONFIG"
     # setsid: the engine must outlive this shell and make's job control.
     setsid dockerd --bridge=none --iptables=false --ip6tables=false \
-      -H "unix://$SOCK" >>"$LOG" 2>&1 </dev/null 9>&- &
+      --config-file "$CONFIG" -H "unix://$SOCK" >>"$LOG" 2>&1 </dev/null 9>&- &
     echo $! >"$STATE_DIR/dockerd.pid"
     echo "dockerd: started pid $! (log $LOG)"
   fi
@@ -140,6 +216,7 @@ status() {
   local pid
   pid=$(started_pid)
   if ping_engine; then echo "engine: up"; else echo "engine: down"; fi
+  if has_runsc; then echo "runsc runtime: registered"; else echo "runsc runtime: no"; fi
   echo "started by this script: ${pid:-no}"
   echo "live leases: $( [ -d "$STATE_DIR/leases" ] && live_leases || echo 0)"
 }

@@ -184,7 +184,7 @@ func (e *Executor) labels(session, request string) map[string]string {
 	l := make(map[string]string, len(e.cfg.Labels)+6)
 	maps.Copy(l, e.cfg.Labels)
 	l[labelManaged] = "true"
-	l[labelExecutor] = string(executors.KindDocker)
+	l[labelExecutor] = string(e.cfg.Kind)
 	l[labelInstance] = e.cfg.Instance
 	if session != "" {
 		l[labelSession] = session
@@ -201,7 +201,7 @@ func (e *Executor) labels(session, request string) map[string]string {
 func (e *Executor) instanceFilter() client.Filters {
 	return make(client.Filters).
 		Add("label", labelManaged+"=true").
-		Add("label", labelExecutor+"="+string(executors.KindDocker)).
+		Add("label", labelExecutor+"="+string(e.cfg.Kind)).
 		Add("label", labelInstance+"="+e.cfg.Instance)
 }
 

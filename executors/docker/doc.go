@@ -57,7 +57,8 @@
 //
 // # Clean-up
 //
-// Every container carries sandgate.managed=true, sandgate.executor=docker,
+// Every container carries sandgate.managed=true, sandgate.executor=<kind>
+// (Config.Kind: docker, or gvisor for executors/gvisor),
 // sandgate.instance=<Config.Instance>, sandgate.session, sandgate.request
 // (or sandgate.warm) and sandgate.boot (which Executor value made it). It
 // is removed after its run, whatever happened, in the background (Close
