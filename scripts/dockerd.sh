@@ -74,7 +74,12 @@ live_leases() {
 }
 
 # daemon_config prints the engine configuration this script starts
-# dockerd with: runsc registered when it is installed.
+# dockerd with: runsc registered when it is installed. Without
+# --oci-seccomp on purpose: runsc would then apply the container's seccomp
+# profile inside the sandbox, but it ignores errnoRet, so Docker's default
+# profile's clone3 -> ENOSYS becomes EPERM and glibc (2.34+) stops
+# creating threads (node and python threads fail). The code's system
+# calls go to gVisor's kernel, which runs under gVisor's own seccomp filter.
 daemon_config() {
   if [ -x "$RUNSC" ]; then
     printf '{\n  "runtimes": {\n    "runsc": {"path": "%s"}\n  }\n}\n' "$RUNSC"
@@ -84,7 +89,9 @@ daemon_config() {
 }
 
 has_runsc() {
-  [ "$(docker -H "unix://$SOCK" info --format '{{if index .Runtimes "runsc"}}yes{{end}}' 2>/dev/null)" = yes ]
+  local names
+  names=$(docker -H "unix://$SOCK" info --format '{{range $name, $_ := .Runtimes}}{{$name}}{{"\n"}}{{end}}' 2>/dev/null) || return 1
+  grep -qx runsc <<<"$names"
 }
 
 # config_file_of PID prints the configuration file the dockerd PID reads

@@ -135,6 +135,17 @@ type Config struct {
 	// so an engine without it makes the executor unavailable instead of
 	// failing each run (or, worse, running it under another runtime).
 	Runtime string
+	// OwnKernel says Runtime runs the code on a kernel of its own (gVisor's
+	// sentry), not the host's. The pids cgroup then counts the runtime's
+	// host tasks, not the code's: about 28 at rest and two more per task
+	// of the code (runsc, systrap platform, measured), so a pids limit of
+	// MaxProcs would kill the sandbox itself after a dozen processes.
+	// The process limit is then RLIMIT_NPROC, which that kernel counts
+	// for this run alone (the run is the only user of its uid there,
+	// unlike on the host) and which counts threads too, as the pids
+	// cgroup does; the pids cgroup stays as a backstop sized for the
+	// runtime (ownKernelHostPids). Set by executors/gvisor.
+	OwnKernel bool
 	// Kind is the executor's name: what Kind returns, what the policy
 	// routes to, and the sandgate.executor label, which scopes the orphan
 	// reaper, so executors of different kinds sharing an engine and an

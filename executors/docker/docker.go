@@ -142,6 +142,10 @@ func (e *Executor) Available(ctx context.Context) error {
 	return nil
 }
 
+// ErrRuntimeMissing is the cause of the unavailability of an executor whose
+// Config.Runtime the engine does not list.
+var ErrRuntimeMissing = errors.New("runtime not registered with the engine")
+
 // checkRuntime makes an engine that does not know Config.Runtime an
 // unavailable one, with the runtimes it does know in the reason.
 func (e *Executor) checkRuntime(ctx context.Context) error {
@@ -157,7 +161,7 @@ func (e *Executor) checkRuntime(ctx context.Context) error {
 	if _, ok := info.Info.Runtimes[e.cfg.Runtime]; !ok {
 		known := slices.Sorted(maps.Keys(info.Info.Runtimes))
 		return e.unavailable(fmt.Sprintf("the engine has no %q runtime (it has %s; scripts/dockerd.sh registers it, see the README)",
-			e.cfg.Runtime, strings.Join(known, ", ")), nil)
+			e.cfg.Runtime, strings.Join(known, ", ")), ErrRuntimeMissing)
 	}
 	return nil
 }

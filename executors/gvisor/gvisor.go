@@ -42,6 +42,7 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 		return nil, fmt.Errorf("gvisor: config: kind %q: the gvisor executor is always %q", cfg.Kind, executors.KindGVisor)
 	}
 	cfg.Kind = executors.KindGVisor
+	cfg.OwnKernel = true
 	if cfg.Runtime == "" {
 		cfg.Runtime = DefaultRuntime
 	}
