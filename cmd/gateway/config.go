@@ -176,6 +176,11 @@ type DockerConfig struct {
 	// Runtime is the OCI runtime; empty is the engine's default (runc) for
 	// docker, and "runsc" for gvisor.
 	Runtime string `yaml:"runtime"`
+	// Instance labels this gateway's containers; at start the executor
+	// removes the leftovers of its own instance (a crash's) and nothing
+	// else, so gateways sharing one engine need distinct instances. Empty
+	// is the package default ("default").
+	Instance string `yaml:"instance"`
 }
 
 // SubprocessConfig tunes the hardened host-process executor. A limit left

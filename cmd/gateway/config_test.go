@@ -96,7 +96,7 @@ func TestLoadFull(t *testing.T) {
 		m.SessionTimeout != 10*time.Minute || m.ProgressInterval != 3*time.Second || !m.PurgeOnClose {
 		t.Fatalf("decoded mcp %+v", m)
 	}
-	if g := c.Executors.GVisor; g != (DockerConfig{Enabled: true, Runtime: "runsc-kvm", MemoryMB: 384, WarmMax: 2}) {
+	if g := c.Executors.GVisor; g != (DockerConfig{Enabled: true, Runtime: "runsc-kvm", Instance: "gw-2", MemoryMB: 384, WarmMax: 2}) {
 		t.Fatalf("gvisor decoded %+v", g)
 	}
 }

@@ -269,7 +269,7 @@ func dockerConfig(d DockerConfig, log *slog.Logger) docker.Config {
 	}
 	return docker.Config{
 		Host: d.Host, Images: images, CPUs: d.CPUs, TmpfsMB: d.TmpfsMB, WarmMax: d.WarmMax, WarmIdle: d.WarmIdle,
-		Runtime: d.Runtime, Logger: log,
+		Runtime: d.Runtime, Instance: d.Instance, Logger: log,
 		Limits: executors.Limits{MemoryMB: d.MemoryMB, MaxProcs: d.MaxProcs},
 	}
 }
