@@ -87,6 +87,15 @@
 // by its own session, and is removed on ReleaseSession, after
 // Config.WarmIdle unused, when its shape no longer matches, and at Close.
 //
+// # Runtimes with their own kernel
+//
+// Config.Runtime picks the OCI runtime; executors/gvisor sets runsc and
+// Config.OwnKernel, under which the process limit is RLIMIT_NPROC inside
+// the sandbox's kernel (the pids cgroup then counts the runtime's host
+// tasks) and the boot script relays the program's output through FIFOs
+// (bootScriptRelay says why). Available requires the engine to list the
+// runtime.
+//
 // # Images
 //
 // `make images` builds sandgate/runtime (python3, bash, node from Debian)
