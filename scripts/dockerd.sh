@@ -19,15 +19,17 @@
 # NetworkMode none, and the host's firewall is left alone.
 #
 # gVisor: when runsc is installed (scripts/gvisor.sh, `make gvisor`, which
-# `make test` runs before this), the engine is started with a daemon.json
-# ($STATE_DIR/daemon.json, --config-file) registering it as the runtime
-# "runsc", which the gvisor executor asks for. An engine this script
-# started earlier without it (runsc built since) gets it registered live:
-# the runtimes are written to the file that engine reads its configuration
-# from, and SIGHUP makes it reload them (dockerd reloads "runtimes" without
-# a restart; running containers are untouched). An engine started any other
-# way is left as it is: the gvisor executor then reports it unavailable,
-# and the README says how to register runsc there.
+# `make test` runs before this), the engine is started with it registered
+# as the runtime "runsc", which the gvisor executor asks for: through this
+# script's daemon.json ($STATE_DIR/daemon.json, --config-file), or, when
+# the machine has an /etc/docker/daemon.json of its own, through
+# --add-runtime (see engine_args). An engine this script started earlier
+# without it (runsc built since) gets it registered live: the runtimes are
+# written to the file that engine reads its configuration from, when that
+# file is this script's or absent, and SIGHUP makes it reload them (dockerd
+# reloads "runtimes" without a restart; running containers are untouched).
+# An engine started any other way is left as it is: the gvisor executor
+# then reports it unavailable, and the README says how to register runsc.
 set -euo pipefail
 
 STATE_DIR=${SANDGATE_DOCKERD_STATE:-/run/sandgate-dockerd}
@@ -35,6 +37,7 @@ SOCK=${SANDGATE_DOCKERD_SOCK:-/var/run/docker.sock}
 LOG=${SANDGATE_DOCKERD_LOG:-/var/log/sandgate-dockerd.log}
 WAIT_S=${SANDGATE_DOCKERD_WAIT:-60}
 CONFIG=$STATE_DIR/daemon.json
+SYSTEM_CONFIG=${SANDGATE_DOCKERD_SYSTEM_CONFIG:-/etc/docker/daemon.json}
 RUNSC=${SANDGATE_RUNSC:-/usr/local/bin/runsc}
 
 mode=${1:-}
@@ -88,16 +91,31 @@ daemon_config() {
   fi
 }
 
+# engine_args prints, one a line, the arguments that register runsc with
+# a dockerd about to start. Without a system daemon.json the engine reads
+# this script's own file (which register_runsc may rewrite later). With one,
+# the engine keeps reading it (its settings stay in force) and runsc comes
+# as a flag, unless the file has a "runtimes" key already: dockerd refuses
+# a directive set both ways, and that file is the administrator's.
+engine_args() {
+  if [ ! -e "$SYSTEM_CONFIG" ]; then
+    daemon_config >"$CONFIG"
+    printf '%s\n' --config-file "$CONFIG"
+  elif [ -x "$RUNSC" ] && ! grep -q '"runtimes"' "$SYSTEM_CONFIG"; then
+    printf '%s\n' --add-runtime "runsc=$RUNSC"
+  fi
+}
+
 has_runsc() {
   local names
   names=$(docker -H "unix://$SOCK" info --format '{{range $name, $_ := .Runtimes}}{{$name}}{{"\n"}}{{end}}' 2>/dev/null) || return 1
   grep -qx runsc <<<"$names"
 }
 
-# config_file_of PID prints the configuration file the dockerd PID reads
-# (its --config-file, else dockerd's default).
+# config_file_of PID DEFAULT prints the configuration file the dockerd
+# PID reads: its --config-file, else dockerd's default, DEFAULT.
 config_file_of() {
-  local arg next=0 file=/etc/docker/daemon.json
+  local arg next=0 file=$2
   while IFS= read -r -d '' arg; do
     if [ "$next" = 1 ]; then file=$arg; next=0; continue; fi
     case "$arg" in
@@ -122,7 +140,7 @@ register_runsc() {
       "the gvisor executor stays unavailable (README: registering runsc)" >&2
     return 0
   fi
-  file=$(config_file_of "$pid")
+  file=$(config_file_of "$pid" "$SYSTEM_CONFIG")
   if [ "$file" != "$CONFIG" ] && [ -e "$file" ]; then
     echo "dockerd: pid $pid reads $file, which this script did not write; not changing it." \
       "Add runsc there (README) or restart the engine with scripts/dockerd.sh" >&2
@@ -162,10 +180,11 @@ start() {
       echo "dockerd: no engine answers and starting one needs root" >&2
       exit 1
     fi
-    daemon_config >"$CONFIG"
+    local extra
+    mapfile -t extra < <(engine_args)
     # setsid: the engine must outlive this shell and make's job control.
     setsid dockerd --bridge=none --iptables=false --ip6tables=false \
-      --config-file "$CONFIG" -H "unix://$SOCK" >>"$LOG" 2>&1 </dev/null 9>&- &
+      "${extra[@]}" -H "unix://$SOCK" >>"$LOG" 2>&1 </dev/null 9>&- &
     echo $! >"$STATE_DIR/dockerd.pid"
     echo "dockerd: started pid $! (log $LOG)"
   fi
