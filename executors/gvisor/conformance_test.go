@@ -14,6 +14,7 @@ import (
 func TestConformance(t *testing.T) {
 	needGVisor(t)
 	executortest.Run(t, executortest.Harness{
-		New: func(t *testing.T) executors.Executor { return newTestExecutor(t) },
+		New:       func(t *testing.T) executors.Executor { return newTestExecutor(t) },
+		DataStack: true, // docker's image, built on the runtime root (images/)
 	})
 }
