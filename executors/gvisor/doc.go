@@ -41,9 +41,9 @@
 //
 // # Cost
 //
-// python3 print(1), p50, same loop, 2-core VM under load (BenchmarkPrint1,
-// -benchtime 20x): fresh 581 ms against 871 ms for docker run
-// --runtime=runsc (0.67×) and 605 ms for docker run under runc; warm after
-// 1 s of think time 114 ms (0.13× the runsc CLI; the docker executor's warm
-// run: 85 ms).
+// python3 print(1), p50, same loop, 2-core VM at a load average of 5 to 8
+// (BenchmarkPrint1, -benchtime 20x): fresh 419 ms against 469 ms for
+// docker run --runtime=runsc (0.89×) and 280 ms for docker run under runc;
+// warm after 1 s of think time 111 ms (0.24× the runsc CLI; the docker
+// executor's warm run: 46 ms).
 package gvisor
