@@ -7,7 +7,7 @@ SCHEMA_DIR := policy/schemas
 OPA        := $(GO) tool opa
 COVERAGE   := 90
 
-.PHONY: test deps npm-deps test-go policy-check lint bench bench-gateway build images dockerd-start dockerd-stop
+.PHONY: test deps npm-deps test-go policy-check lint bench bench-gateway build images dockerd-start dockerd-stop gvisor
 
 # The runtime root filesystem `make images` exports (scripts/images.sh):
 # the subprocess executor's root in the tests, as in a gateway configured
@@ -15,21 +15,23 @@ COVERAGE   := 90
 SANDGATE_ROOTFS_DIR ?= /var/lib/sandgate/rootfs
 export SANDGATE_ROOTFS_DIR
 
-## test: the full suite: system dependencies, a Docker engine (started only
-## if none answers), the runtime images and the exported runtime root,
+## test: the full suite: system dependencies, runsc (built before the
+## engine starts, so that the engine registers it), a Docker engine (started
+## only if none answers), the runtime images and the exported runtime root,
 ## policy checks, then every Go test with -race,
-## SANDGATE_REQUIRE_{DOCKER,BROWSER,ROOT,NPM_CLIENTS,RUNTIME_ROOT}=1 (tests
-## needing Docker, Chromium, root, the npm clients or the runtime root fail
-## rather than skip) and SANDGATE_RUNTIME_ROOT naming the export. The engine
-## this run started is stopped afterwards whatever the tests did, and
-## test-go's exit status is kept. The recipe shell's pid is the engine
+## SANDGATE_REQUIRE_{DOCKER,GVISOR,BROWSER,ROOT,NPM_CLIENTS,RUNTIME_ROOT}=1
+## (tests needing Docker, gVisor, Chromium, root, the npm clients or the
+## runtime root fail rather than skip) and SANDGATE_RUNTIME_ROOT naming the
+## export. The engine this run started is stopped afterwards whatever the
+## tests did, and test-go's exit status is kept. The recipe shell's pid is the engine
 ## lease's holder (scripts/dockerd.sh).
 test: deps
 	@holder=$$$$; rc=0; \
+	$(MAKE) --no-print-directory gvisor && \
 	$(MAKE) --no-print-directory dockerd-start DOCKERD_HOLDER=$$holder && \
 	$(MAKE) --no-print-directory images && \
 	$(MAKE) --no-print-directory policy-check && \
-	SANDGATE_REQUIRE_DOCKER=1 SANDGATE_REQUIRE_BROWSER=1 SANDGATE_REQUIRE_ROOT=1 SANDGATE_REQUIRE_NPM_CLIENTS=1 \
+	SANDGATE_REQUIRE_DOCKER=1 SANDGATE_REQUIRE_GVISOR=1 SANDGATE_REQUIRE_BROWSER=1 SANDGATE_REQUIRE_ROOT=1 SANDGATE_REQUIRE_NPM_CLIENTS=1 \
 	SANDGATE_REQUIRE_RUNTIME_ROOT=1 SANDGATE_RUNTIME_ROOT=$(SANDGATE_ROOTFS_DIR)/runtime \
 		$(MAKE) --no-print-directory test-go || rc=$$?; \
 	$(MAKE) --no-print-directory dockerd-stop DOCKERD_HOLDER=$$holder || true; \
@@ -43,6 +45,13 @@ dockerd-start:
 
 dockerd-stop:
 	./scripts/dockerd.sh stop $(DOCKERD_HOLDER)
+
+## gvisor: build gVisor's runsc from the Go module proxy (pinned version,
+## CGO_ENABLED=0, `go install pkg@version`: a tool, not in our go.mod) and
+## link it at /usr/local/bin/runsc; cached by version, so a second run
+## builds nothing. scripts/dockerd.sh registers it with the engine.
+gvisor:
+	./scripts/gvisor.sh
 
 ## images: build the runtime image(s) from images/*/ (debootstrap minbase +
 ## docker import; aio on top of runtime); skipped when the recipe's hash tag
@@ -118,6 +127,7 @@ SOAK_FLAGS    ?=
 ## engine it started. Sample counts: BENCH_FLAGS (go run ./bench -h).
 bench-report:
 	@holder=$$$$; rc=0; \
+	./scripts/gvisor.sh && \
 	./scripts/dockerd.sh start $$holder && \
 	$(MAKE) --no-print-directory images && \
 	./bench/tools.sh && \

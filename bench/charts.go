@@ -93,6 +93,9 @@ func drawCharts(dir string, rep *report, sk *soakResult) error {
 	if rep.Docker != nil {
 		all = append(all, *rep.Docker)
 	}
+	if rep.GVisor != nil {
+		all = append(all, *rep.GVisor)
+	}
 	if rep.AIO != nil {
 		all = append(all, *rep.AIO)
 	}

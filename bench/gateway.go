@@ -38,20 +38,7 @@ type gatewayProc struct {
 }
 
 func startGateway(ctx context.Context) (*gatewayProc, error) {
-	dir, err := os.MkdirTemp("", "sgbench")
-	if err != nil {
-		return nil, err
-	}
-	if err := os.Chmod(dir, 0o711); err != nil { // session uids traverse it to their workspace
-		return nil, err
-	}
-	bin := filepath.Join(dir, "gateway")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/gateway")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		return nil, fmt.Errorf("build gateway: %w", err)
-	}
-	addr, err := freePort()
+	dir, bin, err := buildGateway(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -59,14 +46,49 @@ func startGateway(ctx context.Context) (*gatewayProc, error) {
 	// (and so their sandboxd sockets and keys) in this run's directory: the
 	// aio scenario calls the warm instance's sandboxd directly through it.
 	aioState, aioInstance := filepath.Join(dir, "aio"), "sgbench"+randHex()
-	conf := filepath.Join(dir, "gateway.yaml")
 	yaml := fmt.Sprintf("executors:\n  aio:\n    enabled: true\n    state_dir: %s\n    instance: %s\n", aioState, aioInstance)
+	g, err := launchGateway(dir, bin, yaml, "sandgate-bench-gateway.log")
+	if err != nil {
+		return nil, err
+	}
+	g.aioState, g.aioInstance = aioState, aioInstance
+	return g, nil
+}
+
+// buildGateway builds the gateway from this checkout into a fresh
+// directory that sandbox uids can traverse.
+func buildGateway(ctx context.Context) (dir, bin string, err error) {
+	dir, err = os.MkdirTemp("", "sgbench")
+	if err != nil {
+		return "", "", err
+	}
+	if err := os.Chmod(dir, 0o711); err != nil { // session uids traverse it to their workspace
+		return "", "", err
+	}
+	bin = filepath.Join(dir, "gateway")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/gateway")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return "", "", fmt.Errorf("build gateway: %w", err)
+	}
+	return dir, bin, nil
+}
+
+// launchGateway starts bin with the configuration yaml (written into dir)
+// and waits until it is healthy. Its log goes to logName in the temporary
+// directory.
+func launchGateway(dir, bin, yaml, logName string) (*gatewayProc, error) {
+	addr, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	conf := filepath.Join(dir, "gateway.yaml")
 	if err := os.WriteFile(conf, []byte(yaml), 0o600); err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(bin, "--config", conf, "--listen", addr, "--data-dir", filepath.Join(dir, "data"))
 	cmd.Env = append(os.Environ(), "SANDGATE_AGENT_TOKEN="+agentToken, "SANDGATE_ADMIN_TOKEN="+adminToken)
-	logf, err := os.Create(filepath.Join(os.TempDir(), "sandgate-bench-gateway.log"))
+	logf, err := os.Create(filepath.Join(os.TempDir(), logName))
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +97,7 @@ func startGateway(ctx context.Context) (*gatewayProc, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	g := &gatewayProc{cmd: cmd, base: "http://" + addr, dir: dir, aioState: aioState, aioInstance: aioInstance,
+	g := &gatewayProc{cmd: cmd, base: "http://" + addr, dir: dir,
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 128}}}
 	if err := g.waitHealthy(60 * time.Second); err != nil {
 		g.stop()
@@ -119,7 +141,9 @@ func (g *gatewayProc) stop() {
 		_ = g.cmd.Process.Kill()
 		<-done
 	}
-	_ = exec.Command("umount", g.aioState).Run() // the pool's bind onto itself, if left
+	if g.aioState != "" {
+		_ = exec.Command("umount", g.aioState).Run() // the pool's bind onto itself, if left
+	}
 	_ = os.RemoveAll(g.dir)
 }
 

@@ -8,7 +8,9 @@
 //	go run ./bench -render docs         # re-render the report from docs/perf/*.json
 //
 // Scenarios: SAFE Python via subprocess vs python3 and srt; STRICT Python
-// via Docker (fresh and warm) vs the docker CLI; aio run_code vs sandboxd
+// via Docker (fresh and warm) vs the docker CLI; the same via gVisor (a
+// second gateway with the isolation upgrade at LOW) vs docker run under
+// runsc and runc; aio run_code vs sandboxd
 // directly; policy evaluation vs OPA's trivial allow; 64 KiB workspace
 // reads and writes vs os.ReadFile/os.WriteFile; a mixed agent workload at
 // several concurrencies.
@@ -63,7 +65,7 @@ func main() {
 	flag.DurationVar(&o.mixedDur, "mixed-duration", 30*time.Second, "duration of each mixed workload level")
 	flag.DurationVar(&o.think, "docker-think", time.Second, "untimed pause before each paced warm Docker run (an agent's model call)")
 	flag.StringVar(&o.image, "image", "sandgate/runtime:latest", "image of the docker run baseline")
-	only := flag.String("only", "", "comma-separated scenarios to run (subprocess,rootcost,docker,aio,policy,files,mixed); empty: all")
+	only := flag.String("only", "", "comma-separated scenarios to run (subprocess,rootcost,docker,gvisor,aio,policy,files,mixed); empty: all")
 	out := flag.String("out", "", "write the report under this docs directory (performance.md, perf/)")
 	readme := flag.String("readme", "", "README whose perf:begin/perf:end block gets the headline figures")
 	render := flag.String("render", "", "only re-render the report under this docs directory from its JSON")
@@ -169,6 +171,7 @@ type report struct {
 	Subprocess   []abResult        `json:"subprocess,omitempty"`
 	Docker       *abResult         `json:"docker,omitempty"`
 	DockerThinkS float64           `json:"docker_think_s,omitempty"`
+	GVisor       *abResult         `json:"gvisor,omitempty"`
 	AIO          *abResult         `json:"aio,omitempty"`
 	Policy       *policyResult     `json:"policy,omitempty"`
 	Files        []abResult        `json:"files,omitempty"`
@@ -214,6 +217,13 @@ func run(ctx context.Context, o opts, out, readme, jsonOut string) error {
 			fail("docker", err)
 		} else {
 			rep.Docker, rep.DockerThinkS = &r, o.think.Seconds()
+		}
+	}
+	if o.want("gvisor") {
+		if r, err := scenarioGVisor(ctx, o); err != nil {
+			fail("gvisor", err)
+		} else {
+			rep.GVisor, rep.DockerThinkS = &r, o.think.Seconds()
 		}
 	}
 	if o.want("aio") {

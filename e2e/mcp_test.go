@@ -390,7 +390,7 @@ var mcpChecks = []mcpCheck{
 		}
 		sc := r.Result.StructuredContent
 		ap, _ := sc["approval"].(map[string]any)
-		if sc["stdout"] != "approved over mcp\n" || sc["sandbox_type"] != "docker" || ap["id"] != seen.ID || ap["status"] != "approved" {
+		if sc["stdout"] != "approved over mcp\n" || !highRoutedAsDesigned(sc) || ap["id"] != seen.ID || ap["status"] != "approved" {
 			return fmt.Errorf("structured %v", sc)
 		}
 		// What the approver saw: the request, over MCP, from this client.
@@ -529,4 +529,29 @@ type progressNote struct {
 	Progress float64 `json:"progress"`
 	Total    float64 `json:"total"`
 	Message  string  `json:"message"`
+}
+
+// highRoutedAsDesigned: approved HIGH code runs in gvisor, or, on an
+// engine without runsc, in docker with the policy's executor.fallback
+// reason (DESIGN.md §6; the default STRICT policy's isolation upgrade).
+func highRoutedAsDesigned(sc map[string]any) bool {
+	d, _ := sc["decision"].(map[string]any)
+	if d == nil || sc["sandbox_type"] != d["executor"] {
+		return false
+	}
+	switch d["executor"] {
+	case "gvisor":
+		return true
+	case "docker":
+		if os.Getenv("SANDGATE_REQUIRE_GVISOR") == "1" {
+			return false
+		}
+		reasons, _ := d["reasons"].([]any)
+		for _, r := range reasons {
+			if m, _ := r.(map[string]any); m["code"] == "executor.fallback" {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -28,6 +28,10 @@ const (
 	KindSubprocess Kind = "subprocess"
 	KindDocker     Kind = "docker"
 	KindAIO        Kind = "aio"
+	// KindGVisor is the docker executor's container path under gVisor's
+	// runsc runtime (executors/gvisor): a user-space kernel between the
+	// code and the host's.
+	KindGVisor Kind = "gvisor"
 )
 
 // Languages a Spec may carry. They match the API's "language" field.

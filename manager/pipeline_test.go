@@ -496,7 +496,10 @@ func TestRunConfirmRequest(t *testing.T) {
 	if c.RiskLevel != "HIGH" || len(c.Patterns) == 0 || c.Patterns[0].ID != "python.net.socket" || c.Patterns[0].Line != 1 {
 		t.Errorf("approval risk %q patterns %+v", c.RiskLevel, c.Patterns)
 	}
-	if c.Executor != "docker" || c.PolicyRevision != realPolicy(t).Revision() || len(c.Reasons) != 1 || c.Reasons[0].Code != "risk.high" {
+	// The harness wires no gvisor executor: the default policy's fallback
+	// to docker is the first reason, the approval's the second.
+	if c.Executor != "docker" || c.PolicyRevision != realPolicy(t).Revision() || len(c.Reasons) != 2 ||
+		c.Reasons[0].Code != "executor.fallback" || c.Reasons[1].Code != "risk.high" {
 		t.Errorf("approval decision: executor %q revision %q reasons %+v", c.Executor, c.PolicyRevision, c.Reasons)
 	}
 	if c.Context["needs_browser"] || c.Context["needs_persistent_fs"] || len(c.Context) != 2 {
@@ -748,8 +751,10 @@ func TestRunApprovalPendingHook(t *testing.T) {
 	if _, err := h.m.Run(t.Context(), req); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if len(got) != 1 || got[0].ID != "apr_x" || got[0].RiskLevel != "HIGH" || len(got[0].Reasons) != 1 ||
-		got[0].Reasons[0].Code != "risk.high" || len(got[0].Patterns) == 0 {
+	// The harness wires no gvisor executor: the policy's fallback to
+	// docker comes first in the reasons, the approval's second.
+	if len(got) != 1 || got[0].ID != "apr_x" || got[0].RiskLevel != "HIGH" || len(got[0].Reasons) != 2 ||
+		got[0].Reasons[0].Code != "executor.fallback" || got[0].Reasons[1].Code != "risk.high" || len(got[0].Patterns) == 0 {
 		t.Fatalf("OnApprovalPending got %+v", got)
 	}
 	if d := time.Until(got[0].Deadline); d < 60*time.Second || d > 90*time.Second {

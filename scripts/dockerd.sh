@@ -17,12 +17,28 @@
 #
 # The engine runs without a bridge or iptables rules: containers here get
 # NetworkMode none, and the host's firewall is left alone.
+#
+# gVisor: when runsc is installed (scripts/gvisor.sh, `make gvisor`, which
+# `make test` runs before this), the engine is started with it registered
+# as the runtime "runsc", which the gvisor executor asks for: through this
+# script's daemon.json ($STATE_DIR/daemon.json, --config-file), or, when
+# the machine has an /etc/docker/daemon.json of its own, through
+# --add-runtime (see engine_args). An engine this script started earlier
+# without it (runsc built since) gets it registered live: the runtimes are
+# written to the file that engine reads its configuration from, when that
+# file is this script's or absent, and SIGHUP makes it reload them (dockerd
+# reloads "runtimes" without a restart; running containers are untouched).
+# An engine started any other way is left as it is: the gvisor executor
+# then reports it unavailable, and the README says how to register runsc.
 set -euo pipefail
 
 STATE_DIR=${SANDGATE_DOCKERD_STATE:-/run/sandgate-dockerd}
 SOCK=${SANDGATE_DOCKERD_SOCK:-/var/run/docker.sock}
 LOG=${SANDGATE_DOCKERD_LOG:-/var/log/sandgate-dockerd.log}
 WAIT_S=${SANDGATE_DOCKERD_WAIT:-60}
+CONFIG=$STATE_DIR/daemon.json
+SYSTEM_CONFIG=${SANDGATE_DOCKERD_SYSTEM_CONFIG:-/etc/docker/daemon.json}
+RUNSC=${SANDGATE_RUNSC:-/usr/local/bin/runsc}
 
 mode=${1:-}
 holder=${2:-$PPID}
@@ -60,6 +76,89 @@ live_leases() {
   echo "$n"
 }
 
+# daemon_config prints the engine configuration this script starts
+# dockerd with: runsc registered when it is installed. Without
+# --oci-seccomp on purpose: runsc would then apply the container's seccomp
+# profile inside the sandbox, but it ignores errnoRet, so Docker's default
+# profile's clone3 -> ENOSYS becomes EPERM and glibc (2.34+) stops
+# creating threads (node and python threads fail). The code's system
+# calls go to gVisor's kernel, which runs under gVisor's own seccomp filter.
+daemon_config() {
+  if [ -x "$RUNSC" ]; then
+    printf '{\n  "runtimes": {\n    "runsc": {"path": "%s"}\n  }\n}\n' "$RUNSC"
+  else
+    echo '{}'
+  fi
+}
+
+# engine_args prints, one a line, the arguments that register runsc with
+# a dockerd about to start. Without a system daemon.json the engine reads
+# this script's own file (which register_runsc may rewrite later). With one,
+# the engine keeps reading it (its settings stay in force) and runsc comes
+# as a flag, unless the file has a "runtimes" key already: dockerd refuses
+# a directive set both ways, and that file is the administrator's.
+engine_args() {
+  if [ ! -e "$SYSTEM_CONFIG" ]; then
+    daemon_config >"$CONFIG"
+    printf '%s\n' --config-file "$CONFIG"
+  elif [ -x "$RUNSC" ] && ! grep -q '"runtimes"' "$SYSTEM_CONFIG"; then
+    printf '%s\n' --add-runtime "runsc=$RUNSC"
+  fi
+}
+
+has_runsc() {
+  local names
+  names=$(docker -H "unix://$SOCK" info --format '{{range $name, $_ := .Runtimes}}{{$name}}{{"\n"}}{{end}}' 2>/dev/null) || return 1
+  grep -qx runsc <<<"$names"
+}
+
+# config_file_of PID DEFAULT prints the configuration file the dockerd
+# PID reads: its --config-file, else dockerd's default, DEFAULT.
+config_file_of() {
+  local arg next=0 file=$2
+  while IFS= read -r -d '' arg; do
+    if [ "$next" = 1 ]; then file=$arg; next=0; continue; fi
+    case "$arg" in
+    --config-file) next=1 ;;
+    --config-file=*) file=${arg#--config-file=} ;;
+    esac
+  done <"/proc/$1/cmdline"
+  echo "$file"
+}
+
+# register_runsc adds runsc to a running engine this script started
+# without it, by rewriting the file the engine reads (only when that file
+# is this script's own, or absent) and SIGHUP. Anything else is left
+# alone, with a message.
+register_runsc() {
+  [ -x "$RUNSC" ] || return 0
+  has_runsc && return 0
+  local pid file
+  pid=$(started_pid)
+  if [ -z "$pid" ]; then
+    echo "dockerd: the engine on $SOCK was not started by this script and has no runsc runtime;" \
+      "the gvisor executor stays unavailable (README: registering runsc)" >&2
+    return 0
+  fi
+  file=$(config_file_of "$pid" "$SYSTEM_CONFIG")
+  if [ "$file" != "$CONFIG" ] && [ -e "$file" ]; then
+    echo "dockerd: pid $pid reads $file, which this script did not write; not changing it." \
+      "Add runsc there (README) or restart the engine with scripts/dockerd.sh" >&2
+    return 0
+  fi
+  mkdir -p "$(dirname "$file")"
+  daemon_config >"$file"
+  kill -HUP "$pid"
+  for _ in $(seq 50); do
+    if has_runsc; then
+      echo "dockerd: registered runsc ($RUNSC) with pid $pid through $file"
+      return 0
+    fi
+    sleep 0.2
+  done
+  echo "dockerd: pid $pid did not pick up runsc from $file; see $LOG" >&2
+}
+
 start() {
   mkdir -p "$STATE_DIR/leases"
   exec 9>"$STATE_DIR/lock"
@@ -67,6 +166,7 @@ start() {
   touch "$STATE_DIR/leases/$holder"
   if ping_engine; then
     echo "dockerd: an engine already answers on $SOCK"
+    register_runsc
     return 0
   fi
   if [ -n "$(started_pid)" ]; then
@@ -80,9 +180,11 @@ start() {
       echo "dockerd: no engine answers and starting one needs root" >&2
       exit 1
     fi
+    local extra
+    mapfile -t extra < <(engine_args)
     # setsid: the engine must outlive this shell and make's job control.
     setsid dockerd --bridge=none --iptables=false --ip6tables=false \
-      -H "unix://$SOCK" >>"$LOG" 2>&1 </dev/null 9>&- &
+      "${extra[@]}" -H "unix://$SOCK" >>"$LOG" 2>&1 </dev/null 9>&- &
     echo $! >"$STATE_DIR/dockerd.pid"
     echo "dockerd: started pid $! (log $LOG)"
   fi
@@ -140,6 +242,7 @@ status() {
   local pid
   pid=$(started_pid)
   if ping_engine; then echo "engine: up"; else echo "engine: down"; fi
+  if has_runsc; then echo "runsc runtime: registered"; else echo "runsc runtime: no"; fi
   echo "started by this script: ${pid:-no}"
   echo "live leases: $( [ -d "$STATE_DIR/leases" ] && live_leases || echo 0)"
 }

@@ -134,7 +134,14 @@ type MCPConfig struct {
 type ExecutorsConfig struct {
 	Subprocess SubprocessConfig `yaml:"subprocess"`
 	Docker     DockerConfig     `yaml:"docker"`
-	AIO        AIOConfig        `yaml:"aio"`
+	// GVisor is the docker executor's container path under gVisor's runsc
+	// (executors/gvisor), with the same fields; runtime defaults to
+	// "runsc" (gvisor.DefaultRuntime). Enabled by default: the default
+	// STRICT policy sends approved HIGH code there when it is available,
+	// and to docker, with a reason in the decision, when it is not (an
+	// engine without runsc).
+	GVisor DockerConfig `yaml:"gvisor"`
+	AIO    AIOConfig    `yaml:"aio"`
 }
 
 // AIOConfig is the pooled all-in-one sandbox (executors/aio). Its fields
@@ -166,8 +173,14 @@ type DockerConfig struct {
 	// WarmMax bounds the per-session warm containers; negative disables.
 	WarmMax  int           `yaml:"warm_max"`
 	WarmIdle time.Duration `yaml:"warm_idle"`
-	// Runtime is the OCI runtime (runsc for gVisor); empty is the engine's.
+	// Runtime is the OCI runtime; empty is the engine's default (runc) for
+	// docker, and "runsc" for gvisor.
 	Runtime string `yaml:"runtime"`
+	// Instance labels this gateway's containers; at start the executor
+	// removes the leftovers of its own instance (a crash's) and nothing
+	// else, so gateways sharing one engine need distinct instances. Empty
+	// is the package default ("default").
+	Instance string `yaml:"instance"`
 }
 
 // SubprocessConfig tunes the hardened host-process executor. A limit left
@@ -236,6 +249,7 @@ func Default() Config {
 			// defaults apply (TestExecutorDefaultsInOnePlace).
 			Subprocess: SubprocessConfig{Enabled: true, WarmMax: subprocess.DefaultWarmMax, Zygotes: true},
 			Docker:     DockerConfig{Enabled: true},
+			GVisor:     DockerConfig{Enabled: true},
 			AIO:        AIOConfig{Enabled: true},
 		},
 		Server: ServerConfig{
@@ -310,8 +324,13 @@ func (c Config) Validate() error {
 	if sp.Enabled && (sp.MemoryMB < 0 || sp.CPUSeconds < 0 || sp.MaxProcs < 0 || sp.MaxOutputKiB < 0 || sp.TmpMB < 0) {
 		add("executors.subprocess: memory_mb, cpu_seconds, max_procs, max_output_kib and tmp_mb must not be negative")
 	}
-	if d := c.Executors.Docker; d.Enabled && (d.MemoryMB < 0 || d.CPUs < 0 || d.MaxProcs < 0 || d.TmpfsMB < 0 || d.WarmIdle < 0) {
-		add("executors.docker: memory_mb, cpus, max_procs, tmpfs_mb and warm_idle must not be negative")
+	for _, d := range []struct {
+		name string
+		DockerConfig
+	}{{"docker", c.Executors.Docker}, {"gvisor", c.Executors.GVisor}} {
+		if d.Enabled && (d.MemoryMB < 0 || d.CPUs < 0 || d.MaxProcs < 0 || d.TmpfsMB < 0 || d.WarmIdle < 0) {
+			add("executors.%s: memory_mb, cpus, max_procs, tmpfs_mb and warm_idle must not be negative", d.name)
+		}
 	}
 	if m := c.MCP; m.Enabled && (m.SessionTimeout <= 0 || m.ProgressInterval <= 0) {
 		add("mcp: session_timeout and progress_interval must be positive")

@@ -27,6 +27,9 @@ func TestDefaultIsValidAndSafe(t *testing.T) {
 	if !c.Executors.Subprocess.Zygotes || c.Executors.Subprocess.WarmMax <= 0 {
 		t.Errorf("subprocess defaults: %+v, want warm starts and zygotes on", c.Executors.Subprocess)
 	}
+	if g := c.Executors.GVisor; !g.Enabled || g != (DockerConfig{Enabled: true}) {
+		t.Errorf("gvisor defaults: %+v, want enabled with the packages' defaults (runtime runsc)", g)
+	}
 }
 
 // TestExecutorDefaultsInOnePlace: the shipped defaults of the executors
@@ -93,6 +96,9 @@ func TestLoadFull(t *testing.T) {
 		m.SessionTimeout != 10*time.Minute || m.ProgressInterval != 3*time.Second || !m.PurgeOnClose {
 		t.Fatalf("decoded mcp %+v", m)
 	}
+	if g := c.Executors.GVisor; g != (DockerConfig{Enabled: true, Runtime: "runsc-kvm", Instance: "gw-2", MemoryMB: 384, WarmMax: 2}) {
+		t.Fatalf("gvisor decoded %+v", g)
+	}
 }
 
 func TestLoadErrors(t *testing.T) {
@@ -105,7 +111,7 @@ func TestLoadErrors(t *testing.T) {
 		{"unknown key is an error", []string{"--config", "testdata/unknown_key.yaml"}, nil, []string{"mdoe"}},
 		{"every problem at once", []string{"--config", "testdata/many_errors.yaml"}, nil, []string{
 			"listen", "mode \"LAX\"", "approval.timeout", "auto_approve", "role \"root\"", "name is required", "at least 16", "log.level",
-			"executors.subprocess", "executors.docker"}},
+			"executors.subprocess", "executors.docker", "executors.gvisor"}},
 		{"bad tenants", []string{"--config", "testdata/bad_tenants.yaml"}, nil, []string{
 			`tenant "team a bot"`, "set tenant:", "tenants limits an approver", `"bad tenant" is not a valid tenant`,
 			"tenants.quotas: quotas must not be negative", "burst must be at least 1", `tenants.overrides: "team b"`}},

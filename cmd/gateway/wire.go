@@ -27,6 +27,7 @@ import (
 	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/executors/aio"
 	"github.com/sandgate/sandgate/executors/docker"
+	"github.com/sandgate/sandgate/executors/gvisor"
 	"github.com/sandgate/sandgate/executors/subprocess"
 	"github.com/sandgate/sandgate/manager"
 	"github.com/sandgate/sandgate/mcp"
@@ -223,6 +224,19 @@ func (gw *gateway) executors(ctx context.Context, ws *workspace.Workspaces) ([]e
 		}
 		out = append(out, e)
 	}
+	if g := gw.cfg.Executors.GVisor; g.Enabled {
+		e, err := gvisor.New(ctx, dockerConfig(g, gw.log))
+		if err != nil {
+			return nil, fmt.Errorf("gvisor executor: %w", err)
+		}
+		if err := e.Available(ctx); err != nil {
+			// Kept in the list: the policy input says it is unavailable,
+			// and the default policy sends what it would have run to
+			// docker with a reason saying so.
+			gw.log.Warn("gvisor executor unavailable (make gvisor; scripts/dockerd.sh registers runsc, see the README)", "err", err)
+		}
+		out = append(out, e)
+	}
 	if a := gw.cfg.Executors.AIO; a.Enabled {
 		if e := gw.aioPool(ctx, a.PoolConfig, ws); e != nil {
 			out = append(out, e)
@@ -242,7 +256,8 @@ func subprocessConfig(sp SubprocessConfig, log *slog.Logger) subprocess.Config {
 	}
 }
 
-// dockerConfig is the docker executor's Config for the gateway's section.
+// dockerConfig is the docker executor's Config for the gateway's section
+// (executors.docker, and executors.gvisor, which gvisor.New completes).
 // Zero fields stay zero: the package's defaults apply.
 func dockerConfig(d DockerConfig, log *slog.Logger) docker.Config {
 	var images map[string]string
@@ -254,7 +269,7 @@ func dockerConfig(d DockerConfig, log *slog.Logger) docker.Config {
 	}
 	return docker.Config{
 		Host: d.Host, Images: images, CPUs: d.CPUs, TmpfsMB: d.TmpfsMB, WarmMax: d.WarmMax, WarmIdle: d.WarmIdle,
-		Runtime: d.Runtime, Logger: log,
+		Runtime: d.Runtime, Instance: d.Instance, Logger: log,
 		Limits: executors.Limits{MemoryMB: d.MemoryMB, MaxProcs: d.MaxProcs},
 	}
 }

@@ -130,8 +130,29 @@ type Config struct {
 	// Default DefaultKillGrace.
 	KillGrace time.Duration
 	// Runtime is the OCI runtime of the containers (HostConfig.Runtime),
-	// runsc for gVisor say. Default: the engine's default (runc).
+	// runsc for gVisor say. Default: the engine's default (runc). When set,
+	// Available also requires the engine to list it among its runtimes,
+	// so an engine without it makes the executor unavailable instead of
+	// failing each run (or, worse, running it under another runtime).
 	Runtime string
+	// OwnKernel says Runtime runs the code on a kernel of its own (gVisor's
+	// sentry), not the host's. The pids cgroup then counts the runtime's
+	// host tasks, not the code's: about 28 at rest and two more per task
+	// of the code (runsc, systrap platform, measured), so a pids limit of
+	// MaxProcs would kill the sandbox itself after a dozen processes.
+	// The process limit is then RLIMIT_NPROC, which that kernel counts
+	// for this run alone (the run is the only user of its uid there,
+	// unlike on the host) and which counts threads too, as the pids
+	// cgroup does; the pids cgroup stays as a backstop sized for the
+	// runtime (ownKernelHostPids). Set by executors/gvisor.
+	OwnKernel bool
+	// Kind is the executor's name: what Kind returns, what the policy
+	// routes to, and the sandgate.executor label, which scopes the orphan
+	// reaper, so executors of different kinds sharing an engine and an
+	// Instance never reap each other's containers. Default
+	// executors.KindDocker; executors/gvisor sets executors.KindGVisor
+	// along with Runtime.
+	Kind executors.Kind
 	// Logger receives operational messages. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -147,6 +168,7 @@ func (c Config) withDefaults() Config {
 	}
 	c.Images = images
 	c.Instance = orString(c.Instance, DefaultInstance)
+	c.Kind = executors.Kind(orString(string(c.Kind), string(executors.KindDocker)))
 	c.SandboxUID = orInt(c.SandboxUID, DefaultSandboxID)
 	c.SandboxGID = orInt(c.SandboxGID, DefaultSandboxID)
 	c.Limits = c.Limits.Or(DefaultLimits)
@@ -189,6 +211,9 @@ func (c Config) Validate() error {
 	d := c.withDefaults()
 	if !labelValue.MatchString(d.Instance) {
 		errs = append(errs, fmt.Errorf("instance: %q must match %s", d.Instance, labelValue))
+	}
+	if !labelValue.MatchString(string(d.Kind)) {
+		errs = append(errs, fmt.Errorf("kind: %q must match %s", d.Kind, labelValue))
 	}
 	if d.SandboxUID < 0 || d.SandboxGID < 0 {
 		errs = append(errs, errors.New("sandbox uid/gid must not be negative"))

@@ -65,6 +65,50 @@ s=$?
 printf '\0\036sandgate-exit:%d\036\0' "$s" >&2
 exit "$s"`
 
+// bootScriptRelay is bootScript for a runtime with its own kernel
+// (Config.OwnKernel). gVisor's kernel completes a write to the host pipe
+// that carries the container's stdout only as far as the pipe has room and
+// returns the short count, where Linux blocks until the whole buffer is
+// written. POSIX allows that above PIPE_BUF, but programs rely on Linux:
+// `python3 -u -c "print('x' * 10**6)"` loses all but 64 KiB (measured).
+// So the program writes into FIFOs on the tmpfs, which are pipes of gVisor's
+// own kernel with Linux's semantics, and one cat per stream, which retries
+// short writes, relays them to the host pipes. The relays start before the
+// program arrives, so a warm container has them running already.
+//
+// Once the program has exited, whatever it left running is killed (as the
+// shell's exit would, being PID 1) so that the relays see the end of their
+// FIFOs, then the shell waits for them to drain before it writes the exit
+// trailer. The kill passes are bounded: a leftover that forks faster than
+// eight passes kill keeps the relays open, and the run ends at its
+// timeout. The relays are two processes of the run's MaxProcs.
+const bootScriptRelay = `umask 022
+o=/tmp/.sandgate-out e=/tmp/.sandgate-err
+mkfifo -m 600 "$o" "$e" || exit 125
+cat "$o" & r1=$!
+cat "$e" >&2 & r2=$!
+IFS= read -r lang || exit 125
+case "$lang" in
+python) f=/tmp/.sandgate-main.py; set -- python3 -I -u ;;
+bash) f=/tmp/.sandgate-main.sh; set -- bash --noprofile --norc ;;
+javascript) f=/tmp/.sandgate-main.js; set -- node --max-old-space-size="$1" ;;
+*) echo "sandgate: unknown language" >&2; exit 125 ;;
+esac
+cat >"$f" || exit 125
+"$@" "$f" </dev/null >"$o" 2>"$e"
+s=$?
+for _ in 1 2 3 4 5 6 7 8; do
+n=0
+for d in /proc/[0-9]*; do
+p=${d#/proc/}
+case "$p" in 1|"$r1"|"$r2") ;; *) kill -9 "$p" 2>/dev/null && n=1 ;; esac
+done
+[ "$n" = 0 ] && break
+done
+wait "$r1" "$r2"
+printf '\0\036sandgate-exit:%d\036\0' "$s" >&2
+exit "$s"`
+
 // exitTrailer prefixes and suffixes the exit status the boot script
 // writes at the end of stderr.
 const (
@@ -112,11 +156,19 @@ func (e *Executor) containerConfig(s shape, labels map[string]string) *container
 		AttachStdin: true, AttachStdout: true, AttachStderr: true,
 		OpenStdin: true, StdinOnce: true,
 		Env:        sandboxEnv(),
-		Entrypoint: []string{"/bin/sh", "-c", bootScript, bootArg0},
+		Entrypoint: []string{"/bin/sh", "-c", e.bootScript(), bootArg0},
 		Cmd:        []string{strconv.Itoa(s.limits.MemoryMB)},
 		WorkingDir: workspaceMount,
 		Labels:     labels,
 	}
+}
+
+// bootScript is the container's command for this executor's runtime.
+func (e *Executor) bootScript() string {
+	if e.cfg.OwnKernel {
+		return bootScriptRelay
+	}
+	return bootScript
 }
 
 // sandboxEnv is the code's whole environment. HOME is the workspace, as
@@ -160,22 +212,38 @@ func workspaceBind(dir string) mount.Mount {
 	}
 }
 
-// resources maps the run's limits onto cgroup limits and rlimits.
+// resources maps the run's limits onto cgroup limits and rlimits. Under
+// a runtime with its own kernel the process limit is RLIMIT_NPROC inside
+// it, and the pids cgroup bounds the runtime (see Config.OwnKernel).
 func (e *Executor) resources(lim executors.Limits) container.Resources {
 	mem := int64(lim.MemoryMB) << 20
 	pids := int64(lim.MaxProcs)
+	ulimits := []*container.Ulimit{
+		{Name: "cpu", Soft: int64(lim.CPUSeconds), Hard: int64(lim.CPUSeconds)},
+		{Name: "nofile", Soft: int64(lim.MaxOpenFiles), Hard: int64(lim.MaxOpenFiles)},
+		{Name: "fsize", Soft: int64(lim.MaxFileSizeMB) << 20, Hard: int64(lim.MaxFileSizeMB) << 20},
+		{Name: "core", Soft: 0, Hard: 0},
+	}
+	if e.cfg.OwnKernel {
+		ulimits = append(ulimits, &container.Ulimit{Name: "nproc", Soft: pids, Hard: pids})
+		pids = ownKernelHostPids(lim.MaxProcs)
+	}
 	return container.Resources{
 		Memory:     mem,
 		MemorySwap: mem, // memory+swap = memory: no swap
 		NanoCPUs:   int64(e.cfg.CPUs * 1e9),
 		PidsLimit:  &pids,
-		Ulimits: []*container.Ulimit{
-			{Name: "cpu", Soft: int64(lim.CPUSeconds), Hard: int64(lim.CPUSeconds)},
-			{Name: "nofile", Soft: int64(lim.MaxOpenFiles), Hard: int64(lim.MaxOpenFiles)},
-			{Name: "fsize", Soft: int64(lim.MaxFileSizeMB) << 20, Hard: int64(lim.MaxFileSizeMB) << 20},
-			{Name: "core", Soft: 0, Hard: 0},
-		},
+		Ulimits:    ulimits,
 	}
+}
+
+// ownKernelHostPids is the pids cgroup of a sandbox whose code may have
+// maxProcs tasks in its own kernel: the runtime's resting tasks plus two
+// host tasks per task of the code, doubled for the runtime's threads under
+// load. Reaching it kills the sandbox, not the host's ability to fork.
+func ownKernelHostPids(maxProcs int) int64 {
+	const rest = 64
+	return int64(2 * (rest + 2*maxProcs))
 }
 
 // labels returns the labels of a container for session (and request, ""
@@ -184,7 +252,7 @@ func (e *Executor) labels(session, request string) map[string]string {
 	l := make(map[string]string, len(e.cfg.Labels)+6)
 	maps.Copy(l, e.cfg.Labels)
 	l[labelManaged] = "true"
-	l[labelExecutor] = string(executors.KindDocker)
+	l[labelExecutor] = string(e.cfg.Kind)
 	l[labelInstance] = e.cfg.Instance
 	if session != "" {
 		l[labelSession] = session
@@ -201,7 +269,7 @@ func (e *Executor) labels(session, request string) map[string]string {
 func (e *Executor) instanceFilter() client.Filters {
 	return make(client.Filters).
 		Add("label", labelManaged+"=true").
-		Add("label", labelExecutor+"="+string(executors.KindDocker)).
+		Add("label", labelExecutor+"="+string(e.cfg.Kind)).
 		Add("label", labelInstance+"="+e.cfg.Instance)
 }
 

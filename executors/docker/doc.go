@@ -57,7 +57,8 @@
 //
 // # Clean-up
 //
-// Every container carries sandgate.managed=true, sandgate.executor=docker,
+// Every container carries sandgate.managed=true, sandgate.executor=<kind>
+// (Config.Kind: docker, or gvisor for executors/gvisor),
 // sandgate.instance=<Config.Instance>, sandgate.session, sandgate.request
 // (or sandgate.warm) and sandgate.boot (which Executor value made it). It
 // is removed after its run, whatever happened, in the background (Close
@@ -85,6 +86,15 @@
 // since the language arrives on stdin. A warm container is only ever used
 // by its own session, and is removed on ReleaseSession, after
 // Config.WarmIdle unused, when its shape no longer matches, and at Close.
+//
+// # Runtimes with their own kernel
+//
+// Config.Runtime picks the OCI runtime; executors/gvisor sets runsc and
+// Config.OwnKernel, under which the process limit is RLIMIT_NPROC inside
+// the sandbox's kernel (the pids cgroup then counts the runtime's host
+// tasks) and the boot script relays the program's output through FIFOs
+// (bootScriptRelay says why). Available requires the engine to list the
+// runtime.
 //
 // # Images
 //

@@ -7,6 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -79,7 +82,7 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 	life, stop := context.WithCancel(context.WithoutCancel(ctx))
 	e := &Executor{
 		cfg:      cfg,
-		log:      cfg.Logger.With("executor", string(executors.KindDocker), "instance", cfg.Instance),
+		log:      cfg.Logger.With("executor", string(cfg.Kind), "instance", cfg.Instance),
 		cli:      cli,
 		boot:     hex.EncodeToString(b[:]),
 		life:     life,
@@ -99,10 +102,11 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 }
 
 // Kind implements executors.Executor.
-func (e *Executor) Kind() executors.Kind { return executors.KindDocker }
+func (e *Executor) Kind() executors.Kind { return e.cfg.Kind }
 
-// Available implements executors.Executor: the engine answers a ping and
-// every configured image exists. A success also finishes work the engine's
+// Available implements executors.Executor: the engine answers a ping,
+// lists Config.Runtime (when set) among its runtimes, and every configured
+// image exists. A success also finishes work the engine's
 // absence postponed (orphan reaping, failed removals).
 func (e *Executor) Available(ctx context.Context) error {
 	if e.closed.Load() {
@@ -110,6 +114,9 @@ func (e *Executor) Available(ctx context.Context) error {
 	}
 	if err := e.ping(ctx); err != nil {
 		return e.unavailable("engine unreachable", err)
+	}
+	if err := e.checkRuntime(ctx); err != nil {
+		return err
 	}
 	seen := map[string]bool{}
 	for _, lang := range languages {
@@ -132,6 +139,30 @@ func (e *Executor) Available(ctx context.Context) error {
 		e.imageIDs.set(img, seen)
 	}
 	e.afterEngineOK()
+	return nil
+}
+
+// ErrRuntimeMissing is the cause of the unavailability of an executor whose
+// Config.Runtime the engine does not list.
+var ErrRuntimeMissing = errors.New("runtime not registered with the engine")
+
+// checkRuntime makes an engine that does not know Config.Runtime an
+// unavailable one, with the runtimes it does know in the reason.
+func (e *Executor) checkRuntime(ctx context.Context) error {
+	if e.cfg.Runtime == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.PingTimeout)
+	defer cancel()
+	info, err := e.cli.Info(ctx, client.InfoOptions{})
+	if err != nil {
+		return e.unavailable("engine info", err)
+	}
+	if _, ok := info.Info.Runtimes[e.cfg.Runtime]; !ok {
+		known := slices.Sorted(maps.Keys(info.Info.Runtimes))
+		return e.unavailable(fmt.Sprintf("the engine has no %q runtime (it has %s; scripts/dockerd.sh registers it, see the README)",
+			e.cfg.Runtime, strings.Join(known, ", ")), ErrRuntimeMissing)
+	}
 	return nil
 }
 
@@ -162,7 +193,7 @@ func (e *Executor) afterEngineOK() {
 }
 
 func (e *Executor) unavailable(reason string, err error) error {
-	return &executors.UnavailableError{Kind: executors.KindDocker, Reason: reason, Err: err}
+	return &executors.UnavailableError{Kind: e.cfg.Kind, Reason: reason, Err: err}
 }
 
 // engineError classifies a failed engine call. A cancelled request stays a

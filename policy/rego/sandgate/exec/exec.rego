@@ -22,9 +22,9 @@ default decision := {
 
 decision := _decision("deny", deny_reasons) if {
 	count(deny_reasons) > 0
-} else := _decision("require_approval", approval_reasons) if {
+} else := _decision("require_approval", approval_reasons | route_reasons) if {
 	count(approval_reasons) > 0
-} else := _decision("allow", set())
+} else := _decision("allow", route_reasons)
 
 _decision(action, reasons) := {
 	"action": action,
@@ -46,9 +46,43 @@ needs_aio if input.request.context.needs_browser
 
 needs_aio if input.request.context.needs_persistent_fs
 
-executor := "aio" if {
+# The executor the run should get: the AIO sandbox when it needs one, the
+# isolation upgrade's (gVisor) when its level is at or above the upgrade's
+# min_level in a mode the upgrade lists, else the mode table's.
+preferred_executor := "aio" if {
 	needs_aio
+} else := config.isolation_upgrade.executor if {
+	upgraded
 } else := row.executor
+
+level_rank := {"SAFE": 0, "LOW": 1, "MEDIUM": 2, "HIGH": 3, "CRITICAL": 4}
+
+upgraded if {
+	input.mode in config.isolation_upgrade.modes
+	level_rank[level] >= level_rank[config.isolation_upgrade.min_level]
+}
+
+# When the upgrade's executor is not available the run goes to the
+# upgrade's fallback, if it names one and that one is available, and the
+# decision says so in its reasons (route_reasons): never silently. Without
+# a fallback (or with it unavailable too) the run is denied
+# executor_unavailable, naming the preferred executor.
+executor := fallback if {
+	preferred_executor == config.isolation_upgrade.executor
+	not executor_available(preferred_executor)
+	fallback := object.get(config.isolation_upgrade, "fallback", "")
+	fallback != ""
+	executor_available(fallback)
+} else := preferred_executor
+
+route_reasons contains reason("executor.fallback", msg) if {
+	executor != preferred_executor
+	msg := sprintf("executor %q is not available; the run goes to %q instead", [preferred_executor, executor])
+}
+
+# An executor that is not wired is absent from input.executors: it is as
+# unavailable as one whose probe failed.
+executor_available(kind) if input.executors[kind].available
 
 default chosen_executor := "none"
 
@@ -81,10 +115,8 @@ deny_reasons contains reason("language.not_allowed", sprintf("language %q is not
 	not input.request.language in config.languages
 }
 
-# An executor that is not wired is absent from input.executors: it is as
-# unavailable as one whose probe failed.
 deny_reasons contains reason("executor_unavailable", unavailable_message) if {
-	not input.executors[executor].available
+	not executor_available(executor)
 }
 
 unavailable_message := sprintf("executor %q is not available: %s", [executor, input.executors[executor].reason]) if {

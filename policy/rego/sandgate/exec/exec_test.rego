@@ -15,7 +15,7 @@ full_caps := {
 	"isolation": "namespaces",
 }
 
-all_executors := {kind: {"available": true, "capabilities": full_caps} | some kind in ["subprocess", "docker", "aio"]}
+all_executors := {kind: {"available": true, "capabilities": full_caps} | some kind in ["subprocess", "docker", "gvisor", "aio"]}
 
 # with_executor replaces one executor's state in inp.
 with_executor(inp, kind, state) := json.patch(inp, [{"op": "add", "path": sprintf("/executors/%s", [kind]), "value": state}])
@@ -41,13 +41,15 @@ mk(mode, level, proven) := {
 	"executors": all_executors,
 }
 
-# Every row of the mode table in DESIGN.md §3: [mode, level, action, executor].
+# Every row of the mode table in DESIGN.md §3: [mode, level, action,
+# executor], with every executor available: STRICT's HIGH (approved) and
+# CRITICAL (denied) get the isolation upgrade, gVisor.
 mode_table := [
 	["STRICT", "SAFE", "allow", "subprocess"],
 	["STRICT", "LOW", "allow", "docker"],
 	["STRICT", "MEDIUM", "allow", "docker"],
-	["STRICT", "HIGH", "require_approval", "docker"],
-	["STRICT", "CRITICAL", "deny", "docker"],
+	["STRICT", "HIGH", "require_approval", "gvisor"],
+	["STRICT", "CRITICAL", "deny", "gvisor"],
 	["PERMISSIVE", "SAFE", "allow", "subprocess"],
 	["PERMISSIVE", "LOW", "allow", "subprocess"],
 	["PERMISSIVE", "MEDIUM", "allow", "docker"],
@@ -70,7 +72,7 @@ test_strict_critical_reason if {
 
 test_high_needs_approval_reason if {
 	d := exec.decision with input as mk("STRICT", "HIGH", false)
-	d.reasons[0].code == "risk.high"
+	d.reasons == [{"code": "risk.high", "message": "risk level HIGH requires human approval in STRICT mode"}]
 }
 
 test_allow_has_no_reasons if {
@@ -150,7 +152,7 @@ test_each_obligation_needs_its_capability if {
 }
 
 test_capability_missing_beats_approval if {
-	d := exec.decision with input as with_caps(mk("STRICT", "HIGH", false), "docker", {"memory_limit": false})
+	d := exec.decision with input as with_caps(mk("STRICT", "HIGH", false), "gvisor", {"memory_limit": false})
 	d.action == "deny"
 	codes(d) == ["executor.capability_missing"]
 }
@@ -237,4 +239,86 @@ test_default_decision_denies if {
 	d.action == "allow"
 	dd := exec.decision with data.sandgate.config.modes as {} with input as mk("STRICT", "LOW", false)
 	dd.action == "deny"
+}
+
+# without is STRICT HIGH with the given executors not wired.
+without(kinds) := json.patch(mk("STRICT", "HIGH", false), [{"op": "remove", "path": sprintf("/executors/%s", [k])} | some k in kinds])
+
+# Approved HIGH code goes to gVisor when it is available, with nothing
+# but the approval reason.
+test_strict_high_goes_to_gvisor if {
+	d := exec.decision with input as mk("STRICT", "HIGH", false)
+	d.action == "require_approval"
+	d.executor == "gvisor"
+	d.obligations.memory_mb == 512
+	[r.code | some r in d.reasons] == ["risk.high"]
+}
+
+# Without gVisor it goes to docker, and the decision says so.
+test_strict_high_falls_back_to_docker_with_reason if {
+	d := exec.decision with input as without({"gvisor"})
+	d.action == "require_approval"
+	d.executor == "docker"
+	d.reasons == [
+		{"code": "executor.fallback", "message": "executor \"gvisor\" is not available; the run goes to \"docker\" instead"},
+		{"code": "risk.high", "message": "risk level HIGH requires human approval in STRICT mode"},
+	]
+}
+
+# Neither available: denied, naming the executor the run should have had.
+test_strict_high_without_gvisor_or_docker_denies if {
+	d := exec.decision with input as without({"gvisor", "docker"})
+	d.action == "deny"
+	d.executor == "gvisor"
+	[r.code | some r in d.reasons] == ["executor_unavailable"]
+}
+
+# An upgrade without a fallback requires gVisor: no gVisor, no run.
+test_upgrade_without_fallback_denies if {
+	d := exec.decision with input as without({"gvisor"})
+		with data.sandgate.config.isolation_upgrade.fallback as ""
+	d.action == "deny"
+	d.executor == "gvisor"
+	[r.code | some r in d.reasons] == ["executor_unavailable"]
+}
+
+# The levels below the upgrade, PERMISSIVE and the AIO sandbox are not
+# upgraded by default.
+test_upgrade_scope_by_default if {
+	every c in [
+		["STRICT", "MEDIUM", false, {}, "docker"],
+		["PERMISSIVE", "HIGH", false, {}, "docker"],
+		["PERMISSIVE", "CRITICAL", false, {}, "docker"],
+		["STRICT", "HIGH", false, {"needs_browser": true}, "aio"],
+	] {
+		inp := json.patch(mk(c[0], c[1], c[2]), [{"op": "add", "path": "/request/context", "value": c[3]}])
+		d := exec.decision with input as inp
+		d.executor == c[4]
+	}
+}
+
+# The one data change the README shows: min_level LOW sends everything
+# that is not SAFE to gVisor in STRICT (proven-safe code still runs in the
+# subprocess, browser work in the AIO sandbox), and an allowed run that
+# falls back to docker says so too.
+test_admin_sends_everything_not_safe_to_gvisor if {
+	every c in [
+		["SAFE", true, {}, "allow", "subprocess"],
+		["SAFE", false, {}, "allow", "gvisor"],
+		["LOW", false, {}, "allow", "gvisor"],
+		["MEDIUM", false, {}, "allow", "gvisor"],
+		["HIGH", false, {}, "require_approval", "gvisor"],
+		["CRITICAL", false, {}, "deny", "gvisor"],
+		["LOW", false, {"needs_persistent_fs": true}, "allow", "aio"],
+	] {
+		inp := json.patch(mk("STRICT", c[0], c[1]), [{"op": "add", "path": "/request/context", "value": c[2]}])
+		d := exec.decision with input as inp with data.sandgate.config.isolation_upgrade.min_level as "LOW"
+		d.action == c[3]
+		d.executor == c[4]
+	}
+	low := json.patch(without({"gvisor"}), [{"op": "replace", "path": "/risk/level", "value": "LOW"}])
+	d := exec.decision with input as low with data.sandgate.config.isolation_upgrade.min_level as "LOW"
+	d.action == "allow"
+	d.executor == "docker"
+	[r.code | some r in d.reasons] == ["executor.fallback"]
 }
