@@ -169,6 +169,12 @@ func (r resp) errField(i int) string {
 
 func (e *env) do(method, path, token string, body any) resp {
 	e.t.Helper()
+	return e.doWith(method, path, token, body, nil)
+}
+
+// doWith is do with extra request headers.
+func (e *env) doWith(method, path, token string, body any, header map[string]string) resp {
+	e.t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -189,6 +195,9 @@ func (e *env) do(method, path, token string, body any) resp {
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
 	}
 	res, err := e.srv.Client().Do(req)
 	if err != nil {

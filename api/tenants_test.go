@@ -53,24 +53,29 @@ func maybeBrowser(t *testing.T, allow ...string) func(*policy.Engine, audit.Stor
 type endpoint struct {
 	name, method, path string
 	body               any
+	accept             string // "": the default (JSON)
 }
 
 // sessionEndpoints is every session-scoped endpoint of the API.
 var sessionEndpoints = []endpoint{
-	{"run_code", "POST", "/v1/sessions/{id}/run_code", runCode("print(open('secret.txt').read())", "python")},
-	{"execute", "POST", "/v1/sessions/{id}/execute", map[string]any{"command": "cat secret.txt"}},
-	{"file get", "GET", "/v1/sessions/{id}/files/content?path=secret.txt", nil},
-	{"file put", "PUT", "/v1/sessions/{id}/files/content?path=secret.txt", "pwned"},
-	{"file read", "GET", "/v1/sessions/{id}/files/read?path=secret.txt", nil},
-	{"file edit", "POST", "/v1/sessions/{id}/files/edit", map[string]any{"path": "secret.txt", "old": "a-secret", "new": "pwned"}},
-	{"file list", "GET", "/v1/sessions/{id}/files/list?path=", nil},
-	{"file glob", "GET", "/v1/sessions/{id}/files/glob?pattern=*", nil},
-	{"file grep", "GET", "/v1/sessions/{id}/files/grep?pattern=secret", nil},
-	{"file delete", "DELETE", "/v1/sessions/{id}/files?path=secret.txt", nil},
-	{"browser", "POST", "/v1/sessions/{id}/browser", map[string]any{"action": "content"}},
-	{"session get", "GET", "/v1/sessions/{id}", nil},
-	{"session delete", "DELETE", "/v1/sessions/{id}?purge=true", nil},
-	{"evaluate", "POST", "/v1/policy/evaluate", map[string]any{"session_id": "{id}", "code": "print(1)", "language": "python"}},
+	{"run_code", "POST", "/v1/sessions/{id}/run_code", runCode("print(open('secret.txt').read())", "python"), ""},
+	{"execute", "POST", "/v1/sessions/{id}/execute", map[string]any{"command": "cat secret.txt"}, ""},
+	// Streamed runs are resolved before the stream starts: a refusal is
+	// an ordinary JSON error.
+	{"run_code streamed", "POST", "/v1/sessions/{id}/run_code", runCode("print(open('secret.txt').read())", "python"), "application/x-ndjson"},
+	{"execute streamed", "POST", "/v1/sessions/{id}/execute", map[string]any{"command": "cat secret.txt"}, "application/x-ndjson"},
+	{"file get", "GET", "/v1/sessions/{id}/files/content?path=secret.txt", nil, ""},
+	{"file put", "PUT", "/v1/sessions/{id}/files/content?path=secret.txt", "pwned", ""},
+	{"file read", "GET", "/v1/sessions/{id}/files/read?path=secret.txt", nil, ""},
+	{"file edit", "POST", "/v1/sessions/{id}/files/edit", map[string]any{"path": "secret.txt", "old": "a-secret", "new": "pwned"}, ""},
+	{"file list", "GET", "/v1/sessions/{id}/files/list?path=", nil, ""},
+	{"file glob", "GET", "/v1/sessions/{id}/files/glob?pattern=*", nil, ""},
+	{"file grep", "GET", "/v1/sessions/{id}/files/grep?pattern=secret", nil, ""},
+	{"file delete", "DELETE", "/v1/sessions/{id}/files?path=secret.txt", nil, ""},
+	{"browser", "POST", "/v1/sessions/{id}/browser", map[string]any{"action": "content"}, ""},
+	{"session get", "GET", "/v1/sessions/{id}", nil, ""},
+	{"session delete", "DELETE", "/v1/sessions/{id}?purge=true", nil, ""},
+	{"evaluate", "POST", "/v1/policy/evaluate", map[string]any{"session_id": "{id}", "code": "print(1)", "language": "python"}, ""},
 }
 
 func (ep endpoint) call(e *env, token, id string) resp {
@@ -87,7 +92,11 @@ func (ep endpoint) call(e *env, token, id string) resp {
 		}
 		body = c
 	}
-	return e.do(ep.method, strings.ReplaceAll(ep.path, "{id}", id), token, body)
+	var hdr map[string]string
+	if ep.accept != "" {
+		hdr = map[string]string{"Accept": ep.accept}
+	}
+	return e.doWith(ep.method, strings.ReplaceAll(ep.path, "{id}", id), token, body, hdr)
 }
 
 // wsState is a workspace as the disk has it: every entry with its size and
