@@ -131,19 +131,23 @@ func (s *SQLite) insertTx(ctx context.Context, reqs []*appendReq) (err error) {
 }
 
 func insertRecord(ctx context.Context, stmt *sql.Stmt, rec *Record, cols jsonColumns, t time.Time) (int64, error) {
-	var exit any
-	if rec.ExitCode != nil {
-		exit = *rec.ExitCode
-	}
-	res, err := stmt.ExecContext(ctx,
-		rec.RequestID, formatTime(t), rec.Kind, rec.Tenant, rec.SessionID, rec.Principal, rec.Language,
-		rec.CodeSHA256, rec.CodeBytes, rec.RiskLevel, cols.riskPatterns, rec.Action, rec.Executor,
-		cols.reasons, rec.PolicyRevision, cols.approval, rec.Outcome, rec.ErrorCode, exit,
-		rec.DurationMS, rec.HTTPStatus, rec.Path, rec.Bytes, cols.detail)
+	res, err := stmt.ExecContext(ctx, recordArgs(rec, cols, t)...)
 	if err != nil {
 		return 0, err
 	}
 	return res.LastInsertId()
+}
+
+// recordArgs are insertSQL's arguments, in its column order.
+func recordArgs(rec *Record, cols jsonColumns, t time.Time) []any {
+	var exit any
+	if rec.ExitCode != nil {
+		exit = *rec.ExitCode
+	}
+	return []any{rec.RequestID, formatTime(t), rec.Kind, rec.Tenant, rec.SessionID, rec.Principal, rec.Language,
+		rec.CodeSHA256, rec.CodeBytes, rec.RiskLevel, cols.riskPatterns, rec.Action, rec.Executor,
+		cols.reasons, rec.PolicyRevision, cols.approval, rec.Outcome, rec.ErrorCode, exit,
+		rec.DurationMS, rec.HTTPStatus, rec.Path, rec.Bytes, cols.detail}
 }
 
 // stamp returns the record's time: the caller's, in UTC, or now. The writer
