@@ -12,13 +12,15 @@ import (
 )
 
 // Store is the database the hub keeps its approvals in: the audit database
-// (*audit.SQLite satisfies it). The hub creates its own table through Migrate
-// and writes it only through WriteTx, so it never contends with audit appends
-// for SQLite's write lock.
+// (*audit.SQLite or *audit.Postgres, see audit.Database). The hub creates
+// its own table through Migrate and writes it only through WriteTx, so on
+// SQLite it never contends with audit appends for the write lock. Queries
+// are written with '?' placeholders and passed through Rebind.
 type Store interface {
 	Migrate(ctx context.Context, component string, migs []audit.Migration) error
 	DB() *sql.DB
 	WriteTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error
+	Rebind(query string) string
 }
 
 // storeComponent names the hub's migrations in schema_migrations.
@@ -36,8 +38,9 @@ const storeComponent = "confirm"
 // first-decision-wins in memory; the triggers make the database say the
 // same whatever code path writes it.
 var storeMigrations = []audit.Migration{{
-	Version: 1,
-	Name:    "create approvals",
+	Version:  1,
+	Name:     "create approvals",
+	Postgres: pgApprovalsV1,
 	SQL: `
 CREATE TABLE approvals (
 	id              TEXT    PRIMARY KEY,
@@ -77,8 +80,9 @@ END;`,
 	// plain column (rows written before have ''), bound like the session:
 	// the single-use trigger is recreated with it among the binding
 	// columns.
-	Version: 2,
-	Name:    "add tenant",
+	Version:  2,
+	Name:     "add tenant",
+	Postgres: pgApprovalsV2,
 	SQL: `
 ALTER TABLE approvals ADD COLUMN tenant TEXT NOT NULL DEFAULT '';
 CREATE INDEX approvals_tenant_decided_at ON approvals (tenant, decided_at);
@@ -120,9 +124,9 @@ func openStore(ctx context.Context, db Store) (*store, error) {
 
 func (s *store) insert(ctx context.Context, v *View) error {
 	return s.db.WriteTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO approvals (id, request_id, tenant, session_id, language, code_sha256,
+		_, err := tx.ExecContext(ctx, s.db.Rebind(`INSERT INTO approvals (id, request_id, tenant, session_id, language, code_sha256,
 	digest, risk_level, executor, policy_revision, principal, status, requested_at, deadline)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)`,
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)`),
 			v.ID, v.RequestID, v.Tenant, v.SessionID, v.Language, v.CodeSHA256, v.Digest, v.RiskLevel, v.Executor,
 			v.PolicyRevision, v.Principal, fmtTime(v.RequestedAt), fmtTime(v.Deadline))
 		return err
@@ -134,8 +138,8 @@ func (s *store) insert(ctx context.Context, v *View) error {
 // pending.
 func (s *store) resolveRow(ctx context.Context, v *View) error {
 	return s.db.WriteTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE approvals SET status = ?, decided_by = ?, reason = ?, decided_at = ?
-	WHERE id = ? AND status = 'pending' AND digest = ?`,
+		res, err := tx.ExecContext(ctx, s.db.Rebind(`UPDATE approvals SET status = ?, decided_by = ?, reason = ?, decided_at = ?
+	WHERE id = ? AND status = 'pending' AND digest = ?`),
 			v.Status, v.DecidedBy, v.Reason, fmtTime(v.DecidedAt), v.ID, v.Digest)
 		if err != nil {
 			return err
@@ -155,8 +159,8 @@ func (s *store) resolveRow(ctx context.Context, v *View) error {
 func (s *store) interruptAll(ctx context.Context, now time.Time, reason string) (int64, error) {
 	var n int64
 	err := s.db.WriteTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE approvals SET status = 'interrupted', decided_by = '', reason = ?, decided_at = ?
-	WHERE status = 'pending'`, reason, fmtTime(now))
+		res, err := tx.ExecContext(ctx, s.db.Rebind(`UPDATE approvals SET status = 'interrupted', decided_by = '', reason = ?, decided_at = ?
+	WHERE status = 'pending'`), reason, fmtTime(now))
 		if err != nil {
 			return err
 		}
@@ -189,7 +193,7 @@ func scanView(sc interface{ Scan(...any) error }) (View, error) {
 }
 
 func (s *store) get(ctx context.Context, id string) (View, error) {
-	row := s.db.DB().QueryRowContext(ctx, `SELECT `+viewColumns+` FROM approvals WHERE id = ?`, id)
+	row := s.db.DB().QueryRowContext(ctx, s.db.Rebind(`SELECT `+viewColumns+` FROM approvals WHERE id = ?`), id)
 	v, err := scanView(row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return View{}, ErrNotFound
@@ -217,7 +221,7 @@ func (s *store) recent(ctx context.Context, status string, tenants []string, lim
 	}
 	q += ` ORDER BY decided_at DESC, id DESC LIMIT ?`
 	args = append(args, limit)
-	rows, err := s.db.DB().QueryContext(ctx, q, args...)
+	rows, err := s.db.DB().QueryContext(ctx, s.db.Rebind(q), args...)
 	if err != nil {
 		return nil, fmt.Errorf("confirm: read approvals: %w", err)
 	}
