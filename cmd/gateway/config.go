@@ -32,6 +32,7 @@ type Config struct {
 	Limits    LimitsConfig    `yaml:"limits"`
 	Workspace WorkspaceConfig `yaml:"workspace"`
 	Audit     AuditConfig     `yaml:"audit"`
+	Storage   StorageConfig   `yaml:"storage"`
 	Browser   BrowserConfig   `yaml:"browser"`
 	Approval  ApprovalConfig  `yaml:"approval"`
 	Executors ExecutorsConfig `yaml:"executors"`
@@ -92,6 +93,18 @@ type AuditConfig struct {
 	// erase it) or "normal" (faster; the newest records can be lost on a
 	// power or kernel failure, never on a gateway crash).
 	Synchronous string `yaml:"synchronous"`
+}
+
+// StorageConfig selects the database behind audit records and approvals.
+type StorageConfig struct {
+	// Driver is "sqlite" (default: an embedded database under data_dir,
+	// for one process) or "postgres" (a fleet's shared database, reached
+	// through DSN).
+	Driver string `yaml:"driver"`
+	// DSN is the PostgreSQL connection string (libpq keyword/value or a
+	// postgres:// URL), postgres only. Prefer SANDGATE_STORAGE_DSN over the
+	// file for one holding a password; the password is never logged.
+	DSN string `yaml:"dsn"`
 }
 
 // ApprovalConfig configures step 4.
@@ -236,6 +249,7 @@ func Default() Config {
 			MaxCodeBytes: 256 << 10, MaxBodyBytes: 2 << 20, DefaultTimeout: 30 * time.Second,
 		},
 		Audit:     AuditConfig{Synchronous: "full"},
+		Storage:   StorageConfig{Driver: "sqlite"},
 		Browser:   BrowserConfig{Enabled: true, IdleTTL: 5 * time.Minute, MaxBrowsers: 8},
 		Workspace: WorkspaceConfig{MaxFileMiB: 32, QuotaMiB: 1024, QuotaFiles: 100_000},
 		Approval:  ApprovalConfig{Timeout: 120 * time.Second},
@@ -317,6 +331,14 @@ func (c Config) Validate() error {
 	}
 	if c.Audit.Synchronous != "full" && c.Audit.Synchronous != "normal" {
 		add("audit.synchronous %q: want full or normal", c.Audit.Synchronous)
+	}
+	switch {
+	case c.Storage.Driver != "sqlite" && c.Storage.Driver != "postgres":
+		add("storage.driver %q: want sqlite or postgres", c.Storage.Driver)
+	case c.Storage.Driver == "postgres" && c.Storage.DSN == "":
+		add("storage.dsn is required with storage.driver postgres (or set SANDGATE_STORAGE_DSN)")
+	case c.Storage.Driver == "sqlite" && c.Storage.DSN != "":
+		add("storage.dsn is set but storage.driver is sqlite (the database lives under data_dir)")
 	}
 	// Zero means the executor's default; a negative value is a mistake,
 	// not "unlimited".

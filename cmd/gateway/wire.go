@@ -45,7 +45,7 @@ type gateway struct {
 	server   *http.Server
 	manager  *manager.Manager
 	policy   *policy.Engine
-	audit    *audit.SQLite
+	audit    audit.Database
 	hub      *confirm.Hub // nil when auto-approve is configured
 	aio      *aio.Executor
 	browser  *browser.Manager
@@ -91,7 +91,7 @@ func build(ctx context.Context, cfg Config, _ func(string) string, stdout, stder
 	if err := prepareDataDir(cfg.DataDir); err != nil {
 		return nil, err
 	}
-	if gw.audit, err = audit.Open(ctx, filepath.Join(cfg.DataDir, "audit", "audit.db"), audit.Options{Logger: gw.log, Synchronous: cfg.Audit.Synchronous}); err != nil {
+	if gw.audit, err = gw.openStorage(ctx); err != nil {
 		return nil, err
 	}
 	quotas := quotaConfig(cfg, tokens)
@@ -144,7 +144,7 @@ func build(ctx context.Context, cfg Config, _ func(string) string, stdout, stder
 	}
 	handler := api.New(api.Config{MaxBodyBytes: cfg.Limits.MaxBodyBytes}, api.Deps{
 		Manager: gw.manager, Policy: gw.policy, Audit: gw.audit, Auth: auth, Gatherer: reg, Logger: gw.log,
-		Approvals: gw.hub, Browser: gw.browser, MCP: mcpServer,
+		Approvals: gw.hub, Browser: gw.browser, MCP: mcpServer, Database: gw.audit,
 	})
 	if err := gw.listen(handler); err != nil {
 		return nil, err
