@@ -26,7 +26,11 @@ const (
 // version numbers.
 type Database interface {
 	Store
+	Completer
 	io.Closer
+	// ResolveStarted closes this replica's started (write-ahead) records
+	// as interrupted; the gateway calls it at start.
+	ResolveStarted(ctx context.Context) (int, error)
 	// Driver is DriverSQLite or DriverPostgres.
 	Driver() string
 	// Migrate applies component's pending migrations in order.

@@ -110,6 +110,36 @@ ALTER TABLE records ADD COLUMN tenant TEXT NOT NULL DEFAULT '';
 CREATE INDEX records_tenant_id ON records (tenant, id);
 CREATE INDEX records_tenant_session_id_id ON records (tenant, session_id, id);`,
 	},
+	{
+		// Write-ahead records and hash chains (issue 15): a record may be
+		// written as 'started' before the work runs and completed once,
+		// by an UPDATE that may change only its outcome fields and
+		// completion_hash; every other update still aborts. See chain.go.
+		Version:  3,
+		Name:     "write-ahead and hash chain",
+		Postgres: pgRecordsV3,
+		SQL: `
+ALTER TABLE records ADD COLUMN replica TEXT NOT NULL DEFAULT '';
+ALTER TABLE records ADD COLUMN prev_hash TEXT NOT NULL DEFAULT '';
+ALTER TABLE records ADD COLUMN hash TEXT NOT NULL DEFAULT '';
+ALTER TABLE records ADD COLUMN completion_hash TEXT NOT NULL DEFAULT '';
+CREATE INDEX records_replica_id ON records (replica, id);
+CREATE INDEX records_started ON records (replica, id) WHERE outcome = 'started';
+DROP TRIGGER records_no_update;
+CREATE TRIGGER records_no_update BEFORE UPDATE ON records
+WHEN OLD.outcome <> 'started' OR NEW.outcome = 'started'
+  OR NEW.id IS NOT OLD.id OR NEW.request_id IS NOT OLD.request_id OR NEW.time IS NOT OLD.time
+  OR NEW.kind IS NOT OLD.kind OR NEW.tenant IS NOT OLD.tenant OR NEW.session_id IS NOT OLD.session_id
+  OR NEW.principal IS NOT OLD.principal OR NEW.language IS NOT OLD.language
+  OR NEW.code_sha256 IS NOT OLD.code_sha256 OR NEW.code_bytes IS NOT OLD.code_bytes
+  OR NEW.risk_level IS NOT OLD.risk_level OR NEW.risk_patterns IS NOT OLD.risk_patterns
+  OR NEW.action IS NOT OLD.action OR NEW.policy_revision IS NOT OLD.policy_revision
+  OR NEW.approval IS NOT OLD.approval OR NEW.path IS NOT OLD.path OR NEW.replica IS NOT OLD.replica
+  OR NEW.prev_hash IS NOT OLD.prev_hash OR NEW.hash IS NOT OLD.hash
+BEGIN
+	SELECT RAISE(ABORT, 'audit records are append-only');
+END;`,
+	},
 }
 
 // Migrate brings component's tables up to date by applying, in order, the

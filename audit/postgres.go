@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -37,6 +38,12 @@ type Postgres struct {
 	maxLimit     int
 	insert       string
 	closed       atomic.Bool
+	replica      string
+
+	// chainMu serialises this replica's appends, so that each record
+	// links to the one before it; last is the chain's head.
+	chainMu sync.Mutex
+	last    string
 }
 
 // OpenPostgres connects to the database dsn names (a libpq keyword/value
@@ -56,6 +63,7 @@ func OpenPostgres(ctx context.Context, dsn string, opts Options) (*Postgres, err
 		writeTimeout: opts.WriteTimeout,
 		maxLimit:     opts.MaxQueryLimit,
 		insert:       rebindDollar(insertSQL) + " RETURNING id",
+		replica:      opts.Replica,
 	}
 	p.db = stdlib.OpenDB(*cfg)
 	p.db.SetMaxOpenConns(DefaultPostgresConns)
@@ -65,6 +73,9 @@ func OpenPostgres(ctx context.Context, dsn string, opts Options) (*Postgres, err
 		return nil, errors.Join(fmt.Errorf("audit: connect to postgres %s: %w", p.desc, err), p.db.Close())
 	}
 	if err := p.Migrate(ctx, auditComponent, auditMigrations); err != nil {
+		return nil, errors.Join(err, p.db.Close())
+	}
+	if p.last, err = chainHead(ctx, p.db, p.Rebind, p.replica); err != nil {
 		return nil, errors.Join(err, p.db.Close())
 	}
 	p.log.InfoContext(ctx, "audit database open", "driver", DriverPostgres, "database", p.desc)
@@ -142,11 +153,16 @@ func (p *Postgres) Append(ctx context.Context, rec *Record) error {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.writeTimeout)
 	defer cancel()
+	p.chainMu.Lock()
+	defer p.chainMu.Unlock()
 	t := (&appendReq{rec: rec}).stamp()
+	row := rowOf(rec, cols, formatTime(t), p.replica)
+	row.seal(p.last)
 	var id int64
-	if err := p.db.QueryRowContext(ctx, p.insert, recordArgs(rec, cols, t)...).Scan(&id); err != nil {
+	if err := p.db.QueryRowContext(ctx, p.insert, rowArgs(&row)...).Scan(&id); err != nil {
 		return fmt.Errorf("audit: append %s record for request %q: %w", rec.Kind, rec.RequestID, err)
 	}
+	p.last = row.Hash
 	rec.ID, rec.Time = id, t
 	return nil
 }

@@ -53,6 +53,33 @@ ALTER TABLE records ADD COLUMN tenant TEXT NOT NULL DEFAULT '';
 CREATE INDEX records_tenant_id ON records (tenant, id);
 CREATE INDEX records_tenant_session_id_id ON records (tenant, session_id, id);`
 
+// pgRecordsV3: write-ahead records and hash chains; see auditMigrations.
+const pgRecordsV3 = `
+ALTER TABLE records ADD COLUMN replica TEXT NOT NULL DEFAULT '';
+ALTER TABLE records ADD COLUMN prev_hash TEXT NOT NULL DEFAULT '';
+ALTER TABLE records ADD COLUMN hash TEXT NOT NULL DEFAULT '';
+ALTER TABLE records ADD COLUMN completion_hash TEXT NOT NULL DEFAULT '';
+CREATE INDEX records_replica_id ON records (replica, id);
+CREATE INDEX records_started ON records (replica, id) WHERE outcome = 'started';
+CREATE FUNCTION records_complete_only() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF TG_OP = 'DELETE' OR OLD.outcome <> 'started' OR NEW.outcome = 'started'
+	   OR (NEW.id, NEW.request_id, NEW.time, NEW.kind, NEW.tenant, NEW.session_id, NEW.principal, NEW.language,
+	       NEW.code_sha256, NEW.code_bytes, NEW.risk_level, NEW.risk_patterns, NEW.action, NEW.policy_revision,
+	       NEW.approval, NEW.path, NEW.replica, NEW.prev_hash, NEW.hash)
+	   IS DISTINCT FROM
+	      (OLD.id, OLD.request_id, OLD.time, OLD.kind, OLD.tenant, OLD.session_id, OLD.principal, OLD.language,
+	       OLD.code_sha256, OLD.code_bytes, OLD.risk_level, OLD.risk_patterns, OLD.action, OLD.policy_revision,
+	       OLD.approval, OLD.path, OLD.replica, OLD.prev_hash, OLD.hash) THEN
+		RAISE EXCEPTION 'audit records are append-only';
+	END IF;
+	RETURN NEW;
+END
+$$;
+DROP TRIGGER records_no_update_delete ON records;
+CREATE TRIGGER records_no_update_delete BEFORE UPDATE OR DELETE ON records
+	FOR EACH ROW EXECUTE FUNCTION records_complete_only();`
+
 const pgSchemaMigrationsDDL = `CREATE TABLE IF NOT EXISTS schema_migrations (
 	component  TEXT    NOT NULL,
 	version    INTEGER NOT NULL,

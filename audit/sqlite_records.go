@@ -21,8 +21,9 @@ const recordColumns = `id, request_id, time, kind, tenant, session_id, principal
 
 const insertSQL = `INSERT INTO records (request_id, time, kind, tenant, session_id, principal, language,
 	code_sha256, code_bytes, risk_level, risk_patterns, action, executor, reasons, policy_revision,
-	approval, outcome, error_code, exit_code, duration_ms, http_status, path, bytes, detail)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	approval, outcome, error_code, exit_code, duration_ms, http_status, path, bytes, detail,
+	replica, prev_hash, hash, completion_hash)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 // Append stores rec as a new record and sets rec.ID and, when it is zero,
 // rec.Time. A store-assigned time is taken by the writer as it inserts the
