@@ -136,7 +136,9 @@ func (s *SQLite) Complete(ctx context.Context, rec *Record) error {
 
 // ResolveStarted closes this replica's started records as interrupted and
 // returns how many there were.
-func (s *SQLite) ResolveStarted(ctx context.Context) (int, error) { return resolveStarted(ctx, s, s.replica) }
+func (s *SQLite) ResolveStarted(ctx context.Context) (int, error) {
+	return resolveStarted(ctx, s, s.replica)
+}
 
 // Complete finishes a started record; see Completer.
 func (p *Postgres) Complete(ctx context.Context, rec *Record) error {
