@@ -105,6 +105,12 @@ type StorageConfig struct {
 	// postgres:// URL), postgres only. Prefer SANDGATE_STORAGE_DSN over the
 	// file for one holding a password; the password is never logged.
 	DSN string `yaml:"dsn"`
+	// Replica names this process in a fleet: its audit hash chain and the
+	// write-ahead records it resolves as interrupted when it starts
+	// again. Each replica needs its own, stable across restarts. Default:
+	// "local" on sqlite, the host name on postgres (env
+	// SANDGATE_REPLICA).
+	Replica string `yaml:"replica"`
 }
 
 // ApprovalConfig configures step 4.

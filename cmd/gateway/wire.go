@@ -94,6 +94,9 @@ func build(ctx context.Context, cfg Config, _ func(string) string, stdout, stder
 	if gw.audit, err = gw.openStorage(ctx); err != nil {
 		return nil, err
 	}
+	if err := gw.resolveInterrupted(ctx); err != nil {
+		return nil, err
+	}
 	quotas := quotaConfig(cfg, tokens)
 	workspaces, err := workspace.New(filepath.Join(cfg.DataDir, "workspaces"), workspace.Options{
 		MaxFileBytes: int64(cfg.Workspace.MaxFileMiB) << 20, QuotaBytes: cfg.Workspace.QuotaMiB << 20,
