@@ -49,3 +49,13 @@ func (gw *gateway) resolveInterrupted(ctx context.Context) error {
 	}
 	return nil
 }
+
+// listenDSN is the approval hub's LISTEN connection: the storage DSN on
+// postgres (decisions taken on other replicas release requests held
+// here), none on sqlite.
+func (gw *gateway) listenDSN() string {
+	if gw.cfg.Storage.Driver == audit.DriverPostgres {
+		return gw.cfg.Storage.DSN
+	}
+	return ""
+}

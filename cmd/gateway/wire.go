@@ -367,7 +367,8 @@ func (gw *gateway) confirmer(ctx context.Context) (confirm.Service, error) {
 	}
 	hub, err := confirm.NewHub(ctx, confirm.HubOptions{
 		Store: gw.audit, Timeout: gw.cfg.Approval.Timeout, Logger: gw.log,
-		AllowedOrigins: gw.cfg.Approval.AllowedOrigins,
+		AllowedOrigins: gw.cfg.Approval.AllowedOrigins, Replica: replicaName(gw.cfg.Storage),
+		ListenDSN: gw.listenDSN(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("approval hub: %w", err)
