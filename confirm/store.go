@@ -108,8 +108,8 @@ END;`,
 	// Replicas (issue 15): the replica holding the waiting request, so
 	// that a replica's start-up sweep interrupts only its own leftovers.
 	// Not a binding column: a later sweep may hand it over.
-	Version:  3,
-	Name:     "add replica",
+	Version: 3,
+	Name:    "add replica",
 	Postgres: `ALTER TABLE approvals ADD COLUMN replica TEXT NOT NULL DEFAULT '';
 CREATE INDEX approvals_pending_replica ON approvals (replica) WHERE status = 'pending';`,
 	SQL: `ALTER TABLE approvals ADD COLUMN replica TEXT NOT NULL DEFAULT '';
