@@ -166,3 +166,9 @@ func (m *Memory) Complete(_ context.Context, rec *Record) error {
 	m.records[rec.ID-1] = rec.clone()
 	return nil
 }
+
+// ResolveStartedOf closes another replica's started records as
+// interrupted: one whose lease expired (package fleet).
+func (p *Postgres) ResolveStartedOf(ctx context.Context, replica string) (int, error) {
+	return resolveStarted(ctx, p, replica)
+}

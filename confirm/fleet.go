@@ -136,3 +136,10 @@ func (h *Hub) listenOnce(dsn string, connected func()) error {
 		h.release(ctx, n.Payload)
 	}
 }
+
+// InterruptReplica resolves the pending approvals of another replica, one
+// whose lease expired (package fleet), as interrupted: nobody waits for
+// them any more. Returns how many there were.
+func (h *Hub) InterruptReplica(ctx context.Context, replica string) (int64, error) {
+	return h.store.interruptOf(ctx, replica, time.Now(), "the replica holding this request stopped (lease expired)")
+}

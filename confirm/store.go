@@ -212,10 +212,16 @@ func (s *store) decideRemote(ctx context.Context, v *View) error {
 // theirs; rows without a replica predate replicas and were written by the
 // lone process this one replaces.
 func (s *store) interruptAll(ctx context.Context, now time.Time, reason string) (int64, error) {
+	return s.interruptOf(ctx, s.replica, now, reason)
+}
+
+// interruptOf resolves replica's pending rows (and those without a
+// replica) as interrupted, announcing each.
+func (s *store) interruptOf(ctx context.Context, replica string, now time.Time, reason string) (int64, error) {
 	var n int64
 	err := s.db.WriteTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		rows, err := tx.QueryContext(ctx, s.db.Rebind(`UPDATE approvals SET status = 'interrupted', decided_by = '', reason = ?, decided_at = ?
-	WHERE status = 'pending' AND replica IN (?, '') RETURNING id`), reason, fmtTime(now), s.replica)
+	WHERE status = 'pending' AND replica IN (?, '') RETURNING id`), reason, fmtTime(now), replica)
 		if err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandgate/sandgate/executors/aio"
 	"github.com/sandgate/sandgate/executors/subprocess"
+	"github.com/sandgate/sandgate/fleet"
 	"github.com/sandgate/sandgate/mcp"
 	"github.com/sandgate/sandgate/policy"
 )
@@ -111,6 +112,11 @@ type StorageConfig struct {
 	// "local" on sqlite, the host name on postgres (env
 	// SANDGATE_REPLICA).
 	Replica string `yaml:"replica"`
+	// Lease is how long a replica counts as alive after its last
+	// heartbeat (postgres): once it expires, another replica resolves
+	// its pending approvals and started audit records as interrupted. A
+	// restarted replica waits out its own previous lease. Default 15s.
+	Lease time.Duration `yaml:"lease"`
 }
 
 // ApprovalConfig configures step 4.
@@ -255,7 +261,7 @@ func Default() Config {
 			MaxCodeBytes: 256 << 10, MaxBodyBytes: 2 << 20, DefaultTimeout: 30 * time.Second,
 		},
 		Audit:     AuditConfig{Synchronous: "full"},
-		Storage:   StorageConfig{Driver: "sqlite"},
+		Storage:   StorageConfig{Driver: "sqlite", Lease: fleet.DefaultLease},
 		Browser:   BrowserConfig{Enabled: true, IdleTTL: 5 * time.Minute, MaxBrowsers: 8},
 		Workspace: WorkspaceConfig{MaxFileMiB: 32, QuotaMiB: 1024, QuotaFiles: 100_000},
 		Approval:  ApprovalConfig{Timeout: 120 * time.Second},
@@ -322,7 +328,7 @@ func (c Config) Validate() error {
 		"limits.default_timeout": c.Limits.DefaultTimeout, "approval.timeout": c.Approval.Timeout,
 		"server.read_header_timeout": c.Server.ReadHeaderTimeout, "server.read_timeout": c.Server.ReadTimeout,
 		"server.write_timeout": c.Server.WriteTimeout, "server.idle_timeout": c.Server.IdleTimeout,
-		"server.shutdown_timeout": c.Server.ShutdownTimeout,
+		"server.shutdown_timeout": c.Server.ShutdownTimeout, "storage.lease": c.Storage.Lease,
 	}
 	for _, name := range sortedKeys(positive) {
 		if positive[name] <= 0 {

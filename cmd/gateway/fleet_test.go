@@ -116,6 +116,93 @@ func TestFleetApprovalAcrossReplicas(t *testing.T) {
 	}
 }
 
+// TestFleetDeadReplicaApprovalsInterrupted: A is killed with SIGKILL while
+// a request of A's waits for approval; once A's lease expires, B resolves
+// that approval as interrupted (never left pending), and a decision on it
+// is a 409.
+func TestFleetDeadReplicaApprovalsInterrupted(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(dir, "gateway")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	policyDir := approvalPolicyDir(t, filepath.Join(dir, "policy"))
+	conf := filepath.Join(dir, "fleet.yaml")
+	const lease = time.Second
+	yaml := "executors: {docker: {enabled: false}, aio: {enabled: false}}\nbrowser: {enabled: false}\nstorage: {driver: postgres, lease: 1s}\n"
+	if err := os.WriteFile(conf, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const agent, approver = "agent-fleet-token-0123456", "approver-fleet-token-012"
+	cmds, bases := map[string]*exec.Cmd{}, map[string]string{}
+	for _, r := range []string{"a", "b"} {
+		cmd := exec.Command(bin, "--config", conf, "--listen", "127.0.0.1:0", "--mode", "PERMISSIVE",
+			"--data-dir", filepath.Join(dir, "data-"+r), "--policy-dir", policyDir)
+		cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "SANDGATE_STORAGE_DSN=" + dsn, "SANDGATE_REPLICA=" + r,
+			"SANDGATE_AGENT_TOKEN=" + agent, "SANDGATE_APPROVER_TOKEN=" + approver}
+		base, logs := startAndWait(t, cmd)
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("replica %s logs:\n%s", r, logs.String())
+			}
+		})
+		cmds[r], bases[r] = cmd, base
+	}
+	get := func(url, tok string) (int, map[string]any) {
+		req, _ := http.NewRequest("GET", url, nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var out map[string]any
+		_ = json.NewDecoder(res.Body).Decode(&out)
+		return res.StatusCode, out
+	}
+	go func() {
+		req, _ := http.NewRequest("POST", bases["a"]+"/v1/sessions/held/run_code",
+			strings.NewReader(`{"code":"import subprocess\nprint(1)","language":"python"}`))
+		req.Header.Set("Authorization", "Bearer "+agent)
+		if res, err := http.DefaultClient.Do(req); err == nil {
+			res.Body.Close()
+		}
+	}()
+	var id string
+	for deadline := time.Now().Add(20 * time.Second); id == ""; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no pending approval on A")
+		}
+		if _, out := get(bases["a"]+"/v1/approvals", approver); out != nil {
+			if list, _ := out["approvals"].([]any); len(list) == 1 {
+				id = list[0].(map[string]any)["id"].(string)
+			}
+		}
+	}
+	if err := cmds["a"].Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmds["a"].Wait()
+	killed := time.Now()
+	for {
+		_, v := get(bases["b"]+"/v1/approvals/"+id, approver)
+		if v["status"] == "interrupted" {
+			t.Logf("A's approval interrupted by B %v after the kill (lease %v)", time.Since(killed).Round(time.Millisecond), lease)
+			break
+		}
+		if time.Since(killed) > 4*lease {
+			t.Fatalf("A's approval after %v: %v, want interrupted within the lease", time.Since(killed), v)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // approvalPolicyDir writes the embedded policy to dir with PERMISSIVE's
 // approvals (HIGH, CRITICAL) routed to the subprocess executor, so that an
 // approved run really runs without Docker.

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 
 	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/fleet"
 )
 
 // openStorage opens the database storage.driver names: the embedded SQLite
@@ -58,4 +60,40 @@ func (gw *gateway) listenDSN() string {
 		return gw.cfg.Storage.DSN
 	}
 	return ""
+}
+
+// joinFleet registers this replica (postgres only) before it touches its
+// own leftovers, so that a live duplicate of its name is refused rather
+// than having its records resolved under it.
+func (gw *gateway) joinFleet(ctx context.Context) error {
+	pg, ok := gw.audit.(*audit.Postgres)
+	if !ok {
+		return nil
+	}
+	reg, err := fleet.Register(ctx, pg, fleet.Options{Replica: replicaName(gw.cfg.Storage), Lease: gw.cfg.Storage.Lease, Logger: gw.log})
+	if err != nil {
+		return err
+	}
+	gw.replicas = reg
+	return nil
+}
+
+// watchFleet starts cleaning up after replicas whose lease expires: their
+// pending approvals and their started audit records end as interrupted.
+func (gw *gateway) watchFleet() {
+	if gw.replicas == nil {
+		return
+	}
+	pg := gw.audit.(*audit.Postgres)
+	gw.replicas.Run(func(ctx context.Context, replica string) error {
+		if gw.hub != nil {
+			if _, err := gw.hub.InterruptReplica(ctx, replica); err != nil {
+				return fmt.Errorf("interrupt approvals: %w", err)
+			}
+		}
+		if _, err := pg.ResolveStartedOf(ctx, replica); err != nil {
+			return fmt.Errorf("resolve audit records: %w", err)
+		}
+		return nil
+	})
 }

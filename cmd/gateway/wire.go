@@ -29,6 +29,7 @@ import (
 	"github.com/sandgate/sandgate/executors/docker"
 	"github.com/sandgate/sandgate/executors/gvisor"
 	"github.com/sandgate/sandgate/executors/subprocess"
+	"github.com/sandgate/sandgate/fleet"
 	"github.com/sandgate/sandgate/manager"
 	"github.com/sandgate/sandgate/mcp"
 	"github.com/sandgate/sandgate/policy"
@@ -46,7 +47,8 @@ type gateway struct {
 	manager  *manager.Manager
 	policy   *policy.Engine
 	audit    audit.Database
-	hub      *confirm.Hub // nil when auto-approve is configured
+	hub      *confirm.Hub    // nil when auto-approve is configured
+	replicas *fleet.Registry // nil on sqlite
 	aio      *aio.Executor
 	browser  *browser.Manager
 	mcp      *mcp.Server // nil when disabled
@@ -94,6 +96,9 @@ func build(ctx context.Context, cfg Config, _ func(string) string, stdout, stder
 	if gw.audit, err = gw.openStorage(ctx); err != nil {
 		return nil, err
 	}
+	if err := gw.joinFleet(ctx); err != nil {
+		return nil, err
+	}
 	if err := gw.resolveInterrupted(ctx); err != nil {
 		return nil, err
 	}
@@ -129,6 +134,7 @@ func build(ctx context.Context, cfg Config, _ func(string) string, stdout, stder
 	if err != nil {
 		return nil, err
 	}
+	gw.watchFleet()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	gw.manager, err = manager.New(manager.Config{
@@ -472,6 +478,13 @@ func (gw *gateway) listen(handler http.Handler) error {
 func (gw *gateway) Addr() string { return gw.listener.Addr().String() }
 
 func (gw *gateway) closeStores() {
+	if gw.replicas != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := gw.replicas.Stop(ctx); err != nil {
+			gw.log.Warn("leave the replica registry", "err", err)
+		}
+		cancel()
+	}
 	if gw.audit != nil {
 		_ = gw.audit.Close()
 	}
