@@ -38,6 +38,10 @@ var migrations = []audit.Migration{{
 	heartbeat_at TIMESTAMPTZ NOT NULL,
 	lease_until  TIMESTAMPTZ NOT NULL
 )`,
+}, {
+	Version:  2,
+	Name:     "create markers",
+	Postgres: `CREATE TABLE markers (name TEXT PRIMARY KEY, token TEXT NOT NULL)`,
 }}
 
 // Options configures Start.

@@ -70,3 +70,25 @@ func TestRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestCheckShared: replicas on one workspace root pass; one on another
+// directory is refused, whether empty or holding another fleet's marker.
+func TestCheckShared(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	shared, other := t.TempDir(), t.TempDir()
+	for i := range 2 {
+		if err := fleet.CheckShared(t.Context(), open(t, dsn, "a"), shared); err != nil {
+			t.Fatalf("replica %d on the shared root: %v", i, err)
+		}
+	}
+	if err := fleet.CheckShared(t.Context(), open(t, dsn, "b"), other); !errors.Is(err, fleet.ErrNotShared) {
+		t.Fatalf("a replica on its own root: %v, want ErrNotShared", err)
+	}
+	otherFleet := pgtest.Schema(t)
+	if err := fleet.CheckShared(t.Context(), open(t, otherFleet, "x"), other); err != nil {
+		t.Fatal(err)
+	}
+	if err := fleet.CheckShared(t.Context(), open(t, dsn, "c"), other); !errors.Is(err, fleet.ErrNotShared) {
+		t.Fatalf("a root holding another fleet's marker: %v, want ErrNotShared", err)
+	}
+}

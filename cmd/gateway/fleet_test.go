@@ -43,7 +43,7 @@ func TestFleetApprovalAcrossReplicas(t *testing.T) {
 	bases := map[string]string{}
 	for _, r := range []string{"a", "b", "c"} {
 		cmd := exec.Command(bin, "--config", conf, "--listen", "127.0.0.1:0", "--mode", "PERMISSIVE",
-			"--data-dir", filepath.Join(dir, "data-"+r), "--policy-dir", policyDir)
+			"--data-dir", filepath.Join(dir, "data"), "--policy-dir", policyDir) // the fleet's shared storage
 		cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "SANDGATE_STORAGE_DSN=" + dsn, "SANDGATE_REPLICA=" + r,
 			"SANDGATE_AGENT_TOKEN=" + agent, "SANDGATE_APPROVER_TOKEN=" + approver, "SANDGATE_ADMIN_TOKEN=" + admin}
 		base, logs := startAndWait(t, cmd)
@@ -143,7 +143,7 @@ func TestFleetDeadReplicaApprovalsInterrupted(t *testing.T) {
 	cmds, bases := map[string]*exec.Cmd{}, map[string]string{}
 	for _, r := range []string{"a", "b"} {
 		cmd := exec.Command(bin, "--config", conf, "--listen", "127.0.0.1:0", "--mode", "PERMISSIVE",
-			"--data-dir", filepath.Join(dir, "data-"+r), "--policy-dir", policyDir)
+			"--data-dir", filepath.Join(dir, "data"), "--policy-dir", policyDir) // the fleet's shared storage
 		cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "SANDGATE_STORAGE_DSN=" + dsn, "SANDGATE_REPLICA=" + r,
 			"SANDGATE_AGENT_TOKEN=" + agent, "SANDGATE_APPROVER_TOKEN=" + approver}
 		base, logs := startAndWait(t, cmd)

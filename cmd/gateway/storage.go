@@ -75,7 +75,9 @@ func (gw *gateway) joinFleet(ctx context.Context) error {
 		return err
 	}
 	gw.replicas = reg
-	return nil
+	// A session may move to another replica when its owner dies; its
+	// files must be there.
+	return fleet.CheckShared(ctx, pg, filepath.Join(gw.cfg.DataDir, "workspaces"))
 }
 
 // watchFleet starts cleaning up after replicas whose lease expires: their

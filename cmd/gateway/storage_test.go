@@ -84,3 +84,39 @@ func TestGatewayOnPostgres(t *testing.T) {
 		t.Errorf("no postgres open in the logs: %s", logs.String())
 	}
 }
+
+// TestFleetRefusesUnsharedWorkspaces: a replica whose workspace root is not
+// the one the fleet's first replica marked refuses to start.
+func TestFleetRefusesUnsharedWorkspaces(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	tmp := t.TempDir()
+	for _, d := range []string{filepath.Dir(tmp), tmp} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conf := filepath.Join(tmp, "gateway.yaml")
+	yaml := "executors: {docker: {enabled: false}, aio: {enabled: false}}\nbrowser: {enabled: false}\nstorage: {driver: postgres, lease: 1s}\n"
+	if err := os.WriteFile(conf, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	start := func(replica, data string) (context.CancelFunc, chan error, *syncBuf, *syncBuf) {
+		env := map[string]string{"SANDGATE_STORAGE_DSN": dsn, "SANDGATE_REPLICA": replica}
+		var stdout, logs syncBuf
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- run(ctx, []string{"--config", conf, "--listen", "127.0.0.1:0", "--data-dir", filepath.Join(tmp, data)},
+				func(k string) string { return env[k] }, &stdout, &logs)
+		}()
+		return cancel, done, &stdout, &logs
+	}
+	cancel, done, stdout, logs := start("a", "shared")
+	waitBanner(t, stdout, logs, done)
+	defer func() { cancel(); <-done }()
+	cancelB, doneB, _, _ := start("b", "elsewhere")
+	defer cancelB()
+	if err := <-doneB; err == nil || !strings.Contains(err.Error(), "not shared") {
+		t.Fatalf("replica b on its own workspace root: %v, want a refusal", err)
+	}
+}
