@@ -166,6 +166,13 @@ func TestFleetDeadReplicaApprovalsInterrupted(t *testing.T) {
 		_ = json.NewDecoder(res.Body).Decode(&out)
 		return res.StatusCode, out
 	}
+	put, _ := http.NewRequest("PUT", bases["a"]+"/v1/sessions/held/files/content?path=/workspace/note.txt", strings.NewReader("kept"))
+	put.Header.Set("Authorization", "Bearer "+agent)
+	if res, err := http.DefaultClient.Do(put); err != nil || res.StatusCode/100 != 2 {
+		t.Fatalf("write a file on A: %v %v", res, err)
+	} else {
+		res.Body.Close()
+	}
 	go func() {
 		req, _ := http.NewRequest("POST", bases["a"]+"/v1/sessions/held/run_code",
 			strings.NewReader(`{"code":"import subprocess\nprint(1)","language":"python"}`))
@@ -200,6 +207,18 @@ func TestFleetDeadReplicaApprovalsInterrupted(t *testing.T) {
 			t.Fatalf("A's approval after %v: %v, want interrupted within the lease", time.Since(killed), v)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	// A's session goes on through B, its files intact (shared storage).
+	req, _ := http.NewRequest("GET", bases["b"]+"/v1/sessions/held/files/content?path=/workspace/note.txt", nil)
+	req.Header.Set("Authorization", "Bearer "+agent)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || string(body) != "kept" {
+		t.Fatalf("A's file read through B: %d %q", res.StatusCode, body)
 	}
 }
 
