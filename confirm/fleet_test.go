@@ -12,7 +12,9 @@ import (
 
 // fleet opens n hubs as replicas on one PostgreSQL schema, each with its
 // own store connection pool and LISTEN connection.
-func fleet(t *testing.T, n int, opts HubOptions) []*Hub {
+func fleet(t *testing.T, n int, opts HubOptions) []*Hub { return fleetB(t, n, opts) }
+
+func fleetB(t testing.TB, n int, opts ...HubOptions) []*Hub {
 	t.Helper()
 	dsn := pgtest.Schema(t)
 	hubs := make([]*Hub, n)
@@ -21,7 +23,10 @@ func fleet(t *testing.T, n int, opts HubOptions) []*Hub {
 		if err != nil {
 			t.Fatal(err)
 		}
-		o := opts
+		var o HubOptions
+		if len(opts) > 0 {
+			o = opts[0]
+		}
 		o.Store, o.Replica, o.ListenDSN = db, string(rune('a'+i)), dsn
 		h, err := NewHub(t.Context(), o)
 		if err != nil {
