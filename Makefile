@@ -7,7 +7,7 @@ SCHEMA_DIR := policy/schemas
 OPA        := $(GO) tool opa
 COVERAGE   := 90
 
-.PHONY: test deps npm-deps test-go policy-check lint bench bench-gateway build images dockerd-start dockerd-stop gvisor
+.PHONY: test deps npm-deps test-go test-go-postgres policy-check lint bench bench-gateway build images dockerd-start dockerd-stop gvisor
 
 # The runtime root filesystem `make images` exports (scripts/images.sh):
 # the subprocess executor's root in the tests, as in a gateway configured
@@ -19,21 +19,28 @@ export SANDGATE_ROOTFS_DIR
 ## engine starts, so that the engine registers it), a Docker engine (started
 ## only if none answers), the runtime images and the exported runtime root,
 ## policy checks, then every Go test with -race,
-## SANDGATE_REQUIRE_{DOCKER,GVISOR,BROWSER,ROOT,NPM_CLIENTS,RUNTIME_ROOT}=1
-## (tests needing Docker, gVisor, Chromium, root, the npm clients or the
-## runtime root fail rather than skip) and SANDGATE_RUNTIME_ROOT naming the
-## export. The engine this run started is stopped afterwards whatever the
-## tests did, and test-go's exit status is kept. The recipe shell's pid is the engine
-## lease's holder (scripts/dockerd.sh).
+## SANDGATE_REQUIRE_{DOCKER,GVISOR,BROWSER,ROOT,NPM_CLIENTS,RUNTIME_ROOT,POSTGRES}=1
+## (tests needing Docker, gVisor, Chromium, root, the npm clients, the
+## runtime root or PostgreSQL fail rather than skip), SANDGATE_RUNTIME_ROOT
+## naming the export and SANDGATE_TEST_POSTGRES_DSN a private PostgreSQL
+## cluster (scripts/postgres.sh: Debian's postgresql, installed if missing,
+## initdb in a temporary directory, a Unix socket there and no TCP port),
+## stopped and removed afterwards; its password is random per run and only
+## ever passed in the environment. The engine this run started is stopped
+## afterwards whatever the tests did, and test-go's exit status is kept. The
+## recipe shell's pid is the engine lease's holder (scripts/dockerd.sh).
 test: deps
-	@holder=$$$$; rc=0; \
+	@holder=$$$$; rc=0; pgdir=$$(mktemp -d -u /tmp/sandgate-pg.XXXXXX); \
 	$(MAKE) --no-print-directory gvisor && \
 	$(MAKE) --no-print-directory dockerd-start DOCKERD_HOLDER=$$holder && \
 	$(MAKE) --no-print-directory images && \
 	$(MAKE) --no-print-directory policy-check && \
+	pgdsn=$$(./scripts/postgres.sh start $$pgdir) && \
+	SANDGATE_TEST_POSTGRES_DSN="$$pgdsn" SANDGATE_REQUIRE_POSTGRES=1 \
 	SANDGATE_REQUIRE_DOCKER=1 SANDGATE_REQUIRE_GVISOR=1 SANDGATE_REQUIRE_BROWSER=1 SANDGATE_REQUIRE_ROOT=1 SANDGATE_REQUIRE_NPM_CLIENTS=1 \
 	SANDGATE_REQUIRE_RUNTIME_ROOT=1 SANDGATE_RUNTIME_ROOT=$(SANDGATE_ROOTFS_DIR)/runtime \
-		$(MAKE) --no-print-directory test-go || rc=$$?; \
+		$(MAKE) --no-print-directory test-go test-go-postgres || rc=$$?; \
+	./scripts/postgres.sh stop $$pgdir || true; \
 	$(MAKE) --no-print-directory dockerd-stop DOCKERD_HOLDER=$$holder || true; \
 	exit $$rc
 
@@ -83,6 +90,11 @@ npm-deps:
 
 test-go:
 	$(GO) test -race -count=1 -timeout 30m ./...
+
+## test-go-postgres: the approval hub's tests again, on PostgreSQL (the
+## audit store suite runs on both drivers within test-go already).
+test-go-postgres:
+	SANDGATE_TEST_STORAGE_DRIVER=postgres $(GO) test -race -count=1 -timeout 10m ./confirm/
 
 ## policy-check: opa fmt, opa check --strict against the input schema, and
 ## the Rego unit tests with a coverage floor, all through the pinned go tool.

@@ -121,8 +121,8 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) error {
 	return nil
 }
 
-// readyz is ready when the policy is loaded and every wired executor is
-// available. Each executor shows what the policy decides on: its status,
+// readyz is ready when the policy is loaded, every wired executor is
+// available and the database answers. Each executor shows what the policy decides on: its status,
 // the executor's own short reason when it is unavailable (never a wrapped
 // internal error: this endpoint is unauthenticated) and its capabilities,
 // so a gateway that cannot enforce an obligation says so here instead of
@@ -140,11 +140,23 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 			s.log.WarnContext(ctx, "executor not ready", "executor", kind, "reason", st.Reason)
 		}
 	}
+	body := map[string]any{"executors": execs}
+	if s.deps.Database != nil {
+		// Audit records and approvals live there: without it every
+		// request would fail closed, so the gateway is not ready.
+		body["database"] = "ok"
+		if err := s.deps.Database.Ping(ctx); err != nil {
+			body["database"] = "unavailable"
+			ready = false
+			s.log.WarnContext(ctx, "database not ready", "err", err)
+		}
+	}
+	body["ready"] = ready
 	status := http.StatusOK
 	if !ready {
 		status = http.StatusServiceUnavailable
 	}
-	writeJSON(w, status, map[string]any{"ready": ready, "executors": execs})
+	writeJSON(w, status, body)
 	return nil
 }
 

@@ -69,6 +69,14 @@ type Deps struct {
 	Approvals *confirm.Hub
 	// MCP is the MCP server mounted at /mcp; nil leaves it unmounted.
 	MCP MCPServer
+	// Database is the audit and approvals database /readyz pings; nil
+	// leaves it out.
+	Database Pinger
+}
+
+// Pinger is a dependency /readyz checks.
+type Pinger interface {
+	Ping(ctx context.Context) error
 }
 
 // Server is the http.Handler of the gateway.

@@ -161,11 +161,13 @@ func (e *env) recordOf(t *testing.T, session, id string) audit.Record {
 		if len(found) > 1 {
 			t.Fatalf("%d audit records for %s, want 1", len(found), id)
 		}
-		if len(found) == 1 {
+		// A run's record is written ahead as "started" and completed
+		// when the run ends: wait for the completion.
+		if len(found) == 1 && found[0].Outcome != audit.OutcomeStarted {
 			return found[0]
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no audit record for %s", id)
+			t.Fatalf("no completed audit record for %s: %v", id, found)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

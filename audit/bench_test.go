@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"log/slog"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -118,5 +120,38 @@ func benchRecord(i int) audit.Record {
 		ExitCode:       &exit,
 		DurationMS:     42,
 		HTTPStatus:     200,
+	}
+}
+
+// BenchmarkAppendDrivers is the audit write on each storage.driver: one
+// durable Append of a typical run_code record at a time (SQLite WAL with
+// synchronous=FULL; PostgreSQL with synchronous_commit=on, over the test
+// cluster's Unix socket), reporting the p50 and p99 per write. PostgreSQL
+// needs SANDGATE_TEST_POSTGRES_DSN (make test's cluster).
+//
+// Run: go test -run '^$' -bench BenchmarkAppendDrivers -benchtime 2000x ./audit/
+func BenchmarkAppendDrivers(b *testing.B) {
+	for _, name := range []string{"sqlite", "postgres"} {
+		b.Run(name, func(b *testing.B) {
+			var s audit.Database
+			if name == "sqlite" {
+				s = openBench(b)
+			} else {
+				s = openPostgres(b, audit.Options{Logger: slog.New(slog.DiscardHandler)})
+			}
+			ctx := context.Background()
+			lat := make([]time.Duration, 0, b.N)
+			for i := 0; b.Loop(); i++ {
+				rec := benchRecord(i)
+				t0 := time.Now()
+				if err := s.Append(ctx, &rec); err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(t0))
+			}
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50_µs")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99_µs")
+		})
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/internal/pgtest"
 )
 
 // openTemp opens a fresh SQLite store in a temporary directory, closed at
@@ -34,9 +35,38 @@ func openTemp(t testing.TB, opts audit.Options) *audit.SQLite {
 func stores(t *testing.T) map[string]func(t *testing.T) audit.Store {
 	t.Helper()
 	return map[string]func(t *testing.T) audit.Store{
-		"sqlite": func(t *testing.T) audit.Store { return openTemp(t, audit.Options{}) },
-		"memory": func(t *testing.T) audit.Store { return audit.NewMemory() },
+		"sqlite":   func(t *testing.T) audit.Store { return openTemp(t, audit.Options{}) },
+		"memory":   func(t *testing.T) audit.Store { return audit.NewMemory() },
+		"postgres": func(t *testing.T) audit.Store { return openPostgres(t, audit.Options{}) },
 	}
+}
+
+// databases lists the Database drivers that must behave alike.
+func databases(t *testing.T) map[string]func(t *testing.T) audit.Database {
+	t.Helper()
+	return map[string]func(t *testing.T) audit.Database{
+		"sqlite":   func(t *testing.T) audit.Database { return openTemp(t, audit.Options{}) },
+		"postgres": func(t *testing.T) audit.Database { return openPostgres(t, audit.Options{}) },
+	}
+}
+
+// openPostgres opens a Postgres store in a fresh schema of the test
+// cluster (skipped without one unless SANDGATE_REQUIRE_POSTGRES=1).
+func openPostgres(t testing.TB, opts audit.Options) *audit.Postgres {
+	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(t.Output(), nil))
+	}
+	s, err := audit.OpenPostgres(t.Context(), pgtest.Schema(t), opts)
+	if err != nil {
+		t.Fatalf("OpenPostgres: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return s
 }
 
 // fullRecord returns a record with every field set.

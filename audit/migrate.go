@@ -23,8 +23,13 @@ type Migration struct {
 	// not change afterwards; Migrate refuses a database whose recorded name
 	// differs, since that means the migration was rewritten.
 	Name string
-	// SQL is executed as one Exec; it may hold several statements.
+	// SQL is executed as one Exec on SQLite; it may hold several
+	// statements.
 	SQL string
+	// Postgres is the same change in PostgreSQL's dialect, executed as one
+	// Exec by [Postgres.Migrate]. Both drivers number a component's
+	// migrations alike, so a version means the same schema on either.
+	Postgres string
 	// Func, if set, runs after SQL in the same transaction, for changes
 	// that SQL alone cannot express.
 	Func func(ctx context.Context, tx *sql.Tx) error
@@ -45,8 +50,9 @@ const schemaMigrationsDDL = `CREATE TABLE IF NOT EXISTS schema_migrations (
 // edit old ones.
 var auditMigrations = []Migration{
 	{
-		Version: 1,
-		Name:    "create records",
+		Version:  1,
+		Name:     "create records",
+		Postgres: pgRecordsV1,
 		SQL: `
 CREATE TABLE records (
 	id              INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -96,12 +102,43 @@ END;`,
 		// Tenants (issue 14). Records written before have no tenant (''),
 		// which GET /v1/audit?tenant= never matches. A plain column, so
 		// the schema carries over to other stores as it is.
-		Version: 2,
-		Name:    "add tenant",
+		Version:  2,
+		Name:     "add tenant",
+		Postgres: pgRecordsV2,
 		SQL: `
 ALTER TABLE records ADD COLUMN tenant TEXT NOT NULL DEFAULT '';
 CREATE INDEX records_tenant_id ON records (tenant, id);
 CREATE INDEX records_tenant_session_id_id ON records (tenant, session_id, id);`,
+	},
+	{
+		// Write-ahead records and hash chains (issue 15): a record may be
+		// written as 'started' before the work runs and completed once,
+		// by an UPDATE that may change only its outcome fields and
+		// completion_hash; every other update still aborts. See chain.go.
+		Version:  3,
+		Name:     "write-ahead and hash chain",
+		Postgres: pgRecordsV3,
+		SQL: `
+ALTER TABLE records ADD COLUMN replica TEXT NOT NULL DEFAULT '';
+ALTER TABLE records ADD COLUMN prev_hash TEXT NOT NULL DEFAULT '';
+ALTER TABLE records ADD COLUMN hash TEXT NOT NULL DEFAULT '';
+ALTER TABLE records ADD COLUMN completion_hash TEXT NOT NULL DEFAULT '';
+CREATE INDEX records_replica_id ON records (replica, id);
+CREATE INDEX records_started ON records (replica, id) WHERE outcome = 'started';
+DROP TRIGGER records_no_update;
+CREATE TRIGGER records_no_update BEFORE UPDATE ON records
+WHEN OLD.outcome <> 'started' OR NEW.outcome = 'started'
+  OR NEW.id IS NOT OLD.id OR NEW.request_id IS NOT OLD.request_id OR NEW.time IS NOT OLD.time
+  OR NEW.kind IS NOT OLD.kind OR NEW.tenant IS NOT OLD.tenant OR NEW.session_id IS NOT OLD.session_id
+  OR NEW.principal IS NOT OLD.principal OR NEW.language IS NOT OLD.language
+  OR NEW.code_sha256 IS NOT OLD.code_sha256 OR NEW.code_bytes IS NOT OLD.code_bytes
+  OR NEW.risk_level IS NOT OLD.risk_level OR NEW.risk_patterns IS NOT OLD.risk_patterns
+  OR NEW.action IS NOT OLD.action OR NEW.policy_revision IS NOT OLD.policy_revision
+  OR NEW.approval IS NOT OLD.approval OR NEW.path IS NOT OLD.path OR NEW.replica IS NOT OLD.replica
+  OR NEW.prev_hash IS NOT OLD.prev_hash OR NEW.hash IS NOT OLD.hash
+BEGIN
+	SELECT RAISE(ABORT, 'audit records are append-only');
+END;`,
 	},
 }
 
@@ -115,16 +152,8 @@ CREATE INDEX records_tenant_session_id_id ON records (tenant, session_id, id);`,
 // ErrSchemaTooNew if the database has a version above n, and fails if an
 // applied version's recorded name differs from migs.
 func (s *SQLite) Migrate(ctx context.Context, component string, migs []Migration) error {
-	if component == "" {
-		return errors.New("audit: migrate: empty component name")
-	}
-	for i, m := range migs {
-		if m.Version != i+1 {
-			return fmt.Errorf("audit: migrate %s: migration %d has version %d, want %d", component, i, m.Version, i+1)
-		}
-		if m.SQL == "" && m.Func == nil {
-			return fmt.Errorf("audit: migrate %s: migration %d is empty", component, m.Version)
-		}
+	if err := checkMigrations(component, migs, func(m Migration) string { return m.SQL }); err != nil {
+		return err
 	}
 	var applied map[int]string
 	err := s.WriteTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -132,19 +161,14 @@ func (s *SQLite) Migrate(ctx context.Context, component string, migs []Migration
 			return fmt.Errorf("create schema_migrations: %w", err)
 		}
 		var err error
-		applied, err = appliedMigrations(ctx, tx, component)
+		applied, err = appliedMigrations(ctx, tx, component, s.Rebind)
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("audit: migrate %s: %w", component, err)
 	}
-	for v, name := range applied {
-		if v > len(migs) {
-			return fmt.Errorf("%w: %s is at version %d, this build knows %d", ErrSchemaTooNew, component, v, len(migs))
-		}
-		if want := migs[v-1].Name; name != want {
-			return fmt.Errorf("audit: migrate %s: version %d was applied as %q but is now %q", component, v, name, want)
-		}
+	if err := checkApplied(component, migs, applied); err != nil {
+		return err
 	}
 	for _, m := range migs {
 		if _, ok := applied[m.Version]; ok {
@@ -158,8 +182,8 @@ func (s *SQLite) Migrate(ctx context.Context, component string, migs []Migration
 	return nil
 }
 
-func appliedMigrations(ctx context.Context, tx *sql.Tx, component string) (map[int]string, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT version, name FROM schema_migrations WHERE component = ?`, component)
+func appliedMigrations(ctx context.Context, tx *sql.Tx, component string, rebind func(string) string) (map[int]string, error) {
+	rows, err := tx.QueryContext(ctx, rebind(`SELECT version, name FROM schema_migrations WHERE component = ?`), component)
 	if err != nil {
 		return nil, fmt.Errorf("read schema_migrations: %w", err)
 	}
@@ -204,4 +228,35 @@ func applyMigration(ctx context.Context, tx *sql.Tx, component string, m Migrati
 	_, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (component, version, name, applied_at) VALUES (?, ?, ?, ?)`,
 		component, m.Version, m.Name, formatTime(time.Now()))
 	return err
+}
+
+// checkMigrations checks that migs are numbered 1..n and none is empty in
+// the dialect sqlOf picks.
+func checkMigrations(component string, migs []Migration, sqlOf func(Migration) string) error {
+	if component == "" {
+		return errors.New("audit: migrate: empty component name")
+	}
+	for i, m := range migs {
+		if m.Version != i+1 {
+			return fmt.Errorf("audit: migrate %s: migration %d has version %d, want %d", component, i, m.Version, i+1)
+		}
+		if sqlOf(m) == "" && m.Func == nil {
+			return fmt.Errorf("audit: migrate %s: migration %d is empty", component, m.Version)
+		}
+	}
+	return nil
+}
+
+// checkApplied refuses a database ahead of this build or whose recorded
+// migration names differ from migs (a rewritten migration).
+func checkApplied(component string, migs []Migration, applied map[int]string) error {
+	for v, name := range applied {
+		if v > len(migs) {
+			return fmt.Errorf("%w: %s is at version %d, this build knows %d", ErrSchemaTooNew, component, v, len(migs))
+		}
+		if want := migs[v-1].Name; name != want {
+			return fmt.Errorf("audit: migrate %s: version %d was applied as %q but is now %q", component, v, name, want)
+		}
+	}
+	return nil
 }

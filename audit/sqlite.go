@@ -45,7 +45,14 @@ type Options struct {
 	// and can lose the newest records on a power or kernel failure (never
 	// on a process crash).
 	Synchronous string
+	// Replica names this process's hash chain (see chain.go) and the
+	// write-ahead records ResolveStarted may close. Every process writing
+	// one database needs its own; default DefaultReplica.
+	Replica string
 }
+
+// DefaultReplica is the chain name of a lone gateway.
+const DefaultReplica = "local"
 
 func (o Options) withDefaults() Options {
 	if o.Logger == nil {
@@ -62,6 +69,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Synchronous == "" {
 		o.Synchronous = "full"
+	}
+	if o.Replica == "" {
+		o.Replica = DefaultReplica
 	}
 	return o
 }
@@ -101,6 +111,8 @@ type SQLite struct {
 	writeTimeout time.Duration
 	maxLimit     int
 	synchronous  string // validated: "FULL" or "NORMAL"
+	replica      string
+	last         string // the chain's last hash; the writer goroutine's alone after Open
 
 	w      *sql.DB       // exactly one connection; use only while holding wtoken
 	r      *sql.DB       // read-only pool
@@ -143,6 +155,7 @@ func Open(ctx context.Context, path string, opts Options) (*SQLite, error) {
 
 	s := &SQLite{
 		synchronous:  sync,
+		replica:      opts.Replica,
 		path:         abs,
 		log:          opts.Logger,
 		writeTimeout: opts.WriteTimeout,
@@ -243,6 +256,9 @@ func (s *SQLite) open(ctx context.Context, busy time.Duration) error {
 		return fmt.Errorf("audit: open %q: journal mode is %q, want wal (does the filesystem support it?)", s.path, mode)
 	}
 	if err := s.Migrate(ctx, auditComponent, auditMigrations); err != nil {
+		return err
+	}
+	if s.last, err = chainHead(ctx, s.w, s.Rebind, s.replica); err != nil {
 		return err
 	}
 	if s.insert, err = s.w.PrepareContext(ctx, insertSQL); err != nil {

@@ -21,8 +21,9 @@ const recordColumns = `id, request_id, time, kind, tenant, session_id, principal
 
 const insertSQL = `INSERT INTO records (request_id, time, kind, tenant, session_id, principal, language,
 	code_sha256, code_bytes, risk_level, risk_patterns, action, executor, reasons, policy_revision,
-	approval, outcome, error_code, exit_code, duration_ms, http_status, path, bytes, detail)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	approval, outcome, error_code, exit_code, duration_ms, http_status, path, bytes, detail,
+	replica, prev_hash, hash, completion_hash)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 // Append stores rec as a new record and sets rec.ID and, when it is zero,
 // rec.Time. A store-assigned time is taken by the writer as it inserts the
@@ -128,8 +129,13 @@ func (s *SQLite) Query(ctx context.Context, q Query) (Page, error) {
 	if err != nil {
 		return Page{}, fmt.Errorf("audit: query: %w", err)
 	}
+	return readPage(rows, q.Limit)
+}
+
+// readPage reads rows (limit+1 at most) into a page and closes them.
+func readPage(rows *sql.Rows, limit int) (Page, error) {
 	defer rows.Close()
-	page := Page{Records: make([]Record, 0, min(q.Limit, 64))}
+	page := Page{Records: make([]Record, 0, min(limit, 64))}
 	for rows.Next() {
 		rec, err := scanRecord(rows)
 		if err != nil {
@@ -141,9 +147,9 @@ func (s *SQLite) Query(ctx context.Context, q Query) (Page, error) {
 		return Page{}, fmt.Errorf("audit: query: %w", err)
 	}
 	// One extra row was asked for: its presence means more remain.
-	if len(page.Records) > q.Limit {
-		page.Records = page.Records[:q.Limit]
-		page.NextCursor = page.Records[q.Limit-1].ID
+	if len(page.Records) > limit {
+		page.Records = page.Records[:limit]
+		page.NextCursor = page.Records[limit-1].ID
 	}
 	return page, nil
 }

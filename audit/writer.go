@@ -96,11 +96,14 @@ func (s *SQLite) insertTx(ctx context.Context, reqs []*appendReq) (err error) {
 		// BEGIN and COMMIT saves two statements on the common path.
 		r := reqs[0]
 		t := r.stamp()
-		id, err := insertRecord(ctx, s.insert, r.rec, r.cols, t)
+		row := rowOf(r.rec, r.cols, formatTime(t), s.replica)
+		row.seal(s.last)
+		id, err := insertRow(ctx, s.insert, &row)
 		if err != nil {
 			return fmt.Errorf("audit: append %s record for request %q: %w", r.rec.Kind, r.rec.RequestID, err)
 		}
 		r.id, r.time = id, t
+		s.last = row.Hash
 		return nil
 	}
 	tx, err := s.w.BeginTx(ctx, nil)
@@ -115,35 +118,51 @@ func (s *SQLite) insertTx(ctx context.Context, reqs []*appendReq) (err error) {
 	stmt := tx.StmtContext(ctx, s.insert)
 	ids := make([]int64, len(reqs))
 	times := make([]time.Time, len(reqs))
+	last := s.last
 	for i, r := range reqs {
 		times[i] = r.stamp()
-		if ids[i], err = insertRecord(ctx, stmt, r.rec, r.cols, times[i]); err != nil {
+		row := rowOf(r.rec, r.cols, formatTime(times[i]), s.replica)
+		row.seal(last)
+		last = row.Hash
+		if ids[i], err = insertRow(ctx, stmt, &row); err != nil {
 			return fmt.Errorf("audit: append %s record for request %q: %w", r.rec.Kind, r.rec.RequestID, err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("audit: commit %d records: %w", len(reqs), err)
 	}
+	s.last = last
 	for i, r := range reqs {
 		r.id, r.time = ids[i], times[i]
 	}
 	return nil
 }
 
-func insertRecord(ctx context.Context, stmt *sql.Stmt, rec *Record, cols jsonColumns, t time.Time) (int64, error) {
-	var exit any
-	if rec.ExitCode != nil {
-		exit = *rec.ExitCode
-	}
-	res, err := stmt.ExecContext(ctx,
-		rec.RequestID, formatTime(t), rec.Kind, rec.Tenant, rec.SessionID, rec.Principal, rec.Language,
-		rec.CodeSHA256, rec.CodeBytes, rec.RiskLevel, cols.riskPatterns, rec.Action, rec.Executor,
-		cols.reasons, rec.PolicyRevision, cols.approval, rec.Outcome, rec.ErrorCode, exit,
-		rec.DurationMS, rec.HTTPStatus, rec.Path, rec.Bytes, cols.detail)
+func insertRow(ctx context.Context, stmt *sql.Stmt, row *chainRow) (int64, error) {
+	res, err := stmt.ExecContext(ctx, rowArgs(row)...)
 	if err != nil {
 		return 0, err
 	}
 	return res.LastInsertId()
+}
+
+// rowArgs are insertSQL's arguments, in its column order.
+func rowArgs(r *chainRow) []any {
+	var exit any
+	if r.ExitCode.Valid {
+		exit = r.ExitCode.Int64
+	}
+	null := func(s sql.NullString) any {
+		if !s.Valid {
+			return nil
+		}
+		return s.String
+	}
+	return []any{r.RequestID, r.Time, r.Kind, r.Tenant, r.SessionID, r.Principal, r.Language,
+		r.CodeSHA256, r.CodeBytes, r.RiskLevel, null(r.RiskPatterns), r.Action, r.Executor,
+		null(r.Reasons), r.PolicyRevision, null(r.Approval), r.Outcome, r.ErrorCode, exit,
+		r.DurationMS, r.HTTPStatus, r.Path, r.Bytes, null(r.Detail),
+		r.Replica, r.PrevHash, r.Hash, r.CompletionHash}
 }
 
 // stamp returns the record's time: the caller's, in UTC, or now. The writer

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/internal/pgtest"
 )
 
 // testHub is a hub on a real audit database behind a real listener. The
@@ -22,23 +24,44 @@ import (
 // is the api package's job and is tested there.
 type testHub struct {
 	*Hub
-	db  *audit.SQLite
+	db  audit.Database
 	srv *httptest.Server
+}
+
+// openTestDB opens the database the hub tests run on: SQLite in a
+// temporary directory, or, with SANDGATE_TEST_STORAGE_DRIVER=postgres (make
+// test runs this package a second time so), a fresh schema in the test
+// cluster. Closed when the test ends.
+func openTestDB(t testing.TB) audit.Database {
+	t.Helper()
+	var (
+		db  audit.Database
+		err error
+	)
+	switch d := os.Getenv("SANDGATE_TEST_STORAGE_DRIVER"); d {
+	case "", audit.DriverSQLite:
+		db, err = audit.Open(context.Background(), filepath.Join(t.TempDir(), "audit.db"), audit.Options{})
+	case audit.DriverPostgres:
+		db, err = audit.OpenPostgres(context.Background(), pgtest.Schema(t), audit.Options{})
+	default:
+		t.Fatalf("SANDGATE_TEST_STORAGE_DRIVER=%q: want sqlite or postgres", d)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db
 }
 
 func newTestHub(t testing.TB, opts HubOptions) *testHub {
 	t.Helper()
 	db := opts.Store
-	var sq *audit.SQLite
+	var sq audit.Database
 	if db == nil {
-		var err error
-		sq, err = audit.Open(context.Background(), filepath.Join(t.TempDir(), "audit.db"), audit.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		sq = openTestDB(t)
 		opts.Store = sq
 	} else {
-		sq, _ = db.(*audit.SQLite)
+		sq, _ = db.(audit.Database)
 	}
 	h, err := NewHub(context.Background(), opts)
 	if err != nil {
@@ -61,9 +84,6 @@ func newTestHub(t testing.TB, opts HubOptions) *testHub {
 			t.Error(err)
 		}
 		th.srv.Close()
-		if db == nil {
-			_ = sq.Close()
-		}
 	})
 	return th
 }

@@ -89,6 +89,14 @@ type HubOptions struct {
 	// HistorySize is how many recent decisions the page is given on
 	// connect. Default 50.
 	HistorySize int
+	// Replica names this process among the replicas sharing Store; its
+	// start-up sweep interrupts only this replica's leftovers. Default
+	// "local".
+	Replica string
+	// ListenDSN, on PostgreSQL, is the DSN of the connection the hub
+	// LISTENs on for other replicas' decisions (NotifyChannel); empty
+	// disables it (one process).
+	ListenDSN string
 }
 
 func (o HubOptions) withDefaults() HubOptions {
@@ -109,6 +117,9 @@ func (o HubOptions) withDefaults() HubOptions {
 	}
 	if o.HistorySize <= 0 {
 		o.HistorySize = DefaultHistorySize
+	}
+	if o.Replica == "" {
+		o.Replica = "local"
 	}
 	return o
 }
@@ -154,6 +165,8 @@ type Hub struct {
 
 	wg        sync.WaitGroup // connection goroutines
 	closeOnce sync.Once
+
+	listenDone chan struct{} // closed when the LISTEN loop ends; nil without one
 }
 
 // pending is one approval in flight.
@@ -178,7 +191,7 @@ func NewHub(ctx context.Context, opts HubOptions) (*Hub, error) {
 		return nil, errors.New("confirm: HubOptions.Store is required")
 	}
 	opts = opts.withDefaults()
-	st, err := openStore(ctx, opts.Store)
+	st, err := openStore(ctx, opts.Store, opts.Replica)
 	if err != nil {
 		return nil, fmt.Errorf("confirm: %w", err)
 	}
@@ -207,6 +220,10 @@ func NewHub(ctx context.Context, opts HubOptions) (*Hub, error) {
 		WriteBufferPool:  &sync.Pool{},
 		Subprotocols:     []string{Subprotocol},
 		CheckOrigin:      h.CheckOrigin,
+	}
+	if opts.ListenDSN != "" {
+		h.listenDone = make(chan struct{})
+		go h.listen(opts.ListenDSN)
 	}
 	return h, nil
 }
@@ -325,10 +342,7 @@ func (h *Hub) Decide(ctx context.Context, id string, who Approver, d Decision) (
 			return View{}, ErrNotFound
 		}
 		if v.Status == StatusPending {
-			// Recorded but not (or no longer) held by this process: only
-			// the moment between insert and publish, or a row another
-			// process owns. Either way it cannot be decided here.
-			return View{}, ErrNotFound
+			return h.decideRemote(ctx, v, status, who.Name, d)
 		}
 		return View{}, &ConflictError{Approval: v}
 	}
@@ -352,6 +366,13 @@ func (h *Hub) resolveBy(ctx context.Context, p *pending, status, by, reason, dig
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.opts.WriteTimeout)
 	err := h.store.resolveRow(wctx, &fin)
 	cancel()
+	if errors.Is(err, errNotPending) {
+		// Another replica decided first; its decision stands.
+		if won, ok := h.winner(ctx, p); ok {
+			h.settleLocked(p, won)
+			return View{}, &ConflictError{Approval: won}
+		}
+	}
 	if err != nil {
 		if status == StatusApproved {
 			h.log.ErrorContext(ctx, "approval not recorded; it stays pending", "approval_id", p.view.ID, "err", err)
@@ -374,10 +395,16 @@ func (h *Hub) resolve(p *pending, status, by, reason string) {
 	}
 	fin := h.finalView(p, status, by, reason)
 	wctx, cancel := context.WithTimeout(context.Background(), h.opts.WriteTimeout)
-	if err := h.store.resolveRow(wctx, &fin); err != nil {
+	defer cancel()
+	err := h.store.resolveRow(wctx, &fin)
+	if errors.Is(err, errNotPending) {
+		if won, ok := h.winner(wctx, p); ok {
+			fin, err = won, nil
+		}
+	}
+	if err != nil {
 		h.log.Error("approval resolution not recorded", "approval_id", p.view.ID, "status", status, "err", err)
 	}
-	cancel()
 	h.settleLocked(p, fin)
 }
 
@@ -492,6 +519,9 @@ func (h *Hub) Close(ctx context.Context) error {
 		}
 		h.mu.Unlock()
 		h.baseCancel()
+		if h.listenDone != nil {
+			<-h.listenDone
+		}
 	})
 	done := make(chan struct{})
 	go func() { h.wg.Wait(); close(done) }()

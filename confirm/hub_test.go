@@ -110,7 +110,7 @@ func TestFirstDecisionWinsUnderRace(t *testing.T) {
 		t.Fatalf("stored %+v %v", got, err)
 	}
 	err = th.db.WriteTx(t.Context(), func(ctx context.Context, tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `UPDATE approvals SET status = 'denied' WHERE id = ?`, id)
+		_, err := tx.ExecContext(ctx, th.db.Rebind(`UPDATE approvals SET status = 'denied' WHERE id = ?`), id)
 		return err
 	})
 	if err == nil || !strings.Contains(err.Error(), "single-use") {

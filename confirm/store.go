@@ -12,14 +12,24 @@ import (
 )
 
 // Store is the database the hub keeps its approvals in: the audit database
-// (*audit.SQLite satisfies it). The hub creates its own table through Migrate
-// and writes it only through WriteTx, so it never contends with audit appends
-// for SQLite's write lock.
+// (*audit.SQLite or *audit.Postgres, see audit.Database). The hub creates
+// its own table through Migrate and writes it only through WriteTx, so on
+// SQLite it never contends with audit appends for the write lock. Queries
+// are written with '?' placeholders and passed through Rebind.
 type Store interface {
 	Migrate(ctx context.Context, component string, migs []audit.Migration) error
 	DB() *sql.DB
 	WriteTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error
+	Rebind(query string) string
+	// Driver is audit.DriverSQLite or audit.DriverPostgres; on PostgreSQL
+	// every write also notifies the other replicas (NotifyChannel).
+	Driver() string
 }
+
+// NotifyChannel is the PostgreSQL channel on which every approval write
+// announces the approval's id (only the id: replicas read the row), in the
+// writing transaction, so a listener never hears of a row it cannot read.
+const NotifyChannel = "sandgate_approvals"
 
 // storeComponent names the hub's migrations in schema_migrations.
 const storeComponent = "confirm"
@@ -36,8 +46,9 @@ const storeComponent = "confirm"
 // first-decision-wins in memory; the triggers make the database say the
 // same whatever code path writes it.
 var storeMigrations = []audit.Migration{{
-	Version: 1,
-	Name:    "create approvals",
+	Version:  1,
+	Name:     "create approvals",
+	Postgres: pgApprovalsV1,
 	SQL: `
 CREATE TABLE approvals (
 	id              TEXT    PRIMARY KEY,
@@ -77,8 +88,9 @@ END;`,
 	// plain column (rows written before have ''), bound like the session:
 	// the single-use trigger is recreated with it among the binding
 	// columns.
-	Version: 2,
-	Name:    "add tenant",
+	Version:  2,
+	Name:     "add tenant",
+	Postgres: pgApprovalsV2,
 	SQL: `
 ALTER TABLE approvals ADD COLUMN tenant TEXT NOT NULL DEFAULT '';
 CREATE INDEX approvals_tenant_decided_at ON approvals (tenant, decided_at);
@@ -92,6 +104,16 @@ WHEN OLD.status <> 'pending'
 BEGIN
 	SELECT RAISE(ABORT, 'an approval is single-use and bound to its request');
 END;`,
+}, {
+	// Replicas (issue 15): the replica holding the waiting request, so
+	// that a replica's start-up sweep interrupts only its own leftovers.
+	// Not a binding column: a later sweep may hand it over.
+	Version: 3,
+	Name:    "add replica",
+	Postgres: `ALTER TABLE approvals ADD COLUMN replica TEXT NOT NULL DEFAULT '';
+CREATE INDEX approvals_pending_replica ON approvals (replica) WHERE status = 'pending';`,
+	SQL: `ALTER TABLE approvals ADD COLUMN replica TEXT NOT NULL DEFAULT '';
+CREATE INDEX approvals_pending_replica ON approvals (replica) WHERE status = 'pending';`,
 }}
 
 const timeLayout = "2006-01-02T15:04:05.000000000Z07:00"
@@ -108,24 +130,38 @@ func parseTime(s string) time.Time {
 var errNotPending = errors.New("confirm: approval is not pending")
 
 type store struct {
-	db Store
+	db      Store
+	replica string
 }
 
-func openStore(ctx context.Context, db Store) (*store, error) {
+func openStore(ctx context.Context, db Store, replica string) (*store, error) {
 	if err := db.Migrate(ctx, storeComponent, storeMigrations); err != nil {
 		return nil, err
 	}
-	return &store{db: db}, nil
+	return &store{db: db, replica: replica}, nil
+}
+
+// notify announces id to the other replicas, inside tx (PostgreSQL only:
+// SQLite is one process).
+func (s *store) notify(ctx context.Context, tx *sql.Tx, id string) error {
+	if s.db.Driver() != audit.DriverPostgres {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, id)
+	return err
 }
 
 func (s *store) insert(ctx context.Context, v *View) error {
 	return s.db.WriteTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO approvals (id, request_id, tenant, session_id, language, code_sha256,
-	digest, risk_level, executor, policy_revision, principal, status, requested_at, deadline)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)`,
+		_, err := tx.ExecContext(ctx, s.db.Rebind(`INSERT INTO approvals (id, request_id, tenant, session_id, language, code_sha256,
+	digest, risk_level, executor, policy_revision, principal, status, requested_at, deadline, replica)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)`),
 			v.ID, v.RequestID, v.Tenant, v.SessionID, v.Language, v.CodeSHA256, v.Digest, v.RiskLevel, v.Executor,
-			v.PolicyRevision, v.Principal, fmtTime(v.RequestedAt), fmtTime(v.Deadline))
-		return err
+			v.PolicyRevision, v.Principal, fmtTime(v.RequestedAt), fmtTime(v.Deadline), s.replica)
+		if err != nil {
+			return err
+		}
+		return s.notify(ctx, tx, v.ID)
 	})
 }
 
@@ -134,8 +170,8 @@ func (s *store) insert(ctx context.Context, v *View) error {
 // pending.
 func (s *store) resolveRow(ctx context.Context, v *View) error {
 	return s.db.WriteTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE approvals SET status = ?, decided_by = ?, reason = ?, decided_at = ?
-	WHERE id = ? AND status = 'pending' AND digest = ?`,
+		res, err := tx.ExecContext(ctx, s.db.Rebind(`UPDATE approvals SET status = ?, decided_by = ?, reason = ?, decided_at = ?
+	WHERE id = ? AND status = 'pending' AND digest = ?`),
 			v.Status, v.DecidedBy, v.Reason, fmtTime(v.DecidedAt), v.ID, v.Digest)
 		if err != nil {
 			return err
@@ -145,23 +181,70 @@ func (s *store) resolveRow(ctx context.Context, v *View) error {
 		} else if n != 1 {
 			return errNotPending
 		}
-		return nil
+		return s.notify(ctx, tx, v.ID)
 	})
 }
 
-// interruptAll resolves every pending row as interrupted: rows a previous
-// process left behind when it stopped without resolving them (a crash, a
-// kill -9), or, at Close, those of this process.
-func (s *store) interruptAll(ctx context.Context, now time.Time, reason string) (int64, error) {
-	var n int64
-	err := s.db.WriteTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE approvals SET status = 'interrupted', decided_by = '', reason = ?, decided_at = ?
-	WHERE status = 'pending'`, reason, fmtTime(now))
+// decideRemote is a human decision on an approval another replica holds:
+// the same first-writer-wins update, also refused once the deadline has
+// passed (the holder's timer may not have written its timeout yet). The
+// notification in the same transaction releases the holder.
+func (s *store) decideRemote(ctx context.Context, v *View) error {
+	return s.db.WriteTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, s.db.Rebind(`UPDATE approvals SET status = ?, decided_by = ?, reason = ?, decided_at = ?
+	WHERE id = ? AND status = 'pending' AND digest = ? AND deadline > ?`),
+			v.Status, v.DecidedBy, v.Reason, fmtTime(v.DecidedAt), v.ID, v.Digest, fmtTime(v.DecidedAt))
 		if err != nil {
 			return err
 		}
-		n, err = res.RowsAffected()
-		return err
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n != 1 {
+			return errNotPending
+		}
+		return s.notify(ctx, tx, v.ID)
+	})
+}
+
+// interruptAll resolves this replica's pending rows as interrupted: rows a
+// previous run of it left behind when it stopped without resolving them (a
+// crash, a kill -9). Rows of other replicas sharing the database are
+// theirs; rows without a replica predate replicas and were written by the
+// lone process this one replaces.
+func (s *store) interruptAll(ctx context.Context, now time.Time, reason string) (int64, error) {
+	return s.interruptOf(ctx, s.replica, now, reason)
+}
+
+// interruptOf resolves replica's pending rows (and those without a
+// replica) as interrupted, announcing each.
+func (s *store) interruptOf(ctx context.Context, replica string, now time.Time, reason string) (int64, error) {
+	var n int64
+	err := s.db.WriteTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, s.db.Rebind(`UPDATE approvals SET status = 'interrupted', decided_by = '', reason = ?, decided_at = ?
+	WHERE status = 'pending' AND replica IN (?, '') RETURNING id`), reason, fmtTime(now), replica)
+		if err != nil {
+			return err
+		}
+		var ids []string
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return err
+			}
+			ids = append(ids, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, id := range ids {
+			if err := s.notify(ctx, tx, id); err != nil {
+				return err
+			}
+		}
+		n = int64(len(ids))
+		return nil
 	})
 	return n, err
 }
@@ -189,7 +272,7 @@ func scanView(sc interface{ Scan(...any) error }) (View, error) {
 }
 
 func (s *store) get(ctx context.Context, id string) (View, error) {
-	row := s.db.DB().QueryRowContext(ctx, `SELECT `+viewColumns+` FROM approvals WHERE id = ?`, id)
+	row := s.db.DB().QueryRowContext(ctx, s.db.Rebind(`SELECT `+viewColumns+` FROM approvals WHERE id = ?`), id)
 	v, err := scanView(row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return View{}, ErrNotFound
@@ -217,7 +300,7 @@ func (s *store) recent(ctx context.Context, status string, tenants []string, lim
 	}
 	q += ` ORDER BY decided_at DESC, id DESC LIMIT ?`
 	args = append(args, limit)
-	rows, err := s.db.DB().QueryContext(ctx, q, args...)
+	rows, err := s.db.DB().QueryContext(ctx, s.db.Rebind(q), args...)
 	if err != nil {
 		return nil, fmt.Errorf("confirm: read approvals: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/errcode"
 	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/executors/executortest"
 	"github.com/sandgate/sandgate/manager"
@@ -147,15 +148,20 @@ func TestMetrics(t *testing.T) {
 	if _, err := h.m.Run(t.Context(), request("ruby", safePython)); err == nil {
 		t.Fatal("invalid request ran")
 	}
+	// Fail closed: a run whose write-ahead record cannot be written does
+	// not run (a crash mid-run would leave no trace of it).
 	h.audit.AppendErr = errors.New("disk full")
-	if _, err := h.m.Run(t.Context(), request("python", safePython)); err != nil {
-		t.Fatal(err)
+	if _, err := h.m.Run(t.Context(), request("python", safePython)); err == nil {
+		t.Fatal("ran without its write-ahead audit record")
+	} else if code, _, _ := errcode.Of(err); code != errcode.Internal {
+		t.Fatalf("refusal code %s, want %s", code, errcode.Internal)
 	}
 	for _, c := range []struct {
 		labels map[string]string
 		want   float64
 	}{
-		{map[string]string{"kind": "run_code", "action": "allow", "executor": "subprocess", "outcome": "ok"}, 2},
+		{map[string]string{"kind": "run_code", "action": "allow", "executor": "subprocess", "outcome": "ok"}, 1},
+		{map[string]string{"kind": "run_code", "action": "allow", "outcome": "error"}, 1},
 		{map[string]string{"action": "deny", "outcome": "denied"}, 1},
 		{map[string]string{"action": "", "outcome": "invalid"}, 1},
 	} {
@@ -163,7 +169,8 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("sandgate_requests_total%v = %v, want %v", c.labels, got, c.want)
 		}
 	}
-	if got := counter(t, reg, "sandgate_audit_write_errors_total", nil); got != 1 {
-		t.Errorf("sandgate_audit_write_errors_total = %v, want 1", got)
+	// The refused write-ahead record, then the final record of the refusal.
+	if got := counter(t, reg, "sandgate_audit_write_errors_total", nil); got != 2 {
+		t.Errorf("sandgate_audit_write_errors_total = %v, want 2", got)
 	}
 }

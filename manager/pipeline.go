@@ -137,6 +137,9 @@ func (m *Manager) Run(ctx context.Context, req RunRequest) (res *RunResult, err 
 		recordDenial(rec, err)
 		return out, err
 	}
+	if err := m.auditAhead(ctx, rec, exec); err != nil { // 6 write ahead, so a crash cannot erase the run
+		return out, err
+	}
 	result, err := m.execute(ctx, exec, spec, decision) // 6 execute
 	if err != nil {
 		recordDenial(rec, err)

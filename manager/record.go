@@ -2,10 +2,12 @@ package manager
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/errcode"
+	"github.com/sandgate/sandgate/executors"
 )
 
 // Outcomes recorded in the audit log and the request metrics.
@@ -58,7 +60,13 @@ func (m *Manager) record(ctx context.Context, rec *audit.Record, outcome string,
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditWriteTimeout)
 	defer cancel()
-	if werr := m.deps.Audit.Append(wctx, rec); werr != nil {
+	var werr error
+	if c, ok := m.deps.Audit.(audit.Completer); ok && rec.ID != 0 {
+		werr = c.Complete(wctx, rec) // the write-ahead record of auditAhead
+	} else {
+		werr = m.deps.Audit.Append(wctx, rec)
+	}
+	if werr != nil {
 		m.deps.Metrics.auditFailed()
 		m.log.ErrorContext(ctx, "audit write failed", "request_id", rec.RequestID, "err", werr)
 	}
@@ -90,4 +98,27 @@ func outcomeOf(code errcode.Code, res *RunResult, err error) string {
 		return OutcomeLimited
 	}
 	return OutcomeError
+}
+
+// auditAhead writes rec as a started record before its work runs, when the
+// store supports write-ahead records, so that a gateway killed mid-run
+// (kill -9, an OOM kill, a host crash) still leaves a trace of what ran:
+// the record holds the decision and approval, and the store resolves it as
+// interrupted when this replica starts again. If the record cannot be
+// written the run is refused (fail closed: nothing runs unaudited).
+func (m *Manager) auditAhead(ctx context.Context, rec *audit.Record, exec executors.Executor) error {
+	if _, ok := m.deps.Audit.(audit.Completer); !ok {
+		return nil
+	}
+	ahead := *rec
+	ahead.Outcome, ahead.Executor = audit.OutcomeStarted, string(exec.Kind())
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditWriteTimeout)
+	defer cancel()
+	if err := m.deps.Audit.Append(wctx, &ahead); err != nil {
+		m.deps.Metrics.auditFailed()
+		m.log.ErrorContext(ctx, "write-ahead audit failed; run refused", "request_id", rec.RequestID, "err", err)
+		return fmt.Errorf("write-ahead audit record: %w", err)
+	}
+	rec.ID, rec.Time = ahead.ID, ahead.Time
+	return nil
 }

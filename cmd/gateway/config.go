@@ -11,6 +11,7 @@ import (
 
 	"github.com/sandgate/sandgate/executors/aio"
 	"github.com/sandgate/sandgate/executors/subprocess"
+	"github.com/sandgate/sandgate/fleet"
 	"github.com/sandgate/sandgate/mcp"
 	"github.com/sandgate/sandgate/policy"
 )
@@ -32,6 +33,7 @@ type Config struct {
 	Limits    LimitsConfig    `yaml:"limits"`
 	Workspace WorkspaceConfig `yaml:"workspace"`
 	Audit     AuditConfig     `yaml:"audit"`
+	Storage   StorageConfig   `yaml:"storage"`
 	Browser   BrowserConfig   `yaml:"browser"`
 	Approval  ApprovalConfig  `yaml:"approval"`
 	Executors ExecutorsConfig `yaml:"executors"`
@@ -92,6 +94,29 @@ type AuditConfig struct {
 	// erase it) or "normal" (faster; the newest records can be lost on a
 	// power or kernel failure, never on a gateway crash).
 	Synchronous string `yaml:"synchronous"`
+}
+
+// StorageConfig selects the database behind audit records and approvals.
+type StorageConfig struct {
+	// Driver is "sqlite" (default: an embedded database under data_dir,
+	// for one process) or "postgres" (a fleet's shared database, reached
+	// through DSN).
+	Driver string `yaml:"driver"`
+	// DSN is the PostgreSQL connection string (libpq keyword/value or a
+	// postgres:// URL), postgres only. Prefer SANDGATE_STORAGE_DSN over the
+	// file for one holding a password; the password is never logged.
+	DSN string `yaml:"dsn"`
+	// Replica names this process in a fleet: its audit hash chain and the
+	// write-ahead records it resolves as interrupted when it starts
+	// again. Each replica needs its own, stable across restarts. Default:
+	// "local" on sqlite, the host name on postgres (env
+	// SANDGATE_REPLICA).
+	Replica string `yaml:"replica"`
+	// Lease is how long a replica counts as alive after its last
+	// heartbeat (postgres): once it expires, another replica resolves
+	// its pending approvals and started audit records as interrupted. A
+	// restarted replica waits out its own previous lease. Default 15s.
+	Lease time.Duration `yaml:"lease"`
 }
 
 // ApprovalConfig configures step 4.
@@ -236,6 +261,7 @@ func Default() Config {
 			MaxCodeBytes: 256 << 10, MaxBodyBytes: 2 << 20, DefaultTimeout: 30 * time.Second,
 		},
 		Audit:     AuditConfig{Synchronous: "full"},
+		Storage:   StorageConfig{Driver: "sqlite", Lease: fleet.DefaultLease},
 		Browser:   BrowserConfig{Enabled: true, IdleTTL: 5 * time.Minute, MaxBrowsers: 8},
 		Workspace: WorkspaceConfig{MaxFileMiB: 32, QuotaMiB: 1024, QuotaFiles: 100_000},
 		Approval:  ApprovalConfig{Timeout: 120 * time.Second},
@@ -302,7 +328,7 @@ func (c Config) Validate() error {
 		"limits.default_timeout": c.Limits.DefaultTimeout, "approval.timeout": c.Approval.Timeout,
 		"server.read_header_timeout": c.Server.ReadHeaderTimeout, "server.read_timeout": c.Server.ReadTimeout,
 		"server.write_timeout": c.Server.WriteTimeout, "server.idle_timeout": c.Server.IdleTimeout,
-		"server.shutdown_timeout": c.Server.ShutdownTimeout,
+		"server.shutdown_timeout": c.Server.ShutdownTimeout, "storage.lease": c.Storage.Lease,
 	}
 	for _, name := range sortedKeys(positive) {
 		if positive[name] <= 0 {
@@ -317,6 +343,14 @@ func (c Config) Validate() error {
 	}
 	if c.Audit.Synchronous != "full" && c.Audit.Synchronous != "normal" {
 		add("audit.synchronous %q: want full or normal", c.Audit.Synchronous)
+	}
+	switch {
+	case c.Storage.Driver != "sqlite" && c.Storage.Driver != "postgres":
+		add("storage.driver %q: want sqlite or postgres", c.Storage.Driver)
+	case c.Storage.Driver == "postgres" && c.Storage.DSN == "":
+		add("storage.dsn is required with storage.driver postgres (or set SANDGATE_STORAGE_DSN)")
+	case c.Storage.Driver == "sqlite" && c.Storage.DSN != "":
+		add("storage.dsn is set but storage.driver is sqlite (the database lives under data_dir)")
 	}
 	// Zero means the executor's default; a negative value is a mistake,
 	// not "unlimited".

@@ -123,6 +123,9 @@ func TestLoadErrors(t *testing.T) {
 		{"bad env mode", nil, map[string]string{"SANDGATE_MODE": "lax"}, []string{"lax"}},
 		{"short env token", nil, map[string]string{"SANDGATE_AGENT_TOKEN": "abc"}, []string{"at least 16"}},
 		{"stray argument", []string{"serve"}, nil, []string{"unexpected"}},
+		{"unknown storage driver", nil, map[string]string{"SANDGATE_STORAGE_DRIVER": "mysql"}, []string{`storage.driver "mysql"`}},
+		{"postgres without a dsn", nil, map[string]string{"SANDGATE_STORAGE_DRIVER": "postgres"}, []string{"storage.dsn is required"}},
+		{"dsn with sqlite", nil, map[string]string{"SANDGATE_STORAGE_DSN": "host=/tmp"}, []string{"storage.driver is sqlite"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -38,6 +38,9 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (Co
 	override(&cfg.Mode, getenv("SANDGATE_MODE"), *mode)
 	override(&cfg.DataDir, getenv("SANDGATE_DATA_DIR"), *dataDir)
 	override(&cfg.Policy.Dir, getenv("SANDGATE_POLICY_DIR"), *policyDir)
+	override(&cfg.Storage.Driver, getenv("SANDGATE_STORAGE_DRIVER"), "")
+	override(&cfg.Storage.DSN, getenv("SANDGATE_STORAGE_DSN"), "")
+	override(&cfg.Storage.Replica, getenv("SANDGATE_REPLICA"), "")
 	for _, role := range []string{"agent", "approver", "admin"} {
 		if tok := getenv(envTokenName(role)); tok != "" {
 			cfg.Auth.Tokens = append(cfg.Auth.Tokens, TokenConfig{Name: "env-" + role, Role: role, Token: tok})

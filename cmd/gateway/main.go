@@ -25,7 +25,11 @@ func main() {
 }
 
 // run is main without the process globals, so tests can start a gateway.
+// `gateway audit verify` checks the audit hash chains instead of serving.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) >= 2 && args[0] == "audit" && args[1] == "verify" {
+		return runAuditVerify(ctx, args[2:], getenv, stdout, stderr)
+	}
 	cfg, err := loadConfig(args, getenv, stderr)
 	if err != nil {
 		return err

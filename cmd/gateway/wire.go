@@ -29,6 +29,7 @@ import (
 	"github.com/sandgate/sandgate/executors/docker"
 	"github.com/sandgate/sandgate/executors/gvisor"
 	"github.com/sandgate/sandgate/executors/subprocess"
+	"github.com/sandgate/sandgate/fleet"
 	"github.com/sandgate/sandgate/manager"
 	"github.com/sandgate/sandgate/mcp"
 	"github.com/sandgate/sandgate/policy"
@@ -45,8 +46,9 @@ type gateway struct {
 	server   *http.Server
 	manager  *manager.Manager
 	policy   *policy.Engine
-	audit    *audit.SQLite
-	hub      *confirm.Hub // nil when auto-approve is configured
+	audit    audit.Database
+	hub      *confirm.Hub    // nil when auto-approve is configured
+	replicas *fleet.Registry // nil on sqlite
 	aio      *aio.Executor
 	browser  *browser.Manager
 	mcp      *mcp.Server // nil when disabled
@@ -91,7 +93,13 @@ func build(ctx context.Context, cfg Config, _ func(string) string, stdout, stder
 	if err := prepareDataDir(cfg.DataDir); err != nil {
 		return nil, err
 	}
-	if gw.audit, err = audit.Open(ctx, filepath.Join(cfg.DataDir, "audit", "audit.db"), audit.Options{Logger: gw.log, Synchronous: cfg.Audit.Synchronous}); err != nil {
+	if gw.audit, err = gw.openStorage(ctx); err != nil {
+		return nil, err
+	}
+	if err := gw.joinFleet(ctx); err != nil {
+		return nil, err
+	}
+	if err := gw.resolveInterrupted(ctx); err != nil {
 		return nil, err
 	}
 	quotas := quotaConfig(cfg, tokens)
@@ -126,6 +134,7 @@ func build(ctx context.Context, cfg Config, _ func(string) string, stdout, stder
 	if err != nil {
 		return nil, err
 	}
+	gw.watchFleet()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	gw.manager, err = manager.New(manager.Config{
@@ -144,7 +153,7 @@ func build(ctx context.Context, cfg Config, _ func(string) string, stdout, stder
 	}
 	handler := api.New(api.Config{MaxBodyBytes: cfg.Limits.MaxBodyBytes}, api.Deps{
 		Manager: gw.manager, Policy: gw.policy, Audit: gw.audit, Auth: auth, Gatherer: reg, Logger: gw.log,
-		Approvals: gw.hub, Browser: gw.browser, MCP: mcpServer,
+		Approvals: gw.hub, Browser: gw.browser, MCP: mcpServer, Database: gw.audit,
 	})
 	if err := gw.listen(handler); err != nil {
 		return nil, err
@@ -364,7 +373,8 @@ func (gw *gateway) confirmer(ctx context.Context) (confirm.Service, error) {
 	}
 	hub, err := confirm.NewHub(ctx, confirm.HubOptions{
 		Store: gw.audit, Timeout: gw.cfg.Approval.Timeout, Logger: gw.log,
-		AllowedOrigins: gw.cfg.Approval.AllowedOrigins,
+		AllowedOrigins: gw.cfg.Approval.AllowedOrigins, Replica: replicaName(gw.cfg.Storage),
+		ListenDSN: gw.listenDSN(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("approval hub: %w", err)
@@ -468,6 +478,13 @@ func (gw *gateway) listen(handler http.Handler) error {
 func (gw *gateway) Addr() string { return gw.listener.Addr().String() }
 
 func (gw *gateway) closeStores() {
+	if gw.replicas != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := gw.replicas.Stop(ctx); err != nil {
+			gw.log.Warn("leave the replica registry", "err", err)
+		}
+		cancel()
+	}
 	if gw.audit != nil {
 		_ = gw.audit.Close()
 	}

@@ -1,0 +1,260 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate/internal/pgtest"
+	"github.com/sandgate/sandgate/policy"
+)
+
+// TestFleetApprovalAcrossReplicas runs three gateway processes on one
+// PostgreSQL database. A request held for approval on A is approved
+// through B's REST API, and A's call returns 200 with the run's output; a
+// second decision on C is a 409; one GET /v1/audit on C shows the record
+// A wrote.
+func TestFleetApprovalAcrossReplicas(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(dir, "gateway")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	policyDir := approvalPolicyDir(t, filepath.Join(dir, "policy"))
+	conf := filepath.Join(dir, "fleet.yaml")
+	yaml := "executors: {docker: {enabled: false}, aio: {enabled: false}}\nbrowser: {enabled: false}\nstorage: {driver: postgres}\n"
+	if err := os.WriteFile(conf, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const agent, approver, admin = "agent-fleet-token-0123456", "approver-fleet-token-012", "admin-fleet-token-0123456"
+	bases := map[string]string{}
+	for _, r := range []string{"a", "b", "c"} {
+		cmd := exec.Command(bin, "--config", conf, "--listen", "127.0.0.1:0", "--mode", "PERMISSIVE",
+			"--data-dir", filepath.Join(dir, "data"), "--policy-dir", policyDir) // the fleet's shared storage
+		cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "SANDGATE_STORAGE_DSN=" + dsn, "SANDGATE_REPLICA=" + r,
+			"SANDGATE_AGENT_TOKEN=" + agent, "SANDGATE_APPROVER_TOKEN=" + approver, "SANDGATE_ADMIN_TOKEN=" + admin}
+		base, logs := startAndWait(t, cmd)
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("replica %s logs:\n%s", r, logs.String())
+			}
+		})
+		bases[r] = base
+	}
+	call := func(method, url, tok, body string) (int, map[string]any) {
+		req, _ := http.NewRequest(method, url, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		raw, _ := io.ReadAll(res.Body)
+		var out map[string]any
+		_ = json.Unmarshal(raw, &out)
+		return res.StatusCode, out
+	}
+	type result struct {
+		status int
+		out    map[string]any
+	}
+	done := make(chan result, 1)
+	go func() {
+		st, out := call("POST", bases["a"]+"/v1/sessions/fleet/run_code", agent,
+			`{"code":"import subprocess\nprint('approved on b')","language":"python"}`)
+		done <- result{st, out}
+	}()
+	var id, digest string
+	for deadline := time.Now().Add(20 * time.Second); id == ""; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no pending approval on A")
+		}
+		_, out := call("GET", bases["a"]+"/v1/approvals", approver, "")
+		if list, _ := out["approvals"].([]any); len(list) == 1 {
+			v := list[0].(map[string]any)
+			id, digest = v["id"].(string), v["digest"].(string)
+		}
+	}
+	decided := time.Now()
+	if st, out := call("POST", bases["b"]+"/v1/approvals/"+id+"/decision", approver,
+		`{"decision":"approve","reason":"fleet test","digest":"`+digest+`"}`); st != 200 {
+		t.Fatalf("decision on B: %d %v", st, out)
+	}
+	select {
+	case r := <-done:
+		if r.status != 200 || r.out["stdout"] != "approved on b\n" {
+			t.Fatalf("A's call: %d %v", r.status, r.out)
+		}
+		t.Logf("released on A %v after the decision on B", time.Since(decided).Round(time.Millisecond))
+	case <-time.After(30 * time.Second):
+		t.Fatal("A's call was not released by B's decision")
+	}
+	if st, out := call("POST", bases["c"]+"/v1/approvals/"+id+"/decision", approver, `{"decision":"deny"}`); st != 409 {
+		t.Fatalf("second decision on C: %d %v, want 409", st, out)
+	}
+	_, out := call("GET", bases["c"]+"/v1/audit?session_id=fleet", admin, "")
+	recs, _ := out["records"].([]any)
+	if len(recs) != 1 {
+		t.Fatalf("C's audit: %v", out)
+	}
+	rec := recs[0].(map[string]any)
+	if appr, _ := rec["approval"].(map[string]any); rec["outcome"] != "ok" || appr["status"] != "approved" {
+		t.Fatalf("the record of A's run, read on C: %v", rec)
+	}
+}
+
+// TestFleetDeadReplicaApprovalsInterrupted: A is killed with SIGKILL while
+// a request of A's waits for approval; once A's lease expires, B resolves
+// that approval as interrupted (never left pending), and a decision on it
+// is a 409.
+func TestFleetDeadReplicaApprovalsInterrupted(t *testing.T) {
+	dsn := pgtest.Schema(t)
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(dir, "gateway")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	policyDir := approvalPolicyDir(t, filepath.Join(dir, "policy"))
+	conf := filepath.Join(dir, "fleet.yaml")
+	const lease = time.Second
+	yaml := "executors: {docker: {enabled: false}, aio: {enabled: false}}\nbrowser: {enabled: false}\nstorage: {driver: postgres, lease: 1s}\n"
+	if err := os.WriteFile(conf, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const agent, approver = "agent-fleet-token-0123456", "approver-fleet-token-012"
+	cmds, bases := map[string]*exec.Cmd{}, map[string]string{}
+	for _, r := range []string{"a", "b"} {
+		cmd := exec.Command(bin, "--config", conf, "--listen", "127.0.0.1:0", "--mode", "PERMISSIVE",
+			"--data-dir", filepath.Join(dir, "data"), "--policy-dir", policyDir) // the fleet's shared storage
+		cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "SANDGATE_STORAGE_DSN=" + dsn, "SANDGATE_REPLICA=" + r,
+			"SANDGATE_AGENT_TOKEN=" + agent, "SANDGATE_APPROVER_TOKEN=" + approver}
+		base, logs := startAndWait(t, cmd)
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("replica %s logs:\n%s", r, logs.String())
+			}
+		})
+		cmds[r], bases[r] = cmd, base
+	}
+	get := func(url, tok string) (int, map[string]any) {
+		req, _ := http.NewRequest("GET", url, nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var out map[string]any
+		_ = json.NewDecoder(res.Body).Decode(&out)
+		return res.StatusCode, out
+	}
+	put, _ := http.NewRequest("PUT", bases["a"]+"/v1/sessions/held/files/content?path=/workspace/note.txt", strings.NewReader("kept"))
+	put.Header.Set("Authorization", "Bearer "+agent)
+	if res, err := http.DefaultClient.Do(put); err != nil || res.StatusCode/100 != 2 {
+		t.Fatalf("write a file on A: %v %v", res, err)
+	} else {
+		res.Body.Close()
+	}
+	go func() {
+		req, _ := http.NewRequest("POST", bases["a"]+"/v1/sessions/held/run_code",
+			strings.NewReader(`{"code":"import subprocess\nprint(1)","language":"python"}`))
+		req.Header.Set("Authorization", "Bearer "+agent)
+		if res, err := http.DefaultClient.Do(req); err == nil {
+			res.Body.Close()
+		}
+	}()
+	var id string
+	for deadline := time.Now().Add(20 * time.Second); id == ""; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no pending approval on A")
+		}
+		if _, out := get(bases["a"]+"/v1/approvals", approver); out != nil {
+			if list, _ := out["approvals"].([]any); len(list) == 1 {
+				id = list[0].(map[string]any)["id"].(string)
+			}
+		}
+	}
+	if err := cmds["a"].Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmds["a"].Wait()
+	killed := time.Now()
+	for {
+		_, v := get(bases["b"]+"/v1/approvals/"+id, approver)
+		if v["status"] == "interrupted" {
+			t.Logf("A's approval interrupted by B %v after the kill (lease %v)", time.Since(killed).Round(time.Millisecond), lease)
+			break
+		}
+		if time.Since(killed) > 4*lease {
+			t.Fatalf("A's approval after %v: %v, want interrupted within the lease", time.Since(killed), v)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// A's session goes on through B, its files intact (shared storage).
+	req, _ := http.NewRequest("GET", bases["b"]+"/v1/sessions/held/files/content?path=/workspace/note.txt", nil)
+	req.Header.Set("Authorization", "Bearer "+agent)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || string(body) != "kept" {
+		t.Fatalf("A's file read through B: %d %q", res.StatusCode, body)
+	}
+}
+
+// approvalPolicyDir writes the embedded policy to dir with PERMISSIVE's
+// approvals (HIGH, CRITICAL) routed to the subprocess executor, so that an
+// approved run really runs without Docker.
+func approvalPolicyDir(t *testing.T, dir string) string {
+	t.Helper()
+	err := fs.WalkDir(policy.DefaultFS(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(policy.DefaultFS(), p)
+		if err != nil {
+			return err
+		}
+		if p == "sandgate/config/data.json" {
+			var data map[string]any
+			if err := json.Unmarshal(b, &data); err != nil {
+				return err
+			}
+			perm := data["modes"].(map[string]any)["PERMISSIVE"].(map[string]any)
+			for _, level := range []string{"HIGH", "CRITICAL"} {
+				perm[level].(map[string]any)["executor"] = "subprocess"
+			}
+			if b, err = json.Marshal(data); err != nil {
+				return err
+			}
+		}
+		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(p)), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dir, p), b, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}

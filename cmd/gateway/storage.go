@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/fleet"
+)
+
+// openStorage opens the database storage.driver names: the embedded SQLite
+// file under data_dir (one process), or the PostgreSQL database the DSN
+// names (a fleet). Audit records and approvals live there either way.
+func (gw *gateway) openStorage(ctx context.Context) (audit.Database, error) {
+	opts := audit.Options{Logger: gw.log, Synchronous: gw.cfg.Audit.Synchronous, Replica: replicaName(gw.cfg.Storage)}
+	if gw.cfg.Storage.Driver == audit.DriverPostgres {
+		// OpenPostgres logs and reports the database by host, port,
+		// name and user, never by the DSN, which may hold a password.
+		return audit.OpenPostgres(ctx, gw.cfg.Storage.DSN, opts)
+	}
+	return audit.Open(ctx, filepath.Join(gw.cfg.DataDir, "audit", "audit.db"), opts)
+}
+
+// replicaName is storage.replica, or its default: "local" for the one
+// process of an SQLite gateway, the host name in a PostgreSQL fleet.
+func replicaName(c StorageConfig) string {
+	if c.Replica != "" {
+		return c.Replica
+	}
+	if c.Driver == audit.DriverPostgres {
+		if h, err := os.Hostname(); err == nil && h != "" {
+			return h
+		}
+	}
+	return audit.DefaultReplica
+}
+
+// resolveInterrupted closes the write-ahead records this replica left
+// started when it last stopped without completing them (kill -9, a crash):
+// the work they describe may have run, and the log says so.
+func (gw *gateway) resolveInterrupted(ctx context.Context) error {
+	n, err := gw.audit.ResolveStarted(ctx)
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		gw.log.WarnContext(ctx, "audit records left started by the previous run resolved as interrupted",
+			"records", n, "replica", replicaName(gw.cfg.Storage))
+	}
+	return nil
+}
+
+// listenDSN is the approval hub's LISTEN connection: the storage DSN on
+// postgres (decisions taken on other replicas release requests held
+// here), none on sqlite.
+func (gw *gateway) listenDSN() string {
+	if gw.cfg.Storage.Driver == audit.DriverPostgres {
+		return gw.cfg.Storage.DSN
+	}
+	return ""
+}
+
+// joinFleet registers this replica (postgres only) before it touches its
+// own leftovers, so that a live duplicate of its name is refused rather
+// than having its records resolved under it.
+func (gw *gateway) joinFleet(ctx context.Context) error {
+	pg, ok := gw.audit.(*audit.Postgres)
+	if !ok {
+		return nil
+	}
+	reg, err := fleet.Register(ctx, pg, fleet.Options{Replica: replicaName(gw.cfg.Storage), Lease: gw.cfg.Storage.Lease, Logger: gw.log})
+	if err != nil {
+		return err
+	}
+	gw.replicas = reg
+	// A session may move to another replica when its owner dies; its
+	// files must be there.
+	return fleet.CheckShared(ctx, pg, filepath.Join(gw.cfg.DataDir, "workspaces"))
+}
+
+// watchFleet starts cleaning up after replicas whose lease expires: their
+// pending approvals and their started audit records end as interrupted.
+func (gw *gateway) watchFleet() {
+	if gw.replicas == nil {
+		return
+	}
+	pg := gw.audit.(*audit.Postgres)
+	gw.replicas.Run(func(ctx context.Context, replica string) error {
+		if gw.hub != nil {
+			if _, err := gw.hub.InterruptReplica(ctx, replica); err != nil {
+				return fmt.Errorf("interrupt approvals: %w", err)
+			}
+		}
+		if _, err := pg.ResolveStartedOf(ctx, replica); err != nil {
+			return fmt.Errorf("resolve audit records: %w", err)
+		}
+		return nil
+	})
+}
