@@ -43,19 +43,25 @@ func TestContainersUseRunsc(t *testing.T) {
 	instance := "test-" + executortest.Nonce()
 	e := newTestExecutor(t, func(c *Config) { c.Instance = instance })
 	execute(t, e, spec(t, executors.LangPython, "print(1)"))
-	var ids []string
+	// The warm container may be replaced between listing and inspecting
+	// it (its successor is started when a run ends): inspect what is
+	// listed until one answers.
+	var out []byte
 	for range 300 {
-		if ids = instanceContainers(t, instance); len(ids) > 0 {
+		for _, id := range instanceContainers(t, instance) {
+			o, err := exec.Command("docker", "inspect", "--format", "{{.HostConfig.Runtime}} {{.HostConfig.NetworkMode}}", id).Output()
+			if err == nil {
+				out = o
+				break
+			}
+		}
+		if out != nil {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if len(ids) == 0 {
-		t.Fatal("no warm container after the session's run")
-	}
-	out, err := exec.Command("docker", "inspect", "--format", "{{.HostConfig.Runtime}} {{.HostConfig.NetworkMode}}", ids[0]).CombinedOutput()
-	if err != nil {
-		t.Fatalf("docker inspect: %v %s", err, out)
+	if out == nil {
+		t.Fatal("no warm container could be inspected after the session's run")
 	}
 	if got := strings.TrimSpace(string(out)); got != "runsc none" {
 		t.Errorf("runtime and network %q, want %q", got, "runsc none")
