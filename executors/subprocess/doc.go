@@ -16,10 +16,13 @@
 //     run is forked from a thread of its own that enters a private copy
 //     of it and attaches the run's workspace, /tmp and program
 //     directory (startInRoot). That costs a setns, an unshare and a few
-//     mounts, no extra exec, and measured less than starting in the
-//     host's root, whose larger mount table each new namespace copies
-//     (BenchmarkRootCost: 0.94×, 3.8 ms against 4.1 ms for the launch
-//     chain running true, 200 launches alternating, load average ~30);
+//     mounts, no extra exec, and measured about what starting in the
+//     host's root costs, whose larger mount table each new namespace
+//     copies (BenchmarkRootCost, the launch chain running true, launches
+//     alternating: 1.055×, 3.14 ms against 2.97 ms, n=300 on a quiet
+//     machine; 0.94× at load average ~30). A zygote run pays one tmpfs
+//     mount for its /tmp; the zygote path measured 0.75× raw python3
+//     (BenchmarkStartCost/python, n=300);
 //   - PID 1 of a new PID namespace is the init step (a POSIX shell, root,
 //     Pdeathsig=SIGKILL): when it dies, on a timeout, a cancelled request
 //     or the gateway's own death, the kernel kills every process in the
