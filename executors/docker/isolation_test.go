@@ -3,40 +3,23 @@ package docker
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/executors/executortest"
 )
 
 // The isolation a run gets, checked from inside the container.
 
 func TestIsolationHostLoopbackUnreachable(t *testing.T) {
 	e := newTestExecutor(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	var accepted atomic.Int32
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			c.Close()
-		}
-	}()
-	port := ln.Addr().(*net.TCPAddr).Port
+	port, accepted := executortest.LoopbackListener(t)
 	code := fmt.Sprintf(`import socket
 s = socket.socket()
 s.settimeout(3)
@@ -47,8 +30,8 @@ except OSError as e:
     print("refused", type(e).__name__)
 `, port)
 	res := execute(t, e, spec(t, executors.LangPython, code))
-	if !strings.HasPrefix(res.Stdout, "refused") || accepted.Load() != 0 {
-		t.Fatalf("stdout %q stderr %q, accepted %d: the host's loopback listener was reachable", res.Stdout, res.Stderr, accepted.Load())
+	if !strings.HasPrefix(res.Stdout, "refused") || accepted() != 0 {
+		t.Fatalf("stdout %q stderr %q, accepted %d: the host's loopback listener was reachable", res.Stdout, res.Stderr, accepted())
 	}
 }
 

@@ -155,32 +155,40 @@ func (s *suite) testHostFilesInvisible(t *testing.T, lang string) {
 // testNoNetwork starts a listener on the host's 127.0.0.1 and checks the
 // code cannot reach it (and that nothing connected).
 func (s *suite) testNoNetwork(t *testing.T, lang string) {
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	var accepted atomic.Int32
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			c.Close()
-		}
-	}()
-	port := ln.Addr().(*net.TCPAddr).Port
+	port, accepted := LoopbackListener(t)
 	r := s.newRun(t, lang, progConnect.get(t, lang, port))
 	res := r.do(t.Context())
 	if strings.TrimSpace(res.Stdout) != "refused" {
 		t.Errorf("connecting to the host's 127.0.0.1:%d: stdout %q stderr %q, want refused", port, res.Stdout, res.Stderr)
 	}
 	time.Sleep(50 * time.Millisecond)
-	if n := accepted.Load(); n > 0 {
+	if n := accepted(); n > 0 {
 		t.Errorf("the host listener accepted %d connections from the code", n)
 	}
+}
+
+// LoopbackListener listens on the host's 127.0.0.1 for the test's
+// duration and counts the connections it accepts: what a backend's
+// network isolation must keep sandboxed code from reaching.
+func LoopbackListener(t *testing.T) (port int, accepted func() int) {
+	t.Helper()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var n atomic.Int32
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			n.Add(1)
+			c.Close()
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr).Port, func() int { return int(n.Load()) }
 }
 
 func (s *suite) testDataStack(t *testing.T) {

@@ -117,17 +117,35 @@ func (e *Executor) codeDir(dir string) string {
 	return filepath.Join(e.runDir, "code", hex.EncodeToString(sum[:8]))
 }
 
+// ensureCodeDir makes codeDir(dir) when it is missing, mode 0755 whatever
+// the gateway's umask (runs read it). A run's path costs one mkdir(2)
+// that finds it there; Close removes the run directory, so it is made
+// again after Close.
+func (e *Executor) ensureCodeDir(dir string) (string, error) {
+	cd := e.codeDir(dir)
+	err := os.Mkdir(cd, 0o755)
+	if errors.Is(err, os.ErrNotExist) { // the run directory's code/ is gone
+		err = os.MkdirAll(cd, 0o755)
+	}
+	switch {
+	case err == nil:
+		if err := os.Chmod(cd, 0o755); err != nil {
+			return "", fmt.Errorf("code dir: %w", err)
+		}
+	case !errors.Is(err, os.ErrExist):
+		return "", fmt.Errorf("code dir: %w", err)
+	}
+	return cd, nil
+}
+
 // writeCodeFile stores the program text for one run: the host path (for
 // the caller to remove after the run) and the path the run sees. The
 // directory is the gateway's (0755, root-owned as root): a run can read
 // but not change it.
 func (e *Executor) writeCodeFile(dir, id, lang, code string) (host, shown string, err error) {
-	cd := e.codeDir(dir)
-	if err := os.MkdirAll(cd, 0o755); err != nil {
-		return "", "", fmt.Errorf("code dir: %w", err)
-	}
-	if err := os.Chmod(cd, 0o755); err != nil { // whatever the gateway's umask: runs read it
-		return "", "", fmt.Errorf("code dir: %w", err)
+	cd, err := e.ensureCodeDir(dir)
+	if err != nil {
+		return "", "", err
 	}
 	name := codePath(id, lang)
 	host = filepath.Join(cd, name)
@@ -152,8 +170,7 @@ func (e *Executor) rootFor(dir string) *rootPlan {
 	if e.isolation != IsolationNamespaces && e.isolation != IsolationUserNS {
 		return nil
 	}
-	code := e.codeDir(dir)
-	_ = os.MkdirAll(code, 0o755) // a failure fails the run's bind: closed
+	code, _ := e.ensureCodeDir(dir) // a failure fails the run's bind: closed
 	return &rootPlan{sys: e.sysRoot, workspace: dir, code: code, preload: e.nodeBoot.current(),
 		tmpBytes: int64(e.cfg.TmpMB) << 20}
 }
