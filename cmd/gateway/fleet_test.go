@@ -29,10 +29,7 @@ func TestFleetApprovalAcrossReplicas(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	bin := filepath.Join(dir, "gateway")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := gatewayBinary(t)
 	policyDir := approvalPolicyDir(t, filepath.Join(dir, "policy"))
 	conf := filepath.Join(dir, "fleet.yaml")
 	yaml := "executors: {docker: {enabled: false}, aio: {enabled: false}}\nbrowser: {enabled: false}\nstorage: {driver: postgres}\n"
@@ -128,10 +125,7 @@ func TestFleetDeadReplicaApprovalsInterrupted(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	bin := filepath.Join(dir, "gateway")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := gatewayBinary(t)
 	policyDir := approvalPolicyDir(t, filepath.Join(dir, "policy"))
 	conf := filepath.Join(dir, "fleet.yaml")
 	const lease = time.Second

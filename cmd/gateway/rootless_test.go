@@ -38,10 +38,7 @@ func TestGatewayAsNonRootUser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	bin := filepath.Join(dir, "gateway")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := gatewayBinary(t)
 	data := filepath.Join(dir, "data")
 	cfg := filepath.Join(dir, "config.yaml")
 	yaml := "executors:\n  subprocess:\n    enabled: true\n    root_dir: \"" + os.Getenv("SANDGATE_RUNTIME_ROOT") + "\"\n  docker:\n    enabled: false\n  aio:\n    enabled: false\n"

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+// gatewayBinary is the gateway built once per test binary for the tests
+// that run it as a real process (crash, fleet, rootless), in a directory
+// anyone may read and traverse (the rootless test runs it as another
+// user). TestMain removes it.
+func gatewayBinary(t *testing.T) string {
+	t.Helper()
+	bin, err := builtGateway()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+var builtGatewayDir string
+
+var builtGateway = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "sandgate-gateway-bin-")
+	if err != nil {
+		return "", err
+	}
+	builtGatewayDir = dir
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "gateway")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %w\n%s", err, out)
+	}
+	return bin, nil
+})
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if builtGatewayDir != "" {
+		_ = os.RemoveAll(builtGatewayDir)
+	}
+	os.Exit(code)
+}
