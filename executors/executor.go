@@ -139,7 +139,13 @@ type Spec struct {
 	// must refuse to run with an error wrapping ErrCapabilityMissing
 	// (Capabilities.Check).
 	Network bool
-	Limits  Limits
+	// Egress is set by the manager exactly when Network is true: the
+	// run's way to the gateway's egress proxy. A backend with the
+	// network_grant capability bridges 127.0.0.1:EgressPort inside the
+	// sandbox to it and gives the run the proxy variables; the sandbox
+	// still has no interface but lo.
+	Egress Egress
+	Limits Limits
 	// Output, when set, receives the run's output while it runs: each
 	// chunk the response keeps (masked, within the caps), in order, with
 	// its sequence number. It is the backend's output.Collector Tap (for
