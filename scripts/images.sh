@@ -196,10 +196,20 @@ export_rootfs() {
     ln -s "$rootid" "$ROOTFS_DIR/.$prefix.link"
     mv -T "$ROOTFS_DIR/.$prefix.link" "$ROOTFS_DIR/$prefix"
   fi
-  # Older exports, and what an interrupted export left behind.
+  # Older exports, and what an interrupted export left behind. An export
+  # a running subprocess executor still uses holds a shared flock on its
+  # directory (executors/subprocess lockShared): it is kept, and removed
+  # by a later run once nothing uses it. The exclusive lock is held while
+  # it is removed, so no executor can start using it half-deleted.
   local old
   for old in "$ROOTFS_DIR/$prefix"-* "$ROOTFS_DIR/.$prefix"-*; do
     [ -e "$old" ] && [ "$old" != "$dest" ] || continue
+    if [ -d "$old" ]; then
+      local rc=0
+      flock -n -E 75 -x "$old" rm -rf --one-file-system "$old" || rc=$?
+      [ $rc -ne 75 ] || echo "images: $old is in use by a running executor; kept"
+      continue
+    fi
     rm -rf --one-file-system "$old"
   done
   exec 9>&-

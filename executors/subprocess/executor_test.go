@@ -276,3 +276,28 @@ func TestConcurrentRuns(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestRuntimeRootKeptWhileInUse: a rebuild of the runtime root
+// (scripts/images.sh) removes an old export only under an exclusive flock
+// it gets without waiting. An executor holds a shared one on its root for
+// its whole life, so the export it runs on cannot vanish under its runs;
+// after Close the export can be removed.
+func TestRuntimeRootKeptWhileInUse(t *testing.T) {
+	if _, err := exec.LookPath("flock"); err != nil {
+		t.Skip("flock(1) not installed")
+	}
+	e := newTestExecutor(t)
+	if e.sysRoot == "/" {
+		t.Skip("no runtime root configured")
+	}
+	tryLock := func() error { return exec.Command("flock", "-n", "-x", e.sysRoot, "true").Run() }
+	if err := tryLock(); err == nil {
+		t.Fatalf("an exclusive lock on %s was granted while the executor uses it", e.sysRoot)
+	}
+	if err := e.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := tryLock(); err != nil {
+		t.Fatalf("exclusive lock after Close: %v", err)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"strconv"
+	"syscall"
 )
 
 // Isolation names what the executor can enforce on this host.
@@ -79,16 +80,37 @@ func (e *Executor) resolveRoot() error {
 	if err != nil {
 		return fmt.Errorf("root dir: %w", err)
 	}
+	if e.rootLock, err = lockShared(dir); err != nil {
+		return fmt.Errorf("root dir: %w", err)
+	}
 	if fi, err := os.Stat(filepath.Join(dir, "usr")); err != nil || !fi.IsDir() {
 		return fmt.Errorf("root dir %s: no usr directory: not a root filesystem", dir)
 	}
 	// The export's directory name (runtime-<recipe hash>) is the
-	// identity the images carry in their sandgate.rootfs label. A
-	// rebuild exports a new directory and removes this one: restart the
-	// gateway after `make images`.
+	// identity the images carry in their sandgate.rootfs label. A rebuild
+	// exports a new directory; this executor keeps the one it resolved
+	// (a new one picks up the rebuild), and the shared lock tells
+	// scripts/images.sh not to remove it while the executor lives.
 	e.sysRoot = dir
 	e.rootID = "rootfs:" + filepath.Base(dir)
 	return nil
+}
+
+// lockShared takes a shared flock(2) on the directory dir and returns the
+// descriptor that holds it (close-on-exec, so runs never inherit it).
+// scripts/images.sh removes an old export only under an exclusive lock it
+// gets without waiting, so an export some executor still uses survives a
+// rebuild instead of vanishing under its runs.
+func lockShared(dir string) (*os.File, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", dir, err)
+	}
+	return f, nil
 }
 
 // RootID identifies the root filesystem runs see: "host", or the runtime

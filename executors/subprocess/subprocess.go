@@ -30,6 +30,7 @@ type Executor struct {
 	dropUID           bool   // run as the sandbox uid/gid (gateway is root)
 	sysRoot           string // Config.RootDir resolved, or "/" for the host's system directories
 	rootID            string // the root filesystem's identity (capabilities)
+	rootLock          *os.File // a shared flock on sysRoot, so a rebuild does not remove it under us
 	runDir            string // the executor's own host directory: stage/, probe/
 	stage             string // mount point of the base root while it is built
 	base              baseNS // every run's root starts as a copy of it

@@ -637,6 +637,9 @@ func (e *Executor) Close(ctx context.Context) error {
 	if e.runDir != "" {
 		err = errors.Join(err, os.RemoveAll(e.runDir))
 	}
+	if e.rootLock != nil {
+		e.rootLock.Close()
+	}
 	return err
 }
 
