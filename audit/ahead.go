@@ -128,10 +128,23 @@ func resolveStarted(ctx context.Context, db Database, replica string) (int, erro
 }
 
 // Complete finishes a started record; see Completer.
+//
+// Durability. The started record was fsynced before the work ran (Append
+// under synchronous=FULL), so no crash of any kind can erase what ran. The
+// completion is committed with synchronous=NORMAL (relaxedWrites): it is
+// in the WAL before Complete returns, so a process crash (kill -9, an OOM
+// kill) loses nothing, and the next FULL commit or checkpoint fsyncs it.
+// Only a power or kernel failure in that window can lose it, and then the
+// record stays started and is resolved as interrupted when the replica
+// starts again: the outcome is lost, never the trace. That takes one
+// fsync off every run's response path.
 func (s *SQLite) Complete(ctx context.Context, rec *Record) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.writeTimeout)
 	defer cancel()
-	return complete(ctx, s, rec)
+	if s.synchronous != "FULL" {
+		return complete(ctx, s, rec)
+	}
+	return complete(ctx, relaxedWrites{s}, rec)
 }
 
 // ResolveStarted closes this replica's started records as interrupted and

@@ -212,3 +212,33 @@ func TestMigrateAddsTenant(t *testing.T) {
 		t.Fatalf("schema_migrations: %d rows, %v", n, err)
 	}
 }
+
+// TestCompleteKeepsWriterFull: a completion commits relaxed
+// (synchronous=NORMAL), and the writer connection is FULL again afterwards,
+// so the next record (a denial, a write-ahead record) is fsynced as before.
+func TestCompleteKeepsWriterFull(t *testing.T) {
+	s := openInternal(t, Options{})
+	rec := &Record{Kind: "run_code", RequestID: "req_1", Outcome: OutcomeStarted}
+	if err := s.Append(t.Context(), rec); err != nil {
+		t.Fatal(err)
+	}
+	rec.Outcome = "ok"
+	if err := s.Complete(t.Context(), rec); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	if err := s.lockWriter(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	got := pragma(t, s.w, "synchronous")
+	s.unlockWriter()
+	if got != "2" {
+		t.Fatalf("writer synchronous after Complete = %q, want 2 (FULL)", got)
+	}
+	page, err := s.Query(t.Context(), Query{Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if recs := page.Records; len(recs) != 1 || recs[0].Outcome != "ok" {
+		t.Fatalf("records after Complete = %+v, want one with outcome ok", page.Records)
+	}
+}

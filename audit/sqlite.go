@@ -89,6 +89,8 @@ func (o Options) withDefaults() Options {
 // next to running code in a sandbox, and group commit (below) shares it
 // between concurrent records. (A process crash alone loses nothing under
 // either setting; the difference is power or OS failure.)
+// The one exception is the completion of a write-ahead record, whose trace
+// is already durable: see Complete.
 //
 // Concurrency. SQLite admits one writer at a time, so all writes go through
 // a single connection guarded by a token that serialises them in-process;
