@@ -43,6 +43,9 @@ type availability struct {
 	input   map[string]policy.ExecutorState // status in the policy's form; rebuilt with it
 	strikes map[string]int                  // runs failed as unavailable in a row, by kind
 	held    map[string]heldDown
+	probing bool   // a background probe is running
+	gen     uint64 // bumped by RunFailed: a probe begun before it is stale
+	bg      sync.WaitGroup
 }
 
 // heldDown is an executor held unavailable after its runs kept failing.
@@ -81,37 +84,75 @@ func (a *availability) Status(ctx context.Context) map[string]ExecutorStatus {
 	return maps.Clone(a.status)
 }
 
+// refreshLocked brings the cached answer up to date. The first answer, one
+// a failed run invalidated (RunFailed) and one whose hold just ended are
+// probed before the caller goes on: the caller's decision depends on
+// them. An answer that merely aged past the TTL is served once more while
+// one background probe renews it, so no request waits for an engine round
+// trip (or for a slow engine's probe timeout) on the hot path.
 func (a *availability) refreshLocked(ctx context.Context) {
 	now := time.Now()
-	if a.status != nil && now.Sub(a.checked) < a.ttl && !a.holdExpiredLocked(now) {
-		return
+	switch {
+	case a.status == nil || a.checked.IsZero() || a.holdExpiredLocked(now):
+		a.installLocked(a.probe(ctx), time.Now())
+	case now.Sub(a.checked) >= a.ttl && !a.probing:
+		a.probing = true
+		gen := a.gen
+		a.bg.Add(1)
+		go func() {
+			defer a.bg.Done()
+			probes := a.probe(ctx)
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			a.probing = false
+			if a.gen == gen { // else a failed run asked for a fresh probe meanwhile
+				a.installLocked(probes, time.Now())
+			}
+		}()
 	}
-	// The answer is shared by every request for the TTL, so it must not
-	// depend on one client's context: a client that went away would
-	// otherwise make a healthy executor look unavailable to everyone.
+}
+
+// probe asks every executor whether it can run work and what it enforces.
+// The answer is shared by every request, so it must not depend on one
+// client's context: a client that went away would otherwise make a
+// healthy executor look unavailable to everyone.
+func (a *availability) probe(ctx context.Context) map[string]ExecutorStatus {
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), probeTimeout)
 	defer cancel()
 	status := make(map[string]ExecutorStatus, len(a.execs))
 	for _, e := range a.execs {
-		kind := string(e.Kind())
 		st := ExecutorStatus{Available: true}
-		if h, ok := a.held[kind]; ok && now.Before(h.until) {
-			st.Available, st.Reason = false, h.reason
-		} else if err := e.Available(pctx); err != nil {
+		if err := e.Available(pctx); err != nil {
 			st.Available, st.Reason = false, unavailableReason(err)
 		}
 		// Capabilities are read after the probe: a probe may learn what
 		// they report (the image id of the root filesystem).
 		st.Capabilities = e.Capabilities()
-		status[kind] = st
+		status[string(e.Kind())] = st
 	}
+	return status
+}
+
+// installLocked makes probes (as of now) the cached answer, with the
+// executors that are held down marked unavailable with their hold's
+// reason, and forgets holds that ended.
+func (a *availability) installLocked(probes map[string]ExecutorStatus, now time.Time) {
 	for kind, h := range a.held {
 		if !now.Before(h.until) {
 			delete(a.held, kind)
+			continue
+		}
+		if st, ok := probes[kind]; ok {
+			st.Available, st.Reason = false, h.reason
+			probes[kind] = st
 		}
 	}
-	a.status, a.input, a.checked = status, policyInput(status), now
+	a.status, a.input, a.checked = probes, policyInput(probes), now
 }
+
+// wait returns once no background probe is running; Manager.Close calls
+// it before closing the executors.
+func (a *availability) wait() { a.bg.Wait() }
 
 // holdExpiredLocked reports whether a hold ended since the last refresh,
 // so the executor is probed again at once rather than a TTL later.
@@ -158,6 +199,7 @@ func (a *availability) RunFailed(kind executors.Kind, err error) {
 		a.strikes[k] = heldAfterStrikes - 1 // one more failure after the hold holds it again
 	}
 	a.checked = time.Time{}
+	a.gen++
 }
 
 // RunSucceeded clears the executor's failure count.

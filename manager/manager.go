@@ -155,6 +155,7 @@ func (m *Manager) Executors() []executors.Executor { return m.deps.Executors }
 
 // Close releases executor resources (warm containers, pools).
 func (m *Manager) Close(ctx context.Context) error {
+	m.avail.wait()
 	var errs []error
 	for _, e := range m.deps.Executors {
 		if c, ok := e.(executors.Closer); ok {

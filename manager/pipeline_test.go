@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -775,5 +776,49 @@ func TestRunApprovalPendingHook(t *testing.T) {
 	}
 	if reqs[0].Digest() != reqs[1].Digest() {
 		t.Error("Via changed the approval digest")
+	}
+}
+
+// TestRunAvailabilityRenewedInBackground: once the cached answer is older
+// than the TTL, a request does not wait for the probes (a slow engine
+// would put its round trip, or its timeout, on every request after each
+// TTL): it is decided on the last answer while one background probe
+// renews it, and the renewed answer is what later requests see.
+func TestRunAvailabilityRenewedInBackground(t *testing.T) {
+	h := newHarness(t, hopts{cfg: manager.Config{AvailabilityTTL: time.Millisecond}})
+	release := make(chan struct{})
+	var probes atomic.Int32
+	h.sub.AvailableFunc = func(ctx context.Context) error {
+		if probes.Add(1) == 1 {
+			return nil // the first answer, probed inline
+		}
+		select { // the renewal: slow, then down
+		case <-release:
+		case <-ctx.Done():
+		}
+		return &executors.UnavailableError{Kind: executors.KindSubprocess, Reason: "engine gone"}
+	}
+	if _, err := h.m.Run(t.Context(), request("python", safePython)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond) // past the TTL
+	for i := range 3 {
+		if _, err := h.m.Run(t.Context(), request("python", safePython)); err != nil {
+			t.Fatalf("request %d during the renewal: %v, want the cached answer", i, err)
+		}
+	}
+	if n := probes.Load(); n != 2 {
+		t.Errorf("subprocess probed %d times, want 2 (one renewal at a time)", n)
+	}
+	close(release)
+	deadline := time.Now().Add(10 * time.Second)
+	for h.m.ExecutorStatus(t.Context())["subprocess"].Available {
+		if time.Now().After(deadline) {
+			t.Fatal("the renewed answer was never installed")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if st := h.m.ExecutorStatus(t.Context())["subprocess"]; st.Reason != "engine gone" {
+		t.Errorf("subprocess status after renewal = %+v", st)
 	}
 }
