@@ -24,17 +24,22 @@ const (
 	labelWarm     = labelPrefix + "warm"
 )
 
-// Paths inside the container.
+// Paths inside the container: the ones every backend shows the code
+// (executors.WorkspaceMount, executors.CodeDir).
 const (
-	workspaceMount = "/workspace"
-	sandboxPATH    = "/usr/local/bin:/usr/bin:/bin"
-	sandboxLang    = "C.UTF-8"
+	workspaceMount = executors.WorkspaceMount
+	codeDir        = executors.CodeDir
 )
 
+// codeTmpfsMB caps the tmpfs that holds the program file (the manager caps
+// code at 256 KiB by default).
+const codeTmpfsMB = 4
+
 // bootScript is the container's command. It is fixed text: the code never
-// passes through it. It reads the language from the first line of stdin,
-// copies the rest of stdin (the program text, any bytes, any size) to a
-// file on the private tmpfs, and runs the interpreter on it with stdin
+// passes through it. It reads the language and the request id from the
+// first line of stdin, copies the rest of stdin (the program text, any
+// bytes, any size) to codeDir/<request id>.<ext> on a tmpfs of its own
+// (the path every backend gives a program: executors.ProgramPath), and runs the interpreter on it with stdin
 // /dev/null. A warm container sits in `read` until its run arrives, so one
 // container serves whichever language comes next. $1 is Node's heap cap in
 // MB.
@@ -52,11 +57,11 @@ const (
 // (unbuffered, so output written before a timeout kill is kept); bash
 // without rc files.
 const bootScript = `umask 022
-IFS= read -r lang || exit 125
+IFS=' ' read -r lang id || exit 125
 case "$lang" in
-python) f=/tmp/.sandgate-main.py; set -- python3 -I -u ;;
-bash) f=/tmp/.sandgate-main.sh; set -- bash --noprofile --norc ;;
-javascript) f=/tmp/.sandgate-main.js; set -- node --max-old-space-size="$1" ;;
+python) f=/run/sandgate/code/$id.py; set -- python3 -I -u ;;
+bash) f=/run/sandgate/code/$id.sh; set -- bash --noprofile --norc ;;
+javascript) f=/run/sandgate/code/$id.js; set -- node --max-old-space-size="$1" ;;
 *) echo "sandgate: unknown language" >&2; exit 125 ;;
 esac
 cat >"$f" || exit 125
@@ -71,7 +76,8 @@ exit "$s"`
 // returns the short count, where Linux blocks until the whole buffer is
 // written. POSIX allows that above PIPE_BUF, but programs rely on Linux:
 // `python3 -u -c "print('x' * 10**6)"` loses all but 64 KiB (measured).
-// So the program writes into FIFOs on the tmpfs, which are pipes of gVisor's
+// So the program writes into FIFOs on the code tmpfs (not /tmp, where its
+// own listing would show them), which are pipes of gVisor's
 // own kernel with Linux's semantics, and one cat per stream, which retries
 // short writes, relays them to the host pipes. The relays start before the
 // program arrives, so a warm container has them running already.
@@ -83,15 +89,15 @@ exit "$s"`
 // eight passes kill keeps the relays open, and the run ends at its
 // timeout. The relays are two processes of the run's MaxProcs.
 const bootScriptRelay = `umask 022
-o=/tmp/.sandgate-out e=/tmp/.sandgate-err
+o=/run/sandgate/code/.out e=/run/sandgate/code/.err
 mkfifo -m 600 "$o" "$e" || exit 125
 cat "$o" & r1=$!
 cat "$e" >&2 & r2=$!
-IFS= read -r lang || exit 125
+IFS=' ' read -r lang id || exit 125
 case "$lang" in
-python) f=/tmp/.sandgate-main.py; set -- python3 -I -u ;;
-bash) f=/tmp/.sandgate-main.sh; set -- bash --noprofile --norc ;;
-javascript) f=/tmp/.sandgate-main.js; set -- node --max-old-space-size="$1" ;;
+python) f=/run/sandgate/code/$id.py; set -- python3 -I -u ;;
+bash) f=/run/sandgate/code/$id.sh; set -- bash --noprofile --norc ;;
+javascript) f=/run/sandgate/code/$id.js; set -- node --max-old-space-size="$1" ;;
 *) echo "sandgate: unknown language" >&2; exit 125 ;;
 esac
 cat >"$f" || exit 125
@@ -148,7 +154,7 @@ func (e *Executor) createOptions(s shape, labels map[string]string) client.Conta
 func (e *Executor) containerConfig(s shape, labels map[string]string) *container.Config {
 	return &container.Config{
 		Image:    s.image,
-		Hostname: "sandbox",
+		Hostname: executors.Hostname,
 		User:     strconv.Itoa(s.uid) + ":" + strconv.Itoa(s.gid),
 		// The attach stream carries the program text in and the output
 		// out; StdinOnce closes the container's stdin when the gateway
@@ -171,17 +177,11 @@ func (e *Executor) bootScript() string {
 	return bootScript
 }
 
-// sandboxEnv is the code's whole environment. HOME is the workspace, as
-// with the subprocess executor; NODE_PATH lets require() find packages
-// installed in the workspace although the script itself lives in /tmp.
-func sandboxEnv() []string {
-	return []string{
-		"PATH=" + sandboxPATH,
-		"HOME=" + workspaceMount,
-		"LANG=" + sandboxLang,
-		"NODE_PATH=" + workspaceMount + "/node_modules",
-	}
-}
+// sandboxEnv is the code's whole environment, every backend's
+// (executors.BaseEnv): HOME is the workspace; NODE_PATH lets require()
+// find packages installed in the workspace although the program itself
+// lives in codeDir.
+func sandboxEnv() []string { return executors.BaseEnv() }
 
 func (e *Executor) hostConfig(s shape) *container.HostConfig {
 	init := false
@@ -190,8 +190,11 @@ func (e *Executor) hostConfig(s shape) *container.HostConfig {
 		CapDrop:        []string{"ALL"},
 		SecurityOpt:    []string{"no-new-privileges"}, // and Docker's default seccomp profile
 		ReadonlyRootfs: true,
-		Tmpfs:          map[string]string{"/tmp": "rw,nosuid,nodev,mode=1777,size=" + strconv.Itoa(e.cfg.TmpfsMB) + "m"},
-		Mounts:         []mount.Mount{workspaceBind(s.dir)},
+		Tmpfs: map[string]string{
+			"/tmp":  "rw,nosuid,nodev,mode=1777,size=" + strconv.Itoa(e.cfg.TmpfsMB) + "m",
+			codeDir: "rw,nosuid,nodev,noexec,mode=1777,size=" + strconv.Itoa(codeTmpfsMB) + "m",
+		},
+		Mounts: []mount.Mount{workspaceBind(s.dir)},
 		// Output travels over the attach stream only: no log file on the
 		// engine's disk for a flood to fill.
 		LogConfig: container.LogConfig{Type: "none"},
@@ -273,7 +276,9 @@ func (e *Executor) instanceFilter() client.Filters {
 		Add("label", labelInstance+"="+e.cfg.Instance)
 }
 
-// stdinHeader is what precedes the program text on the container's stdin.
-func stdinHeader(lang string) []byte {
-	return []byte(lang + "\n")
+// stdinHeader is what precedes the program text on the container's stdin:
+// the language and the request id (the prologue has checked it names a
+// file).
+func stdinHeader(lang, requestID string) []byte {
+	return []byte(lang + " " + requestID + "\n")
 }

@@ -161,7 +161,7 @@ func (e *Executor) run(ctx context.Context, b *box, in runInput) (executors.Resu
 		_, err := stdcopy.StdCopy(out.Stdout(), out.Stderr(), b.conn.Reader)
 		copied <- err
 	}()
-	go e.feed(b, in.lang, in.code, in.log)
+	go e.feed(b, in.lang, in.requestID, in.code, in.log)
 
 	killedFor, copyErr := e.await(ctx, b, in.timeout, copied)
 	o := out.finish()
@@ -197,11 +197,11 @@ func (e *Executor) run(ctx context.Context, b *box, in runInput) (executors.Resu
 // memory cgroup's OOM killer.
 const exitSIGKILL = 128 + 9
 
-// feed writes the language line and the program to the container's stdin
+// feed writes the header line (language and request id) and the program to the container's stdin
 // and closes it. A container that died early makes the write fail; the
 // run then reports what the container did.
-func (e *Executor) feed(b *box, lang, code string, log *slog.Logger) {
-	r := io.MultiReader(bytes.NewReader(stdinHeader(lang)), bytes.NewReader([]byte(code)))
+func (e *Executor) feed(b *box, lang, requestID, code string, log *slog.Logger) {
+	r := io.MultiReader(bytes.NewReader(stdinHeader(lang, requestID)), bytes.NewReader([]byte(code)))
 	if _, err := io.Copy(b.conn.Conn, r); err != nil {
 		log.Debug("write program", "err", err.Error())
 	}

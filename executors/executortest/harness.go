@@ -94,6 +94,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("HostFilesInvisible", s.forEachLang(s.testHostFilesInvisible))
 	t.Run("NoNetwork", s.forEachLang(s.testNoNetwork))
 	t.Run("DataStack", s.testDataStack)
+	t.Run("Fingerprint", s.forEachLang(s.testFingerprint))
 	t.Run("MemoryLimit", s.forEachLang(s.testMemoryLimit))
 	t.Run("ProcessLimit", s.forEachLang(s.testProcessLimit))
 }

@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+
+	"github.com/sandgate/sandgate/executors"
 )
 
 // Isolation names what the executor can enforce on this host.
@@ -217,7 +219,7 @@ func (e *Executor) bwrapCommand(l launch) *exec.Cmd {
 	args := []string{"-c", execScript, initArg0}
 	args = append(args, l.limits.UlimitValues()...)
 	args = append(args, e.bwrap, "--unshare-user", "--uid", strconv.Itoa(l.uid), "--gid", strconv.Itoa(l.gid),
-		"--unshare-pid", "--die-with-parent")
+		"--unshare-pid", "--unshare-uts", "--hostname", executors.Hostname, "--die-with-parent")
 	if l.netns {
 		args = append(args, "--unshare-net")
 	}
@@ -245,7 +247,7 @@ func (p rootPlan) bwrapArgs() []string {
 			args = append(args, "--ro-bind", src, dst)
 		}
 	}
-	for _, name := range sysEntries {
+	for _, name := range p.entries() {
 		if name == "etc" && p.sys == "/" {
 			args = append(args, "--dir", "/etc")
 			for _, n := range hostEtc {
@@ -269,6 +271,6 @@ func (p rootPlan) bwrapArgs() []string {
 
 // Where the executor's own files appear in a run's root.
 const (
-	codeMount    = "/run/sandgate/code" // program files
+	codeMount    = executors.CodeDir    // program files
 	preloadMount = "/run/sandgate/node" // the node preload
 )

@@ -24,7 +24,7 @@ echo "==status"; cat /proc/self/status
 echo "==netdev"; cat /proc/net/dev
 echo "==init"; cat /proc/1/cmdline; echo
 echo "==cwd"; pwd
-echo "==home"; if [ -e /home ]; then echo present; else echo absent; fi`
+echo "==host"; if [ -e "$1" ]; then echo present; else echo absent; fi`
 
 // sections splits the probe's output at its "==name" lines.
 func sections(out string) map[string]string {
@@ -45,14 +45,16 @@ func sections(out string) map[string]string {
 // soft, in the units the kernel reports, which also pins the shell's
 // ulimit units), the uid/gid, no supplementary groups (as root), no
 // capability, no_new_privs, a network namespace with only lo, a /proc whose
-// PID 1 is the run's init, and the minimal root (cwd /workspace, no
-// /home). It fails closed: any mismatch is an error.
+// PID 1 is the run's init, and the minimal root (cwd /workspace, the
+// probe's host directory invisible). It fails closed: any mismatch is an error.
 func (e *Executor) probe(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	lim := e.cfg.Limits
 	l := launch{
-		argv:   []string{e.cfg.Shell, "-c", probeScript},
+		// $1 is the probe's host directory: a host path that exists, and
+		// that the minimal root must hide.
+		argv:   []string{e.cfg.Shell, "-c", probeScript, "probe", filepath.Join(e.runDir, "probe")},
 		limits: e.limitsFor("", lim),
 		dir:    filepath.Join(e.runDir, "probe"),
 		env:    e.env(),
@@ -122,8 +124,8 @@ func (e *Executor) checkProbe(out string) error {
 	if strings.TrimSpace(sec["cwd"]) != workspaceMount {
 		errs = append(errs, fmt.Errorf("cwd %q, want %s: the minimal root is not in place", strings.TrimSpace(sec["cwd"]), workspaceMount))
 	}
-	if strings.TrimSpace(sec["home"]) != "absent" {
-		errs = append(errs, errors.New("/home is visible: the minimal root is not in place"))
+	if strings.TrimSpace(sec["host"]) != "absent" {
+		errs = append(errs, errors.New("the host's paths are visible: the minimal root is not in place"))
 	}
 	return errors.Join(errs...)
 }

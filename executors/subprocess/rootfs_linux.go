@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -32,7 +33,10 @@ import (
 //	/run/sandgate/node           the node preload directory, read-only
 //	/                            the tmpfs itself, remounted read-only
 //
-// No /home, /root, /var, /srv, /mnt, /opt, data directory or host /tmp.
+// With a runtime root, its /home /root /var /opt /srv /mnt /media /boot are
+// bound read-only too (runtimeEntries), as a container on its image has
+// them. The host's are never exposed: no host /home, /root, /var, data
+// directory or /tmp.
 
 // rootPlan says what one run's root holds. sys is the base's (one per
 // executor); the rest is the run's.
@@ -47,6 +51,21 @@ type rootPlan struct {
 // sysEntries are the top-level names exposed from rootPlan.sys, as
 // directories (bound read-only) or as symlinks (merged-/usr layouts).
 var sysEntries = []string{"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc"}
+
+// runtimeEntries are the other top-level directories of a runtime root
+// filesystem, bound read-only as well: a container on the same image has
+// them (empty /home, root's /root, /var with /var/tmp not writable), and
+// the code must see the same tree whichever backend runs it. The host's
+// are never exposed.
+var runtimeEntries = []string{"home", "root", "var", "opt", "srv", "mnt", "media", "boot"}
+
+// entries are the top-level names exposed from p.sys.
+func (p rootPlan) entries() []string {
+	if p.sys == "/" {
+		return sysEntries
+	}
+	return append(slices.Clone(sysEntries), runtimeEntries...)
+}
 
 // hostEtc are the /etc entries a run gets when the root is the host's:
 // what the dynamic linker, the interpreters, name lookups and TLS need,
@@ -178,7 +197,7 @@ func mkMountPoints(stage string) error {
 }
 
 func (p rootPlan) bindSystem(stage string) error {
-	for _, name := range sysEntries {
+	for _, name := range p.entries() {
 		src := filepath.Join(p.sys, name)
 		if name == "etc" && p.sys == "/" {
 			if err := bindHostEtc(stage); err != nil {

@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandgate/sandgate/executors"
 )
 
 // baseNS is the executor's base mount namespace (rootPlan.buildBase),
@@ -111,8 +113,13 @@ func enterPrivateRoot(plan rootPlan, base int) error {
 	if err := unix.Setns(base, unix.CLONE_NEWNS); err != nil {
 		return fmt.Errorf("%w: setns: %w", errRootBuild, err)
 	}
-	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+	// A UTS namespace of the run's own too: the hostname is the one every
+	// sandbox reports (executors.Hostname), never the host's.
+	if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_NEWUTS); err != nil {
 		return fmt.Errorf("%w: unshare: %w", errRootBuild, err)
+	}
+	if err := unix.Sethostname([]byte(executors.Hostname)); err != nil {
+		return fmt.Errorf("%w: sethostname: %w", errRootBuild, err)
 	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("prctl(PR_SET_NO_NEW_PRIVS): %w", err)

@@ -27,13 +27,13 @@ type Executor struct {
 	noIsolation  error // why no isolation could be set up (IsolationNone)
 	// noIsolationReason says it in a few words, for /readyz.
 	noIsolationReason string
-	dropUID           bool   // run as the sandbox uid/gid (gateway is root)
-	sysRoot           string // Config.RootDir resolved, or "/" for the host's system directories
-	rootID            string // the root filesystem's identity (capabilities)
+	dropUID           bool     // run as the sandbox uid/gid (gateway is root)
+	sysRoot           string   // Config.RootDir resolved, or "/" for the host's system directories
+	rootID            string   // the root filesystem's identity (capabilities)
 	rootLock          *os.File // a shared flock on sysRoot, so a rebuild does not remove it under us
-	runDir            string // the executor's own host directory: stage/, probe/
-	stage             string // mount point of the base root while it is built
-	base              baseNS // every run's root starts as a copy of it
+	runDir            string   // the executor's own host directory: stage/, probe/
+	stage             string   // mount point of the base root while it is built
+	base              baseNS   // every run's root starts as a copy of it
 
 	warm     *warmPool   // nil when Config.DisableWarm
 	zygotes  *zygotePool // nil without namespaces, or when disabled
@@ -173,11 +173,10 @@ func (e *Executor) limitsFor(lang string, lim executors.Limits) process.Rlimits 
 		Procs: lim.MaxProcs, FileSizeBytes: lim.MaxFileSizeMB << 20}
 }
 
-// env is the code's whole environment: nothing of the gateway's. HOME is
-// the workspace, so tools that write under ~ stay inside the session.
-func (e *Executor) env() []string {
-	return []string{"PATH=" + e.cfg.SandboxPATH, "HOME=" + workspaceMount, "LANG=" + e.cfg.Lang}
-}
+// env is the code's whole environment: nothing of the gateway's, the
+// same as every backend's (executors.Env). HOME is the workspace, so tools
+// that write under ~ stay inside the session.
+func (e *Executor) env() []string { return executors.Env(e.cfg.SandboxPATH, e.cfg.Lang) }
 
 // Execute implements executors.Executor.
 func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.Result, error) {
