@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/executors/aio/aiowire"
 )
 
@@ -171,7 +172,14 @@ func (s *server) handleBashExec(w http.ResponseWriter, r *http.Request) {
 
 	spec := jobSpec{dir: dir, env: req.Env, label: *req.Command}
 	cleanup := func() {}
-	if len(*req.Command) > largeCommand {
+	path, unstage, staged, err := stageProgram(req.XSandgate, executors.LangBash, *req.Command)
+	switch {
+	case err != nil:
+		writeFail(w, http.StatusInternalServerError, "Cannot stage the command: "+err.Error(), nil)
+		return
+	case staged: // the gateway's run: the program file, as in every backend
+		spec.argv, cleanup = programArgv(executors.LangBash, path), unstage
+	case len(*req.Command) > largeCommand:
 		f, err := os.CreateTemp("", "sandboxd-cmd-*.sh")
 		if err != nil {
 			writeFail(w, http.StatusInternalServerError, "Cannot stage the command: "+err.Error(), nil)
@@ -188,7 +196,7 @@ func (s *server) handleBashExec(w http.ResponseWriter, r *http.Request) {
 		}
 		spec.argv = []string{"bash", "--noprofile", "--norc", f.Name()}
 		cleanup = func() { _ = os.Remove(f.Name()) }
-	} else {
+	default:
 		spec.argv = []string{"bash", "--noprofile", "--norc", "-c", *req.Command}
 	}
 	if req.HardTimeout != nil && *req.HardTimeout > 0 {

@@ -76,9 +76,11 @@ func (s *server) handleCodeExecute(w http.ResponseWriter, r *http.Request) {
 	if req.Timeout != nil {
 		timeout = *req.Timeout
 	}
-	// The program is read from stdin: no argv size limit, no file left in
-	// the workspace, and no -I for python so that modules written to the
-	// workspace can be imported, as in a notebook.
+	// A plain AIO call: the program is read from stdin (no argv size
+	// limit, no file left in the workspace, and no -I for python so that
+	// modules written to the workspace can be imported, as in a
+	// notebook). The gateway's runs name a program file instead
+	// (stageProgram).
 	spec := jobSpec{dir: dir, stdin: *req.Code, label: *req.Code, hardTimeout: time.Duration(timeout) * time.Second}
 	if *req.Language == "python" {
 		spec.argv = []string{"python3", "-u", "-"}
@@ -86,6 +88,15 @@ func (s *server) handleCodeExecute(w http.ResponseWriter, r *http.Request) {
 		spec.argv = []string{"node", "-"}
 	}
 	applyExtension(&spec, req.XSandgate)
+	path, cleanup, staged, err := stageProgram(req.XSandgate, *req.Language, *req.Code)
+	if err != nil {
+		writeFail(w, http.StatusInternalServerError, "Cannot stage the program: "+err.Error(), nil)
+		return
+	}
+	if staged { // the gateway's run: the program file, as in every backend
+		spec.argv, spec.stdin = programArgv(*req.Language, path), ""
+		defer cleanup()
+	}
 	if *req.Language == "javascript" {
 		spec.argv, spec.headroomMB = withHeapCap(spec.argv, spec.limits), nodeHeadroomMB
 	}

@@ -201,7 +201,7 @@ func (s *server) startShell(sess *shellSession) error {
 	if _, err := os.Stat(cmd.Dir); err != nil {
 		cmd.Dir = s.cfg.Workspace
 	}
-	cmd.Env = s.jobs.env(nil, marker)
+	cmd.Env = s.jobs.env(nil, cmd.Dir, marker)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	inR, inW, err := os.Pipe()
 	if err != nil {

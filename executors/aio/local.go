@@ -268,6 +268,10 @@ func (b *localBackend) prepareState(h *handle) error {
 	return nil
 }
 
+// codeTmpfsMB caps the tmpfs of program files: a few concurrent programs
+// (the manager caps code at 256 KiB by default).
+const codeTmpfsMB = 16
+
 // containerConfig applies the docker executor's hardening: no network
 // (or, in bridge mode, a port on loopback only), every capability dropped,
 // no-new-privileges, a read-only root with a private /tmp, cgroup limits,
@@ -279,15 +283,20 @@ func (b *localBackend) containerConfig(h *handle, labels map[string]string) (*co
 	pids := int64(b.cfg.Pids)
 	cfg := &container.Config{
 		Image:      b.cfg.Image,
-		Hostname:   "sandbox",
-		Env:        []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"},
+		Hostname:   executors.Hostname,
+		Env:        []string{"PATH=" + executors.SandboxPATH, "LANG=" + executors.SandboxLang},
 		WorkingDir: workspaceMount,
 		Labels:     labels,
 	}
 	hc := &container.HostConfig{
 		CapDrop:     []string{"ALL"},
 		SecurityOpt: []string{"no-new-privileges"},
-		Tmpfs:       map[string]string{"/tmp": "rw,nosuid,nodev,mode=1777,size=" + strconv.Itoa(b.cfg.TmpfsMB) + "m"},
+		Tmpfs: map[string]string{
+			"/tmp": "rw,nosuid,nodev,mode=1777,size=" + strconv.Itoa(b.cfg.TmpfsMB) + "m",
+			// The program files of the gateway's runs (aiowire
+			// RunExtension.Program): where every backend puts them.
+			executors.CodeDir: "rw,nosuid,nodev,noexec,mode=1777,size=" + strconv.Itoa(codeTmpfsMB) + "m",
+		},
 		Mounts: []mount.Mount{{
 			Type: mount.TypeBind, Source: filepath.Join(h.dir, stateWS), Target: workspaceMount,
 			// rslave: the session's workspace, mounted on the host onto

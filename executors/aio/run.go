@@ -49,6 +49,7 @@ func run(ctx context.Context, c *Client, r runRequest) (executors.Result, error)
 		SpillPath:   path.Join(r.dir, spill),
 		SpillLimit:  r.limits.MaxSpillBytes,
 		TimeoutMS:   max(r.timeout.Milliseconds(), 1),
+		Program:     r.id, // run as the program file every backend uses
 		Limits: &RunLimits{CPUSeconds: r.limits.CPUSeconds, MaxOpenFiles: r.limits.MaxOpenFiles,
 			MaxFileSizeMB: r.limits.MaxFileSizeMB, MemoryMB: r.limits.MemoryMB, MaxProcs: r.limits.MaxProcs},
 	}

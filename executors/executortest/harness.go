@@ -54,6 +54,11 @@ type Harness struct {
 	// (images/runtime), so the design doc's data stack (pandas, numpy,
 	// matplotlib with the Agg backend) must import and plot.
 	DataStack bool
+	// FingerprintExceptions lists, by line prefix, what this backend's
+	// Fingerprint may show differently from the golden file, each with the
+	// reason (logged by the case). Every entry is a known difference a
+	// client can observe: keep it short, and fix rather than list.
+	FingerprintExceptions map[string]string
 	// RunTimeout is the Spec.Timeout of ordinary runs (default 30s): long
 	// enough for a cold interpreter start on a loaded machine.
 	RunTimeout time.Duration
