@@ -33,7 +33,7 @@ const systemPath = "/usr/local/bin:/usr/bin:/bin"
 // gateway's URL and tokens from SANDGATE_* variables, and fail rather
 // than skip without them when SANDGATE_REQUIRE_NPM_CLIENTS=1 (make test).
 func TestClients(t *testing.T) {
-	node, _ := requireDeepagents(t)
+	requireNode(t)
 	npm := requireTool(t, "npm", os.Getenv("PATH"))
 	python := requireTool(t, "python3", systemPath)
 	requireInstalled(t, tsClientDir)
@@ -53,7 +53,6 @@ func TestClients(t *testing.T) {
 				runSuite(t, g, pyClientDir, append(env, "PYTHONPATH=src", "PYTHONDONTWRITEBYTECODE=1"), unittestSummary,
 					python, "-m", "unittest", "discover", "-s", "tests", "-t", ".", "-v")
 			})
-			_ = node
 		})
 	}
 }
@@ -70,12 +69,35 @@ func requireTool(t *testing.T, name, path string) string {
 	return ""
 }
 
-// requireInstalled wants the directory's node_modules installed from its
-// lockfile (make npm-deps).
+// requireNode wants a node new enough for the pinned deepagents.
+func requireNode(t *testing.T) {
+	t.Helper()
+	node := requireTool(t, "node", os.Getenv("PATH"))
+	if v, err := exec.Command(node, "-p", "process.versions.node").Output(); err != nil || nodeMajor(string(v)) < minNode {
+		skipOrFail(t, requireNPMEnv, "the TypeScript client needs node >= %d; %s is %q (%v)", minNode, node, strings.TrimSpace(string(v)), err)
+	}
+}
+
+// requireInstalled wants the package's dev dependencies installed exactly
+// as its package.json pins them (make npm-deps runs npm ci from the
+// lockfile); a stale node_modules would test another deepagents.
 func requireInstalled(t *testing.T, dir string) {
 	t.Helper()
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", ".package-lock.json")); err != nil {
-		skipOrFail(t, requireNPMEnv, "%s: dependencies not installed (make npm-deps): %v", dir, err)
+	var pkg struct {
+		DevDependencies map[string]string `json:"devDependencies"`
+	}
+	if err := readJSON(filepath.Join(dir, "package.json"), &pkg); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"deepagents", "typescript"} {
+		var installed struct {
+			Version string `json:"version"`
+		}
+		err := readJSON(filepath.Join(dir, "node_modules", name, "package.json"), &installed)
+		if err != nil || installed.Version != pkg.DevDependencies[name] {
+			skipOrFail(t, requireNPMEnv, "%s: %s %q installed, package.json pins %q (make npm-deps): %v",
+				dir, name, installed.Version, pkg.DevDependencies[name], err)
+		}
 	}
 }
 

@@ -20,7 +20,7 @@ const NOTES = "first line\nTODO: ship it\nlast line\n";
 const entries = (ls) => Object.fromEntries((ls.files ?? []).map((f) => [f.path, f.is_dir]));
 
 // The steps the JSON variant repeats; the streamed variant runs them all.
-const jsonSteps = new Set(["is a deepagents sandbox backend", "write and uploadFiles (partial success)", "read, readRaw",
+const jsonSteps = new Set(["is a deepagents sandbox backend", "write and uploadFiles (partial success)", "read, readRaw", "edit",
   "execute: output, exit code, working directory", "execute: a command the approver denies comes back as a refusal"]);
 
 for (const stream of [true, false]) {
