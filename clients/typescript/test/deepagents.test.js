@@ -36,9 +36,19 @@ for (const stream of [true, false]) {
           baseUrl: g.baseUrl, token: g.token, sessionId: sessionId(stream ? "ts-da-stream" : "ts-da-json"), timeoutS: 60,
           ...(stream ? { onEvent: (ev) => events.push(ev) } : {}),
         });
+        // Keep what each command answered, for the failure messages of
+        // the operations deepagents builds on execute.
+        const execute = sb.execute.bind(sb);
+        sb.execute = async (command, opts) => {
+          const res = await execute(command, opts);
+          runs.push({ command: command.slice(0, 60), ...res, output: res.output.slice(0, 300) });
+          return res;
+        };
       }
       return sb;
     };
+    const runs = [];
+    const lastRun = () => JSON.stringify(runs.at(-1));
 
     step("is a deepagents sandbox backend", (t) => {
       if (!setup(t)) return;
@@ -65,7 +75,7 @@ for (const stream of [true, false]) {
     step("read, readRaw", async (t) => {
       if (!setup(t)) return;
       const r = await sb.read("/workspace/src/app.py");
-      assert.equal(r.error, undefined, r.error);
+      assert.equal(r.error, undefined, lastRun());
       assert.equal(r.content, APP.replace(/\n$/, "").split("\n").map((l, i) => `${String(i + 1).padStart(6)}\t${l}`).join("\n") + "\n");
       const slice = await sb.read("/workspace/notes/todo.txt", 1, 1);
       assert.equal(slice.content, "     2\tTODO: ship it\n");
@@ -86,16 +96,16 @@ for (const stream of [true, false]) {
       if (!setup(t)) return;
       assert.deepEqual(entries(await sb.ls("/workspace")), {
         "/workspace/src/": true, "/workspace/notes/": true, "/workspace/data/": true,
-      });
-      assert.deepEqual(entries(await sb.ls("/workspace/src")), { "/workspace/src/lib/": true, "/workspace/src/app.py": false });
+      }, lastRun());
+      assert.deepEqual(entries(await sb.ls("/workspace/src")), { "/workspace/src/lib/": true, "/workspace/src/app.py": false }, lastRun());
       assert.deepEqual((await sb.grep("TODO:", "/workspace")).matches, [
         { path: "/workspace/notes/todo.txt", line: 2, text: "TODO: ship it" },
-      ]);
+      ], lastRun());
       assert.deepEqual((await sb.grep("sandgate", "/workspace", "*.py")).matches, [
         { path: "/workspace/src/app.py", line: 2, text: 'print("hello from sandgate")' },
-      ]);
+      ], lastRun());
       const py = await sb.glob("**/*.py", "/workspace");
-      assert.deepEqual(py.files.map((f) => f.path).sort(), ["src/app.py", "src/lib/util.py"]);
+      assert.deepEqual(py.files.map((f) => f.path).sort(), ["src/app.py", "src/lib/util.py"], lastRun());
       assert.equal(py.truncated, false);
     });
 
