@@ -40,7 +40,7 @@ func TestClients(t *testing.T) {
 	for _, mode := range []string{"STRICT", "PERMISSIVE"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			g := startGateway(t, mode)
+			g := startGateway(t, mode, "--config", ownInstances(t))
 			env := append(os.Environ(),
 				"SANDGATE_URL="+g.base, "SANDGATE_TOKEN="+g.agent, "SANDGATE_APPROVER_TOKEN="+g.approver,
 				"SANDGATE_MODE="+mode, "SANDGATE_REQUIRE_NPM_CLIENTS=1")
@@ -55,6 +55,23 @@ func TestClients(t *testing.T) {
 			})
 		})
 	}
+}
+
+// ownInstances writes a configuration that gives the gateway's docker,
+// gvisor and aio executors instance labels of their own. At start an
+// executor removes every container of its instance it did not create; two
+// gateways sharing the default instance on one engine (these two, run side
+// by side, or any other test's) would kill each other's running commands,
+// which then end with exit code 137 and no output.
+func ownInstances(t *testing.T) string {
+	t.Helper()
+	id := randomToken(t)[4:16]
+	cfg := fmt.Sprintf("executors:\n  docker:\n    instance: e2e-%[1]s-d\n  gvisor:\n    instance: e2e-%[1]s-g\n  aio:\n    instance: e2e-%[1]s-a\n", id)
+	path := filepath.Join(t.TempDir(), "instances.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 func requireTool(t *testing.T, name, path string) string {
