@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import unittest
 
 from sandgate import SandgateClient, SandgateError
@@ -40,6 +41,21 @@ class ClientTest(unittest.TestCase):
                         on_event=lambda e: e["event"] == "stdout" and chunks.append(e["data"]))
         self.assertEqual((res.output, res.exit_code), ("out\n[stderr] err\n", 3))
         self.assertEqual("".join(chunks), "out\n")
+
+    def test_closing_a_stream_cancels_the_run(self) -> None:
+        s = self.gw.agent.session(session_id("py-cancel"))
+        events = s.events("execute", {"command": "echo started; sleep 60; echo finished"})
+        for ev in events:
+            if ev["event"] == "stdout":
+                break
+        self.assertEqual(s.info()["running"], 1, "the run is under way")
+        events.close()  # the client goes away mid-run
+        deadline = time.monotonic() + 30
+        info = s.info()
+        while info["running"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+            info = s.info()
+        self.assertEqual((info["running"], info["runs"]), (0, 1), info)
 
     def test_held_run_approved_through_the_stream(self) -> None:
         sid = session_id("py-held")

@@ -58,6 +58,27 @@ test("execute streams its output and ends with the JSON response", async (t) => 
   assert.equal(chunks.join(""), "out\n");
 });
 
+test("leaving a stream early cancels the run", async (t) => {
+  const g = gateway(t);
+  if (!g) return;
+  const s = g.agent.session(sessionId("ts-cancel"));
+  for await (const ev of s.events("execute", { command: "echo started; sleep 60; echo finished" })) {
+    if (ev.event !== "stdout") continue;
+    assert.equal((await s.info()).running, 1, "the run is under way");
+    break; // the client goes away mid-run
+  }
+  // The gateway sees the disconnect and kills the run long before its 60 s.
+  const deadline = Date.now() + 30_000;
+  let info;
+  do {
+    info = await s.info();
+    if (info.running === 0) break;
+    await new Promise((r) => setTimeout(r, 100));
+  } while (Date.now() < deadline);
+  assert.equal(info.running, 0, JSON.stringify(info));
+  assert.equal(info.runs, 1);
+});
+
 test("a held run streams approval_pending, an approver approves, it runs", async (t) => {
   const g = gateway(t);
   if (!g) return;
