@@ -74,10 +74,12 @@ deps:
 	@$(MAKE) --no-print-directory npm-deps
 
 ## npm-deps: the npm packages the end-to-end tests drive as real peers
-## (e2e/*/), exactly as their committed lockfiles pin them: `npm ci` from
+## (e2e/*/), and the dev dependencies of the TypeScript client package
+## (clients/typescript: deepagents and the TypeScript compiler its tests
+## use), exactly as their committed lockfiles pin them: `npm ci` from
 ## the npm registry, no install scripts. A directory whose node_modules was
 ## installed from the same package.json and lockfile is left alone.
-NPM_CLIENTS := e2e/deepagents e2e/mcp
+NPM_CLIENTS := e2e/deepagents e2e/mcp clients/typescript
 
 npm-deps:
 	@for d in $(NPM_CLIENTS); do \
