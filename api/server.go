@@ -72,6 +72,9 @@ type Deps struct {
 	// Database is the audit and approvals database /readyz pings; nil
 	// leaves it out.
 	Database Pinger
+	// DeerFlow is the DeerFlow provisioner's registry behind /deerflow;
+	// nil leaves those routes unmounted.
+	DeerFlow *DeerFlow
 }
 
 // Pinger is a dependency /readyz checks.
@@ -125,6 +128,7 @@ func (s *Server) routes() {
 	s.approvalRoutes()
 	s.browserRoutes()
 	s.mcpRoutes()
+	s.deerflowRoutes()
 
 	// Metrics name executors, policy revisions and rates: admin only.
 	metrics := promhttp.HandlerFor(s.deps.Gatherer, promhttp.HandlerOpts{})

@@ -27,6 +27,9 @@ func TestDefaultIsValidAndSafe(t *testing.T) {
 	if !c.Executors.Subprocess.Zygotes || c.Executors.Subprocess.WarmMax <= 0 {
 		t.Errorf("subprocess defaults: %+v, want warm starts and zygotes on", c.Executors.Subprocess)
 	}
+	if d := c.DeerFlow; !d.Enabled || d.PublicURL != "https://gate.example.com/" {
+		t.Fatalf("decoded deerflow %+v", d)
+	}
 	if g := c.Executors.GVisor; !g.Enabled || g != (DockerConfig{Enabled: true}) {
 		t.Errorf("gvisor defaults: %+v, want enabled with the packages' defaults (runtime runsc)", g)
 	}
