@@ -56,6 +56,8 @@ type approvalOpts struct {
 	deerflow *DeerFlow
 	// log receives the API's log (none when nil).
 	log *slog.Logger
+	// wrap, when set, wraps the server's handler (a response capture).
+	wrap func(*Server, http.Handler) http.Handler
 }
 
 func newApprovalEnv(t *testing.T, o approvalOpts) *approvalEnv {
@@ -108,7 +110,11 @@ func newApprovalEnv(t *testing.T, o approvalOpts) *approvalEnv {
 	}
 	h := New(Config{}, Deps{Manager: mgr, Policy: eng, Audit: st, Auth: auth, Gatherer: reg, Approvals: hub,
 		DeerFlow: o.deerflow, Logger: o.log})
-	e := &approvalEnv{env: &env{t: t, srv: httptest.NewServer(h), dataDir: o.dataDir, audit: st, ws: ws}, hub: hub}
+	var handler http.Handler = h
+	if o.wrap != nil {
+		handler = o.wrap(h, h)
+	}
+	e := &approvalEnv{env: &env{t: t, srv: httptest.NewServer(handler), dataDir: o.dataDir, audit: st, ws: ws}, hub: hub}
 	t.Cleanup(func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

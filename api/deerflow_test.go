@@ -127,8 +127,9 @@ func (a dfSandboxAPI) data(r dfReply) map[string]any {
 // deerflowEnv is the gateway with the provisioner mounted, its log kept.
 type deerflowEnv struct {
 	*approvalEnv
-	prov dfProvisioner
-	log  *syncBuffer
+	prov    dfProvisioner
+	log     *syncBuffer
+	capture *capture
 }
 
 type syncBuffer struct {
@@ -151,8 +152,9 @@ func (s *syncBuffer) String() string {
 func newDeerFlowEnv(t *testing.T) *deerflowEnv {
 	buf := &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	e := newApprovalEnv(t, approvalOpts{deerflow: NewDeerFlow(DeerFlowConfig{}), log: log})
-	return &deerflowEnv{approvalEnv: e, log: buf,
+	c := &capture{}
+	e := newApprovalEnv(t, approvalOpts{deerflow: NewDeerFlow(DeerFlowConfig{}), log: log, wrap: c.wrap})
+	return &deerflowEnv{approvalEnv: e, log: buf, capture: c,
 		prov: dfProvisioner{t: t, url: e.srv.URL + "/deerflow", apiKey: agentTok}}
 }
 
@@ -233,6 +235,9 @@ func TestDeerFlowProvisionerFlow(t *testing.T) {
 	if !strings.Contains(e.log.String(), "deerflow sandbox created") {
 		t.Fatal("the log was not captured; the check above proves nothing")
 	}
+	// Every answer DeerFlow got is the one the OpenAPI document describes.
+	seen := e.capture.check(t, fetchDoc(t, e.env))
+	requireCovered(t, seen, []string{"deerflow", "aio"})
 }
 
 // dfFileCalls makes every file call DeerFlow's AioSandbox makes, in

@@ -33,18 +33,18 @@ var (
 // aioRoutes are the AIO API subset under each sandbox's capability URL.
 func (s *Server) aioRoutes() {
 	base := deerflowPrefix + "/sandboxes/{sandbox_id}/{capability}"
-	s.mux.Handle("GET "+base+"/v1/sandbox", s.aio(s.aioSandbox))
-	s.mux.Handle("POST "+base+"/v1/shell/exec", s.aio(s.aioShellExec))
-	s.mux.Handle("POST "+base+"/v1/shell/sessions/create", s.aio(s.aioShellCreate))
-	s.mux.Handle("DELETE "+base+"/v1/shell/sessions/{shell_id}", s.aio(s.aioShellDelete))
-	s.mux.Handle("POST "+base+"/v1/file/read", s.aio(s.aioFileRead))
-	s.mux.Handle("POST "+base+"/v1/file/write", s.aio(s.aioFileWrite))
-	s.mux.Handle("POST "+base+"/v1/file/list", s.aio(s.aioFileList))
-	s.mux.Handle("POST "+base+"/v1/file/find", s.aio(s.aioFileFind))
-	s.mux.Handle("POST "+base+"/v1/file/search", s.aio(s.aioFileSearch))
-	s.mux.Handle("POST "+base+"/v1/file/grep", s.aio(s.aioFileGrep))
-	s.mux.Handle("POST "+base+"/v1/file/replace", s.aio(s.aioFileReplace))
-	s.mux.Handle("GET "+base+"/v1/file/download", s.aio(s.aioFileDownload))
+	s.mount("GET "+base+"/v1/sandbox", s.aio(s.aioSandbox))
+	s.mount("POST "+base+"/v1/shell/exec", s.aio(s.aioShellExec))
+	s.mount("POST "+base+"/v1/shell/sessions/create", s.aio(s.aioShellCreate))
+	s.mount("DELETE "+base+"/v1/shell/sessions/{shell_id}", s.aio(s.aioShellDelete))
+	s.mount("POST "+base+"/v1/file/read", s.aio(s.aioFileRead))
+	s.mount("POST "+base+"/v1/file/write", s.aio(s.aioFileWrite))
+	s.mount("POST "+base+"/v1/file/list", s.aio(s.aioFileList))
+	s.mount("POST "+base+"/v1/file/find", s.aio(s.aioFileFind))
+	s.mount("POST "+base+"/v1/file/search", s.aio(s.aioFileSearch))
+	s.mount("POST "+base+"/v1/file/grep", s.aio(s.aioFileGrep))
+	s.mount("POST "+base+"/v1/file/replace", s.aio(s.aioFileReplace))
+	s.mount("GET "+base+"/v1/file/download", s.aio(s.aioFileDownload))
 }
 
 // aioCall is one AIO call on a sandbox, as its owner.

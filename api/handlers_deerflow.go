@@ -77,10 +77,10 @@ func (s *Server) deerflowRoutes() {
 		return
 	}
 	p := deerflowPrefix + "/api/sandboxes"
-	s.mux.Handle("POST "+p, s.wrapDF(s.createSandbox))
-	s.mux.Handle("GET "+p, s.wrapDF(s.listSandboxes))
-	s.mux.Handle("GET "+p+"/{sandbox_id}", s.wrapDF(s.getSandbox))
-	s.mux.Handle("DELETE "+p+"/{sandbox_id}", s.wrapDF(s.deleteSandbox))
+	s.mount("POST "+p, s.wrapDF(s.createSandbox))
+	s.mount("GET "+p, s.wrapDF(s.listSandboxes))
+	s.mount("GET "+p+"/{sandbox_id}", s.wrapDF(s.getSandbox))
+	s.mount("DELETE "+p+"/{sandbox_id}", s.wrapDF(s.deleteSandbox))
 	s.aioRoutes()
 }
 
