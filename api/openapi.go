@@ -267,7 +267,8 @@ func (b *docBuilder) responses(o op) map[string]any {
 			b.ref(o.okBody), b.ref(sch("AIOFileFailure", aioResponse[aioFileError]{}))}}}
 	case o.okBody != nil:
 		content[mediaJSON] = map[string]any{"schema": b.ref(o.okBody)}
-	case o.okMedia != "":
+	}
+	if o.okMedia != "" {
 		content[o.okMedia] = map[string]any{"schema": map[string]string{"type": "string"}}
 	}
 	if o.stream {

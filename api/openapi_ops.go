@@ -156,7 +156,7 @@ func mcpOperations() []op {
 	for _, m := range []string{"POST", "GET", "DELETE"} {
 		out = append(out, op{method: m, path: mcpPath, id: "mcp" + m, tag: "mcp", roles: rolesAgent,
 			summary: "MCP Streamable HTTP (JSON-RPC; tools run_code, execute, files, browser, session_info)",
-			ok:      200, okMedia: "application/json or text/event-stream", errs: []int{400, 401, 403, 404, 405}})
+			ok:      200, okBody: sch("JSONRPCMessage", nil), okMedia: "text/event-stream", errs: []int{400, 401, 403, 404, 405}})
 	}
 	for _, p := range []string{mcpMetadataPath, rootMetadata} {
 		for _, m := range []string{"GET", "OPTIONS"} {
