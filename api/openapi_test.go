@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -84,6 +86,38 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		if !covered[k] {
 			t.Errorf("%s is in the OpenAPI document but no route serves it", k)
 		}
+	}
+}
+
+// TestRoutesGoThroughMount: every route is registered through mount (or
+// handle), which records it for TestOpenAPIMatchesRoutes; a direct
+// s.mux.Handle would slip past the drift check. The only direct ones are
+// mount itself and the catch-all "/".
+func TestRoutesGoThroughMount(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, "s.mux.Handle(") {
+				n++
+				if !strings.Contains(line, "s.mux.Handle(pattern, h)") && !strings.Contains(line, `s.mux.Handle("/", `) {
+					t.Errorf("%s:%d registers a route around mount: %s", f, i+1, strings.TrimSpace(line))
+				}
+			}
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d direct s.mux.Handle calls, want 2 (mount and the catch-all)", n)
 	}
 }
 
