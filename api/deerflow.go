@@ -29,7 +29,9 @@ import (
 //
 // DeerFlow's AIO client sends no credentials, so the sandbox_url itself
 // carries one: a random 256-bit capability bound to one sandbox, and so to
-// one session. It authorises that session's AIO calls and nothing else (it
+// one session (its creation is audited as deerflow.sandbox.create, naming
+// the token that minted it). It authorises that session's AIO calls and
+// nothing else (it
 // is no bearer token anywhere), it is kept only as a SHA-256 digest for
 // lookup, it dies when the sandbox is deleted or its session is deleted
 // through any API, and it is never logged: the gateway has no access log,

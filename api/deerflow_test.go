@@ -202,12 +202,19 @@ func TestDeerFlowProvisionerFlow(t *testing.T) {
 	t.Run("audit", func(t *testing.T) {
 		kinds := map[string]bool{}
 		for _, rec := range e.auditRecords(session) {
+			if rec.Kind == kindSandboxCreate {
+				if rec.Principal != "agent:a" || rec.Detail["sandbox_id"] != "sbx-a" || rec.Detail["thread_id"] != "t1" {
+					t.Errorf("creation record %+v", rec)
+				}
+				kinds[rec.Kind] = true
+				continue
+			}
 			if rec.Tenant != "a" || rec.Principal != "agent:a@deerflow:sbx-a" {
 				t.Fatalf("record %s: tenant %q principal %q", rec.Kind, rec.Tenant, rec.Principal)
 			}
 			kinds[rec.Kind] = true
 		}
-		for _, k := range []string{"execute", "file.write", "file.get", "file.list", "file.glob", "file.grep", "file.edit"} {
+		for _, k := range []string{kindSandboxCreate, "execute", "file.write", "file.get", "file.list", "file.glob", "file.grep", "file.edit"} {
 			if !kinds[k] {
 				t.Errorf("no %s record naming session %s (have %v)", k, session, kinds)
 			}

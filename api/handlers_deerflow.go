@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 
+	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/errcode"
 	"github.com/sandgate/sandgate/manager"
 )
@@ -151,7 +153,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	id := identity(r)
 	p := principal(r)
 	session := dfSession(user, thread)
-	ref, release, err := s.deps.Manager.AdmitSession(r.Context(), p, session, manager.KindSessionGet)
+	ref, release, err := s.deps.Manager.AdmitSession(r.Context(), p, session, kindSandboxCreate)
 	if err != nil {
 		return err
 	}
@@ -161,10 +163,34 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if created {
+		if err := s.auditSandbox(r, sb); err != nil {
+			// A capability nobody can trace to its creator must not exist.
+			s.deps.DeerFlow.remove(sb)
+			return err
+		}
 		s.log.InfoContext(r.Context(), "deerflow sandbox created", "request_id", requestID(r.Context()),
 			"tenant", id.Tenant, "sandbox_id", sb.key.id, "session_id", session)
 	}
 	writeJSON(w, http.StatusOK, s.sandboxView(r, sb))
+	return nil
+}
+
+// kindSandboxCreate is the audit kind of a sandbox's creation: who minted
+// a capability for which session (the capability itself is not recorded).
+const kindSandboxCreate = "deerflow.sandbox.create"
+
+func (s *Server) auditSandbox(r *http.Request, sb *dfSandbox) error {
+	if s.deps.Audit == nil {
+		return nil
+	}
+	rec := &audit.Record{
+		RequestID: requestID(r.Context()), Kind: kindSandboxCreate, Tenant: sb.owner.Tenant, SessionID: sb.session,
+		Principal: string(sb.owner.Role) + ":" + sb.owner.Name, Outcome: manager.OutcomeOK, HTTPStatus: http.StatusOK,
+		Detail: map[string]string{"sandbox_id": sb.key.id, "thread_id": sb.threadID, "user_id": sb.userID},
+	}
+	if err := s.deps.Audit.Append(r.Context(), rec); err != nil {
+		return fmt.Errorf("audit sandbox creation: %w", err)
+	}
 	return nil
 }
 
