@@ -12,7 +12,7 @@ func (s *Server) approvalRoutes() {
 	s.handle("GET /v1/approvals", approvers, s.listApprovals)
 	s.handle("GET /v1/approvals/{id}", approvers, s.getApproval)
 	s.handle("POST /v1/approvals/{id}/decision", approvers, s.decideApproval)
-	s.mux.Handle("GET /v1/approvals/ws", s.wrap(s.socketAuth(s.authorize(approvers, s.approvalSocket))))
-	s.mux.Handle("GET /{$}", s.wrap(s.approvalPage))
-	s.mux.Handle("GET /assets/{file}", s.wrap(s.approvalAsset))
+	s.mount("GET /v1/approvals/ws", s.wrap(s.socketAuth(s.authorize(approvers, s.approvalSocket))))
+	s.mount("GET /{$}", s.wrap(s.approvalPage))
+	s.mount("GET /assets/{file}", s.wrap(s.approvalAsset))
 }

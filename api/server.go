@@ -72,6 +72,9 @@ type Deps struct {
 	// Database is the audit and approvals database /readyz pings; nil
 	// leaves it out.
 	Database Pinger
+	// DeerFlow is the DeerFlow provisioner's registry behind /deerflow;
+	// nil leaves those routes unmounted.
+	DeerFlow *DeerFlow
 }
 
 // Pinger is a dependency /readyz checks.
@@ -85,6 +88,9 @@ type Server struct {
 	deps Deps
 	log  *slog.Logger
 	mux  *http.ServeMux
+	// patterns are the mux patterns registered, in order: what the OpenAPI
+	// drift test holds the document against.
+	patterns []string
 }
 
 // New builds the handler with every route of this version.
@@ -125,6 +131,7 @@ func (s *Server) routes() {
 	s.approvalRoutes()
 	s.browserRoutes()
 	s.mcpRoutes()
+	s.deerflowRoutes()
 
 	// Metrics name executors, policy revisions and rates: admin only.
 	metrics := promhttp.HandlerFor(s.deps.Gatherer, promhttp.HandlerOpts{})
@@ -134,9 +141,10 @@ func (s *Server) routes() {
 	})
 	// Probes are unauthenticated by design (load balancers, kubelets) and
 	// say nothing beyond ready or not.
-	s.mux.Handle("GET /healthz", s.wrap(s.healthz))
-	s.mux.Handle("GET /readyz", s.wrap(s.readyz))
-	s.mux.Handle("/", s.wrap(s.unmatched))
+	s.mount("GET /healthz", s.wrap(s.healthz))
+	s.mount("GET /readyz", s.wrap(s.readyz))
+	s.mount("GET /v1/openapi.json", s.wrap(s.openAPI))
+	s.mux.Handle("/", s.wrap(s.unmatched)) // not a route: every other path
 }
 
 // unmatched answers 405 when the path exists for another method, else 404,
@@ -157,7 +165,14 @@ func (s *Server) unmatched(w http.ResponseWriter, r *http.Request) error {
 type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 
 func (s *Server) handle(pattern string, roles []Role, h handlerFunc) {
-	s.mux.Handle(pattern, s.wrap(s.authorize(roles, h)))
+	s.mount(pattern, s.wrap(s.authorize(roles, h)))
+}
+
+// mount registers every route: it records the pattern for the OpenAPI
+// drift test (openapi_test.go).
+func (s *Server) mount(pattern string, h http.Handler) {
+	s.patterns = append(s.patterns, pattern)
+	s.mux.Handle(pattern, h)
 }
 
 func (s *Server) wrap(h handlerFunc) http.Handler {

@@ -8,6 +8,7 @@ package errcode
 import (
 	"errors"
 	"net/http"
+	"slices"
 )
 
 // Code is a stable, documented error code.
@@ -127,4 +128,15 @@ func Of(err error) (code Code, status int, message string) {
 		return e.Code, e.Code.Status(), e.Message
 	}
 	return Internal, http.StatusInternalServerError, "internal error"
+}
+
+// Codes returns every code, sorted: the enum of the error object's code in
+// the OpenAPI document (api/openapi.go).
+func Codes() []Code {
+	out := make([]Code, 0, len(statuses))
+	for c := range statuses {
+		out = append(out, c)
+	}
+	slices.Sort(out)
+	return out
 }

@@ -38,6 +38,7 @@ type Config struct {
 	Approval  ApprovalConfig  `yaml:"approval"`
 	Executors ExecutorsConfig `yaml:"executors"`
 	MCP       MCPConfig       `yaml:"mcp"`
+	DeerFlow  DeerFlowConfig  `yaml:"deerflow"`
 	Auth      AuthConfig      `yaml:"auth"`
 	Tenants   TenantsConfig   `yaml:"tenants"`
 	Server    ServerConfig    `yaml:"server"`
@@ -155,6 +156,19 @@ type MCPConfig struct {
 	PurgeOnClose bool `yaml:"purge_on_close"`
 }
 
+// DeerFlowConfig is the DeerFlow provisioner API under /deerflow (DeerFlow's
+// `sandbox.provisioner_url: http://<gateway>/deerflow`, with an agent token
+// as its provisioner_api_key). Enabled by default, like /mcp: it takes the
+// same agent tokens and runs every call through the same pipeline; the
+// sandbox URLs it hands out carry a per-sandbox capability (api.DeerFlow).
+type DeerFlowConfig struct {
+	Enabled bool `yaml:"enabled"`
+	// PublicURL is the gateway's base URL as DeerFlow reaches it (behind a
+	// proxy), for the sandbox URLs; empty derives it from each request's
+	// Host.
+	PublicURL string `yaml:"public_url"`
+}
+
 // ExecutorsConfig enables backends.
 type ExecutorsConfig struct {
 	Subprocess SubprocessConfig `yaml:"subprocess"`
@@ -269,7 +283,8 @@ func Default() Config {
 		// req/s on 2 cores); set them per tenant for shared gateways.
 		Tenants: TenantsConfig{Quotas: QuotaConfig{MaxSessions: 10_000, MaxConcurrentRuns: 64, MaxWorkspaceMiB: 10 << 10,
 			RequestsPerSecond: 5000, Burst: 10000}},
-		MCP: MCPConfig{Enabled: true, SessionTimeout: mcp.DefaultSessionTimeout, ProgressInterval: mcp.DefaultProgressInterval},
+		MCP:      MCPConfig{Enabled: true, SessionTimeout: mcp.DefaultSessionTimeout, ProgressInterval: mcp.DefaultProgressInterval},
+		DeerFlow: DeerFlowConfig{Enabled: true},
 		Executors: ExecutorsConfig{
 			// The executors' tunables are left at zero: their packages'
 			// defaults apply (TestExecutorDefaultsInOnePlace).

@@ -27,6 +27,9 @@ func TestDefaultIsValidAndSafe(t *testing.T) {
 	if !c.Executors.Subprocess.Zygotes || c.Executors.Subprocess.WarmMax <= 0 {
 		t.Errorf("subprocess defaults: %+v, want warm starts and zygotes on", c.Executors.Subprocess)
 	}
+	if d := c.DeerFlow; !d.Enabled || d.PublicURL != "" {
+		t.Errorf("deerflow defaults: %+v, want enabled, URLs from the request", d)
+	}
 	if g := c.Executors.GVisor; !g.Enabled || g != (DockerConfig{Enabled: true}) {
 		t.Errorf("gvisor defaults: %+v, want enabled with the packages' defaults (runtime runsc)", g)
 	}
@@ -95,6 +98,9 @@ func TestLoadFull(t *testing.T) {
 	if m := c.MCP; !m.Enabled || m.PublicURL != "https://gate.example.com" || len(m.AllowedHosts) != 1 || len(m.AllowedOrigins) != 1 ||
 		m.SessionTimeout != 10*time.Minute || m.ProgressInterval != 3*time.Second || !m.PurgeOnClose {
 		t.Fatalf("decoded mcp %+v", m)
+	}
+	if d := c.DeerFlow; !d.Enabled || d.PublicURL != "https://gate.example.com/" {
+		t.Fatalf("decoded deerflow %+v", d)
 	}
 	if g := c.Executors.GVisor; g != (DockerConfig{Enabled: true, Runtime: "runsc-kvm", Instance: "gw-2", MemoryMB: 384, WarmMax: 2}) {
 		t.Fatalf("gvisor decoded %+v", g)

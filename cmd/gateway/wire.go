@@ -51,7 +51,8 @@ type gateway struct {
 	replicas *fleet.Registry // nil on sqlite
 	aio      *aio.Executor
 	browser  *browser.Manager
-	mcp      *mcp.Server // nil when disabled
+	mcp      *mcp.Server   // nil when disabled
+	deerflow *api.DeerFlow // nil when disabled
 	// baseCancel ends every request context; called when the shutdown
 	// deadline passes so running executions are killed, not abandoned.
 	baseCancel context.CancelFunc
@@ -135,6 +136,9 @@ func build(ctx context.Context, cfg Config, _ func(string) string, stdout, stder
 		return nil, err
 	}
 	gw.watchFleet()
+	if cfg.DeerFlow.Enabled {
+		gw.deerflow = api.NewDeerFlow(api.DeerFlowConfig{PublicURL: cfg.DeerFlow.PublicURL})
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	gw.manager, err = manager.New(manager.Config{
@@ -153,7 +157,7 @@ func build(ctx context.Context, cfg Config, _ func(string) string, stdout, stder
 	}
 	handler := api.New(api.Config{MaxBodyBytes: cfg.Limits.MaxBodyBytes}, api.Deps{
 		Manager: gw.manager, Policy: gw.policy, Audit: gw.audit, Auth: auth, Gatherer: reg, Logger: gw.log,
-		Approvals: gw.hub, Browser: gw.browser, MCP: mcpServer, Database: gw.audit,
+		Approvals: gw.hub, Browser: gw.browser, MCP: mcpServer, Database: gw.audit, DeerFlow: gw.deerflow,
 	})
 	if err := gw.listen(handler); err != nil {
 		return nil, err
@@ -330,6 +334,10 @@ func (gw *gateway) browsers(ws *workspace.Workspaces) error {
 // GET shows besides the executors.
 func (gw *gateway) resources() []manager.SessionResource {
 	var out []manager.SessionResource
+	if gw.deerflow != nil {
+		// Deleting a session kills its DeerFlow sandbox URLs.
+		out = append(out, manager.SessionResource{Name: "deerflow", Release: gw.deerflow.Release})
+	}
 	if gw.aio != nil {
 		out = append(out, manager.SessionResource{Name: "aio", Describe: func(id string) (any, bool) {
 			return gw.aio.InstanceInfo(id)

@@ -6,9 +6,8 @@ import (
 	"time"
 )
 
-// Code execution limits of /v1/code/execute, as /v1/code/info reports
-// them. sandboxd allows longer runs than upstream (300 s) because the
-// gateway's policy may grant them.
+// Code execution limits of /v1/code/execute. sandboxd allows longer runs
+// than upstream (300 s) because the gateway's policy may grant them.
 const (
 	codeDefaultTimeout = 30
 	codeMaxTimeout     = 3600
@@ -109,7 +108,7 @@ func (s *server) handleCodeExecute(w http.ResponseWriter, r *http.Request) {
 	}
 	finished := false
 	if rl != nil {
-		finished, _ = rl.run(w, r, j, 0)
+		finished, _ = rl.run(w, r, j)
 	} else {
 		finished = waitJob(j, 0, r.Context().Done())
 	}
@@ -160,20 +159,4 @@ func pythonTraceback(stderr string) []string {
 		return nil
 	}
 	return strings.Split(strings.TrimRight(stderr[i:], "\n"), "\n")
-}
-
-func (s *server) handleCodeInfo(w http.ResponseWriter, _ *http.Request) {
-	d := s.detail()
-	lang := func(name, desc string, specs []toolSpec) map[string]any {
-		var ver *string
-		if len(specs) > 0 {
-			ver = specs[0].Ver
-		}
-		return map[string]any{"language": name, "description": desc, "runtime_version": ver,
-			"default_timeout": codeDefaultTimeout, "max_timeout": codeMaxTimeout, "details": map[string]any{}}
-	}
-	writeOK(w, map[string]any{"languages": []any{
-		lang("python", "Python 3 in a fresh process per call", d.Runtime.Python),
-		lang("javascript", "Node.js in a fresh process per call", d.Runtime.NodeJS),
-	}})
 }

@@ -87,8 +87,8 @@ type jobTable struct {
 	mu  sync.Mutex
 	// live maps a job id to its job while its process tree may exist.
 	live map[string]*job
-	// trees are long-lived process trees that are not jobs (shell
-	// sessions, the browser): no job's sweep may kill them.
+	// trees are long-lived process trees that are not jobs (the
+	// browser): no job's sweep may kill them.
 	trees map[int]treeRoot
 }
 

@@ -1,10 +1,19 @@
 // Command sandboxd is the agent that runs inside a pooled AIO sandbox
 // container. It serves the subset of the AIO sandbox HTTP API
-// (agent-infra/sandbox, ../shared/research/aio-api.md §3) that the gateway
-// and agent frameworks use, with the same request and response shapes:
-// the {success, message, data, hint} envelope with explicit nulls, FastAPI's
-// 404 {"detail":"Not Found"} for unknown routes and 422 {"detail":[...]} for
-// invalid bodies, and file errors as HTTP 200 with success:false.
+// (agent-infra/sandbox, ../shared/research/aio-api.md §3) that the
+// gateway's aio executor and browser use, with the same request and
+// response shapes: the {success, message, data, hint} envelope with
+// explicit nulls, FastAPI's 404 {"detail":"Not Found"} for unknown routes
+// and 422 {"detail":[...]} for invalid bodies. That subset is GET
+// /v1/sandbox, /v1/bash/{exec,kill,sessions,sessions/create,
+// sessions/{id}/close}, /v1/code/execute, /v1/browser/info and /cdp/.
+//
+// The AIO calls of agent frameworks (DeerFlow's /v1/shell/exec and
+// /v1/file/*) are not served here: the gateway serves them itself at a
+// DeerFlow sandbox URL (api/handlers_aio.go), where shell/exec is an
+// execute through the policy pipeline and the file calls are the workspace
+// API, so that no call reaches a sandbox around risk, policy, approval and
+// audit.
 //
 // Usage:
 //
