@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
+	"strings"
 	"path/filepath"
 
 	"github.com/sandgate/sandgate/audit"
@@ -98,4 +100,46 @@ func (gw *gateway) watchFleet() {
 		}
 		return nil
 	})
+}
+
+// sessionRouter is the session router of a fleet (postgres): requests for
+// a session another live replica owns are forwarded there. nil on sqlite.
+func (gw *gateway) sessionRouter(ctx context.Context) (*fleet.Router, error) {
+	if gw.replicas == nil {
+		return nil, nil
+	}
+	return fleet.NewRouter(ctx, gw.replicas, gw.log)
+}
+
+// advertise publishes where the other replicas forward this one's
+// sessions: storage.advertise_url, or the bound listener.
+func (gw *gateway) advertise(ctx context.Context) error {
+	if gw.replicas == nil {
+		return nil
+	}
+	u := gw.cfg.Storage.AdvertiseURL
+	if u == "" {
+		host, port, err := net.SplitHostPort(gw.Addr())
+		if err != nil {
+			return err
+		}
+		if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+			if host, err = os.Hostname(); err != nil {
+				return fmt.Errorf("advertise url: %w (set storage.advertise_url)", err)
+			}
+		}
+		u = "http://" + net.JoinHostPort(host, port)
+	}
+	gw.log.InfoContext(ctx, "fleet member", "replica", gw.replicas.Name(), "url", u)
+	return gw.replicas.SetURL(ctx, strings.TrimSuffix(u, "/"))
+}
+
+// leaveFleet removes this replica from the registry (idempotent).
+func (gw *gateway) leaveFleet(ctx context.Context) {
+	if gw.replicas == nil {
+		return
+	}
+	if err := gw.replicas.Stop(ctx); err != nil {
+		gw.log.Warn("leave the replica registry", "err", err)
+	}
 }
