@@ -13,10 +13,10 @@ func TestHop(t *testing.T) {
 	key, other := []byte("fleet-key-0123456789abcdef012345"), []byte("another-fleet-key-0123456789abcd")
 	now := time.Now()
 	tests := []struct {
-		name   string
-		key    []byte
-		at     time.Time
-		ok     bool
+		name string
+		key  []byte
+		at   time.Time
+		ok   bool
 	}{
 		{name: "as signed", key: key, at: now, ok: true},
 		{name: "another fleet's key", key: other, at: now},

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strings"
 	"path/filepath"
+	"strings"
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/fleet"
