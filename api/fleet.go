@@ -3,6 +3,8 @@ package api
 import (
 	"context"
 	"net/http"
+
+	"github.com/sandgate/sandgate/errcode"
 )
 
 // Fleet routes session requests between the replicas of a PostgreSQL
@@ -73,4 +75,20 @@ func (s *Server) releaseSession(r *http.Request) {
 	if err := s.deps.Fleet.Release(r.Context(), ref.Key); err != nil {
 		s.log.WarnContext(r.Context(), "release a deleted session in the registry", "err", err)
 	}
+}
+
+// peerApproval serves another replica of the fleet (only: a request
+// without a verified hop is 404, as if the route did not exist) a pending
+// approval held here, with its code, so that its approvers see it. The
+// asking replica checks the code against the hash in the database.
+func (s *Server) peerApproval(w http.ResponseWriter, r *http.Request) error {
+	if !forwarded(r.Context()) {
+		return errNotFound
+	}
+	v, ok := s.deps.Approvals.PeerView(r.PathValue("id"))
+	if !ok {
+		return errcode.New(errcode.NotFound, "no such pending approval here")
+	}
+	writeJSON(w, http.StatusOK, v)
+	return nil
 }

@@ -15,4 +15,7 @@ func (s *Server) approvalRoutes() {
 	s.mux.Handle("GET /v1/approvals/ws", s.wrap(s.socketAuth(s.authorize(approvers, s.approvalSocket))))
 	s.mux.Handle("GET /{$}", s.wrap(s.approvalPage))
 	s.mux.Handle("GET /assets/{file}", s.wrap(s.approvalAsset))
+	if s.deps.Fleet != nil && s.deps.Approvals != nil {
+		s.mux.Handle("GET /v1/fleet/approvals/{id}", s.wrap(s.peerApproval))
+	}
 }

@@ -179,7 +179,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// A request another replica forwarded keeps the id it was given
 		// there, so one id names it in both replicas' logs and audit.
 		if fid, ok := s.deps.Fleet.Forwarded(r); ok {
-			id, hop = fid, true
+			hop = true
+			if fid != "" {
+				id = fid
+			}
 		}
 	}
 	w.Header().Set("X-Request-Id", id)

@@ -205,3 +205,35 @@ func (b *countingBody) Close() error { return nil }
 
 // Release forgets this replica's ownership of a deleted session.
 func (rt *Router) Release(ctx context.Context, key string) error { return rt.reg.Release(ctx, key) }
+
+// PeerApproval fetches, from replica, the pending approval id it holds,
+// as the JSON its API serves (GET /v1/fleet/approvals/{id}, reachable
+// with a signed hop only).
+func (rt *Router) PeerApproval(ctx context.Context, replica, id string) ([]byte, error) {
+	var base string
+	err := rt.reg.db.DB().QueryRowContext(ctx, `SELECT url FROM replicas WHERE name = $1 AND lease_until > now()`, replica).Scan(&base)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: find replica %q: %w", replica, err)
+	}
+	if base == "" {
+		return nil, fmt.Errorf("fleet: replica %q has no address yet", replica)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/fleet/approvals/"+url.PathEscape(id), nil)
+	if err != nil {
+		return nil, err
+	}
+	signHop(rt.key, req, rt.reg.opts.Replica, "", time.Now())
+	res, err := rt.transport.RoundTrip(req)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: ask replica %q: %w", replica, err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(res.Body, 4<<20))
+	if err != nil {
+		return nil, err
+	}
+	if res.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("fleet: replica %q answered %d", replica, res.StatusCode)
+	}
+	return body, nil
+}

@@ -111,6 +111,68 @@ func TestFleetApprovalAcrossReplicas(t *testing.T) {
 	if appr, _ := rec["approval"].(map[string]any); rec["outcome"] != "ok" || appr["status"] != "approved" {
 		t.Fatalf("the record of A's run, read on C: %v", rec)
 	}
+
+	// The session is A's: the registry says so, and a request for it
+	// reaching C is served by A (forwarded, the client's token kept):
+	// what C wrote, B reads, and A's audit has the record under the
+	// request id C gave.
+	if owner := pgtest.QueryString(t, dsn, `SELECT replica FROM sessions WHERE key LIKE '%~fleet'`); owner != "a" {
+		t.Fatalf("the session's owner: %q, want a", owner)
+	}
+	put, _ := http.NewRequest("PUT", bases["c"]+"/v1/sessions/fleet/files/content?path=/workspace/via-c.txt", strings.NewReader("written through c"))
+	put.Header.Set("Authorization", "Bearer "+agent)
+	res, err := http.DefaultClient.Do(put)
+	if err != nil || res.StatusCode/100 != 2 {
+		t.Fatalf("write through C: %v %v", res, err)
+	}
+	res.Body.Close()
+	if ids := res.Header.Values("X-Request-Id"); len(ids) != 1 {
+		t.Fatalf("forwarded response's request ids: %v, want one", ids)
+	}
+	if st, _ := call("GET", bases["c"]+"/v1/sessions/fleet", "wrong-token", ""); st != 401 {
+		t.Fatalf("a bad token through C: %d, want 401", st)
+	}
+	_, out = call("GET", bases["a"]+"/v1/audit?session_id=fleet&kind=file.write", admin, "")
+	if recs, _ := out["records"].([]any); len(recs) != 1 || recs[0].(map[string]any)["request_id"] != res.Header.Get("X-Request-Id") {
+		t.Fatalf("the write's record: %v, want C's request id %s", out, res.Header.Get("X-Request-Id"))
+	}
+
+	// A request held on A, approved on B's page in Chromium: B shows it
+	// (fetched from A with its code), and A's call returns 200.
+	go func() {
+		st, out := call("POST", bases["a"]+"/v1/sessions/fleet/run_code", agent,
+			`{"code":"import subprocess\nprint('approved on the page of b')","language":"python"}`)
+		done <- result{st, out}
+	}()
+	id = ""
+	for deadline := time.Now().Add(20 * time.Second); id == ""; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("A's second request not listed on B")
+		}
+		_, out := call("GET", bases["b"]+"/v1/approvals", approver, "")
+		if list, _ := out["approvals"].([]any); len(list) == 1 {
+			v := list[0].(map[string]any)
+			if v["code"] != "import subprocess\nprint('approved on the page of b')" {
+				t.Fatalf("A's request as B lists it: %v", v)
+			}
+			id = v["id"].(string)
+		}
+	}
+	approvePage(t, bases["b"], approver, id, "seen on b")
+	select {
+	case r := <-done:
+		if r.status != 200 || r.out["stdout"] != "approved on the page of b\n" {
+			t.Fatalf("A's call approved on B's page: %d %v", r.status, r.out)
+		}
+		if appr, _ := r.out["approval"].(map[string]any); appr["reason"] != "seen on b" {
+			t.Fatalf("A's call's approval: %v", r.out["approval"])
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("A's call was not released by the decision on B's page")
+	}
+	if _, out := call("GET", bases["b"]+"/v1/approvals", approver, ""); len(out["approvals"].([]any)) != 0 {
+		t.Fatalf("B still lists a decided approval: %v", out)
+	}
 }
 
 // TestFleetDeadReplicaApprovalsInterrupted: A is killed with SIGKILL while

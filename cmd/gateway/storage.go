@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/confirm"
 	"github.com/sandgate/sandgate/fleet"
 )
 
@@ -141,5 +143,26 @@ func (gw *gateway) leaveFleet(ctx context.Context) {
 	}
 	if err := gw.replicas.Stop(ctx); err != nil {
 		gw.log.Warn("leave the replica registry", "err", err)
+	}
+}
+
+// approvalPeer lets the approval hub show this replica's approvers the
+// requests waiting on the other replicas (postgres): it fetches each from
+// its replica through the router. nil on sqlite.
+func (gw *gateway) approvalPeer() confirm.Peer {
+	if gw.router == nil {
+		return nil
+	}
+	router := gw.router
+	return func(ctx context.Context, replica, id string) (confirm.View, error) {
+		raw, err := router.PeerApproval(ctx, replica, id)
+		if err != nil {
+			return confirm.View{}, err
+		}
+		var v confirm.View
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return confirm.View{}, fmt.Errorf("approval from replica %q: %w", replica, err)
+		}
+		return v, nil
 	}
 }

@@ -100,6 +100,9 @@ func build(ctx context.Context, cfg Config, _ func(string) string, stdout, stder
 	if err := gw.joinFleet(ctx); err != nil {
 		return nil, err
 	}
+	if gw.router, err = gw.sessionRouter(ctx); err != nil {
+		return nil, err
+	}
 	if err := gw.resolveInterrupted(ctx); err != nil {
 		return nil, err
 	}
@@ -155,9 +158,6 @@ func build(ctx context.Context, cfg Config, _ func(string) string, stdout, stder
 	deps := api.Deps{
 		Manager: gw.manager, Policy: gw.policy, Audit: gw.audit, Auth: auth, Gatherer: reg, Logger: gw.log,
 		Approvals: gw.hub, Browser: gw.browser, MCP: mcpServer, Database: gw.audit,
-	}
-	if gw.router, err = gw.sessionRouter(ctx); err != nil {
-		return nil, err
 	}
 	if gw.router != nil {
 		deps.Fleet = gw.router
@@ -384,7 +384,7 @@ func (gw *gateway) confirmer(ctx context.Context) (confirm.Service, error) {
 	hub, err := confirm.NewHub(ctx, confirm.HubOptions{
 		Store: gw.audit, Timeout: gw.cfg.Approval.Timeout, Logger: gw.log,
 		AllowedOrigins: gw.cfg.Approval.AllowedOrigins, Replica: replicaName(gw.cfg.Storage),
-		ListenDSN: gw.listenDSN(),
+		ListenDSN: gw.listenDSN(), Peer: gw.approvalPeer(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("approval hub: %w", err)
