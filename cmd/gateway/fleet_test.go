@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"io/fs"
 	"net/http"
@@ -253,6 +254,24 @@ func TestFleetDeadReplicaApprovalsInterrupted(t *testing.T) {
 	}
 	_ = cmds["a"].Wait()
 	killed := time.Now()
+	// At once, before A's lease runs out, the session's next request
+	// reaches B: B finds its owner gone (connection refused), waits out
+	// the lease and adopts the session, its files intact on the shared
+	// storage. The client sees a slow answer, not an error.
+	next := make(chan string, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", bases["b"]+"/v1/sessions/held/execute", strings.NewReader(`{"command":"cat note.txt"}`))
+		req.Header.Set("Authorization", "Bearer "+agent)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			next <- err.Error()
+			return
+		}
+		defer res.Body.Close()
+		var out map[string]any
+		_ = json.NewDecoder(res.Body).Decode(&out)
+		next <- fmt.Sprintf("%d %v", res.StatusCode, out["output"])
+	}()
 	for {
 		_, v := get(bases["b"]+"/v1/approvals/"+id, approver)
 		if v["status"] == "interrupted" {
@@ -263,6 +282,18 @@ func TestFleetDeadReplicaApprovalsInterrupted(t *testing.T) {
 			t.Fatalf("A's approval after %v: %v, want interrupted within the lease", time.Since(killed), v)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	select {
+	case got := <-next:
+		if got != "200 kept" {
+			t.Fatalf("A's session's next request, through B: %s, want 200 kept", got)
+		}
+		t.Logf("A's session served by B %v after the kill", time.Since(killed).Round(time.Millisecond))
+	case <-time.After(10 * lease):
+		t.Fatal("A's session's next request through B did not return")
+	}
+	if owner := pgtest.QueryString(t, dsn, `SELECT replica FROM sessions WHERE key LIKE '%~held'`); owner != "b" {
+		t.Fatalf("the session's owner after A died: %q, want b", owner)
 	}
 	// A's session goes on through B, its files intact (shared storage).
 	req, _ := http.NewRequest("GET", bases["b"]+"/v1/sessions/held/files/content?path=/workspace/note.txt", nil)
