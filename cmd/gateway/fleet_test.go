@@ -21,7 +21,9 @@ import (
 // PostgreSQL database. A request held for approval on A is approved
 // through B's REST API, and A's call returns 200 with the run's output; a
 // second decision on C is a 409; one GET /v1/audit on C shows the record
-// A wrote.
+// A wrote. A request for A's session reaching C is served by A; a request
+// held on A is approved on B's page in Chromium. Last, the three are
+// restarted one after the other under the mixed workload (rollingRestart).
 func TestFleetApprovalAcrossReplicas(t *testing.T) {
 	dsn := pgtest.Schema(t)
 	dir := t.TempDir()
@@ -38,8 +40,8 @@ func TestFleetApprovalAcrossReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	const agent, approver, admin = "agent-fleet-token-0123456", "approver-fleet-token-012", "admin-fleet-token-0123456"
-	bases := map[string]string{}
-	for _, r := range []string{"a", "b", "c"} {
+	bases, cmds := map[string]string{}, map[string]*exec.Cmd{}
+	start := func(r string) {
 		cmd := exec.Command(bin, "--config", conf, "--listen", "127.0.0.1:0", "--mode", "PERMISSIVE",
 			"--data-dir", filepath.Join(dir, "data"), "--policy-dir", policyDir) // the fleet's shared storage
 		cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "SANDGATE_STORAGE_DSN=" + dsn, "SANDGATE_REPLICA=" + r,
@@ -50,7 +52,10 @@ func TestFleetApprovalAcrossReplicas(t *testing.T) {
 				t.Logf("replica %s logs:\n%s", r, logs.String())
 			}
 		})
-		bases[r] = base
+		bases[r], cmds[r] = base, cmd
+	}
+	for _, r := range []string{"a", "b", "c"} {
+		start(r)
 	}
 	call := func(method, url, tok, body string) (int, map[string]any) {
 		req, _ := http.NewRequest(method, url, strings.NewReader(body))
@@ -174,6 +179,9 @@ func TestFleetApprovalAcrossReplicas(t *testing.T) {
 	if _, out := call("GET", bases["b"]+"/v1/approvals", approver, ""); len(out["approvals"].([]any)) != 0 {
 		t.Fatalf("B still lists a decided approval: %v", out)
 	}
+
+	rollingRestart(t, rollingFleet{names: []string{"a", "b", "c"}, bases: bases, cmds: cmds, start: start,
+		agent: agent, admin: admin})
 }
 
 // TestFleetDeadReplicaApprovalsInterrupted: A is killed with SIGKILL while
@@ -310,8 +318,9 @@ func TestFleetDeadReplicaApprovalsInterrupted(t *testing.T) {
 }
 
 // approvalPolicyDir writes the embedded policy to dir with PERMISSIVE's
-// approvals (HIGH, CRITICAL) routed to the subprocess executor, so that an
-// approved run really runs without Docker.
+// HIGH approvals routed to the subprocess executor, so that an approved
+// run really runs without Docker, and CRITICAL denied outright (STRICT's
+// rule), the mixed workload's intended denial.
 func approvalPolicyDir(t *testing.T, dir string) string {
 	t.Helper()
 	err := fs.WalkDir(policy.DefaultFS(), ".", func(p string, d fs.DirEntry, err error) error {
@@ -328,9 +337,8 @@ func approvalPolicyDir(t *testing.T, dir string) string {
 				return err
 			}
 			perm := data["modes"].(map[string]any)["PERMISSIVE"].(map[string]any)
-			for _, level := range []string{"HIGH", "CRITICAL"} {
-				perm[level].(map[string]any)["executor"] = "subprocess"
-			}
+			perm["HIGH"].(map[string]any)["executor"] = "subprocess"
+			perm["CRITICAL"] = map[string]any{"action": "deny", "executor": "subprocess"}
 			if b, err = json.Marshal(data); err != nil {
 				return err
 			}
