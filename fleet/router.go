@@ -60,7 +60,7 @@ func (rt *Router) Forwarded(r *http.Request) (requestID string, ok bool) {
 	}
 	hop, ok := verifyHop(rt.key, r, time.Now())
 	if !ok {
-		rt.log.WarnContext(r.Context(), "fleet hop header failed verification; treated as a client request")
+		rt.log.DebugContext(r.Context(), "fleet hop header failed verification; treated as a client request")
 		return "", false
 	}
 	return hop.RequestID, true
