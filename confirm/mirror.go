@@ -74,9 +74,7 @@ func (h *Hub) follow(ctx context.Context, id string) {
 // fetchMirror asks replica for v (read from the database, pending) and
 // publishes it to this hub's approvers.
 func (h *Hub) fetchMirror(ctx context.Context, v View, replica string) error {
-	fctx, cancel := context.WithTimeout(ctx, h.opts.WriteTimeout)
-	full, err := h.opts.Peer(fctx, replica, v.ID)
-	cancel()
+	full, err := h.askPeer(ctx, v, replica)
 	if err != nil {
 		return err
 	}
@@ -101,6 +99,30 @@ func (h *Hub) fetchMirror(ctx context.Context, v View, replica string) error {
 		h.unmirror(cur)
 	}
 	return nil
+}
+
+// askPeer asks replica for v. The holder records an approval (and so
+// announces it) a moment before it serves it, so a miss is tried again
+// with backoff while the row stays pending, for a few seconds.
+func (h *Hub) askPeer(ctx context.Context, v View, replica string) (View, error) {
+	wait := 20 * time.Millisecond
+	for try := 0; ; try++ {
+		fctx, cancel := context.WithTimeout(ctx, h.opts.WriteTimeout)
+		full, err := h.opts.Peer(fctx, replica, v.ID)
+		cancel()
+		if err == nil || try == 7 {
+			return full, err
+		}
+		select {
+		case <-ctx.Done():
+			return View{}, context.Cause(ctx)
+		case <-time.After(wait):
+		}
+		wait *= 2
+		if cur, gerr := h.store.get(ctx, v.ID); gerr == nil && cur.Status != StatusPending {
+			return View{}, fmt.Errorf("confirm: approval %s resolved before its replica answered: %w", v.ID, err)
+		}
+	}
 }
 
 // unmirror removes a resolved mirror and tells the approvers.

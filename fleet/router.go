@@ -149,6 +149,18 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, owner Owner, r
 			pr.SetURL(target)
 			pr.Out.Host = target.Host
 			pr.Out.Header.Del(HopHeader)
+			if pr.Out.Body != nil && pr.Out.Body != http.NoBody {
+				// The transport retries a request on a kept-alive
+				// connection the owner closed before anything was
+				// written, if it can get the body again: only a body
+				// nothing was read from yet is handed back.
+				pr.Out.GetBody = func() (io.ReadCloser, error) {
+					if body.n.Load() == 0 {
+						return body, nil
+					}
+					return nil, errBodySent
+				}
+			}
 			pr.Out.Header.Del("X-Request-Id")
 			pr.SetXForwarded()
 			signHop(rt.key, pr.Out, rt.reg.opts.Replica, requestID, time.Now())
@@ -179,6 +191,8 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, owner Owner, r
 	rt.log.WarnContext(r.Context(), "forwarding to the session's replica failed", "owner", owner.Replica, "err", proxyErr)
 	return true, errForward
 }
+
+var errBodySent = errors.New("fleet: the body was already sent")
 
 // refused is a connection the owner's host refused or could not be
 // reached at all: nothing was sent.

@@ -25,6 +25,7 @@ import (
 // held on A is approved on B's page in Chromium. Last, the three are
 // restarted one after the other under the mixed workload (rollingRestart).
 func TestFleetApprovalAcrossReplicas(t *testing.T) {
+	t.Parallel() // its own schema and directories; overlaps the other fleet test
 	dsn := pgtest.Schema(t)
 	dir := t.TempDir()
 	for _, d := range []string{filepath.Dir(dir), dir} {
@@ -35,7 +36,7 @@ func TestFleetApprovalAcrossReplicas(t *testing.T) {
 	bin := gatewayBinary(t)
 	policyDir := approvalPolicyDir(t, filepath.Join(dir, "policy"))
 	conf := filepath.Join(dir, "fleet.yaml")
-	yaml := "executors: {docker: {enabled: false}, aio: {enabled: false}}\nbrowser: {enabled: false}\nstorage: {driver: postgres}\n"
+	yaml := "executors: {docker: {enabled: false}, gvisor: {enabled: false}, aio: {enabled: false}}\nbrowser: {enabled: false}\nstorage: {driver: postgres}\n"
 	if err := os.WriteFile(conf, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -189,6 +190,7 @@ func TestFleetApprovalAcrossReplicas(t *testing.T) {
 // that approval as interrupted (never left pending), and a decision on it
 // is a 409.
 func TestFleetDeadReplicaApprovalsInterrupted(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.Schema(t)
 	dir := t.TempDir()
 	for _, d := range []string{filepath.Dir(dir), dir} {
@@ -200,7 +202,7 @@ func TestFleetDeadReplicaApprovalsInterrupted(t *testing.T) {
 	policyDir := approvalPolicyDir(t, filepath.Join(dir, "policy"))
 	conf := filepath.Join(dir, "fleet.yaml")
 	const lease = time.Second
-	yaml := "executors: {docker: {enabled: false}, aio: {enabled: false}}\nbrowser: {enabled: false}\nstorage: {driver: postgres, lease: 1s}\n"
+	yaml := "executors: {docker: {enabled: false}, gvisor: {enabled: false}, aio: {enabled: false}}\nbrowser: {enabled: false}\nstorage: {driver: postgres, lease: 1s}\n"
 	if err := os.WriteFile(conf, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}

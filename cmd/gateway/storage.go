@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/confirm"
@@ -136,7 +137,15 @@ func (gw *gateway) advertise(ctx context.Context) error {
 	return gw.replicas.SetURL(ctx, strings.TrimSuffix(u, "/"))
 }
 
-// leaveFleet removes this replica from the registry (idempotent).
+// leaveGrace is how long a replica that left the registry keeps its
+// listener and connections open: the other replicas read the registry
+// before each forward, so what reaches it after this is only a forward
+// whose read came just before the leave. Without it, a forward racing
+// the shutdown's close of idle connections would fail.
+const leaveGrace = 500 * time.Millisecond
+
+// leaveFleet removes this replica from the registry (idempotent) and
+// waits leaveGrace the first time.
 func (gw *gateway) leaveFleet(ctx context.Context) {
 	if gw.replicas == nil {
 		return
@@ -144,6 +153,15 @@ func (gw *gateway) leaveFleet(ctx context.Context) {
 	if err := gw.replicas.Stop(ctx); err != nil {
 		gw.log.Warn("leave the replica registry", "err", err)
 	}
+	gw.leaveOnce.Do(func() {
+		if gw.server == nil {
+			return // never served
+		}
+		select {
+		case <-time.After(leaveGrace):
+		case <-ctx.Done():
+		}
+	})
 }
 
 // approvalPeer lets the approval hub show this replica's approvers the

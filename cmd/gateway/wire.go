@@ -50,9 +50,11 @@ type gateway struct {
 	hub      *confirm.Hub    // nil when auto-approve is configured
 	replicas *fleet.Registry // nil on sqlite
 	router   *fleet.Router   // nil on sqlite
-	aio      *aio.Executor
-	browser  *browser.Manager
-	mcp      *mcp.Server // nil when disabled
+	// leaveOnce: the grace after leaving the fleet is waited once.
+	leaveOnce sync.Once
+	aio       *aio.Executor
+	browser   *browser.Manager
+	mcp       *mcp.Server // nil when disabled
 	// baseCancel ends every request context; called when the shutdown
 	// deadline passes so running executions are killed, not abandoned.
 	baseCancel context.CancelFunc
