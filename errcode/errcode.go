@@ -67,8 +67,10 @@ const (
 	// Retry-After, the seconds until its token bucket has a token again.
 	RateLimited Code = "rate_limited"
 	// ReplicaUnavailable is 503 with Retry-After (issue 15): in a fleet,
-	// the replica that serves the session could not be reached or the
-	// session registry could not be read; the request did not run.
+	// the replica that serves the session could not be reached, or the
+	// session registry could not be read (the request did not run), or
+	// that replica failed while answering a forwarded request (it may
+	// have run: its audit record says).
 	ReplicaUnavailable Code = "replica_unavailable"
 )
 

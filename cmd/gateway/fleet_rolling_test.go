@@ -240,3 +240,56 @@ func auditByRequest(t *testing.T, c *http.Client, base, admin string) map[string
 		cursor = fmt.Sprintf("&cursor=%d", page.NextCursor)
 	}
 }
+
+// streamThroughForward sends a streamed run_code of the session "fleet"
+// (A's) to via, reads its events as they come, approves it on approver's
+// replica once approval_pending arrives, and expects the output and exit.
+func streamThroughForward(t *testing.T, via, approverBase, agent, approver string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", via+"/v1/sessions/fleet/run_code",
+		strings.NewReader(`{"code":"import subprocess\nprint('streamed')","language":"python"}`))
+	req.Header.Set("Authorization", "Bearer "+agent)
+	req.Header.Set("Accept", "application/x-ndjson")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if ct := res.Header.Get("Content-Type"); res.StatusCode != 200 || !strings.HasPrefix(ct, "application/x-ndjson") {
+		t.Fatalf("streamed run through the forward: %d %s", res.StatusCode, ct)
+	}
+	dec := json.NewDecoder(res.Body)
+	var seen []string
+	stdout := ""
+	for {
+		var ev map[string]any
+		if err := dec.Decode(&ev); err != nil {
+			t.Fatalf("stream ended after %v: %v", seen, err)
+		}
+		name, _ := ev["event"].(string)
+		seen = append(seen, name)
+		switch name {
+		case "approval_pending":
+			// Still streaming: the run waits for this decision.
+			a, _ := ev["approval"].(map[string]any)
+			id, _ := a["id"].(string)
+			dreq, _ := http.NewRequest("POST", approverBase+"/v1/approvals/"+id+"/decision", strings.NewReader(`{"decision":"approve"}`))
+			dreq.Header.Set("Authorization", "Bearer "+approver)
+			dres, err := http.DefaultClient.Do(dreq)
+			if err != nil || dres.StatusCode != 200 {
+				t.Fatalf("approve %q: %v %v", id, dres, err)
+			}
+			dres.Body.Close()
+		case "stdout":
+			d, _ := ev["data"].(string)
+			stdout += d
+		case "exit":
+			if strings.TrimSpace(stdout) != "streamed" || !slices.Contains(seen, "approval_resolved") {
+				t.Fatalf("events through the forward: %v, stdout %q", seen, stdout)
+			}
+			return
+		case "error":
+			t.Fatalf("error event: %v (after %v)", ev, seen)
+		}
+	}
+}

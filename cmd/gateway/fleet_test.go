@@ -181,6 +181,10 @@ func TestFleetApprovalAcrossReplicas(t *testing.T) {
 		t.Fatalf("B still lists a decided approval: %v", out)
 	}
 
+	// A streamed run of A's session sent to C stays streamed through the
+	// forward: its first events arrive while it waits for approval.
+	streamThroughForward(t, bases["c"], bases["b"], agent, approver)
+
 	rollingRestart(t, rollingFleet{names: []string{"a", "b", "c"}, bases: bases, cmds: cmds, start: start,
 		agent: agent, admin: admin})
 }
