@@ -398,6 +398,9 @@ func markdown(rep *report, sk *soakResult, h headline) string {
 			p("| %s | %.1f | %s | %s | %s | %d | %d |\n", r.Label, m.All.RPS, ms(m.All.P50), ms(m.All.P95), ms(m.All.P99), m.All.N, m.Unintended)
 		}
 		p("\n")
+		if rl := f.Release; rl != nil {
+			p("Cross-replica approval release, end to end (target p99 ≤ 100 ms): a streamed `run_code` held on one replica, approved through another's `POST /v1/approvals/{id}/decision`, timed from sending the decision to the `approval_resolved` event in the first replica's response: p50 %s, p99 %s (n=%d).\n\n", ms(rl.P50), ms(rl.P99), rl.N)
+		}
 	}
 	p("## Soak\n\n")
 	if sk == nil {
