@@ -43,6 +43,7 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) error {
 	if err := s.deps.Manager.DeleteSession(r.Context(), principal(r), r.PathValue("id"), purge); err != nil {
 		return err
 	}
+	s.releaseSession(r)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

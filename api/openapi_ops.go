@@ -148,6 +148,9 @@ func approvalOperations() []op {
 			summary: "The approval web page", ok: 200, okMedia: "text/html"},
 		{method: "GET", path: "/assets/{file}", id: "approvalAsset", tag: "approvals", auth: authNone,
 			summary: "The page's assets", ok: 200, okMedia: "application/javascript", errs: []int{404}},
+		{method: "GET", path: "/v1/fleet/approvals/{id}", id: "peerApproval", tag: "approvals", auth: authNone,
+			summary: "Replica to replica: a pending approval with its code, for a peer's page (signed with the fleet key; 404 otherwise)",
+			ok:      200, okMedia: "application/json", errs: []int{404}},
 	}
 }
 

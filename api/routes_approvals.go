@@ -15,4 +15,8 @@ func (s *Server) approvalRoutes() {
 	s.mount("GET /v1/approvals/ws", s.wrap(s.socketAuth(s.authorize(approvers, s.approvalSocket))))
 	s.mount("GET /{$}", s.wrap(s.approvalPage))
 	s.mount("GET /assets/{file}", s.wrap(s.approvalAsset))
+	// Replica to replica (package fleet): answers only a request a peer
+	// signed with the fleet key (forwarded), 404 to anyone else and on a
+	// single gateway.
+	s.mount("GET /v1/fleet/approvals/{id}", s.wrap(s.peerApproval))
 }

@@ -75,6 +75,9 @@ type Deps struct {
 	// DeerFlow is the DeerFlow provisioner's registry behind /deerflow;
 	// nil leaves those routes unmounted.
 	DeerFlow *DeerFlow
+	// Fleet routes session requests to the replica owning the session;
+	// nil serves every session here (one process).
+	Fleet Fleet
 }
 
 // Pinger is a dependency /readyz checks.
@@ -117,11 +120,11 @@ func (s *Server) routes() {
 	agentOrAdmin := []Role{RoleAgent, RoleAdmin}
 	admin := []Role{RoleAdmin}
 
-	s.handle("POST /v1/sessions/{id}/run_code", agent, s.runCode)
-	s.handle("POST /v1/sessions/{id}/execute", agent, s.execute)
+	s.handleSession("POST /v1/sessions/{id}/run_code", agent, s.runCode)
+	s.handleSession("POST /v1/sessions/{id}/execute", agent, s.execute)
 	s.handle("GET /v1/sessions", agentOrAdmin, s.listSessions)
-	s.handle("GET /v1/sessions/{id}", agentOrAdmin, s.getSession)
-	s.handle("DELETE /v1/sessions/{id}", agentOrAdmin, s.deleteSession)
+	s.handleSession("GET /v1/sessions/{id}", agentOrAdmin, s.getSession)
+	s.handleSession("DELETE /v1/sessions/{id}", agentOrAdmin, s.deleteSession)
 
 	s.handle("GET /v1/policy", admin, s.getPolicy)
 	s.handle("POST /v1/policy/reload", admin, s.reloadPolicy)
@@ -186,9 +189,23 @@ func (s *Server) wrap(h handlerFunc) http.Handler {
 // ServeHTTP stamps every response with a request id, bounds the body,
 // and turns panics into a 500 with the fixed body.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	id := newRequestID()
+	id, hop := newRequestID(), false
+	if s.deps.Fleet != nil {
+		// A request another replica forwarded keeps the id it was given
+		// there, so one id names it in both replicas' logs and audit.
+		if fid, ok := s.deps.Fleet.Forwarded(r); ok {
+			hop = true
+			if fid != "" {
+				id = fid
+			}
+		}
+	}
 	w.Header().Set("X-Request-Id", id)
-	r = r.WithContext(withRequestID(r.Context(), id))
+	ctx := withRequestID(r.Context(), id)
+	if hop {
+		ctx = context.WithValue(ctx, keyForwarded, true)
+	}
+	r = r.WithContext(ctx)
 	r.Body = http.MaxBytesReader(w, r.Body, s.bodyLimit(r))
 	defer func() {
 		if v := recover(); v != nil {

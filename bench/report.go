@@ -390,6 +390,18 @@ func markdown(rep *report, sk *soakResult, h headline) string {
 		}
 		p("\n![throughput against concurrency](perf/throughput.svg)\n\n![mixed latency distribution](perf/latency-mixed.svg)\n\n")
 	}
+	if f := rep.Fleet; f != nil && len(f.Runs) > 0 {
+		p("## Replicas (PostgreSQL)\n\nThe mixed workload (without the denial, PERMISSIVE, subprocess only) at %d sessions for %.0f s against one gateway on SQLite, one replica on PostgreSQL, and three replicas on PostgreSQL behind a round-robin client: each session's requests are spread over the three, so two in three are forwarded to the replica that owns the session. The replicas share this machine's cores, so no gain is expected; a fleet is for surviving the loss of a replica (DESIGN.md §12).\n\n", fleetSessions, f.Runs[0].Mixed.DurationS)
+		p("| setup | req/s | p50 | p95 | p99 | requests | unintended errors |\n|---|---|---|---|---|---|---|\n")
+		for _, r := range f.Runs {
+			m := r.Mixed
+			p("| %s | %.1f | %s | %s | %s | %d | %d |\n", r.Label, m.All.RPS, ms(m.All.P50), ms(m.All.P95), ms(m.All.P99), m.All.N, m.Unintended)
+		}
+		p("\n")
+		if rl := f.Release; rl != nil {
+			p("Cross-replica approval release, end to end (target p99 ≤ 100 ms): a streamed `run_code` held on one replica, approved through another's `POST /v1/approvals/{id}/decision`, timed from sending the decision to the `approval_resolved` event in the first replica's response: p50 %s, p99 %s (n=%d).\n\n", ms(rl.P50), ms(rl.P99), rl.N)
+		}
+	}
 	p("## Soak\n\n")
 	if sk == nil {
 		p("No soak recorded yet: `make soak` (10 minutes by default) runs the mixed workload and writes perf/soak.json and perf/soak.svg.\n")

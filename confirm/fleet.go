@@ -128,12 +128,16 @@ func (h *Hub) listenOnce(dsn string, connected func()) error {
 	for _, id := range ids {
 		h.release(ctx, id)
 	}
+	if err := h.resync(ctx); err != nil {
+		h.log.Warn("other replicas' pending approvals not read", "err", err)
+	}
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
 			return err
 		}
 		h.release(ctx, n.Payload)
+		h.follow(ctx, n.Payload)
 	}
 }
 

@@ -97,6 +97,10 @@ type HubOptions struct {
 	// LISTENs on for other replicas' decisions (NotifyChannel); empty
 	// disables it (one process).
 	ListenDSN string
+	// Peer, in a fleet, fetches other replicas' pending approvals (with
+	// their code) so that this hub's approvers see and decide them too;
+	// nil shows only the approvals held here.
+	Peer Peer
 }
 
 func (o HubOptions) withDefaults() HubOptions {
@@ -156,6 +160,8 @@ type Hub struct {
 	mu      sync.Mutex
 	closed  bool
 	pending map[string]*pending
+	// remote mirrors other replicas' pending approvals (HubOptions.Peer).
+	remote map[string]*mirror
 	// subs are the connections that receive events; live are all whose
 	// goroutines still run (a detached connection is live until its writer
 	// has sent the close frame and its reader has seen the end).
@@ -211,7 +217,7 @@ func NewHub(ctx context.Context, opts HubOptions) (*Hub, error) {
 	h := &Hub{
 		opts: opts, log: opts.Logger, store: st,
 		base: base, baseCancel: cancel,
-		pending: map[string]*pending{}, subs: map[*conn]struct{}{}, live: map[*conn]struct{}{}, history: recent,
+		pending: map[string]*pending{}, remote: map[string]*mirror{}, subs: map[*conn]struct{}{}, live: map[*conn]struct{}{}, history: recent,
 	}
 	h.upgrader = websocket.Upgrader{
 		HandshakeTimeout: opts.WriteTimeout,
@@ -450,6 +456,9 @@ func (h *Hub) PendingFor(who Approver) []View {
 		if who.Sees(p.view.Tenant) {
 			out = append(out, p.view)
 		}
+	}
+	for _, m := range h.remoteViewsLocked(who) {
+		out = append(out, m.view)
 	}
 	h.mu.Unlock()
 	sortViews(out)

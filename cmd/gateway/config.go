@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"time"
 
@@ -118,6 +119,12 @@ type StorageConfig struct {
 	// its pending approvals and started audit records as interrupted. A
 	// restarted replica waits out its own previous lease. Default 15s.
 	Lease time.Duration `yaml:"lease"`
+	// AdvertiseURL is where the other replicas reach this one to forward
+	// the requests of the sessions it owns (postgres), e.g.
+	// http://gw-a.internal:8080. Default: http:// and the bound listen
+	// address, with the host name in place of an unspecified host
+	// (0.0.0.0, [::]). Env SANDGATE_ADVERTISE_URL.
+	AdvertiseURL string `yaml:"advertise_url"`
 }
 
 // ApprovalConfig configures step 4.
@@ -366,6 +373,11 @@ func (c Config) Validate() error {
 		add("storage.dsn is required with storage.driver postgres (or set SANDGATE_STORAGE_DSN)")
 	case c.Storage.Driver == "sqlite" && c.Storage.DSN != "":
 		add("storage.dsn is set but storage.driver is sqlite (the database lives under data_dir)")
+	}
+	if u := c.Storage.AdvertiseURL; u != "" {
+		if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || (p.Path != "" && p.Path != "/") {
+			add("storage.advertise_url %q: want http(s)://host:port", u)
+		}
 	}
 	// Zero means the executor's default; a negative value is a mistake,
 	// not "unlimited".

@@ -132,6 +132,8 @@ func TestLoadErrors(t *testing.T) {
 		{"unknown storage driver", nil, map[string]string{"SANDGATE_STORAGE_DRIVER": "mysql"}, []string{`storage.driver "mysql"`}},
 		{"postgres without a dsn", nil, map[string]string{"SANDGATE_STORAGE_DRIVER": "postgres"}, []string{"storage.dsn is required"}},
 		{"dsn with sqlite", nil, map[string]string{"SANDGATE_STORAGE_DSN": "host=/tmp"}, []string{"storage.driver is sqlite"}},
+		{"advertise url without a scheme", nil, map[string]string{"SANDGATE_ADVERTISE_URL": "10.0.0.11:8080"}, []string{`storage.advertise_url "10.0.0.11:8080"`}},
+		{"advertise url with a path", nil, map[string]string{"SANDGATE_ADVERTISE_URL": "http://gw-a:8080/sandgate"}, []string{"storage.advertise_url"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -49,10 +49,13 @@ type gateway struct {
 	audit    audit.Database
 	hub      *confirm.Hub    // nil when auto-approve is configured
 	replicas *fleet.Registry // nil on sqlite
-	aio      *aio.Executor
-	browser  *browser.Manager
-	mcp      *mcp.Server   // nil when disabled
-	deerflow *api.DeerFlow // nil when disabled
+	router   *fleet.Router   // nil on sqlite
+	// leaveOnce: the grace after leaving the fleet is waited once.
+	leaveOnce sync.Once
+	aio       *aio.Executor
+	browser   *browser.Manager
+	mcp       *mcp.Server   // nil when disabled
+	deerflow  *api.DeerFlow // nil when disabled
 	// baseCancel ends every request context; called when the shutdown
 	// deadline passes so running executions are killed, not abandoned.
 	baseCancel context.CancelFunc
@@ -98,6 +101,9 @@ func build(ctx context.Context, cfg Config, _ func(string) string, stdout, stder
 		return nil, err
 	}
 	if err := gw.joinFleet(ctx); err != nil {
+		return nil, err
+	}
+	if gw.router, err = gw.sessionRouter(ctx); err != nil {
 		return nil, err
 	}
 	if err := gw.resolveInterrupted(ctx); err != nil {
@@ -155,11 +161,17 @@ func build(ctx context.Context, cfg Config, _ func(string) string, stdout, stder
 	if err != nil {
 		return nil, err
 	}
-	handler := api.New(api.Config{MaxBodyBytes: cfg.Limits.MaxBodyBytes}, api.Deps{
+	deps := api.Deps{
 		Manager: gw.manager, Policy: gw.policy, Audit: gw.audit, Auth: auth, Gatherer: reg, Logger: gw.log,
 		Approvals: gw.hub, Browser: gw.browser, MCP: mcpServer, Database: gw.audit, DeerFlow: gw.deerflow,
-	})
-	if err := gw.listen(handler); err != nil {
+	}
+	if gw.router != nil {
+		deps.Fleet = gw.router
+	}
+	if err := gw.listen(api.New(api.Config{MaxBodyBytes: cfg.Limits.MaxBodyBytes}, deps)); err != nil {
+		return nil, err
+	}
+	if err := gw.advertise(ctx); err != nil {
 		return nil, err
 	}
 	return gw, nil
@@ -382,7 +394,7 @@ func (gw *gateway) confirmer(ctx context.Context) (confirm.Service, error) {
 	hub, err := confirm.NewHub(ctx, confirm.HubOptions{
 		Store: gw.audit, Timeout: gw.cfg.Approval.Timeout, Logger: gw.log,
 		AllowedOrigins: gw.cfg.Approval.AllowedOrigins, Replica: replicaName(gw.cfg.Storage),
-		ListenDSN: gw.listenDSN(),
+		ListenDSN: gw.listenDSN(), Peer: gw.approvalPeer(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("approval hub: %w", err)
@@ -486,13 +498,9 @@ func (gw *gateway) listen(handler http.Handler) error {
 func (gw *gateway) Addr() string { return gw.listener.Addr().String() }
 
 func (gw *gateway) closeStores() {
-	if gw.replicas != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if err := gw.replicas.Stop(ctx); err != nil {
-			gw.log.Warn("leave the replica registry", "err", err)
-		}
-		cancel()
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	gw.leaveFleet(ctx)
+	cancel()
 	if gw.audit != nil {
 		_ = gw.audit.Close()
 	}
@@ -547,6 +555,10 @@ func (gw *gateway) shutdown() {
 	gw.log.Info("shutting down", "timeout", gw.cfg.Server.ShutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), gw.cfg.Server.ShutdownTimeout)
 	defer cancel()
+	// Leave the fleet first: the other replicas stop forwarding here and
+	// adopt this replica's sessions at their next request, while the
+	// requests already here finish.
+	gw.leaveFleet(sctx)
 	// Requests waiting for a human would hold the shutdown to its deadline:
 	// the hub resolves them as interrupted (a deny) and closes every socket.
 	if gw.hub != nil {
