@@ -98,6 +98,8 @@ func Run(t *testing.T, h Harness) {
 	t.Run("AbsoluteWorkspacePaths", s.forEachLang(s.testAbsoluteWorkspacePaths))
 	t.Run("HostFilesInvisible", s.forEachLang(s.testHostFilesInvisible))
 	t.Run("NoNetwork", s.forEachLang(s.testNoNetwork))
+	t.Run("EgressFailClosed", s.testEgressFailClosed)
+	t.Run("Egress", s.forEachLang(s.testEgress))
 	t.Run("DataStack", s.testDataStack)
 	t.Run("Fingerprint", s.forEachLang(s.testFingerprint))
 	t.Run("MemoryLimit", s.forEachLang(s.testMemoryLimit))
