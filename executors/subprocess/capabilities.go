@@ -16,6 +16,17 @@ import "github.com/sandgate/sandgate/executors"
 //     set inside the run's own user namespace (nprocScript), where the
 //     kernel counts only that run's tasks.
 //
+// Network through the egress proxy (network_grant) needs root: the
+// gateway makes the run's network namespace and its listener on
+// 127.0.0.1:3128 itself (egress_linux.go), and joining or making a
+// network namespace takes CAP_SYS_ADMIN. A gateway that is not root
+// cannot: making a user namespace needs a single-threaded process, which
+// the gateway never is, and setns(2) into the namespace bubblewrap made
+// needs CAP_SYS_ADMIN in the gateway's own user namespace too. So in
+// IsolationUserNS a run granted network is refused (the policy sees
+// network_grant false and never routes it here), never given the host's
+// network.
+//
 // IsolationNone enforces nothing; Available refuses every run then, and
 // the capabilities say so too. RootFS is the root's identity ("host", or
 // the runtime root's).
@@ -23,6 +34,7 @@ func (e *Executor) Capabilities() executors.Capabilities {
 	isolated := e.isolation == IsolationNamespaces || e.isolation == IsolationUserNS
 	return executors.Capabilities{
 		NetworkIsolation:    isolated,
+		NetworkGrant:        e.isolation == IsolationNamespaces,
 		MemoryLimit:         isolated,
 		ProcessLimit:        isolated,
 		KillDetached:        isolated,

@@ -191,6 +191,9 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 	if e.isolation == IsolationNone {
 		return executors.Result{}, e.unavailable(e.noIsolationReason, e.noIsolation)
 	}
+	if err := executors.CheckEgress(executors.KindSubprocess, e.Capabilities(), spec); err != nil {
+		return executors.Result{}, err
+	}
 	id, dir, lim := spec.RequestID, spec.WorkspaceDir, spec.Limits
 	ws, err := e.openWorkspace(dir, spec.UID, spec.GID)
 	if err != nil {
@@ -213,10 +216,12 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 		limits: e.limitsFor(spec.Language, lim),
 		dir:    dir,
 		env:    e.env(),
-		netns:  !spec.Network,
 		uid:    spec.UID,
 		gid:    spec.GID,
 		root:   e.rootFor(dir),
+	}
+	if err := e.grantNetwork(spec, &l); err != nil {
+		return executors.Result{}, err
 	}
 	timeout := spec.Timeout
 	newOut := func() *output { return e.newOutput(ws, spec) }
@@ -284,6 +289,11 @@ var errTimedOut = errors.New("run timed out")
 func (e *Executor) run(ctx context.Context, l launch, out *output, timeout time.Duration) (executors.Result, error) {
 	runCtx, cancel := context.WithTimeoutCause(ctx, timeout, errTimedOut)
 	defer cancel()
+	stopBridge, err := openBridge(ctx, &l)
+	if err != nil {
+		return executors.Result{}, err
+	}
+	defer stopBridge()
 	cmd := e.command(l)
 	cmd.Stdout, cmd.Stderr = out.Stdout(), out.Stderr()
 	// WaitDelay bounds the wait for pipes a surviving grandchild could
