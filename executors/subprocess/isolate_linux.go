@@ -74,8 +74,8 @@ type launch struct {
 	// read its environment when it started.
 	egress   executors.Egress
 	egressID string
-	uid    int  // sandbox identity of this run
-	gid    int
+	uid      int // sandbox identity of this run
+	gid      int
 	// root is the run's minimal root: built by startInRoot in namespaces
 	// mode, by bubblewrap (rootPlan.bwrapArgs) in user-namespace mode.
 	root *rootPlan
