@@ -260,6 +260,9 @@ func applyExtension(spec *jobSpec, x *runExtension) {
 		spec.hardTimeout = time.Duration(x.TimeoutMS) * time.Millisecond
 	}
 	spec.limits = x.Limits
+	if x.Egress != nil {
+		spec.env = egressEnv(spec.env, x.Egress.CA)
+	}
 }
 
 func (s *server) bashResult(sid string, j *job, maxLen int, ext bool) bashExecResult {

@@ -98,6 +98,7 @@ func serve(args []string) error {
 	fs.StringVar(&cfg.Home, "home", "", "HOME of commands (default: the workspace)")
 	fs.StringVar(&cfg.Chromium, "chromium", cfg.Chromium, "the Chromium binary started by /v1/browser/info")
 	fs.BoolVar(&cfg.Contained, "contained", false, "sandboxd owns its PID namespace: kill orphans of a killed run too")
+	egress := fs.String("egress", "", "unix:PATH of the gateway's egress proxy socket: relay 127.0.0.1:3128 to it")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -125,6 +126,9 @@ func serve(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if sock, ok := strings.CutPrefix(*egress, "unix:"); ok && sock != "" {
+		go relayEgress(ctx, sock, cfg.Log)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	cfg.Log.Info("sandboxd serving", "listen", *listen, "workspace", cfg.Workspace, "version", version)

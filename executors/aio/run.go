@@ -31,6 +31,8 @@ type runRequest struct {
 	// output is Spec.Output: with extended, sandboxd streams the run's
 	// output and each chunk is relayed to it as it arrives.
 	output func(output.Chunk)
+	// egress is the run's network grant (nil: none), sent to sandboxd.
+	egress *RunEgress
 }
 
 // errUnknownOutcome marks a run whose result the sandbox never delivered
@@ -53,6 +55,7 @@ func run(ctx context.Context, c *Client, r runRequest) (executors.Result, error)
 		Limits: &RunLimits{CPUSeconds: r.limits.CPUSeconds, MaxOpenFiles: r.limits.MaxOpenFiles,
 			MaxFileSizeMB: r.limits.MaxFileSizeMB, MemoryMB: r.limits.MemoryMB, MaxProcs: r.limits.MaxProcs},
 	}
+	ext.Egress = r.egress
 	onChunk := relay(r.output, r.limits.MaxOutputBytes)
 	if !r.extended {
 		ext, onChunk = nil, nil

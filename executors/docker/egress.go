@@ -1,23 +1,20 @@
 package docker
 
 import (
-	"archive/tar"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/moby/moby/api/types/mount"
-	"github.com/moby/moby/client"
 
 	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/executors/internal/ctrfile"
 )
 
 // egressSocketName is the proxy's socket in the egress directory.
@@ -164,17 +161,9 @@ func (e *Executor) systemBundle(ctx context.Context, id, image string) ([]byte, 
 		return b, nil
 	}
 	e.egress.mu.Unlock()
-	r, err := e.cli.CopyFromContainer(ctx, id, client.CopyFromContainerOptions{SourcePath: executors.SystemCABundle})
-	var system []byte
-	switch {
-	case err != nil && strings.Contains(strings.ToLower(err.Error()), "no such"):
-	case err != nil:
+	system, err := ctrfile.Read(ctx, e.cli, id, executors.SystemCABundle)
+	if err != nil {
 		return nil, fmt.Errorf("docker: system CA bundle: %w", err)
-	default:
-		defer r.Content.Close()
-		if system, err = firstFile(r.Content); err != nil {
-			return nil, fmt.Errorf("docker: system CA bundle: %w", err)
-		}
 	}
 	e.egress.mu.Lock()
 	if e.egress.bundles == nil {
@@ -183,20 +172,6 @@ func (e *Executor) systemBundle(ctx context.Context, id, image string) ([]byte, 
 	e.egress.bundles[image] = system
 	e.egress.mu.Unlock()
 	return system, nil
-}
-
-// firstFile is the content of the first regular file of a tar stream.
-func firstFile(r io.Reader) ([]byte, error) {
-	tr := tar.NewReader(r)
-	for {
-		h, err := tr.Next()
-		if err != nil {
-			return nil, err
-		}
-		if h.Typeflag == tar.TypeReg {
-			return io.ReadAll(io.LimitReader(tr, 16<<20))
-		}
-	}
 }
 
 // hostUDSArgs are runsc flags under which a container may connect to a
