@@ -155,8 +155,13 @@ func startFixture(t *testing.T, img string) *fixture {
 
 func (f *fixture) Kind() executors.Kind { return executors.KindAIO }
 
+// Capabilities: the fixture is sandboxd without the pool, which is what
+// bridges egress, so it grants no network (the egress cases then check
+// its refusal; TestConformancePool runs them for real).
 func (f *fixture) Capabilities() executors.Capabilities {
-	return capabilitiesFor(NetworkNone, "image:"+f.img)
+	c := capabilitiesFor(NetworkNone, "image:"+f.img)
+	c.NetworkGrant = false
+	return c
 }
 
 func (f *fixture) Available(ctx context.Context) error {
@@ -168,6 +173,9 @@ func (f *fixture) Execute(ctx context.Context, spec executors.Spec) (executors.R
 	spec, err := executors.Prologue{Kind: executors.KindAIO, UID: f.uid, GID: f.uid, Timeout: DefaultTimeout,
 		Limits: DefaultLimits}.Resolve(spec)
 	if err != nil {
+		return executors.Result{}, err
+	}
+	if err := executors.CheckEgress(executors.KindAIO, f.Capabilities(), spec); err != nil {
 		return executors.Result{}, err
 	}
 	f.mu.Lock()
