@@ -111,10 +111,11 @@ func (b *localBackend) routeEgress(slot string, se *slotEgress, c net.Conn) {
 		}
 	}
 	if only == nil || only.eg == nil || only.ctx.Err() != nil {
+		n := len(se.runs)
 		b.egress.mu.Unlock()
 		c.Close()
 		b.log.Info("aio: egress connection refused: no single run granted network on the instance",
-			"slot", slot, "active_runs", len(se.runs))
+			"slot", slot, "active_runs", n)
 		return
 	}
 	only.conns.Add(1)
