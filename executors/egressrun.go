@@ -135,3 +135,29 @@ func ServeEgress(ctx context.Context, ln net.Listener, eg Egress) (stop func()) 
 		})
 	}
 }
+
+// EgressSocketName is the proxy's Unix socket in EgressDir, for the
+// backends whose sandbox reaches the gateway through a bind-mounted
+// socket and a forwarder inside (docker, gvisor, subprocess without
+// root).
+const EgressSocketName = "proxy.sock"
+
+// EgressForwarderStart is POSIX shell text that starts the forwarder of
+// those backends in the background: socat listening on
+// 127.0.0.1:EgressPort, connecting each connection to the proxy's socket.
+// A sandbox without socat fails (exit 125) with the reason: a run granted
+// network never runs without its proxy. socat is one of the run's
+// processes and forks one per connection.
+var EgressForwarderStart = `command -v socat >/dev/null 2>&1 || { echo "sandgate: no socat in the sandbox (the egress forwarder)" >&2; exit 125; }
+socat TCP-LISTEN:` + strconv.Itoa(EgressPort) + `,bind=127.0.0.1,reuseaddr,fork UNIX-CONNECT:` + EgressDir + "/" + EgressSocketName + ` </dev/null >/dev/null 2>&1 &
+`
+
+// EgressForwarderReady is POSIX shell text that waits (at most ~10 s)
+// until the forwarder listens, its socket in /proc/net/tcp (127.0.0.1,
+// EgressPort, state LISTEN), so the program's first connection finds it.
+var EgressForwarderReady = `i=0
+until grep -q ' 0100007F:` + fmt.Sprintf("%04X", EgressPort) + ` 00000000:0000 0A ' /proc/net/tcp 2>/dev/null; do
+i=$((i+1)); [ "$i" -gt 1000 ] && { echo "sandgate: the egress forwarder did not start" >&2; exit 125; }
+sleep 0.01
+done
+`

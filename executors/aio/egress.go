@@ -32,8 +32,7 @@ import (
 //   - when the run ends, its connections are closed (its Egress's
 //     context ends) before Execute returns.
 const (
-	stateEgress      = "egress" // the egress directory (container: executors.EgressDir)
-	egressSocketName = "proxy.sock"
+	stateEgress = "egress" // the egress directory (container: executors.EgressDir)
 )
 
 // egressHub is the backend's bookkeeping of instance bridges.
@@ -62,7 +61,7 @@ type egressRun struct {
 // process is replaced) and accepts on it.
 func (b *localBackend) openEgress(h *handle) error {
 	dir := filepath.Join(h.dir, stateEgress)
-	sock := filepath.Join(dir, egressSocketName)
+	sock := filepath.Join(dir, executors.EgressSocketName)
 	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("aio: egress socket: %w", err)
 	}

@@ -413,7 +413,7 @@ func (b *localBackend) bind(ctx context.Context, h *handle, bd binding) (*Client
 		WorkingDir: workspaceMount,
 		Cmd: []string{sandboxdBinary, "serve", "--contained", "--workspace", workspaceMount,
 			"--listen", "unix:" + containerRun + "/" + socketName,
-			"--egress", "unix:" + executors.EgressDir + "/" + egressSocketName},
+			"--egress", "unix:" + executors.EgressDir + "/" + executors.EgressSocketName},
 	})
 	if err != nil {
 		return nil, engineError("exec sandboxd", err)
@@ -489,7 +489,7 @@ func (b *localBackend) destroy(ctx context.Context, h *handle) error {
 func (b *localBackend) cleanState(h *handle) {
 	for _, p := range []string{
 		filepath.Join(h.dir, stateRun, socketName), filepath.Join(h.dir, stateRun), filepath.Join(h.dir, stateWS),
-		filepath.Join(h.dir, stateEgress, egressSocketName), filepath.Join(h.dir, stateEgress, executors.EgressBundleName),
+		filepath.Join(h.dir, stateEgress, executors.EgressSocketName), filepath.Join(h.dir, stateEgress, executors.EgressBundleName),
 		filepath.Join(h.dir, stateEgress),
 		filepath.Join(h.dir, stateKey), filepath.Join(h.dir, stateSession), h.dir,
 	} {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"sync"
 
 	"github.com/moby/moby/api/types/mount"
@@ -17,32 +16,14 @@ import (
 	"github.com/sandgate/sandgate/executors/internal/ctrfile"
 )
 
-// egressSocketName is the proxy's socket in the egress directory.
-const egressSocketName = "proxy.sock"
-
 // egressScriptStart and egressScriptReady are the boot script's part of
-// the bridge for a container granted network ($2 = "egress"): start
-// socat, listening on 127.0.0.1:EgressPort inside and connecting each
-// connection to the proxy's socket in the bind-mounted egress directory;
-// then, before the program runs, wait until it listens (its listener in
-// /proc/net/tcp: 0100007F:0C38, state 0A), so the program's first
-// connection finds it. An image without socat fails the run (exit 125)
-// with the reason, never runs the program without its proxy.
+// the bridge for a container granted network ($2 = "egress"): the shared
+// forwarder (executors.EgressForwarderStart) started before the script
+// waits for its program, so a warm container has it running, and its
+// readiness check before the program runs.
 var (
-	egressScriptStart = `if [ "$2" = egress ]; then
-command -v socat >/dev/null 2>&1 || { echo "sandgate: the image has no socat (the egress forwarder)" >&2; exit 125; }
-socat TCP-LISTEN:` + strconv.Itoa(executors.EgressPort) + `,bind=127.0.0.1,reuseaddr,fork UNIX-CONNECT:` +
-		executors.EgressDir + "/" + egressSocketName + ` </dev/null >/dev/null 2>&1 &
-fi
-`
-	egressScriptReady = `if [ "$2" = egress ]; then
-i=0
-until grep -q ' 0100007F:` + fmt.Sprintf("%04X", executors.EgressPort) + ` 00000000:0000 0A ' /proc/net/tcp 2>/dev/null; do
-i=$((i+1)); [ "$i" -gt 1000 ] && { echo "sandgate: the egress forwarder did not start" >&2; exit 125; }
-sleep 0.01
-done
-fi
-`
+	egressScriptStart = "if [ \"$2\" = egress ]; then\n" + executors.EgressForwarderStart + "fi\n"
+	egressScriptReady = "if [ \"$2\" = egress ]; then\n" + executors.EgressForwarderReady + "fi\n"
 )
 
 // egressBox is one container's end of the bridge: a host directory of
@@ -71,7 +52,7 @@ func (e *Executor) newEgressBox() (*egressBox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("docker: egress dir: %w", err)
 	}
-	sock := filepath.Join(dir, egressSocketName)
+	sock := filepath.Join(dir, executors.EgressSocketName)
 	ln, err := net.Listen("unix", sock)
 	if err == nil {
 		// The container's uid connects; under gVisor its sentry does.

@@ -9,8 +9,8 @@ import (
 // TestCapabilitiesFollowIsolation: what the executor claims is what its
 // mode enforces: everything with namespaces or user namespaces, nothing
 // without (where it is unavailable anyway); network through the egress
-// bridge only with namespaces (the gateway makes the run's network
-// namespace, which needs root).
+// bridge with namespaces, and with user namespaces when the root has
+// socat (the forwarder).
 func TestCapabilitiesFollowIsolation(t *testing.T) {
 	e := newTestExecutor(t)
 	c := e.Capabilities()
@@ -19,7 +19,7 @@ func TestCapabilitiesFollowIsolation(t *testing.T) {
 		t.Errorf("isolation %q: Capabilities %+v, Check = %v", e.Isolation(), c, err)
 	}
 	if c.RootFS != e.RootID() || c.RootFS == "" || c.Isolation != string(e.Isolation()) ||
-		c.NetworkGrant != (e.Isolation() == IsolationNamespaces) || c.RequiresSession {
+		c.NetworkGrant != (e.Isolation() == IsolationNamespaces || e.forwarder) || c.RequiresSession {
 		t.Errorf("Capabilities = %+v", c)
 	}
 	e.isolation = IsolationNone

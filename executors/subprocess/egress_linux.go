@@ -26,10 +26,56 @@ import (
 // one. The listener is a socket of the namespace, accepted from anywhere
 // in the gateway; nothing else of the namespace reaches the host: a run
 // connecting to any other address or port finds nothing.
+//
+// A gateway that is not root (IsolationUserNS) can neither make nor join
+// a network namespace, so there the bridge is a socket instead: the
+// listener is a Unix socket in a directory of the run's own, bound at
+// executors.EgressDir into the run's root, and bubblewrap's network
+// namespace (lo up, nothing else) gets the shared forwarder
+// (executors.EgressForwarderStart: socat in the run's root) on
+// 127.0.0.1:3128, started and waited for before the program (nprocScript).
 type netBridge struct {
-	ns   *os.File // the namespace, held open for launches to join
+	ns   *os.File // IsolationNamespaces: the namespace, held open for launches to join
+	dir  string   // IsolationUserNS: the socket's directory, bound at executors.EgressDir
 	ln   net.Listener
 	once sync.Once
+}
+
+// newBridge makes a launch's bridge for the executor's isolation. caDir
+// is the directory of the run's CA bundle (grantNetwork), "" for none:
+// a socket bridge's directory, which the run sees instead, gets the
+// bundle too.
+func (e *Executor) newBridge(caDir string) (*netBridge, error) {
+	if e.isolation == IsolationNamespaces {
+		return newNetBridge()
+	}
+	return e.newSocketBridge(caDir)
+}
+
+// newSocketBridge makes a socket bridge's directory (the gateway's own,
+// 0700: in a user namespace the run's uid is the gateway's on the host)
+// and its listener.
+func (e *Executor) newSocketBridge(caDir string) (*netBridge, error) {
+	parent := filepath.Join(e.runDir, "egress")
+	if err := os.MkdirAll(parent, 0o711); err != nil {
+		return nil, fmt.Errorf("egress bridge: %w", err)
+	}
+	dir, err := os.MkdirTemp(parent, "run-")
+	if err != nil {
+		return nil, fmt.Errorf("egress bridge: %w", err)
+	}
+	b := &netBridge{dir: dir}
+	if caDir != "" {
+		if err := os.Link(filepath.Join(caDir, executors.EgressBundleName), filepath.Join(dir, executors.EgressBundleName)); err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("egress bridge: %w", err)
+		}
+	}
+	if b.ln, err = net.Listen("unix", filepath.Join(dir, executors.EgressSocketName)); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("egress bridge: listen: %w", err)
+	}
+	return b, nil
 }
 
 // newNetBridge makes the namespace on a thread of its own: unshare(2)
@@ -104,7 +150,12 @@ func (b *netBridge) serve(ctx context.Context, eg executors.Egress) (stop func()
 func (b *netBridge) close() {
 	b.once.Do(func() {
 		_ = b.ln.Close()
-		_ = b.ns.Close()
+		if b.ns != nil {
+			_ = b.ns.Close()
+		}
+		if b.dir != "" {
+			_ = os.RemoveAll(b.dir)
+		}
 	})
 }
 
@@ -122,7 +173,7 @@ func joinNetNS(fd int) error {
 
 // fd is the namespace's descriptor, or -1 for no bridge.
 func (b *netBridge) fd() int {
-	if b == nil {
+	if b == nil || b.ns == nil {
 		return -1
 	}
 	return int(b.ns.Fd())
@@ -197,14 +248,22 @@ func (e *Executor) grantNetwork(spec executors.Spec, l *launch) error {
 
 // openBridge makes l's bridge when l is granted network and serves the
 // run's connections on it until stop; without network it does nothing.
-func openBridge(ctx context.Context, l *launch) (stop func(), err error) {
+func (e *Executor) openBridge(ctx context.Context, l *launch) (stop func(), err error) {
 	if l.egress == nil {
 		return func() {}, nil
 	}
-	b, err := newNetBridge()
+	b, err := e.newBridge(l.caDir())
 	if err != nil {
 		return nil, fmt.Errorf("subprocess: %w", err)
 	}
 	l.bridge = b
 	return b.serve(ctx, l.egress), nil
+}
+
+// caDir is the directory of l's CA bundle, "" when it has none.
+func (l *launch) caDir() string {
+	if l.root == nil {
+		return ""
+	}
+	return l.root.egress
 }

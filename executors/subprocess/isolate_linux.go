@@ -51,8 +51,12 @@ exec "$@"`
 
 // nprocScript runs inside the user namespace, before the interpreter: it
 // sets RLIMIT_NPROC ($1) and replaces itself with argv.
-const nprocScript = `ulimit -p "$1" 2>/dev/null || ulimit -u "$1" || exit 125
-shift
+// With "egress" as $2 (a run granted network, IsolationUserNS), it
+// starts the egress forwarder and waits until it listens first.
+var nprocScript = `ulimit -p "$1" 2>/dev/null || ulimit -u "$1" || exit 125
+if [ "$2" = egress ]; then
+` + executors.EgressForwarderStart + executors.EgressForwarderReady + `fi
+shift 2
 exec "$@"`
 
 // initArg0 names the init step in ps output and lets the probe recognise it.

@@ -39,6 +39,9 @@ type Executor struct {
 	zygotes  *zygotePool // nil without namespaces, or when disabled
 	nodeBoot nodeBoot    // the node preload's directory
 	envTool  string      // env(1), for the bash hand-off; "" disables warm bash
+	// forwarder: the root has socat, the egress forwarder a run granted
+	// network needs without root (egress_linux.go).
+	forwarder bool
 }
 
 // Interface guards.
@@ -86,6 +89,9 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 		e.log.Warn("descriptors the gateway inherited are now close-on-exec, so runs do not inherit them", "fds", fds)
 	}
 	e.chooseIsolation(ctx)
+	if _, err := e.lookPath("socat", DefaultToolPATH); err == nil {
+		e.forwarder = true
+	}
 	if !cfg.DisableWarm {
 		e.warm = newWarmPool(e)
 		e.nodeBoot.parent = cfg.WarmDir
@@ -289,7 +295,7 @@ var errTimedOut = errors.New("run timed out")
 func (e *Executor) run(ctx context.Context, l launch, out *output, timeout time.Duration) (executors.Result, error) {
 	runCtx, cancel := context.WithTimeoutCause(ctx, timeout, errTimedOut)
 	defer cancel()
-	stopBridge, err := openBridge(ctx, &l)
+	stopBridge, err := e.openBridge(ctx, &l)
 	if err != nil {
 		return executors.Result{}, err
 	}

@@ -725,7 +725,7 @@ func (e *Executor) spawnWarm(ws *warmSpec, session string) (*warmProc, error) {
 	l.argv = argv
 	l.egress = nil // the run it is handed to brings its own
 	if ws.key.egress != "" {
-		b, err := newNetBridge()
+		b, err := e.newBridge(l.caDir())
 		if err != nil {
 			return nil, err
 		}

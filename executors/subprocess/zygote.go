@@ -145,7 +145,7 @@ func (e *Executor) runInZygote(ctx context.Context, z *zygote, rel string, l lau
 		keep := !closed(z.gone) && (err != nil || limit < zygoteReadyTimeout)
 		return executors.Result{}, err != nil, keep, err
 	}
-	stopBridge, err := openBridge(ctx, &l)
+	stopBridge, err := e.openBridge(ctx, &l)
 	if err != nil {
 		return executors.Result{}, true, true, err
 	}
