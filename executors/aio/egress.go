@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/executors/internal/ctrfile"
+	"github.com/sandgate/sandgate/executors/internal/unixsock"
 )
 
 // The egress bridge of an instance (DESIGN.md §9). The container keeps
@@ -65,7 +66,7 @@ func (b *localBackend) openEgress(h *handle) error {
 	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("aio: egress socket: %w", err)
 	}
-	ln, err := net.Listen("unix", sock)
+	ln, err := unixsock.Listen(dir, executors.EgressSocketName)
 	if err != nil {
 		return fmt.Errorf("aio: egress socket: %w", err)
 	}

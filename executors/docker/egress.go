@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/executors/internal/ctrfile"
+	"github.com/sandgate/sandgate/executors/internal/unixsock"
 )
 
 // egressScriptStart and egressScriptReady are the boot script's part of
@@ -53,7 +54,7 @@ func (e *Executor) newEgressBox() (*egressBox, error) {
 		return nil, fmt.Errorf("docker: egress dir: %w", err)
 	}
 	sock := filepath.Join(dir, executors.EgressSocketName)
-	ln, err := net.Listen("unix", sock)
+	ln, err := unixsock.Listen(dir, executors.EgressSocketName)
 	if err == nil {
 		// The container's uid connects; under gVisor its sentry does.
 		err = errors.Join(os.Chmod(dir, 0o755), os.Chmod(sock, 0o666))

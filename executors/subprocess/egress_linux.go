@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/executors/internal/unixsock"
 )
 
 // netBridge is the network namespace of one run granted network: only
@@ -71,7 +72,7 @@ func (e *Executor) newSocketBridge(caDir string) (*netBridge, error) {
 			return nil, fmt.Errorf("egress bridge: %w", err)
 		}
 	}
-	if b.ln, err = net.Listen("unix", filepath.Join(dir, executors.EgressSocketName)); err != nil {
+	if b.ln, err = unixsock.Listen(dir, executors.EgressSocketName); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("egress bridge: listen: %w", err)
 	}
