@@ -11,7 +11,9 @@
 //	}
 //
 // The suite only uses loopback and the workspace; it never reaches the
-// network. Sub-tests do not run in parallel: one of them changes the test
+// network. The egress cases (egress.go) grant runs network through a
+// TestProxy (proxy.go), a small real HTTP proxy that dials only test
+// servers on 127.0.0.1; a backend without network_grant must refuse them. Sub-tests do not run in parallel: one of them changes the test
 // process's environment (t.Setenv) to prove it is not inherited.
 package executortest
 
