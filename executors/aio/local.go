@@ -490,6 +490,7 @@ func (b *localBackend) cleanState(h *handle) {
 	for _, p := range []string{
 		filepath.Join(h.dir, stateRun, socketName), filepath.Join(h.dir, stateRun), filepath.Join(h.dir, stateWS),
 		filepath.Join(h.dir, stateEgress, executors.EgressSocketName), filepath.Join(h.dir, stateEgress, executors.EgressBundleName),
+		filepath.Join(h.dir, stateEgress, executors.EgressBundleName+".new"),
 		filepath.Join(h.dir, stateEgress),
 		filepath.Join(h.dir, stateKey), filepath.Join(h.dir, stateSession), h.dir,
 	} {
