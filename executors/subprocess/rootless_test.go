@@ -48,19 +48,6 @@ func TestRootlessConformance(t *testing.T) {
 	if err := os.Chmod(tmp, 0o1777); err != nil {
 		t.Fatal(err)
 	}
-	// The child runs in tmp: the Fingerprint case finds its golden files
-	// in ./testdata there (the package's directory may not be reachable
-	// by the unprivileged user).
-	golden, err := filepath.Glob(filepath.Join("..", "executortest", "testdata", "fingerprint.*.golden"))
-	if err != nil || len(golden) == 0 {
-		t.Fatalf("fingerprint golden files: %v", err)
-	}
-	if err := os.Mkdir(filepath.Join(tmp, "testdata"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, g := range golden {
-		copyFile(t, g, filepath.Join(tmp, "testdata", filepath.Base(g)))
-	}
 	cmd := exec.CommandContext(t.Context(), "setpriv", "--reuid", rootlessUser, "--regid", rootlessUser,
 		"--clear-groups", "--", bin, "-test.run", "^TestConformance$", "-test.v", "-test.count=1")
 	cmd.Dir = tmp
