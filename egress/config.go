@@ -47,6 +47,11 @@ type Config struct {
 	// UpstreamRoots verifies upstream servers of intercepted hosts; nil
 	// means the system roots. Tests add their server's certificate.
 	UpstreamRoots *x509.CertPool
+	// TLSPorts are the CONNECT ports that must carry TLS whose ClientHello
+	// names the CONNECT host; default 443. Other ports are tunnelled as
+	// they come (a rule must allow them first: the default port list is
+	// 80 and 443).
+	TLSPorts []int
 	// GatewayAddresses are the host's own addresses, refused unless a rule
 	// names them; nil means the addresses of every interface.
 	GatewayAddresses []netip.Addr
@@ -104,6 +109,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ApprovalTimeout <= 0 {
 		c.ApprovalTimeout = DefaultApprovalTimeout
+	}
+	if c.TLSPorts == nil {
+		c.TLSPorts = []int{443}
 	}
 	if c.MaxTunnelsPerSession <= 0 {
 		c.MaxTunnelsPerSession = DefaultMaxTunnels

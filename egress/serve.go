@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -91,7 +92,7 @@ func (h *Handle) ServeConn(ctx context.Context, conn net.Conn) {
 	h.finish(rec)
 }
 
-// serveConnect answers 200 and carries the tunnel. On 443 the ClientHello
+// serveConnect answers 200 and carries the tunnel. On a TLS port (443) the ClientHello
 // is read first and its server name must be the CONNECT host; a host with
 // a bound credential is intercepted instead.
 func (h *Handle) serveConnect(ctx context.Context, conn net.Conn, br *bufio.Reader, up net.Conn, t target, rec *connRecord) {
@@ -102,7 +103,7 @@ func (h *Handle) serveConnect(ctx context.Context, conn net.Conn, br *bufio.Read
 		h.intercept(ctx, conn, br, up, t, cred, rec)
 		return
 	}
-	if t.port == 443 {
+	if slices.Contains(h.s.cfg.TLSPorts, t.port) {
 		sni, hello, err := peekClientHello(br)
 		if err != nil || !sniMatches(sni, t.host) {
 			msg := "the TLS server name " + quoteOrNone(sni) + " is not the CONNECT host " + t.host

@@ -15,7 +15,7 @@
 #   default (config.egress.default_action). Independent of the rules, a
 #   host that resolves into a blocked range (loopback, private, CGNAT,
 #   link-local, metadata, the gateway's own addresses) is denied unless
-#   the allow rule that matched names that range; a port outside
+#   an allow or require_approval rule that matched names that range; a port outside
 #   config.egress.ports likewise needs a rule that names it.
 # scope: package
 # schemas:
@@ -112,11 +112,14 @@ blocked_ips contains ip if {
 	ip in input.gateway_addresses
 }
 
-# An allow rule that names the host exactly (no glob, no preset) and a
-# range containing the address exempts it: an administrator who wrote
-# {"hosts": ["db.internal"], "cidrs": ["10.1.2.0/24"]} meant it.
+# An allow (or require_approval) rule that names the host exactly (no
+# glob, no preset) and a range containing the address exempts it: an
+# administrator who wrote {"hosts": ["db.internal"], "cidrs":
+# ["10.1.2.0/24"]} meant it. A deny rule never exempts anything.
+naming_rules := [rule | some rule in config.egress.rules; rule.action in {"allow", "require_approval"}; applies(rule)]
+
 exempt(ip) if {
-	some rule in allow_rules
+	some rule in naming_rules
 	lower(input.host) in {lower(h) | some h in object.get(rule, "hosts", [])}
 	some cidr in object.get(rule, "cidrs", [])
 	net.cidr_contains(cidr, ip)

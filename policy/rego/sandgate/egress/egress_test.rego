@@ -74,3 +74,10 @@ test_unresolved_is_denied if {
 	d := egress.decision with input as conn("STRICT", "nowhere.test", 443, []) with data.sandgate.config.egress.rules as rules
 	d.rule == "egress.unresolved"
 }
+
+test_an_approval_rule_naming_the_host_exempts_its_range if {
+	rules := [{"name": "ask", "action": "require_approval", "hosts": ["ask.test"], "cidrs": ["127.0.0.1/32"]}]
+	d := egress.decision with input as conn("STRICT", "ask.test", 443, ["127.0.0.1"]) with data.sandgate.config.egress.rules as rules
+	d.action == "require_approval"
+	d.rule == "ask"
+}
