@@ -79,6 +79,9 @@ func New(cfg Config, deps Deps) (*Service, error) {
 // is decided and audited as b's.
 func (s *Service) Handle(b Binding) *Handle { return &Handle{s: s, b: b} }
 
+// ForRun is Handle as the manager asks for it (manager.EgressService).
+func (s *Service) ForRun(b Binding) executors.Egress { return s.Handle(b) }
+
 // CACertPEM is the gateway CA's certificate, or nil when no host is
 // intercepted.
 func (s *Service) CACertPEM() []byte {
