@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"syscall"
 )
 
@@ -77,4 +78,24 @@ func addrStrings(as []netip.Addr) []string {
 		out[i] = a.String()
 	}
 	return out
+}
+
+// StaticResolver answers the names in hosts from the map (lower case, no
+// trailing dot) and asks next for every other name: an administrator's
+// pinned addresses, and the way tests map their host names to loopback
+// services.
+func StaticResolver(hosts map[string][]netip.Addr, next Resolver) Resolver {
+	return staticResolver{hosts: hosts, next: next}
+}
+
+type staticResolver struct {
+	hosts map[string][]netip.Addr
+	next  Resolver
+}
+
+func (r staticResolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	if as, ok := r.hosts[strings.TrimSuffix(strings.ToLower(host), ".")]; ok {
+		return as, nil
+	}
+	return r.next.LookupNetIP(ctx, network, host)
 }
