@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log"
 	"math/big"
 	"net"
 	"net/http"
@@ -72,7 +73,9 @@ func startEgressBench(ctx context.Context) (*egressBench, error) {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", strconv.Itoa(len(payload)))
 		_, _ = w.Write(payload)
-	}), TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}}
+	}), TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}},
+		// The setup side hangs up before TLS on purpose.
+		ErrorLog: log.New(io.Discard, "", 0)}
 	go func() { _ = srv.ServeTLS(srvLn, "", "") }()
 	port := srvLn.Addr().(*net.TCPAddr).Port
 	fsys, err := egressPolicyFS(port)

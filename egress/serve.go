@@ -76,6 +76,8 @@ func (h *Handle) ServeConn(ctx context.Context, conn net.Conn) {
 		h.finish(rec)
 		return
 	}
+	// countingConn counts what the handshake and request paths move;
+	// pipe counts the tunnel's bytes itself.
 	counted := countingConn{Conn: upConn, read: &rec.down, written: &rec.up}
 	var asConn net.Conn = counted
 	up.Store(&asConn)
@@ -84,7 +86,7 @@ func (h *Handle) ServeConn(ctx context.Context, conn net.Conn) {
 	}
 	rec.allowed(v.rule, netip.AddrPortFrom(v.addr, uint16(t.port)).String())
 	if t.scheme == schemeHTTPS {
-		h.serveConnect(tctx, conn, br, counted, t, rec)
+		h.serveConnect(tctx, conn, br, counted, upConn, t, rec)
 	} else {
 		h.servePlain(conn, req, counted, t)
 	}
@@ -95,7 +97,7 @@ func (h *Handle) ServeConn(ctx context.Context, conn net.Conn) {
 // serveConnect answers 200 and carries the tunnel. On a TLS port (443) the ClientHello
 // is read first and its server name must be the CONNECT host; a host with
 // a bound credential is intercepted instead.
-func (h *Handle) serveConnect(ctx context.Context, conn net.Conn, br *bufio.Reader, up net.Conn, t target, rec *connRecord) {
+func (h *Handle) serveConnect(ctx context.Context, conn net.Conn, br *bufio.Reader, up, bareUp net.Conn, t target, rec *connRecord) {
 	if _, err := io.WriteString(conn, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		return
 	}
@@ -118,7 +120,7 @@ func (h *Handle) serveConnect(ctx context.Context, conn net.Conn, br *bufio.Read
 		}
 	}
 	_ = conn.SetDeadline(time.Time{})
-	pipe(conn, br, up)
+	pipe(conn, br, bareUp, rec)
 }
 
 // servePlain forwards one absolute-form request in origin form and its

@@ -1,10 +1,10 @@
 package egress
 
 import (
+	"bufio"
 	"context"
 	"io"
 	"net"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -104,21 +104,36 @@ func (c countingConn) Write(p []byte) (int, error) {
 	return n, err
 }
 
-var copyBufs = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
-
 // pipe moves bytes both ways until the server is done (or one copy
 // fails): then the whole tunnel ends. A client that half-closes passes
 // its end of stream on to the server and keeps reading the answer. The
 // client's connection is left open (its reads stopped by a deadline) so
 // the caller writes the audit record before the client sees the end.
-func pipe(client net.Conn, clientR io.Reader, up net.Conn) {
+//
+// The copies are between the bare connections, so that the kernel moves
+// the bytes (splice(2) between TCP and Unix sockets) and the proxy costs
+// little more than a second hop; what the client sent ahead is flushed
+// from its buffer first. io.Copy's counts, partial ones included, go to
+// the record.
+func pipe(client net.Conn, clientR *bufio.Reader, up net.Conn, rec *connRecord) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		copyBuf(up, clientR)
+		if n := clientR.Buffered(); n > 0 {
+			ahead, _ := clientR.Peek(n)
+			w, err := up.Write(ahead)
+			rec.up.Add(int64(w))
+			if err != nil {
+				return
+			}
+			_, _ = clientR.Discard(n)
+		}
+		n, _ := io.Copy(up, client)
+		rec.up.Add(n)
 		closeWrite(up)
 	}()
-	copyBuf(client, up)
+	n, _ := io.Copy(client, up)
+	rec.down.Add(n)
 	_ = up.Close()
 	_ = client.SetReadDeadline(aLongTimeAgo)
 	<-done
@@ -126,17 +141,6 @@ func pipe(client net.Conn, clientR io.Reader, up net.Conn) {
 
 // aLongTimeAgo is a deadline that has passed: it wakes a blocked read.
 var aLongTimeAgo = time.Unix(1, 0)
-
-func copyBuf(dst io.Writer, src io.Reader) {
-	bp := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(bp)
-	_, _ = io.CopyBuffer(writerOnly{dst}, readerOnly{src}, *bp)
-}
-
-// writerOnly and readerOnly hide ReadFrom/WriteTo so CopyBuffer uses the
-// pooled buffer and the counting wrappers see every byte.
-type writerOnly struct{ io.Writer }
-type readerOnly struct{ io.Reader }
 
 func closeWrite(c net.Conn) {
 	type closeWriter interface{ CloseWrite() error }
