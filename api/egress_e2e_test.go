@@ -442,6 +442,16 @@ func testEgressAcceptance(t *testing.T, kind string, exec executors.Executor) {
 		t.Errorf("session s2 after a denial:\n%s", out)
 	}
 
+	// The approval page's view of a session's connections.
+	r := e.env().do("GET", "/v1/approvals/connections?tenant=a&session_id=s2", approverTok, nil)
+	if conns, _ := r.body["connections"].([]any); r.status != 200 || len(conns) != 1 ||
+		conns[0].(map[string]any)["host"] != e2eAsk || conns[0].(map[string]any)["rule"] != "approval_denied" {
+		t.Errorf("connections of s2: %d %s", r.status, r.raw)
+	}
+	if r := e.env().do("GET", "/v1/approvals/connections?tenant=a&session_id=s2", agentTok, nil); r.status != 403 {
+		t.Errorf("an agent read the connections: %d", r.status)
+	}
+
 	// Every connection above has its audit record.
 	wantRecords := map[string][]string{
 		"s1": {e2ePlain + " allow", e2eDenied + " deny", e2ePlain + " allow", e2eFlip + " allow", e2eFlip + " deny",

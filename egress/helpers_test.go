@@ -25,6 +25,8 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/confirm"
 	"github.com/sandgate/sandgate/policy"
@@ -172,6 +174,7 @@ type harness struct {
 	res   *testResolver
 	pki   *testPKI
 	svc   *Service
+	met   *Metrics
 	cfg   Config
 	creds []Credential
 }
@@ -203,7 +206,8 @@ func newHarness(t testing.TB, rules []rule, opts ...option) *harness {
 		_ = h.hub.Close(context.Background())
 		_ = h.db.Close()
 	})
-	if h.svc, err = New(h.cfg, Deps{Policy: h.eng, Confirm: h.hub, Audit: h.db, Resolver: h.res}); err != nil {
+	h.met = NewMetrics(prometheus.NewRegistry())
+	if h.svc, err = New(h.cfg, Deps{Policy: h.eng, Confirm: h.hub, Audit: h.db, Resolver: h.res, Metrics: h.met}); err != nil {
 		t.Fatal(err)
 	}
 	h.eng.OnReload(func(string) { h.svc.Reloaded(context.Background()) })

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/confirm"
 )
@@ -107,6 +109,10 @@ func TestDecisions(t *testing.T) {
 	}
 	if n := u.hits.Load(); n != 2 {
 		t.Errorf("upstreams served %d requests, want 2 (only the allowed ones)", n)
+	}
+	allowed, denied := testutil.ToFloat64(h.met.conns.WithLabelValues("allow", "ok")), testutil.ToFloat64(h.met.conns.WithLabelValues("deny", "denied"))
+	if allowed != 2 || denied != 4 || testutil.ToFloat64(h.met.bytes.WithLabelValues("down")) == 0 {
+		t.Errorf("metrics: %v allowed, %v denied, want 2 and 4 with bytes counted", allowed, denied)
 	}
 }
 
