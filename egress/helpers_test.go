@@ -166,17 +166,16 @@ func portOf(t testing.TB, srv *httptest.Server) int {
 // harness is one proxy service with a real policy engine, a real approval
 // hub and a real audit database.
 type harness struct {
-	t     testing.TB
-	fsys  fstest.MapFS
-	eng   *policy.Engine
-	db    *audit.SQLite
-	hub   *confirm.Hub
-	res   *testResolver
-	pki   *testPKI
-	svc   *Service
-	met   *Metrics
-	cfg   Config
-	creds []Credential
+	t    testing.TB
+	fsys fstest.MapFS
+	eng  *policy.Engine
+	db   *audit.SQLite
+	hub  *confirm.Hub
+	res  *testResolver
+	pki  *testPKI
+	svc  *Service
+	met  *Metrics
+	cfg  Config
 }
 
 type option func(*harness)
