@@ -478,6 +478,7 @@ func testEgressAcceptance(t *testing.T, kind string, exec executors.Executor) {
 }
 
 func TestEgressAcceptanceSubprocess(t *testing.T) {
+	t.Parallel() // each has its own gateway, servers and resolver
 	requireRoot(t)
 	sp, err := subprocess.New(context.Background(), subprocess.Config{RootDir: os.Getenv("SANDGATE_RUNTIME_ROOT")})
 	if err != nil {
@@ -490,10 +491,12 @@ func TestEgressAcceptanceSubprocess(t *testing.T) {
 }
 
 func TestEgressAcceptanceDocker(t *testing.T) {
+	t.Parallel() // each has its own gateway, servers and resolver
 	testEgressAcceptance(t, "docker", newDockerExecutor(t))
 }
 
 func TestEgressAcceptanceAIO(t *testing.T) {
+	t.Parallel() // each has its own gateway, servers and resolver
 	testEgressAcceptance(t, "aio", newAIOExecutor(t))
 }
 
@@ -502,6 +505,7 @@ func TestEgressAcceptanceAIO(t *testing.T) {
 // so). SANDGATE_REQUIRE_GVISOR=1 (make test) makes a missing runsc a
 // failure.
 func TestEgressAcceptanceGVisor(t *testing.T) {
+	t.Parallel() // each has its own gateway, servers and resolver
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	g, err := gvisor.New(t.Context(), docker.Config{Instance: "api-egress-" + hex.EncodeToString(b[:])})
