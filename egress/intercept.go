@@ -70,7 +70,7 @@ func (h *Handle) relayRequests(client, server net.Conn, t target, cred Credentia
 		if err := req.Write(server); err != nil {
 			return
 		}
-		resp, err := http.ReadResponse(sr, req)
+		resp, err := readFinalResponse(sr, req, client)
 		if err != nil {
 			return
 		}
@@ -78,6 +78,23 @@ func (h *Handle) relayRequests(client, server net.Conn, t target, cred Credentia
 		resp.Body.Close()
 		if werr != nil || resp.Close || req.Close {
 			return
+		}
+	}
+}
+
+// readFinalResponse passes interim responses (100 Continue, 103 Early
+// Hints) on to the client and returns the final one.
+func readFinalResponse(sr *bufio.Reader, req *http.Request, client io.Writer) (*http.Response, error) {
+	for {
+		resp, err := http.ReadResponse(sr, req)
+		if err != nil {
+			return nil, err
+		}
+		if resp.StatusCode < 100 || resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+			return resp, nil
+		}
+		if err := resp.Write(client); err != nil {
+			return nil, err
 		}
 	}
 }

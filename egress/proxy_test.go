@@ -431,6 +431,7 @@ func TestMalformedRequests(t *testing.T) {
 		"GET /relative HTTP/1.1\r\nHost: x\r\n\r\n",
 		"CONNECT nohostport HTTP/1.1\r\n\r\n",
 		"GET https://api.test/ HTTP/1.1\r\nHost: api.test\r\n\r\n",
+		"CONNECT api.test:80 HTTP/1.1\r\nHost: api.test:80\r\n\r\n",
 	} {
 		c, err := net.Dial("tcp", proxy)
 		if err != nil {
@@ -443,5 +444,29 @@ func TestMalformedRequests(t *testing.T) {
 			t.Errorf("%q: %v %v, want 400", raw, resp, err)
 		}
 	}
-	h.records("bad", 3)
+	h.records("bad", 4)
+}
+
+// TestWaitingConnectionsCountTowardTheCap: a session cannot flood the
+// approvers; a connection waiting for a person holds its slot.
+func TestWaitingConnectionsCountTowardTheCap(t *testing.T) {
+	t.Parallel()
+	h, u := setup(t, func(u *upstreams) []rule {
+		return []rule{loopbackRule("ask", "require_approval", []int{u.tPort}, "ask.test")}
+	}, withConfig(func(c *Config) { c.MaxTunnelsPerSession = 1 }))
+	proxy := h.listen(binding("team-a", "flood"))
+	target := hostPort("ask.test", u.tPort)
+	first := make(chan error, 1)
+	go func() { _, _, err := h.get(proxy, "https://"+target+"/"); first <- err }()
+	v := h.pendingFor("flood", target)
+	if _, resp := connect(t, proxy, target); resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("a second connection while one waits: %s, want 429", resp.Status)
+	}
+	if n := len(h.hub.Pending()); n != 1 {
+		t.Errorf("%d approvals pending, want 1", n)
+	}
+	h.decide(v.ID, "approve", confirm.ScopeOnce)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
 }

@@ -56,6 +56,12 @@ func readProxyRequest(br *bufio.Reader) (*http.Request, target, error) {
 	if req.Method == http.MethodConnect {
 		t, err := parseAuthority(req.RequestURI, 0)
 		t.scheme = schemeHTTPS
+		if err == nil && t.port == 80 {
+			// Port 80 carries plain HTTP, whose Host header the proxy
+			// checks only on a plain request; clients send http:// URLs
+			// that way, not through CONNECT.
+			return nil, t, badf("CONNECT to port 80 is refused: send http:// requests to the proxy as plain requests")
+		}
 		return req, t, err
 	}
 	if req.URL.Scheme != schemeHTTP || req.URL.Host == "" {

@@ -39,17 +39,12 @@ func (h *Handle) ServeConn(ctx context.Context, conn net.Conn) {
 		return
 	}
 	rec.t = t
-	_ = conn.SetDeadline(time.Time{}) // the approval wait has its own bound
-	v := h.decide(ctx, t, rec)
-	if !v.allowed {
-		rec.refused(v.rule, v.msg)
-		writeRefusal(conn, v.status, v.rule, v.msg)
-		h.finish(rec)
-		return
-	}
+	// The session's slot is taken before the decision, so the cap also
+	// bounds the connections waiting for a person (each one an approval
+	// on the page).
 	tctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	tun := &tunnel{session: h.b.SessionKey, in: v.in, human: v.human, rec: rec, cancel: cancel}
+	tun := &tunnel{session: h.b.SessionKey, rec: rec, cancel: cancel}
 	if !h.s.open(tun) {
 		msg := "the session has too many open connections"
 		rec.refused(ruleTunnelCap, msg)
@@ -58,6 +53,15 @@ func (h *Handle) ServeConn(ctx context.Context, conn net.Conn) {
 		return
 	}
 	defer h.s.release(tun)
+	_ = conn.SetDeadline(time.Time{}) // the approval wait has its own bound
+	v := h.decide(ctx, t, rec)
+	if !v.allowed {
+		rec.refused(v.rule, v.msg)
+		writeRefusal(conn, v.status, v.rule, v.msg)
+		h.finish(rec)
+		return
+	}
+	h.s.decided(tun, v.in, v.human)
 	// The run's end or a reload that forbids the tunnel closes both sides.
 	var up atomic.Pointer[net.Conn]
 	stop := context.AfterFunc(tctx, func() {
@@ -134,7 +138,7 @@ func (h *Handle) servePlain(conn net.Conn, req *http.Request, up net.Conn, t tar
 	if err := req.Write(up); err != nil {
 		return
 	}
-	resp, err := http.ReadResponse(bufio.NewReader(up), req)
+	resp, err := readFinalResponse(bufio.NewReader(up), req, conn)
 	if err != nil {
 		writeRefusal(conn, http.StatusBadGateway, ruleDial, "the server at "+t.String()+" did not answer")
 		return

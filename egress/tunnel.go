@@ -15,10 +15,20 @@ import (
 // caps can count it and a policy reload can re-decide it.
 type tunnel struct {
 	session string
-	in      policy.EgressInput
-	human   bool
 	rec     *connRecord
 	cancel  context.CancelFunc
+	// Set by decided, under Service.mu: a tunnel not yet decided is not
+	// re-decided by a reload (its own decision is still to come).
+	ok    bool
+	in    policy.EgressInput
+	human bool
+}
+
+// decided records what allowed tun, for reloads to re-decide.
+func (s *Service) decided(tun *tunnel, in policy.EgressInput, human bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	tun.ok, tun.in, tun.human = true, in, human
 }
 
 // open registers a tunnel of session, or reports that the session is at
@@ -66,10 +76,12 @@ func (s *Service) OpenTunnels(sessionKey string) int {
 // too. Register it with policy.Engine.OnReload.
 func (s *Service) Reloaded(ctx context.Context) {
 	s.mu.Lock()
-	var all []*tunnel
+	var all []tunnel
 	for _, set := range s.tunnels {
 		for t := range set {
-			all = append(all, t)
+			if t.ok {
+				all = append(all, *t)
+			}
 		}
 	}
 	s.mu.Unlock()
