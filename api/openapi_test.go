@@ -403,6 +403,7 @@ func TestOpenAPIResponses(t *testing.T) {
 	e.do("POST", "/v1/approvals/"+v.ID+"/decision", approverTok, map[string]any{"decision": "deny"}) // 409
 	call.wait(t)
 	e.do("GET", "/v1/approvals?status=resolved", approverTok, nil)
+	e.do("GET", "/v1/approvals/connections?session_id=s2", approverTok, nil)
 	e.do("GET", "/v1/fleet/approvals/"+v.ID, approverTok, nil) // 404: not a signed peer request
 	ws, _, err := e.dialWS(http.Header{"Authorization": {"Bearer " + approverTok}})
 	if err != nil {

@@ -10,6 +10,7 @@ package api
 func (s *Server) approvalRoutes() {
 	approvers := []Role{RoleApprover, RoleAdmin}
 	s.handle("GET /v1/approvals", approvers, s.listApprovals)
+	s.handle("GET /v1/approvals/connections", approvers, s.listConnections)
 	s.handle("GET /v1/approvals/{id}", approvers, s.getApproval)
 	s.handle("POST /v1/approvals/{id}/decision", approvers, s.decideApproval)
 	s.mount("GET /v1/approvals/ws", s.wrap(s.socketAuth(s.authorize(approvers, s.approvalSocket))))

@@ -40,6 +40,7 @@ type Config struct {
 	Executors ExecutorsConfig `yaml:"executors"`
 	MCP       MCPConfig       `yaml:"mcp"`
 	DeerFlow  DeerFlowConfig  `yaml:"deerflow"`
+	Egress    EgressConfig    `yaml:"egress"`
 	Auth      AuthConfig      `yaml:"auth"`
 	Tenants   TenantsConfig   `yaml:"tenants"`
 	Server    ServerConfig    `yaml:"server"`
@@ -176,6 +177,42 @@ type DeerFlowConfig struct {
 	PublicURL string `yaml:"public_url"`
 }
 
+// EgressConfig is the egress proxy (package egress, DESIGN.md §9): the only
+// network a run granted it has. Which hosts it reaches is policy (the
+// sandgate.egress package and data.sandgate.config.egress); this is the
+// proxy's machinery. Enabled by default: a run is granted network only by
+// the policy, and without the proxy such a run is denied. Zero fields take
+// the egress package's defaults (DefaultHandshakeTimeout,
+// DefaultMaxTunnels, TLS ports [443]); the wait for a person is
+// approval.timeout.
+type EgressConfig struct {
+	Enabled              bool          `yaml:"enabled"`
+	HandshakeTimeout     time.Duration `yaml:"handshake_timeout"`
+	MaxTunnelsPerSession int           `yaml:"max_tunnels_per_session"`
+	// TLSPorts are the CONNECT ports whose ClientHello must name the
+	// CONNECT host.
+	TLSPorts []int `yaml:"tls_ports"`
+	// Credentials bind a header to a host: the proxy adds it to every
+	// HTTPS request to that host (terminating TLS with the gateway CA,
+	// kept in data_dir/egress, for those hosts only). The sandbox never
+	// sees the value.
+	Credentials []EgressCredential `yaml:"credentials"`
+	// Hosts pins names to addresses before DNS ("db.internal":
+	// ["10.1.2.3"]), like /etc/hosts for the proxy. The policy still
+	// decides, on these addresses.
+	Hosts map[string][]string `yaml:"hosts"`
+}
+
+// EgressCredential is one secret bound to a host. Prefer ValueEnv (the
+// name of an environment variable holding the value) to Value in the
+// file.
+type EgressCredential struct {
+	Host     string `yaml:"host"`
+	Header   string `yaml:"header"`
+	Value    string `yaml:"value"`
+	ValueEnv string `yaml:"value_env"`
+}
+
 // ExecutorsConfig enables backends.
 type ExecutorsConfig struct {
 	Subprocess SubprocessConfig `yaml:"subprocess"`
@@ -292,6 +329,9 @@ func Default() Config {
 			RequestsPerSecond: 5000, Burst: 10000}},
 		MCP:      MCPConfig{Enabled: true, SessionTimeout: mcp.DefaultSessionTimeout, ProgressInterval: mcp.DefaultProgressInterval},
 		DeerFlow: DeerFlowConfig{Enabled: true},
+		// The proxy's tunables are left at zero: the egress package's
+		// defaults apply.
+		Egress: EgressConfig{Enabled: true},
 		Executors: ExecutorsConfig{
 			// The executors' tunables are left at zero: their packages'
 			// defaults apply (TestExecutorDefaultsInOnePlace).
@@ -398,6 +438,23 @@ func (c Config) Validate() error {
 	}
 	if b := c.Browser; b.Enabled && (b.IdleTTL <= 0 || b.MaxBrowsers <= 0) {
 		add("browser: idle_ttl and max_browsers must be positive")
+	}
+	if e := c.Egress; e.Enabled {
+		if e.HandshakeTimeout < 0 || e.MaxTunnelsPerSession < 0 {
+			add("egress: handshake_timeout and max_tunnels_per_session must not be negative")
+		}
+		for i, cr := range e.Credentials {
+			if cr.Host == "" || cr.Header == "" || (cr.Value == "") == (cr.ValueEnv == "") {
+				add("egress.credentials[%d]: host, header and exactly one of value and value_env are required", i)
+			}
+		}
+		for host, addrs := range e.Hosts {
+			for _, a := range addrs {
+				if net.ParseIP(a) == nil {
+					add("egress.hosts[%s]: %q is not an IP address", host, a)
+				}
+			}
+		}
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -24,6 +25,7 @@ import (
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/browser"
 	"github.com/sandgate/sandgate/confirm"
+	"github.com/sandgate/sandgate/egress"
 	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/executors/aio"
 	"github.com/sandgate/sandgate/executors/docker"
@@ -54,8 +56,9 @@ type gateway struct {
 	leaveOnce sync.Once
 	aio       *aio.Executor
 	browser   *browser.Manager
-	mcp       *mcp.Server   // nil when disabled
-	deerflow  *api.DeerFlow // nil when disabled
+	mcp       *mcp.Server     // nil when disabled
+	deerflow  *api.DeerFlow   // nil when disabled
+	egress    *egress.Service // nil when disabled
 	// baseCancel ends every request context; called when the shutdown
 	// deadline passes so running executions are killed, not abandoned.
 	baseCancel context.CancelFunc
@@ -79,7 +82,7 @@ func redact(_ []string, a slog.Attr) slog.Attr {
 }
 
 // build wires every component. Anything that fails closes what was opened.
-func build(ctx context.Context, cfg Config, _ func(string) string, stdout, stderr io.Writer) (_ *gateway, err error) {
+func build(ctx context.Context, cfg Config, getenv func(string) string, stdout, stderr io.Writer) (_ *gateway, err error) {
 	gw := &gateway{cfg: cfg, log: newLogger(cfg.Log.Level, stderr), stdout: stdout}
 	defer func() {
 		if err != nil {
@@ -147,13 +150,20 @@ func build(ctx context.Context, cfg Config, _ func(string) string, stdout, stder
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := gw.egressProxy(confirmer, reg, getenv); err != nil {
+		return nil, err
+	}
+	deps := manager.Deps{
+		Assessor: assessor, Policy: gw.policy, Confirm: confirmer, Executors: execs, Workspaces: workspaces,
+		Audit: gw.audit, Metrics: manager.NewMetrics(reg), Logger: gw.log, Resources: gw.resources(),
+	}
+	if gw.egress != nil { // a nil *Service in the interface would not read as "no proxy"
+		deps.Egress = gw.egress
+	}
 	gw.manager, err = manager.New(manager.Config{
 		Mode: cfg.Mode, MaxCodeBytes: cfg.Limits.MaxCodeBytes, DefaultTimeout: cfg.Limits.DefaultTimeout,
 		ApprovalTimeout: cfg.Approval.Timeout, Quotas: quotas,
-	}, manager.Deps{
-		Assessor: assessor, Policy: gw.policy, Confirm: confirmer, Executors: execs, Workspaces: workspaces,
-		Audit: gw.audit, Metrics: manager.NewMetrics(reg), Logger: gw.log, Resources: gw.resources(),
-	})
+	}, deps)
 	if err != nil {
 		return nil, err
 	}
@@ -161,14 +171,14 @@ func build(ctx context.Context, cfg Config, _ func(string) string, stdout, stder
 	if err != nil {
 		return nil, err
 	}
-	deps := api.Deps{
+	apiDeps := api.Deps{
 		Manager: gw.manager, Policy: gw.policy, Audit: gw.audit, Auth: auth, Gatherer: reg, Logger: gw.log,
 		Approvals: gw.hub, Browser: gw.browser, MCP: mcpServer, Database: gw.audit, DeerFlow: gw.deerflow,
 	}
 	if gw.router != nil {
-		deps.Fleet = gw.router
+		apiDeps.Fleet = gw.router
 	}
-	if err := gw.listen(api.New(api.Config{MaxBodyBytes: cfg.Limits.MaxBodyBytes}, deps)); err != nil {
+	if err := gw.listen(api.New(api.Config{MaxBodyBytes: cfg.Limits.MaxBodyBytes}, apiDeps)); err != nil {
 		return nil, err
 	}
 	if err := gw.advertise(ctx); err != nil {
@@ -342,6 +352,45 @@ func (gw *gateway) browsers(ws *workspace.Workspaces) error {
 	return nil
 }
 
+// egressProxy builds the egress proxy when it is enabled, and has every
+// policy reload re-decide its open tunnels.
+func (gw *gateway) egressProxy(confirmer confirm.Service, reg prometheus.Registerer, getenv func(string) string) error {
+	e := gw.cfg.Egress
+	if !e.Enabled {
+		return nil
+	}
+	creds := make([]egress.Credential, 0, len(e.Credentials))
+	for _, c := range e.Credentials {
+		v := c.Value
+		if c.ValueEnv != "" {
+			if v = getenv(c.ValueEnv); v == "" {
+				return fmt.Errorf("egress credential for %s: environment variable %s is empty", c.Host, c.ValueEnv)
+			}
+		}
+		creds = append(creds, egress.Credential{Host: c.Host, Header: c.Header, Value: v})
+	}
+	hosts := map[string][]netip.Addr{}
+	for name, addrs := range e.Hosts {
+		for _, a := range addrs {
+			hosts[strings.ToLower(name)] = append(hosts[strings.ToLower(name)], netip.MustParseAddr(a).Unmap()) // validated
+		}
+	}
+	svc, err := egress.New(egress.Config{
+		Mode: gw.cfg.Mode, HandshakeTimeout: e.HandshakeTimeout, ApprovalTimeout: gw.cfg.Approval.Timeout,
+		MaxTunnelsPerSession: e.MaxTunnelsPerSession, TLSPorts: e.TLSPorts, Credentials: creds,
+		CADir: filepath.Join(gw.cfg.DataDir, "egress"),
+	}, egress.Deps{
+		Policy: gw.policy, Confirm: confirmer, Audit: gw.audit, Metrics: egress.NewMetrics(reg), Logger: gw.log,
+		Resolver: egress.StaticResolver(hosts, net.DefaultResolver),
+	})
+	if err != nil {
+		return fmt.Errorf("egress: %w", err)
+	}
+	gw.policy.OnReload(func(string) { svc.Reloaded(context.Background()) })
+	gw.egress = svc
+	return nil
+}
+
 // resources are the per-session state DELETE /v1/sessions/{id} releases and
 // GET shows besides the executors.
 func (gw *gateway) resources() []manager.SessionResource {
@@ -349,6 +398,13 @@ func (gw *gateway) resources() []manager.SessionResource {
 	if gw.deerflow != nil {
 		// Deleting a session kills its DeerFlow sandbox URLs.
 		out = append(out, manager.SessionResource{Name: "deerflow", Release: gw.deerflow.Release})
+	}
+	if gw.egress != nil {
+		// A deleted session's "allow for this session" answers go with it.
+		out = append(out, manager.SessionResource{Name: "egress", Release: func(_ context.Context, key string) error {
+			gw.egress.ForgetSession(key)
+			return nil
+		}})
 	}
 	if gw.aio != nil {
 		out = append(out, manager.SessionResource{Name: "aio", Describe: func(id string) (any, bool) {
