@@ -104,10 +104,11 @@ func (c Capabilities) Has(name string) bool {
 
 // Required lists the capabilities spec's obligations need, in a stable
 // order: the network obligation either way, the timeout (which must reach
-// detached processes too), and the memory and process limits. The default
-// Rego policy applies the same rule (policy/rego/sandgate/exec).
+// detached processes too), the memory and process limits, and a kernel
+// for a stateful run. The default Rego policy applies the same rule
+// (policy/rego/sandgate/exec).
 func Required(spec Spec) []string {
-	req := make([]string, 0, 4)
+	req := make([]string, 0, 5)
 	if spec.Network {
 		req = append(req, CapNetworkGrant)
 	} else {
@@ -119,6 +120,9 @@ func Required(spec Spec) []string {
 	}
 	if spec.Limits.MaxProcs > 0 {
 		req = append(req, CapProcessLimit)
+	}
+	if spec.Stateful {
+		req = append(req, CapKernels)
 	}
 	return req
 }

@@ -161,6 +161,13 @@ type Spec struct {
 	// start that falls back to a cold one may repeat an interpreter's
 	// start-up warning, with sequence numbers from 1 again.
 	Output func(output.Chunk)
+	// Stateful runs Code as a cell in the session's kernel (DESIGN.md
+	// §11): a python run only, on a backend whose capabilities include
+	// kernels, with a SessionID. Variables, imports and functions persist
+	// from one cell to the next; Timeout interrupts the cell and keeps
+	// the kernel; the memory and process limits bound the kernel over
+	// its whole life, not one cell.
+	Stateful bool
 }
 
 // Result is what a finished run produced. A program that fails or times out
@@ -180,6 +187,16 @@ type Result struct {
 	// OOMKilled is set when the backend knows the memory limit killed the run.
 	OOMKilled bool
 	Duration  time.Duration
+	// Results are a stateful run's display outputs, in order: each
+	// display_data and the execute_result (the last expression's value)
+	// as a MIME bundle. Bundles over the run's result budget are
+	// dropped and Truncated is set.
+	Results []Bundle
+	// KernelRestarted is set when the session's kernel was (re)started
+	// for this stateful run after an earlier one had died, been
+	// restarted or gone idle, or during it (a cell that ignored its
+	// interrupt): the state the earlier cells left is gone.
+	KernelRestarted bool
 }
 
 // ExitCodeTimeout is the exit code of a run killed at its timeout, as

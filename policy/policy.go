@@ -132,6 +132,8 @@ type Request struct {
 	CodeSHA256 string
 	TimeoutS   int
 	Context    Context
+	// Stateful: the run is a cell of the session's kernel (DESIGN.md §11).
+	Stateful bool
 }
 
 // Context carries the routing flags of the request.
@@ -185,6 +187,7 @@ func (in Input) Map() map[string]any {
 			"code_bytes":  in.Request.CodeBytes,
 			"code_sha256": in.Request.CodeSHA256,
 			"timeout_s":   in.Request.TimeoutS,
+			"stateful":    in.Request.Stateful,
 			"context": map[string]any{
 				"needs_browser":       in.Request.Context.NeedsBrowser,
 				"needs_persistent_fs": in.Request.Context.NeedsPersistentFS,

@@ -11,7 +11,8 @@ import (
 
 // Capabilities implements executors.Executor. Every run gets a fresh
 // container with NetworkMode none, memory and pids cgroup limits, and is
-// killed as a whole (the container), so every obligation holds. RootFS
+// killed as a whole (the container), so every obligation holds. A
+// session's kernel (stateful runs) is a container of the same kind. RootFS
 // names the configured images as Available last saw them (see
 // imageIdentity); before the engine answered once it names the
 // references alone.
@@ -35,6 +36,7 @@ func (e *Executor) Capabilities() executors.Capabilities {
 		ProcessLimit:        true,
 		KillDetached:        true,
 		FilesystemIsolation: true,
+		Kernels:             true, // kernel.go
 		RootFS:              imageIdentity(e.cfg.Images, e.imageIDs.get()),
 		Isolation:           isolation,
 	}

@@ -47,6 +47,8 @@ type Executor struct {
 	warm     *warmPool
 	warmHits atomic.Int64 // runs served by a warm container
 
+	kernels *kernels // stateful runs' kernel containers, by session (kernel.go)
+
 	imageIDs imageIDs // what Capabilities names as the root filesystem
 
 	egress egressState
@@ -61,6 +63,7 @@ var (
 	_ executors.Executor        = (*Executor)(nil)
 	_ executors.Closer          = (*Executor)(nil)
 	_ executors.SessionReleaser = (*Executor)(nil)
+	_ executors.KernelHost      = (*Executor)(nil)
 )
 
 // New builds the executor. It fails only on a bad config: an engine that
@@ -98,6 +101,7 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 			Timeout: cfg.DefaultTimeout, Limits: cfg.Limits},
 	}
 	e.warm = newWarmPool(e)
+	e.kernels = newKernels(e)
 	if err := e.ping(ctx); err != nil {
 		e.log.Warn("docker engine not reachable at start; will retry", "err", err.Error())
 	} else {
@@ -240,6 +244,7 @@ func (e *Executor) Close(ctx context.Context) error {
 		return nil
 	}
 	e.warm.closeAll()
+	e.kernels.closeAll()
 	done := make(chan struct{})
 	go func() {
 		e.bg.Wait()
@@ -263,9 +268,10 @@ func (e *Executor) Close(ctx context.Context) error {
 }
 
 // ReleaseSession implements executors.SessionReleaser: the session's warm
-// container, if any, is removed.
+// container, if any, and its kernel's are removed.
 func (e *Executor) ReleaseSession(_ context.Context, sessionID string) error {
 	e.warm.release(sessionID)
+	e.kernels.release(sessionID)
 	return nil
 }
 
@@ -353,6 +359,9 @@ func shortID(id string) string {
 func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.Result, error) {
 	if e.closed.Load() {
 		return executors.Result{}, e.unavailable("executor closed", nil)
+	}
+	if spec.Stateful {
+		return e.executeCell(ctx, spec)
 	}
 	spec, err := e.prologue.Resolve(spec)
 	if err != nil {

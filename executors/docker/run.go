@@ -77,6 +77,13 @@ func (w *exitWatch) exited() bool {
 // of. ctx is checked between the steps instead, so a cancelled request
 // costs at most one step.
 func (e *Executor) prepare(ctx context.Context, sh shape, labels map[string]string) (*box, error) {
+	return e.launch(ctx, sh, labels, nil)
+}
+
+// launch is prepare with adjust, when set, applied to the engine's create
+// request (a kernel's container differs from a run's in its command, see
+// kernel.go).
+func (e *Executor) launch(ctx context.Context, sh shape, labels map[string]string, adjust func(*client.ContainerCreateOptions)) (*box, error) {
 	labels[labelBoot] = e.boot
 	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.EngineTimeout)
 	defer cancel()
@@ -87,7 +94,11 @@ func (e *Executor) prepare(ctx context.Context, sh shape, labels map[string]stri
 			return nil, err
 		}
 	}
-	created, err := e.cli.ContainerCreate(opCtx, e.createOptions(sh, labels, eb))
+	opts := e.createOptions(sh, labels, eb)
+	if adjust != nil {
+		adjust(&opts)
+	}
+	created, err := e.cli.ContainerCreate(opCtx, opts)
 	if err != nil {
 		if eb != nil {
 			eb.close()

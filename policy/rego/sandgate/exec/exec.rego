@@ -47,10 +47,20 @@ needs_aio if input.request.context.needs_browser
 needs_aio if input.request.context.needs_persistent_fs
 
 # The executor the run should get: the AIO sandbox when it needs one, the
-# isolation upgrade's (gVisor) when its level is at or above the upgrade's
+# stateful executor for a cell of the session's kernel, the isolation
+# upgrade's (gVisor) when its level is at or above the upgrade's
 # min_level in a mode the upgrade lists, else the mode table's.
+#
+# A kernel's state cannot move between executors, so every cell of a
+# session goes to one executor, config.stateful.executor, whatever the
+# cell's level: the level still decides allow, approval or deny, and the
+# executor must have the kernels capability (required_capabilities).
+# Setting it to "gvisor" (whose containers host kernels like docker's)
+# puts every cell under gVisor.
 preferred_executor := "aio" if {
 	needs_aio
+} else := config.stateful.executor if {
+	input.request.stateful
 } else := config.isolation_upgrade.executor if {
 	upgraded
 } else := row.executor
@@ -166,6 +176,8 @@ required_capabilities contains "memory_limit" if obligations.memory_mb > 0
 
 required_capabilities contains "process_limit" if obligations.max_procs > 0
 
+required_capabilities contains "kernels" if input.request.stateful
+
 required_capabilities contains name if some name in config.required_capabilities
 
 # A run is never routed to an executor that cannot enforce its
@@ -192,6 +204,13 @@ capability_text := {
 isolation_note(state) := sprintf(" (%s mode)", [state.capabilities.isolation]) if {
 	state.capabilities.isolation != ""
 } else := ""
+
+# A kernel is IPython: stateful runs are python only.
+deny_reasons contains reason("stateful.language", msg) if {
+	input.request.stateful
+	input.request.language != "python"
+	msg := sprintf("stateful runs are python only, not %q", [input.request.language])
+}
 
 approval_reasons contains reason(sprintf("risk.%s", [lower(level)]), msg) if {
 	row.action == "require_approval"

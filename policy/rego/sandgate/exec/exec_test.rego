@@ -323,6 +323,7 @@ test_admin_sends_everything_not_safe_to_gvisor if {
 	[r.code | some r in d.reasons] == ["executor.fallback"]
 }
 
+<<<<<<< HEAD
 test_network_granted_by_a_session_scoped_egress_rule if {
 	inp := json.patch(mk("STRICT", "LOW", false), [{"op": "add", "path": "/principal/tenant", "value": "team-a"}])
 	plain := exec.decision with input as inp
@@ -336,4 +337,48 @@ test_network_granted_by_a_session_scoped_egress_rule if {
 	denies := [{"name": "no", "action": "deny", "hosts": ["*"], "sessions": ["team-a/s-1"]}]
 	d := exec.decision with input as inp with data.sandgate.config.egress.rules as denies
 	d.obligations.network == false
+=======
+# Stateful runs (DESIGN.md §11): every cell goes to the stateful executor
+# whatever its level, the level still decides the action, and an executor
+# without kernels is a deny naming the capability.
+stateful(mode, level, proven) := json.patch(mk(mode, level, proven), [{"op": "add", "path": "/request/stateful", "value": true}])
+
+kernel_caps := object.union(full_caps, {"kernels": true})
+
+kernel_executors := {kind: {"available": true, "capabilities": kernel_caps} | some kind in ["subprocess", "docker", "gvisor", "aio"]}
+
+test_stateful_routes_to_one_executor if {
+	every row in mode_table {
+		inp := json.patch(stateful(row[0], row[1], row[1] == "SAFE"), [{"op": "add", "path": "/executors", "value": kernel_executors}])
+		d := exec.decision with input as inp
+		d.action == row[2]
+		d.executor == "docker"
+	}
+}
+
+test_stateful_needs_kernels if {
+	d := exec.decision with input as stateful("STRICT", "LOW", false)
+	d.action == "deny"
+	d.reasons == [{"code": "executor.capability_missing", "message": "docker cannot enforce stateful kernels (namespaces mode)"}]
+}
+
+test_stateful_python_only if {
+	inp := json.patch(stateful("STRICT", "LOW", false), [
+		{"op": "add", "path": "/executors", "value": kernel_executors},
+		{"op": "replace", "path": "/request/language", "value": "bash"},
+	])
+	d := exec.decision with input as inp
+	d.action == "deny"
+	"stateful.language" in codes(d)
+}
+
+test_stateful_aio_when_needed if {
+	inp := json.patch(stateful("STRICT", "LOW", false), [
+		{"op": "add", "path": "/executors", "value": kernel_executors},
+		{"op": "add", "path": "/request/context", "value": {"needs_persistent_fs": true}},
+	])
+	d := exec.decision with input as inp
+	d.action == "allow"
+	d.executor == "aio"
+>>>>>>> fbbb880 (kernels: IPython kernel driver (executors/kernel), docker kernel containers, Stateful spec, policy routing of stateful cells, ipykernel in the runtime image)
 }

@@ -1,0 +1,35 @@
+package executors
+
+import (
+	"context"
+	"encoding/json"
+)
+
+// Bundle is one display output of a stateful run, as Jupyter's messaging
+// protocol carries it: MIME type → value, verbatim from the kernel
+// (text/plain and text/html as strings, image/png as base64 text,
+// application/json as a JSON value). Keeping the raw JSON means the
+// gateway never re-encodes a figure on its way to the client.
+type Bundle map[string]json.RawMessage
+
+// Text returns the bundle's value for mime when it is a JSON string.
+func (b Bundle) Text(mime string) (string, bool) {
+	raw, ok := b[mime]
+	if !ok {
+		return "", false
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", false
+	}
+	return s, true
+}
+
+// KernelHost is implemented by backends whose capabilities include
+// kernels. RestartKernel replaces the session's kernel with a fresh one
+// (its state is lost) and reports whether the session had one; a
+// session without a kernel is left alone. ReleaseSession (see
+// SessionReleaser) kills the kernel for good.
+type KernelHost interface {
+	RestartKernel(ctx context.Context, sessionID string) (bool, error)
+}
