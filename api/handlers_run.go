@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/sandgate/sandgate/confirm"
+	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/manager"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/risk"
@@ -15,6 +16,7 @@ type runCodeBody struct {
 	Language string             `json:"language"`
 	TimeoutS int                `json:"timeout_s"`
 	Context  manager.RunContext `json:"context"`
+	Stateful bool               `json:"stateful"`
 }
 
 type executeBody struct {
@@ -61,6 +63,10 @@ type runCodeResponse struct {
 	Decision    decisionView    `json:"decision"`
 	Approval    *approvalView   `json:"approval"`
 	RequestID   string          `json:"request_id"`
+	// Results and KernelRestarted are a stateful run's (DESIGN.md §11);
+	// a stateless response has neither.
+	Results         *[]executors.Bundle `json:"results,omitempty"`
+	KernelRestarted *bool               `json:"kernel_restarted,omitempty"`
 }
 
 // evaluateResponse is the dry run's answer.
@@ -92,7 +98,7 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) error {
 	return s.run(w, r, manager.RunRequest{
 		RequestID: requestID(r.Context()), Kind: manager.KindRunCode, Principal: principal(r),
 		SessionID: r.PathValue("id"), Language: body.Language, Code: body.Code,
-		TimeoutS: body.TimeoutS, Context: body.Context,
+		TimeoutS: body.TimeoutS, Context: body.Context, Stateful: body.Stateful,
 	}, viewRunCode)
 }
 
@@ -128,12 +134,20 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, req manager.RunRequ
 
 func viewRunCode(res *manager.RunResult, id string) any {
 	out := res.Result
-	return runCodeResponse{
+	v := runCodeResponse{
 		Success: out.ExitCode == 0 && !out.TimedOut, Stdout: out.Stdout, Stderr: out.Stderr,
 		ExitCode: out.ExitCode, Truncated: out.Truncated, TimedOut: out.TimedOut, OutputPath: out.OutputPath,
 		SandboxType: res.SandboxType, DurationMS: out.Duration.Milliseconds(), Risk: res.Risk,
 		Decision: viewDecision(res.Decision), Approval: viewApproval(res.Approval), RequestID: id,
 	}
+	if res.Stateful {
+		results := out.Results
+		if results == nil {
+			results = []executors.Bundle{}
+		}
+		v.Results, v.KernelRestarted = &results, &out.KernelRestarted
+	}
+	return v
 }
 
 func viewExecute(res *manager.RunResult, id string) any {
@@ -198,4 +212,17 @@ func viewApproval(o *confirm.Outcome) *approvalView {
 		return nil
 	}
 	return &approvalView{ID: o.ApprovalID, Status: o.Status, DecidedBy: o.DecidedBy, Reason: o.Reason}
+}
+
+// restartKernel is POST /v1/sessions/{id}/kernel/restart: the session's
+// kernel is replaced by a fresh one (its variables are gone). A session
+// without a kernel answers restarted false; its next stateful cell starts
+// one anyway.
+func (s *Server) restartKernel(w http.ResponseWriter, r *http.Request) error {
+	restarted, err := s.deps.Manager.RestartKernel(r.Context(), principal(r), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"restarted": restarted, "request_id": requestID(r.Context())})
+	return nil
 }

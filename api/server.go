@@ -122,6 +122,7 @@ func (s *Server) routes() {
 
 	s.handleSession("POST /v1/sessions/{id}/run_code", agent, s.runCode)
 	s.handleSession("POST /v1/sessions/{id}/execute", agent, s.execute)
+	s.handleSession("POST /v1/sessions/{id}/kernel/restart", agent, s.restartKernel)
 	s.handle("GET /v1/sessions", agentOrAdmin, s.listSessions)
 	s.handleSession("GET /v1/sessions/{id}", agentOrAdmin, s.getSession)
 	s.handleSession("DELETE /v1/sessions/{id}", agentOrAdmin, s.deleteSession)

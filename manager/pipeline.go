@@ -27,6 +27,10 @@ type RunRequest struct {
 	Code      string     `json:"code" validate:"required"`
 	TimeoutS  int        `json:"timeout_s" validate:"min=0,max=3600"`
 	Context   RunContext `json:"context"`
+	// Stateful runs the code as a cell of the session's kernel
+	// (DESIGN.md §11): python only, run_code only. Every cell takes the
+	// whole pipeline, and an approval covers that cell's code alone.
+	Stateful bool `json:"stateful"`
 	// ref is the session, resolved for Principal by ResolveSession.
 	ref SessionRef
 
@@ -85,6 +89,9 @@ type RunResult struct {
 	Decision    policy.Decision
 	Approval    *confirm.Outcome
 	SandboxType string
+	// Stateful: the run was a cell of the session's kernel; Result has
+	// its Results and KernelRestarted.
+	Stateful bool
 }
 
 // Evaluation is the dry run's answer: what would happen, with nothing run.
@@ -123,7 +130,7 @@ func (m *Manager) Run(ctx context.Context, req RunRequest) (res *RunResult, err 
 	if req.OnDecision != nil {
 		req.OnDecision(assessment, decision)
 	}
-	out := &RunResult{Risk: assessment, Decision: decision}
+	out := &RunResult{Risk: assessment, Decision: decision, Stateful: req.Stateful}
 	if err := m.gate(ctx, req, out); err != nil { // 4 confirm
 		rec.Approval = approvalRecord(out.Approval)
 		return out, err
@@ -189,7 +196,8 @@ func (m *Manager) decide(ctx context.Context, req RunRequest, a risk.Assessment)
 		Request: policy.Request{
 			Kind: req.Kind, SessionID: req.ref.ID, Language: req.Language,
 			CodeBytes: len(req.Code), CodeSHA256: policy.SHA256Hex([]byte(req.Code)), TimeoutS: m.timeoutS(req),
-			Context: policy.Context{NeedsBrowser: req.Context.NeedsBrowser, NeedsPersistentFS: req.Context.NeedsPersistentFS},
+			Context:  policy.Context{NeedsBrowser: req.Context.NeedsBrowser, NeedsPersistentFS: req.Context.NeedsPersistentFS},
+			Stateful: req.Stateful,
 		},
 		Risk:      policy.Risk{Level: a.Level.String(), ProvenSafe: a.ProvenSafe, Patterns: riskPatterns(a)},
 		Principal: policy.Principal{Role: req.Principal.Role, Name: req.Principal.Name, Tenant: req.Principal.Tenant},
@@ -273,8 +281,9 @@ func (m *Manager) confirmRequest(req RunRequest, out *RunResult) confirm.Request
 		CodeSHA256: policy.SHA256Hex([]byte(req.Code)), RiskLevel: out.Risk.Level.String(), Patterns: pats,
 		Reasons: reasons, Executor: out.Decision.Executor, PolicyRevision: out.Decision.PolicyRevision,
 		Principal: req.Principal.Name,
-		Context:   map[string]bool{"needs_browser": req.Context.NeedsBrowser, "needs_persistent_fs": req.Context.NeedsPersistentFS},
-		Deadline:  deadline, Via: req.Via, Published: published(req, out, deadline),
+		Context: map[string]bool{"needs_browser": req.Context.NeedsBrowser, "needs_persistent_fs": req.Context.NeedsPersistentFS,
+			"stateful": req.Stateful},
+		Deadline: deadline, Via: req.Via, Published: published(req, out, deadline),
 	}
 }
 
@@ -313,7 +322,7 @@ func specFor(req RunRequest, d policy.Decision) executors.Spec {
 		RequestID: req.RequestID, SessionID: req.ref.Key, Language: req.Language, Code: req.Code,
 		Timeout: time.Duration(d.Obligations.TimeoutS) * time.Second, Network: d.Obligations.Network,
 		Limits: executors.Limits{MemoryMB: d.Obligations.MemoryMB, MaxProcs: d.Obligations.MaxProcs},
-		Output: req.OnOutput,
+		Output: req.OnOutput, Stateful: req.Stateful,
 	}
 }
 
@@ -425,11 +434,15 @@ func newRecord(req RunRequest) *audit.Record {
 	if kind == "" {
 		kind = "unknown" // still one record; validation rejects the request
 	}
-	return &audit.Record{
+	rec := &audit.Record{
 		RequestID: req.RequestID, Kind: kind, Tenant: req.Principal.Tenant, SessionID: req.SessionID,
 		Principal: req.Principal.Role + ":" + req.Principal.Name, Language: req.Language,
 		CodeSHA256: policy.SHA256Hex([]byte(req.Code)), CodeBytes: len(req.Code),
 	}
+	if req.Stateful {
+		setDetail(rec, "stateful", "true")
+	}
+	return rec
 }
 
 func recordDecision(rec *audit.Record, d policy.Decision) {

@@ -49,6 +49,10 @@ func (m *Manager) validate(req *RunRequest) error {
 			fields = append(fields, fieldError(fe))
 		}
 	}
+	if req.Stateful && (req.Kind != KindRunCode || req.Language != "python") {
+		fields = append(fields, FieldError{Field: "stateful", Code: "python_only",
+			Message: "stateful runs are run_code with language python"})
+	}
 	if req.Kind == KindExecute {
 		for i := range fields {
 			if fields[i].Field == "code" {

@@ -23,6 +23,7 @@ type runCodeInput struct {
 	Language  string             `json:"language,omitempty" jsonschema:"python (default), bash or javascript"`
 	TimeoutS  int                `json:"timeout_s,omitempty" jsonschema:"wall-clock limit in seconds; default 30, the policy caps it"`
 	Context   manager.RunContext `json:"context,omitempty" jsonschema:"routing flags: needs_browser, needs_persistent_fs (both run in the AIO sandbox)"`
+	Stateful  bool               `json:"stateful,omitempty" jsonschema:"python only: run as a cell of the session's IPython kernel, keeping variables, imports and functions from earlier stateful calls; plots and rich values come back as results"`
 	SessionID string             `json:"session_id,omitempty"`
 }
 
@@ -49,6 +50,10 @@ type runOutput struct {
 	Approval    *approvalView `json:"approval" jsonschema:"the human approval, when the policy required one"`
 	RequestID   string        `json:"request_id"`
 	SessionID   string        `json:"session_id"`
+	// Results and KernelRestarted are a stateful run's, as in the HTTP
+	// API; the content also carries each result (see resultContent).
+	Results         []map[string]any `json:"results,omitempty" jsonschema:"stateful runs: display outputs in order, each a MIME bundle (text/plain, text/html, image/png as base64, ...)"`
+	KernelRestarted bool             `json:"kernel_restarted,omitempty" jsonschema:"stateful runs: the kernel was started afresh, earlier state is gone"`
 }
 
 type riskView struct {
@@ -101,11 +106,11 @@ func (s *Server) runCode(ctx context.Context, c *call, in runCodeInput) (runOutp
 		in.Language = "python"
 	}
 	out, err := s.run(ctx, c, manager.RunRequest{Kind: manager.KindRunCode, Language: in.Language, Code: in.Code,
-		TimeoutS: in.TimeoutS, Context: in.Context, SessionID: c.session(in.SessionID)})
+		TimeoutS: in.TimeoutS, Context: in.Context, SessionID: c.session(in.SessionID), Stateful: in.Stateful})
 	if err != nil {
 		return out, reply{}, err
 	}
-	return out, reply{text: renderRun(out)}, nil
+	return out, reply{text: renderRun(out), extra: resultContent(out.Results)}, nil
 }
 
 func (s *Server) execute(ctx context.Context, c *call, in executeInput) (runOutput, reply, error) {
@@ -140,6 +145,7 @@ func (s *Server) run(ctx context.Context, c *call, req manager.RunRequest) (runO
 		Truncated: r.Truncated, TimedOut: r.TimedOut, OutputPath: r.OutputPath, SandboxType: res.SandboxType,
 		DurationMS: r.Duration.Milliseconds(), Risk: viewRisk(res.Risk), Decision: viewDecision(res.Decision),
 		Approval: viewApproval(res.Approval), RequestID: c.requestID, SessionID: req.SessionID,
+		Results: viewResults(r.Results), KernelRestarted: r.KernelRestarted,
 	}, nil
 }
 
@@ -242,6 +248,9 @@ func statusLine(o runOutput) string {
 	s += fmt.Sprintf(" · %s · %d ms · risk %s", o.SandboxType, o.DurationMS, o.Risk.Level)
 	if a := o.Approval; a != nil {
 		s += fmt.Sprintf(" · %s by %s (%s)", a.Status, a.DecidedBy, a.ID)
+	}
+	if o.KernelRestarted {
+		s += " · kernel restarted (earlier state is gone)"
 	}
 	if o.Truncated {
 		s += " · output truncated"
