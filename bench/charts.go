@@ -96,6 +96,9 @@ func drawCharts(dir string, rep *report, sk *soakResult) error {
 	if rep.GVisor != nil {
 		all = append(all, *rep.GVisor)
 	}
+	if rep.Kernel != nil {
+		all = append(all, *rep.Kernel)
+	}
 	if rep.AIO != nil {
 		all = append(all, *rep.AIO)
 	}

@@ -42,6 +42,7 @@ type opts struct {
 	block       int
 	srtN        int
 	dockerN     int
+	kernelN     int
 	dockerBlock int
 	aioN        int
 	policyN     int
@@ -61,6 +62,7 @@ func main() {
 	flag.IntVar(&o.block, "block", 25, "requests per alternating block")
 	flag.IntVar(&o.srtN, "srt-n", 150, "samples of srt (slower) per level")
 	flag.IntVar(&o.dockerN, "docker-n", 40, "samples per side of the Docker scenario")
+	flag.IntVar(&o.kernelN, "kernel-n", 40, "samples per side of the kernel scenario")
 	flag.IntVar(&o.dockerBlock, "docker-block", 5, "requests per alternating block (Docker)")
 	flag.IntVar(&o.aioN, "aio-n", 300, "samples per side of the aio scenario")
 	flag.IntVar(&o.policyN, "policy-n", 3000, "samples per side of the policy scenario")
@@ -69,7 +71,7 @@ func main() {
 	flag.DurationVar(&o.mixedDur, "mixed-duration", 30*time.Second, "duration of each mixed workload level")
 	flag.DurationVar(&o.think, "docker-think", time.Second, "untimed pause before each paced warm Docker run (an agent's model call)")
 	flag.StringVar(&o.image, "image", "sandgate/runtime:latest", "image of the docker run baseline")
-	only := flag.String("only", "", "comma-separated scenarios to run (subprocess,rootcost,docker,gvisor,aio,policy,files,mixed,fleet,egress); empty: all")
+	only := flag.String("only", "", "comma-separated scenarios to run (subprocess,rootcost,docker,gvisor,kernel,aio,policy,files,mixed,fleet,egress); empty: all")
 	out := flag.String("out", "", "write the report under this docs directory (performance.md, perf/)")
 	readme := flag.String("readme", "", "README whose perf:begin/perf:end block gets the headline figures")
 	render := flag.String("render", "", "only re-render the report under this docs directory from its JSON")
@@ -176,6 +178,7 @@ type report struct {
 	Docker       *abResult         `json:"docker,omitempty"`
 	DockerThinkS float64           `json:"docker_think_s,omitempty"`
 	GVisor       *abResult         `json:"gvisor,omitempty"`
+	Kernel       *abResult         `json:"kernel,omitempty"`
 	AIO          *abResult         `json:"aio,omitempty"`
 	Policy       *policyResult     `json:"policy,omitempty"`
 	Egress       *egressResult     `json:"egress,omitempty"`
@@ -246,6 +249,13 @@ func run(ctx context.Context, o opts, out, readme, jsonOut string) error {
 			fail("gvisor", err)
 		} else {
 			rep.GVisor, rep.DockerThinkS = &r, o.think.Seconds()
+		}
+	}
+	if o.want("kernel") {
+		if r, err := scenarioKernel(ctx, gw, o); err != nil {
+			fail("kernel", err)
+		} else {
+			rep.Kernel = &r
 		}
 	}
 	if o.want("aio") {

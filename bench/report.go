@@ -214,6 +214,21 @@ func headlines(rep *report, sk *soakResult) headline {
 	} else {
 		add(target{Name: "egress: 50 MB download ≥ 80% of direct, CONNECT setup p50 ≤ direct + 2 ms", Missing: true, Reason: unavailable(rep, "egress")})
 	}
+	// 2c. kernel
+	if r := rep.Kernel; r != nil {
+		cell, _ := r.side(kernelCellLabel)
+		sl, _ := r.side(kernelStatelessLabel)
+		kr := cell.Stats.P50 / sl.Stats.P50
+		t := target{Name: "Stateful cell ≤ 0.5× a stateless run_code of the same code, same executor (p50)",
+			Measured: fmt.Sprintf("cell %s, stateless %s: %.2f×", ms(cell.Stats.P50), ms(sl.Stats.P50), kr), Met: kr <= 0.5}
+		if !t.Met {
+			t.Reason = fmt.Sprintf("%.2f×", kr)
+		}
+		add(t)
+		h.lines = append(h.lines, fmt.Sprintf("A pandas cell in the session's kernel: %s p50, %.2f× a stateless run_code of the same code in docker (%s); E2B's published warm run, %s, is a reference only (not measured here).", ms(cell.Stats.P50), kr, ms(sl.Stats.P50), e2bWarmRunMS))
+	} else {
+		add(target{Name: "Stateful cell ≤ 0.5× a stateless run_code", Missing: true, Reason: unavailable(rep, "kernel")})
+	}
 	// 3. aio
 	if r := rep.AIO; r != nil {
 		gw, _ := r.side("gateway")
@@ -361,6 +376,9 @@ func markdown(rep *report, sk *soakResult, h headline) string {
 	}
 	if rep.GVisor != nil {
 		scen("STRICT Python via gVisor", "`run_code` of `import os\\nprint(1)` through a second gateway whose policy has the README's one data change (`isolation_upgrade.min_level` LOW: everything not SAFE runs in gVisor), fresh and warm, against `docker run --rm --runtime=runsc --network none sandgate/runtime:latest python3 -c 'print(1)'` and the same under runc, through the CLI, in the same run.", *rep.GVisor)
+	}
+	if rep.Kernel != nil {
+		scen("Stateful cells (session kernel)", "`run_code` with `stateful: true` of a pandas cell (import, a 1000-row DataFrame, a groupby) in one session's IPython kernel, against the same code as a stateless `run_code` in a warm docker session, both routed to docker by the default policy. The stateless run starts an interpreter and imports pandas every time; the cell does not. E2B code-interpreter publishes "+e2bWarmRunMS+" for a warm second run: a reference only, measured on its infrastructure, not here.", *rep.Kernel)
 	}
 	if rep.AIO != nil {
 		scen("aio on a warm instance", "`run_code` of `print(1)` with `needs_persistent_fs` (the aio pool) on the session's warm instance, against `POST /v1/code/execute` sent straight to that instance's sandboxd over its Unix socket (the gateway's pool state directory is the run's, so bench reads the socket and key from it).", *rep.AIO)
