@@ -276,14 +276,19 @@ func (m *Manager) confirmRequest(req RunRequest, out *RunResult) confirm.Request
 		reasons[i] = confirm.Reason{Code: r.Code, Message: r.Message}
 	}
 	deadline := time.Now().Add(m.cfg.ApprovalTimeout)
+	cctx := map[string]bool{"needs_browser": req.Context.NeedsBrowser, "needs_persistent_fs": req.Context.NeedsPersistentFS}
+	if req.Stateful {
+		// Only when set: the digest of every stateless request stays
+		// what it was, and a cell's approval is bound to its kernel.
+		cctx["stateful"] = true
+	}
 	return confirm.Request{
 		RequestID: req.RequestID, Tenant: req.ref.Tenant, SessionID: req.ref.ID, Language: req.Language, Code: req.Code,
 		CodeSHA256: policy.SHA256Hex([]byte(req.Code)), RiskLevel: out.Risk.Level.String(), Patterns: pats,
 		Reasons: reasons, Executor: out.Decision.Executor, PolicyRevision: out.Decision.PolicyRevision,
 		Principal: req.Principal.Name,
-		Context: map[string]bool{"needs_browser": req.Context.NeedsBrowser, "needs_persistent_fs": req.Context.NeedsPersistentFS,
-			"stateful": req.Stateful},
-		Deadline: deadline, Via: req.Via, Published: published(req, out, deadline),
+		Context:   cctx,
+		Deadline:  deadline, Via: req.Via, Published: published(req, out, deadline),
 	}
 }
 
