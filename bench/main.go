@@ -10,7 +10,8 @@
 // Scenarios: SAFE Python via subprocess vs python3 and srt; STRICT Python
 // via Docker (fresh and warm) vs the docker CLI; the same via gVisor (a
 // second gateway with the isolation upgrade at LOW) vs docker run under
-// runsc and runc; aio run_code vs sandboxd
+// runsc and runc; a stateful pandas cell in the session's kernel vs the
+// same code as a stateless run_code (both docker); aio run_code vs sandboxd
 // directly; policy evaluation vs OPA's trivial allow; 64 KiB workspace
 // reads and writes vs os.ReadFile/os.WriteFile; a mixed agent workload at
 // several concurrencies; the same workload on one gateway (SQLite), one
