@@ -52,7 +52,13 @@ for _k, _v in (
     os.environ.setdefault(_k, _v)
 os.makedirs(os.environ["JUPYTER_RUNTIME_DIR"], mode=0o700, exist_ok=True)
 
-from jupyter_client.manager import KernelManager  # noqa: E402
+try:
+    from jupyter_client.manager import KernelManager  # noqa: E402
+except ImportError:
+    emit_early = '{"ev":"fatal","message":"jupyter_client is missing from the image (make images)"}\n'
+    _proto.write(emit_early)
+    _proto.flush()
+    sys.exit(1)
 
 KERNEL_ARGS = [
     "--InteractiveShell.colors=NoColor",  # tracebacks as plain text
