@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"net/http"
 	"strings"
 	"time"
@@ -24,12 +25,13 @@ type codeExecReq struct {
 }
 
 type codeOutput struct {
-	OutputType string   `json:"output_type"`
-	Name       *string  `json:"name,omitempty"`
-	Text       *string  `json:"text,omitempty"`
-	Ename      *string  `json:"ename,omitempty"`
-	Evalue     *string  `json:"evalue,omitempty"`
-	Traceback  []string `json:"traceback,omitempty"`
+	OutputType string                     `json:"output_type"`
+	Name       *string                    `json:"name,omitempty"`
+	Text       *string                    `json:"text,omitempty"`
+	Data       map[string]json.RawMessage `json:"data,omitempty"`
+	Ename      *string                    `json:"ename,omitempty"`
+	Evalue     *string                    `json:"evalue,omitempty"`
+	Traceback  []string                   `json:"traceback,omitempty"`
 }
 
 type codeResult struct {
@@ -59,8 +61,12 @@ func (s *server) handleCodeExecute(w http.ResponseWriter, r *http.Request) {
 	if !check(w, verr) {
 		return
 	}
+	timeout := codeDefaultTimeout
+	if req.Timeout != nil {
+		timeout = *req.Timeout
+	}
 	if req.Stateful {
-		writeFail(w, http.StatusBadRequest, "stateful execution is not supported by sandboxd", nil)
+		s.handleStateful(w, r, req, time.Duration(timeout)*time.Second)
 		return
 	}
 	dir := s.cfg.Workspace
@@ -70,10 +76,6 @@ func (s *server) handleCodeExecute(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		dir = *req.Cwd
-	}
-	timeout := codeDefaultTimeout
-	if req.Timeout != nil {
-		timeout = *req.Timeout
 	}
 	// A plain AIO call: the program is read from stdin (no argv size
 	// limit, no file left in the workspace, and no -I for python so that

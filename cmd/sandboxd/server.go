@@ -58,6 +58,7 @@ type server struct {
 	jobs    *jobTable
 	bash    *bashSessions
 	browser *browser
+	kernels *kernelTable
 
 	infoOnce sync.Once
 	info     sandboxDetail
@@ -68,6 +69,7 @@ func newServer(cfg config) *server {
 	s.jobs = newJobTable(cfg)
 	s.bash = newBashSessions(s)
 	s.browser = &browser{cfg: cfg, jobs: s.jobs}
+	s.kernels = newKernelTable(s)
 	s.routes = map[string]map[string]http.HandlerFunc{
 		"/v1/sandbox":              {"GET": s.handleSandbox},
 		"/v1/bash/exec":            {"POST": s.handleBashExec},
@@ -82,6 +84,7 @@ func newServer(cfg config) *server {
 
 // Close kills every running command and the browser.
 func (s *server) Close() {
+	s.kernels.closeAll()
 	s.jobs.killAll()
 	s.browser.close()
 }
@@ -139,6 +142,10 @@ func (s *server) paramRoute(r *http.Request, path string) map[string]http.Handle
 			return map[string]http.HandlerFunc{"POST": s.handleBashSessionClose}
 		}
 		return nil
+	}
+	if id, ok := strings.CutPrefix(path, "/v1/jupyter/sessions/"); ok && id != "" && !strings.Contains(id, "/") {
+		r.SetPathValue("id", id)
+		return map[string]http.HandlerFunc{"DELETE": s.handleJupyterSessionDelete}
 	}
 	return nil
 }

@@ -15,7 +15,7 @@ import (
 // budget, see cmd/sandboxd) and kills detached processes by their run
 // marker. In bridge mode the image's own server runs on Docker's bridge
 // and knows none of sandboxd's per-run extensions, so it can enforce none
-// of those obligations.
+// of those obligations. Stateful runs (kernels) likewise need sandboxd.
 //
 // Network through the egress proxy holds in none mode: the container
 // keeps NetworkMode none and sandboxd relays 127.0.0.1:3128 to the
@@ -39,9 +39,12 @@ func capabilitiesFor(network, rootFS string) executors.Capabilities {
 		ProcessLimit:        sandboxd,
 		KillDetached:        sandboxd,
 		FilesystemIsolation: true,
-		RequiresSession:     true,
-		RootFS:              rootFS,
-		Isolation:           isolation,
+		// sandboxd holds a kernel per session (cmd/sandboxd/kernel.go);
+		// the image's own Jupyter service enforces no obligation.
+		Kernels:         sandboxd,
+		RequiresSession: true,
+		RootFS:          rootFS,
+		Isolation:       isolation,
 	}
 }
 

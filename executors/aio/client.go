@@ -327,22 +327,33 @@ func (c *Client) BashKill(ctx context.Context, sessionID string) error {
 
 // CodeExecuteRequest is POST /v1/code/execute's body.
 type CodeExecuteRequest struct {
-	Language  string        `json:"language"`
-	Code      string        `json:"code"`
-	Timeout   *int          `json:"timeout,omitempty"`
-	Cwd       string        `json:"cwd,omitempty"`
+	Language string `json:"language"`
+	Code     string `json:"code"`
+	Timeout  *int   `json:"timeout,omitempty"`
+	Cwd      string `json:"cwd,omitempty"`
+	// Stateful runs the code in the Jupyter kernel of SessionID (the AIO
+	// API's stateful mode).
+	Stateful  bool          `json:"stateful,omitempty"`
+	SessionID string        `json:"session_id,omitempty"`
 	XSandgate *RunExtension `json:"x_sandgate,omitempty"`
+}
+
+// CodeOutput is one of a code run's Jupyter outputs.
+type CodeOutput struct {
+	OutputType string                     `json:"output_type"`
+	Data       map[string]json.RawMessage `json:"data,omitempty"`
 }
 
 // CodeExecuteResult is its data.
 type CodeExecuteResult struct {
-	Language  string     `json:"language"`
-	Status    string     `json:"status"`
-	Stdout    *string    `json:"stdout"`
-	Stderr    *string    `json:"stderr"`
-	ExitCode  *int       `json:"exit_code"`
-	Traceback []string   `json:"traceback"`
-	XSandgate *RunOutput `json:"x_sandgate"`
+	Language  string       `json:"language"`
+	Status    string       `json:"status"`
+	Stdout    *string      `json:"stdout"`
+	Stderr    *string      `json:"stderr"`
+	ExitCode  *int         `json:"exit_code"`
+	Traceback []string     `json:"traceback"`
+	Outputs   []CodeOutput `json:"outputs"`
+	XSandgate *RunOutput   `json:"x_sandgate"`
 }
 
 // CodeExecute calls POST /v1/code/execute.
@@ -371,4 +382,10 @@ func (c *Client) BrowserInfo(ctx context.Context) (BrowserInfo, error) {
 	var res BrowserInfo
 	err := c.call(ctx, http.MethodGet, "/v1/browser/info", nil, &res)
 	return res, err
+}
+
+// JupyterSessionDelete calls DELETE /v1/jupyter/sessions/{id}: the
+// session's kernel is killed.
+func (c *Client) JupyterSessionDelete(ctx context.Context, sessionID string) error {
+	return c.call(ctx, http.MethodDelete, "/v1/jupyter/sessions/"+sessionID, nil, nil)
 }

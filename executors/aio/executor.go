@@ -28,6 +28,7 @@ var (
 	_ executors.Executor        = (*Executor)(nil)
 	_ executors.Closer          = (*Executor)(nil)
 	_ executors.SessionReleaser = (*Executor)(nil)
+	_ executors.KernelHost      = (*Executor)(nil)
 )
 
 // New builds the executor with the local Docker backend. It fails only on a
@@ -90,6 +91,10 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 	l, err := e.acquire(ctx, spec.SessionID, ws)
 	if err != nil {
 		return executors.Result{}, err
+	}
+	if spec.Stateful {
+		res, err := e.cell(ctx, l, spec)
+		return res, err
 	}
 	grant, endEgress, err := e.startEgress(ctx, l, spec)
 	if err != nil {

@@ -96,6 +96,10 @@ type RunOutput struct {
 	StderrTruncated bool    `json:"stderr_truncated"`
 	SpillPath       *string `json:"spill_path"`
 	DurationMS      int64   `json:"duration_ms"`
+	// KernelRestarted and ResultsDropped are a stateful run's
+	// (executors.Result's fields of the same names).
+	KernelRestarted bool `json:"kernel_restarted,omitempty"`
+	ResultsDropped  bool `json:"results_dropped,omitempty"`
 }
 
 // BashExecResult is the data of POST /v1/bash/exec. XSandgate is left out
