@@ -394,3 +394,61 @@ func kernelContainers(t *testing.T, session string) int {
 	}
 	return len(list.Items)
 }
+
+// TestAIOKernel: with needs_persistent_fs, stateful cells run in the
+// session's AIO instance, in sandboxd's kernel: state persists, a
+// DataFrame comes back as HTML, a timeout keeps the state, os._exit is
+// reported as a restart on the next call, the restart endpoint reaches
+// it, and another session's instance has its own kernel.
+func TestAIOKernel(t *testing.T) {
+	ex := newAIOExecutor(t)
+	e := newEnv(t, envOpts{executors: []executors.Executor{ex}})
+	cell := func(session, code string, timeoutS int) resp {
+		t.Helper()
+		r := e.do("POST", "/v1/sessions/"+session+"/run_code", agentTok, map[string]any{"code": code, "language": "python",
+			"stateful": true, "timeout_s": timeoutS, "context": map[string]any{"needs_persistent_fs": true}})
+		if r.status != 200 || r.body["sandbox_type"] != "aio" {
+			t.Fatalf("cell %q: %d %s", code, r.status, r.raw)
+		}
+		return r
+	}
+	plain := func(r resp) string {
+		t.Helper()
+		res := results(t, r)
+		if len(res) != 1 {
+			t.Fatalf("want one result: %s", r.raw)
+		}
+		s, _ := res[0]["text/plain"].(string)
+		return s
+	}
+	r := cell("ak", "import pandas as pd\ndf = pd.DataFrame({'city': ['Oslo', 'Lima']})\nx = 1", 120)
+	if r.body["success"] != true || r.body["kernel_restarted"] != false {
+		t.Fatalf("first cell: %s", r.raw)
+	}
+	r = cell("ak", "x += 1\nprint('x is', x)\ndf", 60)
+	if html, _ := results(t, r)[0]["text/html"].(string); r.body["stdout"] != "x is 2\n" || !strings.Contains(html, "<td>Lima</td>") {
+		t.Fatalf("second cell: %s", r.raw)
+	}
+	r = cell("ak", "import time\ntime.sleep(30)", 2)
+	if r.body["timed_out"] != true || !strings.Contains(r.body["stderr"].(string), "KeyboardInterrupt") {
+		t.Fatalf("timed-out cell: %s", r.raw)
+	}
+	if got := plain(cell("ak", "x", 60)); got != "2" {
+		t.Fatalf("after the timeout x is %q", got)
+	}
+	if r := cell("ak-other", "'x' in globals()", 120); plain(r) != "False" {
+		t.Fatalf("another session sees x: %s", r.raw)
+	}
+	cell("ak", "import os\nos._exit(1)", 60)
+	r = cell("ak", "'x' in globals()", 120)
+	if r.body["kernel_restarted"] != true || plain(r) != "False" {
+		t.Fatalf("after os._exit: %s", r.raw)
+	}
+	cell("ak", "y = 3", 60)
+	if r := e.do("POST", "/v1/sessions/ak/kernel/restart", agentTok, nil); r.status != 200 || r.body["restarted"] != true {
+		t.Fatalf("restart: %d %s", r.status, r.raw)
+	}
+	if got := plain(cell("ak", "'y' in globals()", 120)); got != "False" {
+		t.Fatalf("y survived the restart: %q", got)
+	}
+}
