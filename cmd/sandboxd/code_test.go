@@ -82,7 +82,9 @@ func TestCodeExecute(t *testing.T) {
 		if r := ts.post("/v1/code/execute", map[string]any{"language": "python", "code": "1", "timeout": 99999}); r.status != http.StatusUnprocessableEntity {
 			t.Errorf("huge timeout: %d", r.status)
 		}
-		r := ts.post("/v1/code/execute", map[string]any{"language": "python", "code": "1", "stateful": true})
+		// A kernel is IPython: stateful javascript is refused (python
+		// cells are in api's kernel tests, which have the image).
+		r := ts.post("/v1/code/execute", map[string]any{"language": "javascript", "code": "1", "stateful": true})
 		if r.status != http.StatusBadRequest || !strings.Contains(r.body["message"].(string), "stateful") {
 			t.Errorf("stateful: %d %s", r.status, r.raw)
 		}
