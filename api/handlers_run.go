@@ -31,6 +31,7 @@ type evaluateBody struct {
 	Language  string             `json:"language"`
 	TimeoutS  int                `json:"timeout_s"`
 	Context   manager.RunContext `json:"context"`
+	Stateful  bool               `json:"stateful"`
 }
 
 // decisionView is the decision as responses show it.
@@ -189,7 +190,7 @@ func (s *Server) evaluate(w http.ResponseWriter, r *http.Request) error {
 	}
 	ev, err := s.deps.Manager.Evaluate(r.Context(), manager.RunRequest{
 		RequestID: requestID(r.Context()), Kind: kind, Principal: principal(r), SessionID: body.SessionID,
-		Language: body.Language, Code: body.Code, TimeoutS: body.TimeoutS, Context: body.Context,
+		Language: body.Language, Code: body.Code, TimeoutS: body.TimeoutS, Context: body.Context, Stateful: body.Stateful,
 	})
 	if err != nil {
 		return err

@@ -262,6 +262,60 @@ func TestKernelsEndToEnd(t *testing.T) {
 		}
 	})
 
+	t.Run("LimitsCountOverTheKernelsLife", func(t *testing.T) {
+		t.Parallel()
+		// Memory: each cell keeps 300 MiB; the second one goes past the
+		// 512 MiB obligation, although each cell alone is under it.
+		r := e.cell(t, "k-mem", "a = b'x' * (300 * 2**20)\nlen(a)", 60)
+		if r.body["success"] != true {
+			t.Fatalf("first 300 MiB: %s", r.raw)
+		}
+		r = e.cell(t, "k-mem", "b = b'y' * (300 * 2**20)\nlen(b)", 60)
+		if r.body["success"] != false || r.body["exit_code"] != float64(137) {
+			t.Fatalf("second 300 MiB: %s", r.raw)
+		}
+		r = e.cell(t, "k-mem", "'a' in globals()", 60)
+		if res := results(t, r); r.body["kernel_restarted"] != true || res[0]["text/plain"] != "False" {
+			t.Fatalf("after the OOM kill: %s", r.raw)
+		}
+		// Processes (threads count): 80 threads left waiting by one cell,
+		// and 80 more in the next are past the 128-task obligation.
+		spawn := "import threading\nif 'ev' not in globals(): ev = threading.Event()\n" +
+			"started = 0\ntry:\n    for _ in range(80):\n        threading.Thread(target=ev.wait).start()\n        started += 1\n" +
+			"except RuntimeError as err:\n    print('refused:', err)\nstarted"
+		if res := results(t, e.cell(t, "k-mem", spawn, 60)); res[0]["text/plain"] != "80" {
+			t.Fatalf("first 80 threads: %v", res)
+		}
+		r = e.cell(t, "k-mem", spawn+"\n", 60)
+		if !strings.Contains(r.body["stdout"].(string), "refused: can't start new thread") {
+			t.Fatalf("the next 80 threads: %s", r.raw)
+		}
+		e.cell(t, "k-mem", "ev.set()", 60)
+	})
+
+	t.Run("CellOutputStreams", func(t *testing.T) {
+		t.Parallel()
+		s := e.stream(t, t.Context(), "/v1/sessions/k-stream/run_code", map[string]any{"language": "python", "stateful": true,
+			"timeout_s": 120, "code": "import time\nprint('first', flush=True)\ntime.sleep(1.5)\nprint('second')\n'done'"}, nil)
+		body := s.exitBody(t)
+		if got := s.text(t, "stdout"); got != "first\nsecond\n" || body["stdout"] != got {
+			t.Fatalf("streamed %q, body %v", got, body)
+		}
+		first, exit := -1, len(s.events)-1
+		for i, ev := range s.events {
+			if ev["event"] == "stdout" && strings.HasPrefix(ev["data"].(string), "first") {
+				first = i
+				break
+			}
+		}
+		if first < 0 || s.at[exit].Sub(s.at[first]) < time.Second {
+			t.Fatalf("'first' did not arrive while the cell ran: %v", s.names())
+		}
+		if res, _ := body["results"].([]any); len(res) != 1 || obj(res[0])["text/plain"] != "'done'" {
+			t.Fatalf("exit body results %v", body["results"])
+		}
+	})
+
 	t.Run("HighCellWaitsForItsOwnApproval", func(t *testing.T) {
 		// Not parallel: it counts the pending approvals.
 		e.cell(t, "k-high", "n = 1", 60)

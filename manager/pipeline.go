@@ -158,6 +158,9 @@ func (m *Manager) Run(ctx context.Context, req RunRequest) (res *RunResult, err 
 		return out, err
 	}
 	out.Result, out.SandboxType = result, string(exec.Kind())
+	if result.KernelRestarted {
+		setDetail(rec, "kernel_restarted", "true")
+	}
 	return out, nil // 7 record: the deferred finish
 }
 
