@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/moby/moby/client"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandgate/sandgate/audit"
@@ -144,49 +144,103 @@ func TestKernelsEndToEnd(t *testing.T) {
 		}
 	})
 
-	t.Run("PlotReturnsPNG", func(t *testing.T) {
+	// One session (one kernel) for the rich results, in turn: a plot, a
+	// DataFrame, a streamed cell and the same over MCP.
+	t.Run("RichResults", func(t *testing.T) {
 		t.Parallel()
-		r := e.cell(t, "k-plot", "%config InlineBackend.print_figure_kwargs = {'bbox_inches': None}\n"+
-			"import matplotlib.pyplot as plt\nfig = plt.figure(figsize=(4, 3), dpi=100)\nplt.plot([1, 3, 2])", 120)
-		var pngs []string
-		for _, b := range results(t, r) {
-			if s, ok := b["image/png"].(string); ok {
-				pngs = append(pngs, s)
+		t.Run("PlotReturnsPNG", func(t *testing.T) {
+			r := e.cell(t, "k-rich", "%config InlineBackend.print_figure_kwargs = {'bbox_inches': None}\n"+
+				"import matplotlib.pyplot as plt\nfig = plt.figure(figsize=(4, 3), dpi=100)\nplt.plot([1, 3, 2])", 120)
+			var pngs []string
+			for _, b := range results(t, r) {
+				if s, ok := b["image/png"].(string); ok {
+					pngs = append(pngs, s)
+				}
 			}
-		}
-		if r.body["success"] != true || len(pngs) != 1 {
-			t.Fatalf("want one PNG: %s", r.raw)
-		}
-		raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(pngs[0]))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := png.DecodeConfig(bytes.NewReader(raw))
-		if err != nil || cfg.Width != 400 || cfg.Height != 300 {
-			t.Fatalf("png %dx%d %v, want 400x300", cfg.Width, cfg.Height, err)
-		}
-		if _, err := png.Decode(bytes.NewReader(raw)); err != nil {
-			t.Fatalf("png does not decode: %v", err)
-		}
-	})
-
-	t.Run("DataFrameReturnsHTML", func(t *testing.T) {
-		t.Parallel()
-		r := e.cell(t, "k-df", "import pandas as pd\ndf = pd.DataFrame({'city': ['Oslo', 'Lima'], 'temp': [3, 19]})\ndf", 120)
-		res := results(t, r)
-		if len(res) != 1 {
-			t.Fatalf("results: %s", r.raw)
-		}
-		html, _ := res[0]["text/html"].(string)
-		plain, _ := res[0]["text/plain"].(string)
-		for _, want := range []string{"<table", "<td>Oslo</td>", "<td>Lima</td>", "<td>19</td>"} {
-			if !strings.Contains(html, want) {
-				t.Fatalf("html lacks %q: %s", want, html)
+			if r.body["success"] != true || len(pngs) != 1 {
+				t.Fatalf("want one PNG: %s", r.raw)
 			}
-		}
-		if !strings.Contains(plain, "Oslo") {
-			t.Fatalf("text/plain: %q", plain)
-		}
+			raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(pngs[0]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := png.DecodeConfig(bytes.NewReader(raw))
+			if err != nil || cfg.Width != 400 || cfg.Height != 300 {
+				t.Fatalf("png %dx%d %v, want 400x300", cfg.Width, cfg.Height, err)
+			}
+			if _, err := png.Decode(bytes.NewReader(raw)); err != nil {
+				t.Fatalf("png does not decode: %v", err)
+			}
+		})
+		t.Run("DataFrameReturnsHTML", func(t *testing.T) {
+			r := e.cell(t, "k-rich", "import pandas as pd\ndf = pd.DataFrame({'city': ['Oslo', 'Lima'], 'temp': [3, 19]})\ndf", 120)
+			res := results(t, r)
+			if len(res) != 1 {
+				t.Fatalf("results: %s", r.raw)
+			}
+			html, _ := res[0]["text/html"].(string)
+			plain, _ := res[0]["text/plain"].(string)
+			for _, want := range []string{"<table", "<td>Oslo</td>", "<td>Lima</td>", "<td>19</td>"} {
+				if !strings.Contains(html, want) {
+					t.Fatalf("html lacks %q: %s", want, html)
+				}
+			}
+			if !strings.Contains(plain, "Oslo") {
+				t.Fatalf("text/plain: %q", plain)
+			}
+		})
+		t.Run("CellOutputStreams", func(t *testing.T) {
+			s := e.stream(t, t.Context(), "/v1/sessions/k-rich/run_code", map[string]any{"language": "python", "stateful": true,
+				"timeout_s": 120, "code": "import time\nprint('first', flush=True)\ntime.sleep(1.5)\nprint('second')\n'done'"}, nil)
+			body := s.exitBody(t)
+			if got := s.text(t, "stdout"); got != "first\nsecond\n" || body["stdout"] != got {
+				t.Fatalf("streamed %q, body %v", got, body)
+			}
+			first, exit := -1, len(s.events)-1
+			for i, ev := range s.events {
+				if ev["event"] == "stdout" && strings.HasPrefix(ev["data"].(string), "first") {
+					first = i
+					break
+				}
+			}
+			if first < 0 || s.at[exit].Sub(s.at[first]) < time.Second {
+				t.Fatalf("'first' did not arrive while the cell ran: %v", s.names())
+			}
+			if res, _ := body["results"].([]any); len(res) != 1 || obj(res[0])["text/plain"] != "'done'" {
+				t.Fatalf("exit body results %v", body["results"])
+			}
+		})
+		t.Run("MCPReturnsThePlotAsImage", func(t *testing.T) {
+			cs := e.mcpConnect(t)
+			res, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "run_code", Arguments: map[string]any{
+				"code":     "import matplotlib.pyplot as plt\nimport pandas as pd\nplt.plot([0, 1], [1, 0])\npd.DataFrame({'k': ['mcp-row']})",
+				"stateful": true, "session_id": "k-rich", "timeout_s": 120,
+			}})
+			if err != nil || res.IsError {
+				t.Fatalf("run_code: %v %+v", err, res)
+			}
+			var img *sdk.ImageContent
+			var html string
+			for _, c := range res.Content {
+				switch c := c.(type) {
+				case *sdk.ImageContent:
+					img = c
+				case *sdk.TextContent:
+					if strings.Contains(c.Text, "<table") {
+						html = c.Text
+					}
+				}
+			}
+			if img == nil || img.MIMEType != "image/png" {
+				t.Fatalf("no image content: %+v", res.Content)
+			}
+			if _, err := png.Decode(bytes.NewReader(img.Data)); err != nil {
+				t.Fatalf("image content is not a PNG: %v", err)
+			}
+			if !strings.Contains(html, "mcp-row") {
+				t.Fatalf("no HTML text content: %+v", res.Content)
+			}
+		})
 	})
 
 	t.Run("TimeoutInterruptsAndKeepsState", func(t *testing.T) {
@@ -293,29 +347,6 @@ func TestKernelsEndToEnd(t *testing.T) {
 		e.cell(t, "k-mem", "ev.set()", 60)
 	})
 
-	t.Run("CellOutputStreams", func(t *testing.T) {
-		t.Parallel()
-		s := e.stream(t, t.Context(), "/v1/sessions/k-stream/run_code", map[string]any{"language": "python", "stateful": true,
-			"timeout_s": 120, "code": "import time\nprint('first', flush=True)\ntime.sleep(1.5)\nprint('second')\n'done'"}, nil)
-		body := s.exitBody(t)
-		if got := s.text(t, "stdout"); got != "first\nsecond\n" || body["stdout"] != got {
-			t.Fatalf("streamed %q, body %v", got, body)
-		}
-		first, exit := -1, len(s.events)-1
-		for i, ev := range s.events {
-			if ev["event"] == "stdout" && strings.HasPrefix(ev["data"].(string), "first") {
-				first = i
-				break
-			}
-		}
-		if first < 0 || s.at[exit].Sub(s.at[first]) < time.Second {
-			t.Fatalf("'first' did not arrive while the cell ran: %v", s.names())
-		}
-		if res, _ := body["results"].([]any); len(res) != 1 || obj(res[0])["text/plain"] != "'done'" {
-			t.Fatalf("exit body results %v", body["results"])
-		}
-	})
-
 	t.Run("HighCellWaitsForItsOwnApproval", func(t *testing.T) {
 		// Not parallel: it counts the pending approvals.
 		e.cell(t, "k-high", "n = 1", 60)
@@ -352,38 +383,6 @@ func TestKernelsEndToEnd(t *testing.T) {
 		}
 	})
 
-	t.Run("MCPReturnsThePlotAsImage", func(t *testing.T) {
-		t.Parallel()
-		cs := e.mcpConnect(t)
-		res, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "run_code", Arguments: map[string]any{
-			"code":     "import matplotlib.pyplot as plt\nimport pandas as pd\nplt.plot([0, 1], [1, 0])\npd.DataFrame({'k': ['mcp-row']})",
-			"stateful": true, "session_id": "k-mcp", "timeout_s": 120,
-		}})
-		if err != nil || res.IsError {
-			t.Fatalf("run_code: %v %+v", err, res)
-		}
-		var img *sdk.ImageContent
-		var html string
-		for _, c := range res.Content {
-			switch c := c.(type) {
-			case *sdk.ImageContent:
-				img = c
-			case *sdk.TextContent:
-				if strings.Contains(c.Text, "<table") {
-					html = c.Text
-				}
-			}
-		}
-		if img == nil || img.MIMEType != "image/png" {
-			t.Fatalf("no image content: %+v", res.Content)
-		}
-		if _, err := png.Decode(bytes.NewReader(img.Data)); err != nil {
-			t.Fatalf("image content is not a PNG: %v", err)
-		}
-		if !strings.Contains(html, "mcp-row") {
-			t.Fatalf("no HTML text content: %+v", res.Content)
-		}
-	})
 }
 
 // runStateful posts a stateful cell without waiting for its answer.
