@@ -142,11 +142,14 @@ func viewRunCode(res *manager.RunResult, id string) any {
 		Decision: viewDecision(res.Decision), Approval: viewApproval(res.Approval), RequestID: id,
 	}
 	if res.Stateful {
-		results := out.Results
-		if results == nil {
-			results = []executors.Bundle{}
+		var cell executors.CellResult
+		if out.Cell != nil {
+			cell = *out.Cell
 		}
-		v.Results, v.KernelRestarted = &results, &out.KernelRestarted
+		if cell.Results == nil {
+			cell.Results = []executors.Bundle{}
+		}
+		v.Results, v.KernelRestarted = &cell.Results, &cell.KernelRestarted
 	}
 	return v
 }

@@ -187,16 +187,9 @@ type Result struct {
 	// OOMKilled is set when the backend knows the memory limit killed the run.
 	OOMKilled bool
 	Duration  time.Duration
-	// Results are a stateful run's display outputs, in order: each
-	// display_data and the execute_result (the last expression's value)
-	// as a MIME bundle. Bundles over the run's result budget are
-	// dropped and Truncated is set.
-	Results []Bundle
-	// KernelRestarted is set when the session's kernel was (re)started
-	// for this stateful run after an earlier one had died, been
-	// restarted or gone idle, or during it (a cell that ignored its
-	// interrupt): the state the earlier cells left is gone.
-	KernelRestarted bool
+	// Cell is a stateful run's part, nil for any other run. A pointer
+	// keeps Result comparable.
+	Cell *CellResult
 }
 
 // ExitCodeTimeout is the exit code of a run killed at its timeout, as

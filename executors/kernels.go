@@ -25,6 +25,20 @@ func (b Bundle) Text(mime string) (string, bool) {
 	return s, true
 }
 
+// CellResult is what a stateful run adds to its Result.
+type CellResult struct {
+	// Results are the display outputs, in order: each display_data and
+	// the execute_result (the last expression's value) as a MIME bundle.
+	// Bundles over the run's result budget are dropped and the Result's
+	// Truncated is set.
+	Results []Bundle
+	// KernelRestarted is set when the session's kernel was (re)started
+	// for this run after an earlier one had died or gone idle, or during
+	// it (a cell that ignored its interrupt): the state the earlier
+	// cells left is gone.
+	KernelRestarted bool
+}
+
 // KernelHost is implemented by backends whose capabilities include
 // kernels. RestartKernel replaces the session's kernel with a fresh one
 // (its state is lost) and reports whether the session had one; a

@@ -90,7 +90,7 @@ type RunResult struct {
 	Approval    *confirm.Outcome
 	SandboxType string
 	// Stateful: the run was a cell of the session's kernel; Result has
-	// its Results and KernelRestarted.
+	// its Cell.
 	Stateful bool
 }
 
@@ -158,7 +158,7 @@ func (m *Manager) Run(ctx context.Context, req RunRequest) (res *RunResult, err 
 		return out, err
 	}
 	out.Result, out.SandboxType = result, string(exec.Kind())
-	if result.KernelRestarted {
+	if result.Cell != nil && result.Cell.KernelRestarted {
 		setDetail(rec, "kernel_restarted", "true")
 	}
 	return out, nil // 7 record: the deferred finish

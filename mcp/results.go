@@ -12,10 +12,11 @@ import (
 
 // viewResults is a stateful run's results as structuredContent: each MIME
 // bundle decoded, so the output schema can say "object".
-func viewResults(bs []executors.Bundle) []map[string]any {
-	if len(bs) == 0 {
+func viewResults(cell *executors.CellResult) []map[string]any {
+	if cell == nil || len(cell.Results) == 0 {
 		return nil
 	}
+	bs := cell.Results
 	out := make([]map[string]any, 0, len(bs))
 	for _, b := range bs {
 		m := make(map[string]any, len(b))

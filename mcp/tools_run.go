@@ -145,7 +145,7 @@ func (s *Server) run(ctx context.Context, c *call, req manager.RunRequest) (runO
 		Truncated: r.Truncated, TimedOut: r.TimedOut, OutputPath: r.OutputPath, SandboxType: res.SandboxType,
 		DurationMS: r.Duration.Milliseconds(), Risk: viewRisk(res.Risk), Decision: viewDecision(res.Decision),
 		Approval: viewApproval(res.Approval), RequestID: c.requestID, SessionID: req.SessionID,
-		Results: viewResults(r.Results), KernelRestarted: r.KernelRestarted,
+		Results: viewResults(r.Cell), KernelRestarted: r.Cell != nil && r.Cell.KernelRestarted,
 	}, nil
 }
 

@@ -71,13 +71,14 @@ func runCell(ctx context.Context, c *Client, spec executors.Spec, margin time.Du
 	}
 	out := executors.Result{Duration: time.Since(start),
 		Stdout: capText(o, lim.MaxOutputBytes, res.XSandgate.StdoutTruncated), Stderr: capText(e, lim.MaxOutputBytes, res.XSandgate.StderrTruncated),
-		Truncated: res.XSandgate.Truncated || res.XSandgate.ResultsDropped, KernelRestarted: res.XSandgate.KernelRestarted}
+		Truncated: res.XSandgate.Truncated || res.XSandgate.ResultsDropped,
+		Cell:      &executors.CellResult{KernelRestarted: res.XSandgate.KernelRestarted}}
 	if res.XSandgate.SpillPath != nil && res.XSandgate.Truncated {
 		out.OutputPath = *res.XSandgate.SpillPath
 	}
 	for _, o := range res.Outputs {
 		if o.OutputType == "display_data" || o.OutputType == "execute_result" {
-			out.Results = append(out.Results, executors.Bundle(o.Data))
+			out.Cell.Results = append(out.Cell.Results, executors.Bundle(o.Data))
 		}
 	}
 	switch {

@@ -98,7 +98,10 @@ func (e *Executor) executeCell(ctx context.Context, spec executors.Spec) (execut
 	}
 	defer release()
 	res, err := e.cell(ctx, k, spec, dir, log)
-	res.KernelRestarted = res.KernelRestarted || started
+	if res.Cell == nil {
+		res.Cell = &executors.CellResult{}
+	}
+	res.Cell.KernelRestarted = res.Cell.KernelRestarted || started
 	res.Duration = time.Since(began)
 	return res, err
 }
@@ -131,8 +134,8 @@ func (e *Executor) cell(ctx context.Context, k *dkernel, spec executors.Spec, di
 	}
 	o := out.Finish()
 	res := executors.Result{Stdout: o.Stdout, Stderr: o.Stderr, ExitCode: oc.ExitCode, TimedOut: oc.TimedOut,
-		Truncated: o.Truncated || oc.Dropped, OutputPath: o.SpillPath, Results: oc.Results,
-		KernelRestarted: oc.Restarted}
+		Truncated: o.Truncated || oc.Dropped, OutputPath: o.SpillPath,
+		Cell: &executors.CellResult{Results: oc.Results, KernelRestarted: oc.Restarted}}
 	if err != nil {
 		return res, fmt.Errorf("docker: cell: %w", err)
 	}
