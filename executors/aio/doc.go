@@ -121,6 +121,20 @@
 // adopted from a gateway that did not make the egress directory serves
 // no run granted network. In bridge mode network_grant is false.
 //
+// # Stateful runs
+//
+// A stateful Spec goes to the AIO API's stateful POST /v1/code/execute
+// with the fixed Jupyter session id "sandgate" (one sandgate session per
+// instance). sandboxd holds the kernel (cmd/sandboxd/kernel.go, the
+// driver of executors/kernel) and reports restarts in x_sandgate; the
+// kernel ends with the instance. RestartKernel is DELETE
+// /v1/jupyter/sessions/sandgate. The image's own server (bridge mode)
+// is not asked: kernels are a capability of none mode only. A cell is
+// never granted network (the relay's grant is per run, a kernel outlives
+// runs): such a cell is refused, naming network_grant. Known limit: the
+// kernel shares the instance's loopback, so code it left running could
+// use the relay while another run of the same session is granted network.
+//
 // # Requirements
 //
 // The gateway must run as root in the Docker engine's mount namespace (it

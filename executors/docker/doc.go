@@ -158,6 +158,16 @@
 // container after answering, and the engine's exit processing (10-40 ms) by
 // the in-band exit status.
 //
+// # Stateful runs
+//
+// A stateful Spec (DESIGN.md §11) runs as a cell of the session's IPython
+// kernel: a container of the same hardened kind as a run's whose command
+// is the kernel driver of package executors/kernel (kernel.go). It lives
+// until the session is deleted, the kernel idles for 30 minutes, or the
+// gateway stops; its memory and pids limits bound the kernel over its
+// whole life. The gvisor executor, being this one under runsc, hosts
+// kernels the same way.
+//
 // # Known limits
 //
 //   - The code can read the workspace's host path from
