@@ -218,6 +218,13 @@ func viewApproval(o *confirm.Outcome) *approvalView {
 	return &approvalView{ID: o.ApprovalID, Status: o.Status, DecidedBy: o.DecidedBy, Reason: o.Reason}
 }
 
+// kernelRestartResponse is POST /v1/sessions/{id}/kernel/restart's body.
+type kernelRestartResponse struct {
+	// Restarted: the session had a kernel, and it was replaced.
+	Restarted bool   `json:"restarted"`
+	RequestID string `json:"request_id"`
+}
+
 // restartKernel is POST /v1/sessions/{id}/kernel/restart: the session's
 // kernel is replaced by a fresh one (its variables are gone). A session
 // without a kernel answers restarted false; its next stateful cell starts
@@ -227,6 +234,6 @@ func (s *Server) restartKernel(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"restarted": restarted, "request_id": requestID(r.Context())})
+	writeJSON(w, http.StatusOK, kernelRestartResponse{Restarted: restarted, RequestID: requestID(r.Context())})
 	return nil
 }

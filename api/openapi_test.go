@@ -376,6 +376,7 @@ func TestOpenAPIResponses(t *testing.T) {
 	e.do("POST", "/v1/sessions/s1/execute", agentTok, map[string]any{"command": "echo hi"})
 	e.doWith("POST", "/v1/sessions/s1/execute", agentTok, map[string]any{"command": "echo hi"}, map[string]string{"Accept": mediaNDJSON})
 	e.do("POST", "/v1/policy/evaluate", agentTok, map[string]any{"session_id": "s1", "code": "print(1)", "language": "python"})
+	e.do("POST", "/v1/sessions/s1/kernel/restart", agentTok, nil)                          // no kernel: restarted false
 	e.do("POST", "/v1/sessions/s1/browser", agentTok, map[string]any{"action": "content"}) // no browser: 503
 
 	files := "/v1/sessions/s1/files"
