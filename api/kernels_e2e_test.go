@@ -247,7 +247,7 @@ func TestKernelsEndToEnd(t *testing.T) {
 		t.Parallel()
 		e.cell(t, "k-timeout", "kept = 'still here'", 60)
 		r := e.cell(t, "k-timeout", "import time\nwhile True:\n    time.sleep(0.05)", 2)
-		if r.body["timed_out"] != true || r.body["exit_code"] != float64(124) || r.body["success"] != false ||
+		if r.body["timed_out"] != true || r.body["exit_code"] != float64(124) || r.body["success"] != false || r.body["kernel_restarted"] != false ||
 			!strings.Contains(r.body["stderr"].(string), "KeyboardInterrupt") {
 			t.Fatalf("timed-out cell: %s", r.raw)
 		}

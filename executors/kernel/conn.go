@@ -47,8 +47,8 @@ const (
 	// over the cell's budget, so only a broken driver comes near it.
 	maxLine = 64 << 20
 	// stuckGrace is how long past its timeout a cell may take before the
-	// Conn gives up on the driver: its interrupt grace (3 s) plus a
-	// kernel restart on a loaded machine.
+	// Conn gives up on the driver: its interrupt grace (5 s, renewed by the
+	// cell's traceback and status) plus a kernel restart on a loaded machine.
 	stuckGrace = 90 * time.Second
 )
 

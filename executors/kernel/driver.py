@@ -65,7 +65,10 @@ KERNEL_ARGS = [
     "--HistoryManager.enabled=False",  # no sqlite file; _ and Out still work
     "--IPKernelApp.quiet=True",
 ]
-INTERRUPT_GRACE = 3.0  # seconds a cell has to stop after KeyboardInterrupt
+# Seconds a cell has to stop after KeyboardInterrupt before the kernel is
+# restarted; renewed when its traceback or a status change comes (on a
+# loaded machine the way to idle may take a while).
+INTERRUPT_GRACE = 5.0
 START_TIMEOUT = 120.0
 POLL = 0.05
 
@@ -176,6 +179,11 @@ def run_cell(k, req, inbox):
             continue
         if m["parent_header"].get("msg_id") != msg_id:
             continue
+        if hard is not None and m["msg_type"] in ("error", "status"):
+            # The interrupt landed (its traceback) or the kernel is going
+            # idle: it is stopping, only slowly. A cell that keeps printing
+            # instead does not renew its grace.
+            hard = time.monotonic() + INTERRUPT_GRACE
         budget = forward(m, budget)
         if m["msg_type"] == "status" and m["content"].get("execution_state") == "idle":
             idle = True
