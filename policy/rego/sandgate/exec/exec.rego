@@ -99,7 +99,7 @@ default chosen_executor := "none"
 chosen_executor := executor
 
 obligations := {
-	"network": network_granted,
+	"network": run_network,
 	"timeout_s": min([input.request.timeout_s, config.limits.max_timeout_s]),
 	"memory_mb": object.get(config.limits.memory_mb, chosen_executor, config.limits.default_memory_mb),
 	"max_procs": object.get(config.limits.max_procs, chosen_executor, config.limits.default_max_procs),
@@ -114,6 +114,13 @@ reason(code, message) := {"code": code, "message": message}
 # should reach it. Rules scoped to nobody (the PERMISSIVE presets) grant
 # nothing by themselves.
 default network_granted := false
+
+# A stateful cell never gets network: a kernel outlives its cells, and the
+# executors' egress bridge is set up per run (DESIGN.md §9, §11). Its cells
+# run without network even where the session's other runs get it.
+default run_network := false
+
+run_network := network_granted if not input.request.stateful
 
 network_granted if input.mode in object.get(config.egress, "network_modes", [])
 

@@ -323,7 +323,6 @@ test_admin_sends_everything_not_safe_to_gvisor if {
 	[r.code | some r in d.reasons] == ["executor.fallback"]
 }
 
-<<<<<<< HEAD
 test_network_granted_by_a_session_scoped_egress_rule if {
 	inp := json.patch(mk("STRICT", "LOW", false), [{"op": "add", "path": "/principal/tenant", "value": "team-a"}])
 	plain := exec.decision with input as inp
@@ -337,7 +336,8 @@ test_network_granted_by_a_session_scoped_egress_rule if {
 	denies := [{"name": "no", "action": "deny", "hosts": ["*"], "sessions": ["team-a/s-1"]}]
 	d := exec.decision with input as inp with data.sandgate.config.egress.rules as denies
 	d.obligations.network == false
-=======
+}
+
 # Stateful runs (DESIGN.md §11): every cell goes to the stateful executor
 # whatever its level, the level still decides the action, and an executor
 # without kernels is a deny naming the capability.
@@ -380,5 +380,15 @@ test_stateful_aio_when_needed if {
 	d := exec.decision with input as inp
 	d.action == "allow"
 	d.executor == "aio"
->>>>>>> fbbb880 (kernels: IPython kernel driver (executors/kernel), docker kernel containers, Stateful spec, policy routing of stateful cells, ipykernel in the runtime image)
+}
+
+test_stateful_cells_get_no_network if {
+	inp := json.patch(stateful("STRICT", "LOW", false), [
+		{"op": "add", "path": "/executors", "value": kernel_executors},
+		{"op": "add", "path": "/principal/tenant", "value": "team-a"},
+	])
+	rules := [{"name": "demo-pypi", "action": "allow", "presets": ["pypi"], "sessions": ["team-a/s-1"]}]
+	d := exec.decision with input as inp with data.sandgate.config.egress.rules as rules
+	d.action == "allow"
+	d.obligations.network == false
 }
