@@ -175,7 +175,7 @@ func (s *server) handleBashExec(w http.ResponseWriter, r *http.Request) {
 
 	spec := jobSpec{dir: dir, env: req.Env, label: *req.Command}
 	cleanup := func() {}
-	path, unstage, staged, err := stageProgram(req.XSandgate, executors.LangBash, *req.Command)
+	path, unstage, staged, err := stageProgram(s.cfg.CodeDir, req.XSandgate, executors.LangBash, *req.Command)
 	switch {
 	case err != nil:
 		writeFail(w, http.StatusInternalServerError, "Cannot stage the command: "+err.Error(), nil)

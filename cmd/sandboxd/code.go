@@ -89,7 +89,7 @@ func (s *server) handleCodeExecute(w http.ResponseWriter, r *http.Request) {
 		spec.argv = []string{"node", "-"}
 	}
 	applyExtension(&spec, req.XSandgate)
-	path, cleanup, staged, err := stageProgram(req.XSandgate, *req.Language, *req.Code)
+	path, cleanup, staged, err := stageProgram(s.cfg.CodeDir, req.XSandgate, *req.Language, *req.Code)
 	if err != nil {
 		writeFail(w, http.StatusInternalServerError, "Cannot stage the program: "+err.Error(), nil)
 		return

@@ -97,6 +97,7 @@ func serve(args []string) error {
 	fs.StringVar(&cfg.Workspace, "workspace", cfg.Workspace, "the workspace directory: default cwd of commands")
 	fs.StringVar(&cfg.Home, "home", "", "HOME of commands (default: the workspace)")
 	fs.StringVar(&cfg.Chromium, "chromium", cfg.Chromium, "the Chromium binary started by /v1/browser/info")
+	fs.StringVar(&cfg.CodeDir, "code-dir", cfg.CodeDir, "where the gateway's program files are written (every backend's path; change only outside a container)")
 	fs.BoolVar(&cfg.Contained, "contained", false, "sandboxd owns its PID namespace: kill orphans of a killed run too")
 	egress := fs.String("egress", "", "unix:PATH of the gateway's egress proxy socket: relay 127.0.0.1:3128 to it")
 	if err := fs.Parse(args); err != nil {

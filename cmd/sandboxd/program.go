@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"syscall"
 
@@ -17,23 +18,24 @@ var programName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 // errProgramDir means the container has no program directory: an image or
 // container configuration older than this sandboxd. The run fails rather
 // than run differently from every other backend.
-var errProgramDir = errors.New("no program directory " + executors.CodeDir)
+var errProgramDir = errors.New("no program directory")
 
-// stageProgram writes text to the run's program file when the gateway
+// stageProgram writes text to dir/<x.Program>.<ext> (dir is CodeDir:
+// executors.ProgramPath in a container) to the run's program file when the gateway
 // asked for one (x.Program) and returns its path and a cleanup; ok is
 // false for a plain AIO call, which keeps the AIO API's behaviour (code on
 // stdin, a command line for bash).
-func stageProgram(x *runExtension, lang, text string) (path string, cleanup func(), ok bool, err error) {
+func stageProgram(dir string, x *runExtension, lang, text string) (path string, cleanup func(), ok bool, err error) {
 	if x == nil || x.Program == "" {
 		return "", nil, false, nil
 	}
 	if !programName.MatchString(x.Program) {
 		return "", nil, true, fmt.Errorf("invalid program name %q", x.Program)
 	}
-	if fi, err := os.Stat(executors.CodeDir); err != nil || !fi.IsDir() {
-		return "", nil, true, errProgramDir
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return "", nil, true, fmt.Errorf("%w %s", errProgramDir, dir)
 	}
-	path = executors.ProgramPath(x.Program, lang)
+	path = filepath.Join(dir, x.Program+"."+executors.ProgramExt(lang))
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
 		return "", nil, true, fmt.Errorf("create the program file: %w", err)

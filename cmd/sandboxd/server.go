@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"github.com/sandgate/sandgate/executors"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -21,6 +22,11 @@ type config struct {
 	Lang string
 	// Chromium is the browser binary.
 	Chromium string
+	// CodeDir holds the program files of the gateway's runs (aiowire
+	// RunExtension.Program). Default executors.CodeDir, where every backend
+	// puts them; only a sandboxd run outside its container (the client's
+	// own tests) names another.
+	CodeDir string
 	// Contained enables the orphan sweep when a run is killed: only sound
 	// when sandboxd shares its PID namespace with nothing but its own runs.
 	Contained bool
@@ -41,6 +47,7 @@ func defaultConfig() config {
 		Path:            "/usr/local/bin:/usr/bin:/bin",
 		Lang:            "C.UTF-8",
 		Chromium:        "chromium",
+		CodeDir:         executors.CodeDir,
 		MaxBashSessions: 64,
 		RetainBytes:     8 << 20,
 		WaitDelay:       500 * time.Millisecond,

@@ -28,7 +28,11 @@ func localSandboxd(t *testing.T, ws string) *Client {
 	}
 	sock := filepath.Join(dir, "s.sock")
 	key := newKey()
-	cmd := exec.Command(sandboxdBin, "serve", "--workspace", ws, "--listen", "unix:"+sock)
+	code := filepath.Join(dir, "code") // no /run/sandgate/code outside a container
+	if err := os.Mkdir(code, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(sandboxdBin, "serve", "--workspace", ws, "--listen", "unix:"+sock, "--code-dir", code)
 	cmd.Env = []string{"SANDBOXD_API_KEY=" + key, "PATH=/usr/local/bin:/usr/bin:/bin"}
 	cmd.Stderr = t.Output()
 	if err := cmd.Start(); err != nil {
