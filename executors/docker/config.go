@@ -38,8 +38,14 @@ const (
 	// container's memory limit too.
 	DefaultTmpfsMB = 64
 	// DefaultWarmMax bounds the warm containers alive at once, across all
-	// sessions.
+	// sessions. An idle warm container holds its boot shell (runc: ~3 MiB
+	// charged to its cgroup) or, under gVisor, a whole sandbox (sentry and
+	// gofer: ~17 MiB in its cgroup, more outside it); eight bound that.
 	DefaultWarmMax = 8
+	// DefaultWarmPerSession bounds the warm containers one session holds.
+	// Two let runs sent back to back take a ready container while the
+	// next one starts; a session pausing between runs holds one.
+	DefaultWarmPerSession = 2
 	// DefaultWarmAfter: see Config.WarmAfter.
 	DefaultWarmAfter = 2
 	// DefaultWarmIdle is how long a warm container waits for its session's
@@ -109,10 +115,15 @@ type Config struct {
 	// DefaultTimeout applies when Spec.Timeout is zero. Default
 	// DefaultTimeout.
 	DefaultTimeout time.Duration
-	// WarmMax bounds the warm containers (one per session at most) alive
-	// at once. Zero means DefaultWarmMax; a negative value disables warm
-	// starts.
+	// WarmMax bounds the warm containers alive at once, across sessions.
+	// Zero means DefaultWarmMax; a negative value disables warm starts.
 	WarmMax int
+	// WarmPerSession bounds the warm containers one session holds. A
+	// session holds as many as its recent pace needs: one when it pauses
+	// between runs longer than a container takes to start, more (up to
+	// this) when its runs come back to back. Default
+	// DefaultWarmPerSession.
+	WarmPerSession int
 	// WarmAfter is how many runs a session must have had before a
 	// container is prepared for its next one. Default 2: a one-off session
 	// never pays for a second container start, which would compete with
@@ -180,6 +191,7 @@ func (c Config) withDefaults() Config {
 	if c.WarmMax == 0 {
 		c.WarmMax = DefaultWarmMax
 	}
+	c.WarmPerSession = orInt(c.WarmPerSession, DefaultWarmPerSession)
 	c.WarmIdle = orDuration(c.WarmIdle, DefaultWarmIdle)
 	c.WarmAfter = orInt(c.WarmAfter, DefaultWarmAfter)
 	c.EngineTimeout = orDuration(c.EngineTimeout, DefaultEngineTimeout)

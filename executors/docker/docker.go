@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
@@ -356,18 +357,20 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 	sh := newShape(e.cfg.Images[spec.Language], dir, spec.UID, spec.GID, lim, e.cfg.Runtime)
 	log := e.log.With("request_id", id, "session_id", spec.SessionID)
 
+	arrived := time.Now()
 	b, warm, err := e.acquire(ctx, spec.SessionID, id, sh)
 	if err != nil {
 		return executors.Result{}, err
+	}
+	if spec.SessionID != "" {
+		// The session's next containers start now, alongside this run.
+		e.warm.replenish(spec.SessionID, arrived, sh)
 	}
 	res, err := e.run(ctx, b, runInput{
 		lang: spec.Language, code: spec.Code, timeout: spec.Timeout, limits: lim,
 		dir: dir, requestID: id, log: log, tap: spec.Output,
 	})
 	e.discard(b)
-	if err == nil && spec.SessionID != "" {
-		e.warm.offer(spec.SessionID, sh)
-	}
 	log.DebugContext(ctx, "run finished", "warm", warm, "exit_code", res.ExitCode,
 		"timed_out", res.TimedOut, "oom_killed", res.OOMKilled, "truncated", res.Truncated,
 		"duration_ms", res.Duration.Milliseconds(), "err", errString(err))
@@ -386,7 +389,11 @@ func (e *Executor) acquire(ctx context.Context, session, request string, sh shap
 			return nil, false, fmt.Errorf("docker: %w", context.Cause(ctx))
 		}
 	}
+	t0 := time.Now()
 	b, err := e.prepare(ctx, sh, e.labels(session, request))
+	if err == nil {
+		e.warm.observePrep(time.Since(t0))
+	}
 	return b, false, err
 }
 
