@@ -38,9 +38,8 @@ const (
 	// container's memory limit too.
 	DefaultTmpfsMB = 64
 	// DefaultWarmMax bounds the warm containers alive at once, across all
-	// sessions. An idle warm container holds its boot shell (runc: ~3 MiB
-	// charged to its cgroup) or, under gVisor, a whole sandbox (sentry and
-	// gofer: ~17 MiB in its cgroup, more outside it); eight bound that.
+	// sessions. An idle one costs ~16 MiB under runc and ~76 MiB RSS
+	// under gVisor (see the package doc, "Warm starts").
 	DefaultWarmMax = 8
 	// DefaultWarmPerSession bounds the warm containers one session holds.
 	// Two let runs sent back to back take a ready container while the

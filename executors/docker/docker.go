@@ -241,6 +241,7 @@ func (e *Executor) Close(ctx context.Context) error {
 	select {
 	case <-done:
 		e.retryLeftovers(ctx)
+		e.sweepOwn(ctx)
 	case <-ctx.Done():
 		err = fmt.Errorf("docker: close: %w", ctx.Err())
 	}
@@ -251,6 +252,30 @@ func (e *Executor) Close(ctx context.Context) error {
 	}
 	e.mu.Unlock()
 	return errors.Join(err, e.cli.Close())
+}
+
+// sweepOwn removes every container this Executor value created that is
+// still there once its own work has ended. Those are containers whose
+// create call reached the engine while its answer was lost (the engine
+// connection dropped mid-call, as when it restarts while a warm container
+// is being prepared): no id was ever returned for them.
+func (e *Executor) sweepOwn(ctx context.Context) {
+	list, err := e.cli.ContainerList(ctx, client.ContainerListOptions{All: true,
+		Filters: e.instanceFilter().Add("label", labelBoot+"="+e.boot)})
+	if err != nil {
+		e.log.Warn("list own containers at close", "err", err.Error())
+		return
+	}
+	for _, c := range list.Items {
+		if err := e.removeNow(c.ID); err != nil {
+			e.mu.Lock()
+			e.leftover[c.ID] = true
+			e.mu.Unlock()
+		}
+	}
+	if n := len(list.Items); n > 0 {
+		e.log.Info("removed containers whose creation was not confirmed", "count", n)
+	}
 }
 
 // ReleaseSession implements executors.SessionReleaser: the session's warm
