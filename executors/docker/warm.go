@@ -40,8 +40,8 @@ type warmPool struct {
 	// one-off session would otherwise pay for a second container start
 	// nobody uses, competing with the next session's run for the engine;
 	// fresh sessions through the gateway measured 1.12x docker run with a
-	// container prepared after every run), when it last ran, and the
-	// recent gap between its runs, which sizes its share of the pool.
+	// container prepared after every run), when it last ran, and whether
+	// it sends runs back to back, which sizes its share of the pool.
 	seen map[string]seenEntry
 	// prep is a moving average of how long preparing a container takes
 	// on this engine and runtime (runsc's start costs more than runc's).
@@ -51,11 +51,14 @@ type warmPool struct {
 type seenEntry struct {
 	runs int
 	last time.Time // when the session's last run had its container
-	// gap is a moving average of the time from a run having its container
-	// to the session's next run arriving: the run itself plus the
-	// caller's pause. A wait for a container is not part of it, or a
-	// session kept waiting would look slow and never get more.
-	gap time.Duration
+	// A gap is the time from a run having its container to the session's
+	// next run arriving: the run itself plus the caller's pause. A wait
+	// for a container is not part of it, or a session kept waiting would
+	// look slow and never get more. short is a moving average of the gaps
+	// shorter than a container start (runs back to back), burst when the
+	// last of those was seen.
+	short time.Duration
+	burst time.Time
 }
 
 // seenMax bounds the sessions remembered for the second-run rule; past it,
@@ -82,8 +85,9 @@ func (p *warmPool) record(session string, arrived time.Time) seenEntry {
 			}
 		}
 	}
-	if known {
-		e.gap = ewma(e.gap, max(arrived.Sub(e.last), time.Millisecond))
+	if gap := arrived.Sub(e.last); known && gap < p.prepTime() {
+		e.short = ewma(e.short, max(gap, time.Millisecond))
+		e.burst = now
 	}
 	e.runs++
 	e.last = now
@@ -93,8 +97,7 @@ func (p *warmPool) record(session string, arrived time.Time) seenEntry {
 	return e
 }
 
-// ewma folds sample into avg, weighing the newest sample by one half so
-// that a session's pace change shows within two runs.
+// ewma folds sample into avg, weighing the newest sample by one half.
 func ewma(avg, sample time.Duration) time.Duration {
 	if avg <= 0 {
 		return sample
@@ -104,14 +107,17 @@ func ewma(avg, sample time.Duration) time.Duration {
 
 // want is how many warm containers the session should hold: enough that a
 // new one can be prepared in the time its runs take to use them. An agent
-// that thinks between runs (gap above the preparation time) needs one;
-// one sending runs back to back needs more, up to Config.WarmPerSession.
-// Call with p.mu held.
+// that thinks between runs longer than a container takes to start needs
+// one. One that has sent runs back to back within the last
+// Config.WarmIdle needs more, up to Config.WarmPerSession: agents work in
+// bursts (a few runs, then a model call), and the burst's first run must
+// find them ready. Call with p.mu held.
 func (p *warmPool) want(s seenEntry) int {
-	n := 1
-	if prep := p.prepTime(); s.gap > 0 && s.gap < prep {
-		n = int((prep + s.gap - 1) / s.gap)
+	if s.burst.IsZero() || time.Since(s.burst) > p.e.cfg.WarmIdle {
+		return 1
 	}
+	prep := p.prepTime()
+	n := int((prep + s.short - 1) / s.short)
 	return min(max(n, 1), p.e.cfg.WarmPerSession)
 }
 
