@@ -80,11 +80,13 @@
 //
 // A session that runs repeatedly (from its Config.WarmAfter-th run) gets
 // its next containers prepared in the background (created, attached,
-// started, the script waiting on stdin). A container serves one run, so
-// the preparation of the next one starts as soon as a run has its
-// container, alongside the run. How many a session holds follows its pace:
-// one when it pauses between runs longer than a container takes to start,
-// up to Config.WarmPerSession (default 2) when its runs come back to back.
+// started, the script waiting on stdin). A container serves one run. How
+// many a session holds follows its pace: one when it pauses between runs
+// longer than a container takes to start, prepared after each run; up to
+// Config.WarmPerSession (default 2) once its runs come back to back, and
+// then the next ones start as soon as a run has its container, alongside
+// the run (a start next to a run slows the run, so a session that pauses
+// does not get that).
 // At most Config.WarmMax exist across sessions; at that cap a session
 // without any takes one from the session holding the most. The session's
 // next run with the same image, workspace, identity and limits uses one

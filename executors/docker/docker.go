@@ -387,15 +387,18 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 	if err != nil {
 		return executors.Result{}, err
 	}
+	later := false
 	if spec.SessionID != "" {
-		// The session's next containers start now, alongside this run.
-		e.warm.replenish(spec.SessionID, arrived, sh)
+		later = e.warm.replenish(spec.SessionID, arrived, sh)
 	}
 	res, err := e.run(ctx, b, runInput{
 		lang: spec.Language, code: spec.Code, timeout: spec.Timeout, limits: lim,
 		dir: dir, requestID: id, log: log, tap: spec.Output,
 	})
 	e.discard(b)
+	if later && err == nil {
+		e.warm.topUp(spec.SessionID, sh)
+	}
 	log.DebugContext(ctx, "run finished", "warm", warm, "exit_code", res.ExitCode,
 		"timed_out", res.TimedOut, "oom_killed", res.OOMKilled, "truncated", res.Truncated,
 		"duration_ms", res.Duration.Milliseconds(), "err", errString(err))

@@ -17,8 +17,8 @@ import (
 // contract), so a session sending runs back to back would otherwise wait
 // for a container start each time. The pool therefore holds up to
 // Config.WarmPerSession containers per session, as many as the session's
-// recent run rate needs (want), and tops the session up as soon as a run
-// has its container, concurrently with that run, not after it.
+// recent run rate needs (want), and tops a bursting session up as soon as
+// a run has its container, concurrently with that run (replenish).
 //
 // A warm container is bound to one session: it is only ever handed to that
 // session's runs, it mounts only that session's workspace and runs as that
@@ -105,15 +105,22 @@ func ewma(avg, sample time.Duration) time.Duration {
 	return (avg + sample) / 2
 }
 
+// bursting reports whether the session has sent runs back to back (a run
+// arriving sooner after the previous one had its container than a
+// container takes to start) within the last Config.WarmIdle. Agents work
+// in bursts (a few runs, then a model call): a burst's first run must
+// find the containers ready. Call with p.mu held.
+func (p *warmPool) bursting(s seenEntry) bool {
+	return !s.burst.IsZero() && time.Since(s.burst) <= p.e.cfg.WarmIdle
+}
+
 // want is how many warm containers the session should hold: enough that a
-// new one can be prepared in the time its runs take to use them. An agent
-// that thinks between runs longer than a container takes to start needs
-// one. One that has sent runs back to back within the last
-// Config.WarmIdle needs more, up to Config.WarmPerSession: agents work in
-// bursts (a few runs, then a model call), and the burst's first run must
-// find them ready. Call with p.mu held.
+// new one can be prepared in the time its runs take to use them. A
+// session that pauses between runs longer than a container takes to start
+// needs one; a bursting one more, up to Config.WarmPerSession. Call with
+// p.mu held.
 func (p *warmPool) want(s seenEntry) int {
-	if s.burst.IsZero() || time.Since(s.burst) > p.e.cfg.WarmIdle {
+	if !p.bursting(s) {
 		return 1
 	}
 	prep := p.prepTime()
@@ -158,33 +165,73 @@ func newWarmPool(e *Executor) *warmPool {
 func (p *warmPool) enabled() bool { return p.e.cfg.WarmMax > 0 }
 
 // replenish records a run of session, which arrived at arrived and has
-// its container now, and starts preparing the session's next containers of shape sh, up to
-// what its pace wants, while that run is in flight. Nothing is prepared
-// before the session's Config.WarmAfter-th run, nor once the pool is
-// closed or full.
-func (p *warmPool) replenish(session string, arrived time.Time, sh shape) {
+// its container now, and tops up the session's warm containers of shape
+// sh to what its pace wants. Nothing is prepared before the session's
+// Config.WarmAfter-th run, nor once the pool is closed or full.
+//
+// A session sending runs back to back gets its containers started at
+// once, alongside the run: its next run may come before a container
+// started after this one could be ready. A session that pauses between
+// runs gets its container after the run (replenish reports that the
+// caller must call topUp then): a container start alongside a run slows
+// the run down on a small machine (a warm print(1) took 85-105 ms alone
+// and ~365 ms next to a container start, 2 cores, loaded), and the pause
+// leaves time enough to start one afterwards.
+func (p *warmPool) replenish(session string, arrived time.Time, sh shape) (later bool) {
 	if !p.enabled() {
-		return
+		return false
 	}
 	p.mu.Lock()
 	seen := p.record(session, arrived)
 	if p.closed || seen.runs < p.e.cfg.WarmAfter {
 		p.mu.Unlock()
+		return false
+	}
+	p.dropMismatched(session, sh)
+	if !p.bursting(seen) {
+		p.mu.Unlock()
+		return true
+	}
+	start := p.grow(session, sh, p.want(seen))
+	p.mu.Unlock()
+	p.start(session, start)
+	return false
+}
+
+// topUp prepares, after a run of a session that pauses between runs, the
+// warm containers replenish left for later.
+func (p *warmPool) topUp(session string, sh shape) {
+	p.mu.Lock()
+	seen, known := p.seen[session]
+	if p.closed || !known { // released while the run was in flight
+		p.mu.Unlock()
 		return
 	}
 	p.dropMismatched(session, sh)
-	var start []*warmSlot
-	for have := len(p.slots[session]); have < p.want(seen); have++ {
+	start := p.grow(session, sh, p.want(seen))
+	p.mu.Unlock()
+	p.start(session, start)
+}
+
+// grow adds slots of shape sh to session until it holds n, as far as the
+// global cap allows, and returns them for start. Call with p.mu held.
+func (p *warmPool) grow(session string, sh shape, n int) []*warmSlot {
+	var added []*warmSlot
+	for have := len(p.slots[session]); have < n; have++ {
 		if p.total >= p.e.cfg.WarmMax && (have > 0 || !p.evict(session)) {
 			break
 		}
 		s := &warmSlot{shape: sh, ready: make(chan struct{})}
 		p.slots[session] = append(p.slots[session], s)
 		p.total++
-		start = append(start, s)
+		added = append(added, s)
 	}
-	p.mu.Unlock()
-	for _, s := range start {
+	return added
+}
+
+// start prepares the containers of slots in the background.
+func (p *warmPool) start(session string, slots []*warmSlot) {
+	for _, s := range slots {
 		p.e.goBackground(func() { p.fill(session, s) })
 	}
 }

@@ -276,3 +276,37 @@ func TestWarmGlobalCapShared(t *testing.T) {
 		t.Fatalf("%d containers on the engine, cap 2", n)
 	}
 }
+
+// TestWarmBurstTopsUpDuringTheRun: once a session sends runs back to back,
+// the container replacing the one a run took is started while that run is
+// still in flight, so it is ready when the run ends.
+func TestWarmBurstTopsUpDuringTheRun(t *testing.T) {
+	e := newTestExecutor(t, func(c *Config) { c.WarmPerSession = 2 })
+	s := newSession(t, 3_200_060)
+	backToBack(t, e, s, 4)
+	done := make(chan executors.Result, 1)
+	go func() {
+		res, _ := e.Execute(t.Context(), s.spec(executors.LangBash, "sleep 3; echo slept"))
+		done <- res
+	}()
+	ready := false
+	for !ready {
+		select {
+		case res := <-done:
+			t.Fatalf("the run ended (%+v) before the session held 2 ready containers (it holds %d)", res, e.warm.sessionSize(s.id))
+		case <-time.After(20 * time.Millisecond):
+		}
+		ready = e.warm.sessionSize(s.id) == 2 && readyNow(t, e, s.id)
+	}
+	if res := <-done; res.Stdout != "slept\n" {
+		t.Fatalf("run %+v", res)
+	}
+}
+
+// readyNow reports whether every warm container of session is prepared,
+// without waiting.
+func readyNow(t *testing.T, e *Executor, session string) bool {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Millisecond)
+	defer cancel()
+	return e.warm.waitReady(ctx, session)
+}
