@@ -121,7 +121,7 @@ printf '\0\036sandgate-exit:%d\036\0' "$s" >&2
 exit "$s"`
 
 // exitTrailer prefixes and suffixes the exit status the boot script
-// writes at the end of stderr.
+// writes at the end of stdout and of stderr.
 const (
 	exitTrailerPrefix = "\x00\x1esandgate-exit:"
 	exitTrailerSuffix = "\x1e\x00"
