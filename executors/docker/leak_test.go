@@ -35,13 +35,15 @@ func TestMain(m *testing.M) {
 }
 
 // crashHelper runs one short run (so its session gets a warm container),
-// then a long one that writes started.txt and sleeps; once the warm
-// containers prepared alongside that run are up it writes warm.txt. It
-// never returns on its own: the parent kills it.
+// waits for that container to be up, then runs a long one (the first of
+// another session, so nothing is prepared alongside it) that writes
+// started.txt and sleeps. It never returns on its own: the parent kills
+// it.
 //
-// The parent kills it only then: a container whose create call is still
-// in the engine when its client dies appears after the restarted gateway
-// has reaped, and is left for the restart after that.
+// No container is being created when the parent kills it: one whose
+// create call is still in the engine when its client dies appears after
+// the restarted gateway has reaped, and is left for the restart after
+// that.
 func crashHelper() int {
 	ctx := context.Background()
 	e, err := New(ctx, Config{Instance: os.Getenv(helperInstanceEnv), Logger: slog.New(slog.DiscardHandler), WarmAfter: 1})
@@ -55,15 +57,11 @@ func crashHelper() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	e.warm.waitReady(ctx, s.SessionID)
+	for !e.warm.waitReady(ctx, s.SessionID) { // prepared after the run
+		time.Sleep(20 * time.Millisecond)
+	}
 	s.SessionID = "crash-session-2"
 	s.Code = "echo started > started.txt; sleep 600"
-	go func() {
-		for e.warm.sessionSize(s.SessionID) == 0 || !e.warm.waitReady(ctx, s.SessionID) {
-			time.Sleep(20 * time.Millisecond)
-		}
-		_ = os.WriteFile(filepath.Join(s.WorkspaceDir, "warm.txt"), nil, 0o644)
-	}()
 	_, err = e.Execute(ctx, s)
 	fmt.Fprintln(os.Stderr, "long run returned:", err)
 	return 3
@@ -85,7 +83,6 @@ func TestLeaks(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFile(t, filepath.Join(ws, "started.txt"))
-	waitFile(t, filepath.Join(ws, "warm.txt"))
 	if err := helper.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

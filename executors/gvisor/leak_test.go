@@ -32,11 +32,12 @@ func TestMain(m *testing.M) {
 }
 
 // crashHelper runs one short run (so its session gets a warm container),
-// then a long one that writes started.txt and sleeps; once the warm
-// container prepared alongside that run is running it writes warm.txt.
-// The parent kills it only then: a container whose create call is still
-// in the engine when its client dies appears after the restarted gateway
-// has reaped, and is left for the restart after that.
+// waits for that container to run, then runs a long one (the first of
+// another session, so nothing is prepared alongside it) that writes
+// started.txt and sleeps. The parent kills it. No container is being
+// created then: one whose create call is still in the engine when its
+// client dies appears after the restarted gateway has reaped, and is left
+// for the restart after that.
 func crashHelper() int {
 	ctx := context.Background()
 	e, err := New(ctx, Config{Instance: os.Getenv(helperInstanceEnv), Logger: slog.New(slog.DiscardHandler), WarmAfter: 1})
@@ -50,20 +51,17 @@ func crashHelper() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
+	for { // the warm container is prepared after the run
+		out, _ := exec.Command("docker", "ps", "-q", "--filter", "status=running",
+			"--filter", "label=sandgate.instance="+os.Getenv(helperInstanceEnv),
+			"--filter", "label=sandgate.session="+s.SessionID, "--filter", "label=sandgate.warm=true").Output()
+		if len(out) > 0 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	s.SessionID = "crash-session-2"
 	s.Code = "echo started > started.txt; sleep 600"
-	go func() {
-		for {
-			out, _ := exec.Command("docker", "ps", "-q", "--filter", "status=running",
-				"--filter", "label=sandgate.instance="+os.Getenv(helperInstanceEnv),
-				"--filter", "label=sandgate.session="+s.SessionID, "--filter", "label=sandgate.warm=true").Output()
-			if len(out) > 0 {
-				_ = os.WriteFile(filepath.Join(s.WorkspaceDir, "warm.txt"), nil, 0o644)
-				return
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}()
 	_, err = e.Execute(ctx, s)
 	fmt.Fprintln(os.Stderr, "long run returned:", err)
 	return 3
@@ -84,7 +82,6 @@ func TestNoContainerLeft(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFile(t, filepath.Join(ws, "started.txt"))
-	waitFile(t, filepath.Join(ws, "warm.txt"))
 	if err := helper.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
