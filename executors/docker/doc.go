@@ -83,7 +83,7 @@
 // started, the script waiting on stdin). A container serves one run. How
 // many a session holds follows its pace: one when it pauses between runs
 // longer than a container takes to start, prepared after each run; up to
-// Config.WarmPerSession (default 2) once its runs come back to back, and
+// Config.WarmPerSession (default 3) once its runs come back to back, and
 // then the next ones start as soon as a run has its container, alongside
 // the run (a start next to a run slows the run, so a session that pauses
 // does not get that).
