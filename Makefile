@@ -74,10 +74,12 @@ deps:
 	@$(MAKE) --no-print-directory npm-deps
 
 ## npm-deps: the npm packages the end-to-end tests drive as real peers
-## (e2e/*/), exactly as their committed lockfiles pin them: `npm ci` from
+## (e2e/*/), and the dev dependencies of the TypeScript client package
+## (clients/typescript: deepagents and the TypeScript compiler its tests
+## use), exactly as their committed lockfiles pin them: `npm ci` from
 ## the npm registry, no install scripts. A directory whose node_modules was
 ## installed from the same package.json and lockfile is left alone.
-NPM_CLIENTS := e2e/deepagents e2e/mcp
+NPM_CLIENTS := e2e/deepagents e2e/mcp clients/typescript
 
 npm-deps:
 	@for d in $(NPM_CLIENTS); do \
@@ -88,8 +90,14 @@ npm-deps:
 		(cd $$d && npm ci --ignore-scripts --no-audit --no-fund) && echo $$sum > $$stamp || exit 1; \
 	done
 
+## test-go: every package's tests with -race. TEST_P packages run at once
+## (go test's -p, default GOMAXPROCS): most of the suite's time is spent
+## waiting on containers, interpreters and the network of loopback peers,
+## not on the CPU, so on a 2-core machine four packages in flight finish
+## sooner than two.
+TEST_P ?= 4
 test-go:
-	$(GO) test -race -count=1 -timeout 30m ./...
+	$(GO) test -race -count=1 -p $(TEST_P) -timeout 30m ./...
 
 ## test-go-postgres: the approval hub's tests again, on PostgreSQL (the
 ## audit store suite runs on both drivers within test-go already).

@@ -19,6 +19,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
+	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/confirm"
 )
 
@@ -545,6 +546,61 @@ func TestApprovalPageTenantScopeInBrowser(t *testing.T) {
 	for _, c := range []*pendingCall{callA2, callB2} {
 		c.cancel()
 		<-c.done
+	}
+	if errs := b.pageErrors(); len(errs) > 0 {
+		t.Fatalf("page errors: %v", errs)
+	}
+}
+
+// TestEgressApprovalInBrowser: a network request on the page says which
+// session wants which host, lists the session's recent connections, and
+// "Allow for this session" approves it with the session scope.
+func TestEgressApprovalInBrowser(t *testing.T) {
+	b := newBrowser(t)
+	dir := artifactDir(t)
+	e := newApprovalEnv(t, approvalOpts{})
+	ctx := t.Context()
+	// The session's earlier connection, as the egress proxy records it.
+	if err := e.audit.Append(ctx, &audit.Record{RequestID: "r-net", Kind: "egress", Tenant: "a", SessionID: "net",
+		Action: "allow", Outcome: audit.OutcomeOK, Detail: map[string]string{"host": "pypi.org", "port": "443",
+			"rule": "demo-pypi", "bytes_up": "812", "bytes_down": "40960"}}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan confirm.Outcome, 1)
+	go func() {
+		o, err := e.hub.Confirm(ctx, confirm.Request{Kind: confirm.KindEgress, Target: "files.example.org:443",
+			RequestID: "r-net", Tenant: "a", SessionID: "net", RiskLevel: "LOW", Principal: "a", Via: "egress proxy",
+			Reasons:  []confirm.Reason{{Code: "egress.approval", Message: "files.example.org:443 is not on an allow-list"}},
+			Deadline: time.Now().Add(time.Minute)})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- o
+	}()
+	v := pendingFor(t, e.hub, "net")
+	b.do("open the page",
+		chromedp.EmulateViewport(1280, 800),
+		chromedp.Navigate(e.srv.URL+"/?token="+approverTok),
+		chromedp.WaitVisible(chromedp.CSS(`#conn[data-state="live"]`)),
+		chromedp.WaitVisible(cardSel(v.ID, ".approve-session")),
+		chromedp.WaitVisible(cardSel(v.ID, ".conns li")),
+	)
+	if got := eval[string](b, fmt.Sprintf(`document.querySelector('.card[data-id=%q] .wants').textContent`, v.ID)); got != "Session net wants to connect to files.example.org:443" {
+		t.Errorf("card says %q", got)
+	}
+	if got := eval[string](b, fmt.Sprintf(`document.querySelector('.card[data-id=%q] .conns li').textContent`, v.ID)); !strings.Contains(got, "pypi.org:443") || !strings.Contains(got, "demo-pypi") {
+		t.Errorf("recent connection %q", got)
+	}
+	if eval[bool](b, fmt.Sprintf(`!document.querySelector('.card[data-id=%q] .code').hidden`, v.ID)) {
+		t.Error("a network request shows a code box")
+	}
+	b.screenshot(dir, "egress-approval.png")
+	b.do("allow for the session",
+		chromedp.Click(cardSel(v.ID, ".approve-session")),
+		chromedp.WaitVisible(cardSel(v.ID, `.banner[data-status="approved"]`)),
+	)
+	if o := <-done; !o.Approved() || o.Scope != confirm.ScopeSession || o.DecidedBy != "p" {
+		t.Fatalf("outcome %+v", o)
 	}
 	if errs := b.pageErrors(); len(errs) > 0 {
 		t.Fatalf("page errors: %v", errs)

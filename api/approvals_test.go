@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -50,6 +51,13 @@ type approvalOpts struct {
 	timeout time.Duration // the manager's approval timeout
 	dataDir string
 	hub     confirm.HubOptions
+	// deerflow, when set, mounts the DeerFlow provisioner and makes it a
+	// session resource (as main wires it).
+	deerflow *DeerFlow
+	// log receives the API's log (none when nil).
+	log *slog.Logger
+	// wrap, when set, wraps the server's handler (a response capture).
+	wrap func(*Server, http.Handler) http.Handler
 }
 
 func newApprovalEnv(t *testing.T, o approvalOpts) *approvalEnv {
@@ -81,9 +89,14 @@ func newApprovalEnv(t *testing.T, o approvalOpts) *approvalEnv {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
+	var resources []manager.SessionResource
+	if o.deerflow != nil {
+		resources = append(resources, manager.SessionResource{Name: "deerflow", Release: o.deerflow.Release})
+	}
 	mgr, err := manager.New(manager.Config{Mode: "PERMISSIVE", ApprovalTimeout: o.timeout}, manager.Deps{
 		Assessor: risk.NewAssessor(nil, nil), Policy: eng, Confirm: hub,
 		Executors: []executors.Executor{sp}, Workspaces: ws, Audit: st, Metrics: manager.NewMetrics(reg),
+		Resources: resources, Logger: o.log,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -95,8 +108,13 @@ func newApprovalEnv(t *testing.T, o approvalOpts) *approvalEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := New(Config{}, Deps{Manager: mgr, Policy: eng, Audit: st, Auth: auth, Gatherer: reg, Approvals: hub})
-	e := &approvalEnv{env: &env{t: t, srv: httptest.NewServer(h), dataDir: o.dataDir, audit: st, ws: ws}, hub: hub}
+	h := New(Config{}, Deps{Manager: mgr, Policy: eng, Audit: st, Auth: auth, Gatherer: reg, Approvals: hub,
+		DeerFlow: o.deerflow, Logger: o.log})
+	var handler http.Handler = h
+	if o.wrap != nil {
+		handler = o.wrap(h, h)
+	}
+	e := &approvalEnv{env: &env{t: t, srv: httptest.NewServer(handler), dataDir: o.dataDir, audit: st, ws: ws}, hub: hub}
 	t.Cleanup(func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

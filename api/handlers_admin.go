@@ -43,6 +43,7 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) error {
 	if err := s.deps.Manager.DeleteSession(r.Context(), principal(r), r.PathValue("id"), purge); err != nil {
 		return err
 	}
+	s.releaseSession(r)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
@@ -117,7 +118,7 @@ func intParam(r *http.Request, name string, def int) (int, error) {
 }
 
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) error {
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	writeJSON(w, http.StatusOK, healthResponse{Status: "ok"})
 	return nil
 }
 
@@ -140,18 +141,18 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 			s.log.WarnContext(ctx, "executor not ready", "executor", kind, "reason", st.Reason)
 		}
 	}
-	body := map[string]any{"executors": execs}
+	body := readyResponse{Executors: execs}
 	if s.deps.Database != nil {
 		// Audit records and approvals live there: without it every
 		// request would fail closed, so the gateway is not ready.
-		body["database"] = "ok"
+		body.Database = "ok"
 		if err := s.deps.Database.Ping(ctx); err != nil {
-			body["database"] = "unavailable"
+			body.Database = "unavailable"
 			ready = false
 			s.log.WarnContext(ctx, "database not ready", "err", err)
 		}
 	}
-	body["ready"] = ready
+	body.Ready = ready
 	status := http.StatusOK
 	if !ready {
 		status = http.StatusServiceUnavailable
@@ -162,6 +163,18 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 
 // readyExecutor is one executor in /readyz: "ok" or "unavailable", then
 // the status the policy sees.
+// healthResponse is GET /healthz.
+type healthResponse struct {
+	Status string `json:"status"`
+}
+
+// readyResponse is GET /readyz; Database is absent when none is wired.
+type readyResponse struct {
+	Ready     bool                     `json:"ready"`
+	Executors map[string]readyExecutor `json:"executors"`
+	Database  string                   `json:"database,omitempty"`
+}
+
 type readyExecutor struct {
 	Status string `json:"status"`
 	manager.ExecutorStatus

@@ -27,6 +27,10 @@ type decisionBody struct {
 	Decision string `json:"decision"`
 	Reason   string `json:"reason"`
 	Digest   string `json:"digest"`
+	// Scope is "once" (the default) or, for an egress approval,
+	// "session": the session's later connections to the same host:port
+	// pass without asking.
+	Scope string `json:"scope"`
 }
 
 // conflictBody is the 409 answer: the usual error body plus the approval's
@@ -97,7 +101,7 @@ func (s *Server) decideApproval(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	v, err := s.deps.Approvals.Decide(r.Context(), r.PathValue("id"), approver(r),
-		confirm.Decision{Decision: body.Decision, Reason: body.Reason, Digest: body.Digest})
+		confirm.Decision{Decision: body.Decision, Reason: body.Reason, Digest: body.Digest, Scope: body.Scope})
 	var ce *confirm.ConflictError
 	switch {
 	case errors.As(err, &ce):
@@ -109,6 +113,8 @@ func (s *Server) decideApproval(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	case errors.Is(err, confirm.ErrInvalidDecision):
 		return &fieldErr{field: fieldErrorOf("decision", `must be "approve" or "deny"`)}
+	case errors.Is(err, confirm.ErrInvalidScope):
+		return &fieldErr{field: fieldErrorOf("scope", `must be "once", or "session" for an egress approval`)}
 	case errors.Is(err, confirm.ErrReasonTooLong):
 		return &fieldErr{field: fieldErrorOf("reason", "must be at most 1000 bytes")}
 	case err != nil:

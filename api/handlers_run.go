@@ -63,6 +63,13 @@ type runCodeResponse struct {
 	RequestID   string          `json:"request_id"`
 }
 
+// evaluateResponse is the dry run's answer.
+type evaluateResponse struct {
+	Risk      risk.Assessment `json:"risk"`
+	Decision  decisionView    `json:"decision"`
+	RequestID string          `json:"request_id"`
+}
+
 type executeResponse struct {
 	Output      string          `json:"output"`
 	ExitCode    int             `json:"exit_code"`
@@ -173,9 +180,7 @@ func (s *Server) evaluate(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{
-		"risk": ev.Risk, "decision": viewDecision(ev.Decision), "request_id": requestID(r.Context()),
-	})
+	writeJSON(w, http.StatusOK, evaluateResponse{Risk: ev.Risk, Decision: viewDecision(ev.Decision), RequestID: requestID(r.Context())})
 	return nil
 }
 

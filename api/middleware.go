@@ -17,6 +17,7 @@ type ctxKey int
 const (
 	keyRequestID ctxKey = iota
 	keyIdentity
+	keyForwarded
 )
 
 var errPanic = errors.New("handler panic") // maps to internal

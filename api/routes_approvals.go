@@ -10,9 +10,14 @@ package api
 func (s *Server) approvalRoutes() {
 	approvers := []Role{RoleApprover, RoleAdmin}
 	s.handle("GET /v1/approvals", approvers, s.listApprovals)
+	s.handle("GET /v1/approvals/connections", approvers, s.listConnections)
 	s.handle("GET /v1/approvals/{id}", approvers, s.getApproval)
 	s.handle("POST /v1/approvals/{id}/decision", approvers, s.decideApproval)
-	s.mux.Handle("GET /v1/approvals/ws", s.wrap(s.socketAuth(s.authorize(approvers, s.approvalSocket))))
-	s.mux.Handle("GET /{$}", s.wrap(s.approvalPage))
-	s.mux.Handle("GET /assets/{file}", s.wrap(s.approvalAsset))
+	s.mount("GET /v1/approvals/ws", s.wrap(s.socketAuth(s.authorize(approvers, s.approvalSocket))))
+	s.mount("GET /{$}", s.wrap(s.approvalPage))
+	s.mount("GET /assets/{file}", s.wrap(s.approvalAsset))
+	// Replica to replica (package fleet): answers only a request a peer
+	// signed with the fleet key (forwarded), 404 to anyone else and on a
+	// single gateway.
+	s.mount("GET /v1/fleet/approvals/{id}", s.wrap(s.peerApproval))
 }

@@ -4,5 +4,5 @@ package api
 // "Browser"). Driving a browser is the agent's; approvers and admins read
 // what it did in the audit log.
 func (s *Server) browserRoutes() {
-	s.handle("POST /v1/sessions/{id}/browser", []Role{RoleAgent}, s.browserAction)
+	s.handleSession("POST /v1/sessions/{id}/browser", []Role{RoleAgent}, s.browserAction)
 }

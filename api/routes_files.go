@@ -10,14 +10,14 @@ import (
 // never in the URL path, and the query is decoded exactly once.
 func (s *Server) fileRoutes() {
 	agent := []Role{RoleAgent}
-	s.handle("GET /v1/sessions/{id}/files/content", agent, s.getFileContent)
-	s.handle("PUT /v1/sessions/{id}/files/content", agent, s.putFileContent)
-	s.handle("GET /v1/sessions/{id}/files/read", agent, s.readFile)
-	s.handle("POST /v1/sessions/{id}/files/edit", agent, s.editFile)
-	s.handle("GET /v1/sessions/{id}/files/list", agent, s.listFiles)
-	s.handle("GET /v1/sessions/{id}/files/glob", agent, s.globFiles)
-	s.handle("GET /v1/sessions/{id}/files/grep", agent, s.grepFiles)
-	s.handle("DELETE /v1/sessions/{id}/files", agent, s.deleteFile)
+	s.handleSession("GET /v1/sessions/{id}/files/content", agent, s.getFileContent)
+	s.handleSession("PUT /v1/sessions/{id}/files/content", agent, s.putFileContent)
+	s.handleSession("GET /v1/sessions/{id}/files/read", agent, s.readFile)
+	s.handleSession("POST /v1/sessions/{id}/files/edit", agent, s.editFile)
+	s.handleSession("GET /v1/sessions/{id}/files/list", agent, s.listFiles)
+	s.handleSession("GET /v1/sessions/{id}/files/glob", agent, s.globFiles)
+	s.handleSession("GET /v1/sessions/{id}/files/grep", agent, s.grepFiles)
+	s.handleSession("DELETE /v1/sessions/{id}/files", agent, s.deleteFile)
 }
 
 // bodyLimit is the cap ServeHTTP puts on a request body: for a raw upload

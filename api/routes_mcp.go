@@ -37,7 +37,7 @@ func (s *Server) mcpRoutes() {
 	agent := s.authorize([]Role{RoleAgent}, func(w http.ResponseWriter, r *http.Request) error {
 		return s.deps.MCP.ServeMCP(w, r, principal(r))
 	})
-	s.mux.Handle(mcpPath, s.wrap(func(w http.ResponseWriter, r *http.Request) error {
+	s.mount(mcpPath, s.wrap(func(w http.ResponseWriter, r *http.Request) error {
 		err := agent(w, r)
 		if errors.Is(err, errUnauthorized) {
 			// RFC 9728 §5.1: tell the client where the metadata is.
@@ -47,7 +47,7 @@ func (s *Server) mcpRoutes() {
 	}))
 	meta := http.HandlerFunc(s.deps.MCP.ServeMetadata)
 	for _, p := range []string{mcpMetadataPath, rootMetadata} {
-		s.mux.Handle("GET "+p, meta)
-		s.mux.Handle("OPTIONS "+p, meta)
+		s.mount("GET "+p, meta)
+		s.mount("OPTIONS "+p, meta)
 	}
 }

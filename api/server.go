@@ -72,6 +72,12 @@ type Deps struct {
 	// Database is the audit and approvals database /readyz pings; nil
 	// leaves it out.
 	Database Pinger
+	// DeerFlow is the DeerFlow provisioner's registry behind /deerflow;
+	// nil leaves those routes unmounted.
+	DeerFlow *DeerFlow
+	// Fleet routes session requests to the replica owning the session;
+	// nil serves every session here (one process).
+	Fleet Fleet
 }
 
 // Pinger is a dependency /readyz checks.
@@ -85,6 +91,9 @@ type Server struct {
 	deps Deps
 	log  *slog.Logger
 	mux  *http.ServeMux
+	// patterns are the mux patterns registered, in order: what the OpenAPI
+	// drift test holds the document against.
+	patterns []string
 }
 
 // New builds the handler with every route of this version.
@@ -111,11 +120,11 @@ func (s *Server) routes() {
 	agentOrAdmin := []Role{RoleAgent, RoleAdmin}
 	admin := []Role{RoleAdmin}
 
-	s.handle("POST /v1/sessions/{id}/run_code", agent, s.runCode)
-	s.handle("POST /v1/sessions/{id}/execute", agent, s.execute)
+	s.handleSession("POST /v1/sessions/{id}/run_code", agent, s.runCode)
+	s.handleSession("POST /v1/sessions/{id}/execute", agent, s.execute)
 	s.handle("GET /v1/sessions", agentOrAdmin, s.listSessions)
-	s.handle("GET /v1/sessions/{id}", agentOrAdmin, s.getSession)
-	s.handle("DELETE /v1/sessions/{id}", agentOrAdmin, s.deleteSession)
+	s.handleSession("GET /v1/sessions/{id}", agentOrAdmin, s.getSession)
+	s.handleSession("DELETE /v1/sessions/{id}", agentOrAdmin, s.deleteSession)
 
 	s.handle("GET /v1/policy", admin, s.getPolicy)
 	s.handle("POST /v1/policy/reload", admin, s.reloadPolicy)
@@ -125,6 +134,7 @@ func (s *Server) routes() {
 	s.approvalRoutes()
 	s.browserRoutes()
 	s.mcpRoutes()
+	s.deerflowRoutes()
 
 	// Metrics name executors, policy revisions and rates: admin only.
 	metrics := promhttp.HandlerFor(s.deps.Gatherer, promhttp.HandlerOpts{})
@@ -134,9 +144,10 @@ func (s *Server) routes() {
 	})
 	// Probes are unauthenticated by design (load balancers, kubelets) and
 	// say nothing beyond ready or not.
-	s.mux.Handle("GET /healthz", s.wrap(s.healthz))
-	s.mux.Handle("GET /readyz", s.wrap(s.readyz))
-	s.mux.Handle("/", s.wrap(s.unmatched))
+	s.mount("GET /healthz", s.wrap(s.healthz))
+	s.mount("GET /readyz", s.wrap(s.readyz))
+	s.mount("GET /v1/openapi.json", s.wrap(s.openAPI))
+	s.mux.Handle("/", s.wrap(s.unmatched)) // not a route: every other path
 }
 
 // unmatched answers 405 when the path exists for another method, else 404,
@@ -157,7 +168,14 @@ func (s *Server) unmatched(w http.ResponseWriter, r *http.Request) error {
 type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 
 func (s *Server) handle(pattern string, roles []Role, h handlerFunc) {
-	s.mux.Handle(pattern, s.wrap(s.authorize(roles, h)))
+	s.mount(pattern, s.wrap(s.authorize(roles, h)))
+}
+
+// mount registers every route: it records the pattern for the OpenAPI
+// drift test (openapi_test.go).
+func (s *Server) mount(pattern string, h http.Handler) {
+	s.patterns = append(s.patterns, pattern)
+	s.mux.Handle(pattern, h)
 }
 
 func (s *Server) wrap(h handlerFunc) http.Handler {
@@ -171,9 +189,23 @@ func (s *Server) wrap(h handlerFunc) http.Handler {
 // ServeHTTP stamps every response with a request id, bounds the body,
 // and turns panics into a 500 with the fixed body.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	id := newRequestID()
+	id, hop := newRequestID(), false
+	if s.deps.Fleet != nil {
+		// A request another replica forwarded keeps the id it was given
+		// there, so one id names it in both replicas' logs and audit.
+		if fid, ok := s.deps.Fleet.Forwarded(r); ok {
+			hop = true
+			if fid != "" {
+				id = fid
+			}
+		}
+	}
 	w.Header().Set("X-Request-Id", id)
-	r = r.WithContext(withRequestID(r.Context(), id))
+	ctx := withRequestID(r.Context(), id)
+	if hop {
+		ctx = context.WithValue(ctx, keyForwarded, true)
+	}
+	r = r.WithContext(ctx)
 	r.Body = http.MaxBytesReader(w, r.Body, s.bodyLimit(r))
 	defer func() {
 		if v := recover(); v != nil {

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -35,6 +36,10 @@ type gatewayProc struct {
 	// executor's are labelled with the default instance.
 	aioInstance string
 	client      *http.Client
+	// bases, when set, are several replicas: do sends each request to
+	// the next one, round-robin (the fleet scenario).
+	bases []string
+	rr    atomic.Uint64
 }
 
 func startGateway(ctx context.Context) (*gatewayProc, error) {
@@ -83,6 +88,11 @@ func buildGateway(ctx context.Context) (dir, bin string, err error) {
 // and waits until it is healthy. Its log goes to logName in the temporary
 // directory.
 func launchGateway(dir, bin, yaml, logName string) (*gatewayProc, error) {
+	return launchGatewayEnv(dir, bin, yaml, logName, nil)
+}
+
+// launchGatewayEnv is launchGateway with env added to the environment.
+func launchGatewayEnv(dir, bin, yaml, logName string, env []string) (*gatewayProc, error) {
 	addr, err := freePort()
 	if err != nil {
 		return nil, err
@@ -92,7 +102,7 @@ func launchGateway(dir, bin, yaml, logName string) (*gatewayProc, error) {
 		return nil, err
 	}
 	cmd := exec.Command(bin, "--config", conf, "--listen", addr, "--data-dir", filepath.Join(dir, "data"))
-	cmd.Env = append(os.Environ(), "SANDGATE_AGENT_TOKEN="+agentToken, "SANDGATE_ADMIN_TOKEN="+adminToken)
+	cmd.Env = append(append(os.Environ(), "SANDGATE_AGENT_TOKEN="+agentToken, "SANDGATE_ADMIN_TOKEN="+adminToken), env...)
 	logf, err := os.Create(filepath.Join(os.TempDir(), logName))
 	if err != nil {
 		return nil, err
@@ -152,6 +162,15 @@ func (g *gatewayProc) stop() {
 	_ = os.RemoveAll(g.dir)
 }
 
+// stopKeep stops the gateway like stop but leaves its directory (shared
+// by the replicas of a fleet run).
+func (g *gatewayProc) stopKeep() {
+	dir := g.dir
+	g.dir = ""
+	g.stop()
+	g.dir = dir
+}
+
 // httpError is a non-2xx answer, with the API's error code.
 type httpError struct {
 	Status int
@@ -169,7 +188,11 @@ func (g *gatewayProc) do(ctx context.Context, method, path, ctype string, body [
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, g.base+path, rd)
+	base := g.base
+	if len(g.bases) > 0 {
+		base = g.bases[g.rr.Add(1)%uint64(len(g.bases))]
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 	if err != nil {
 		return nil, err
 	}

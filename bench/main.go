@@ -13,7 +13,8 @@
 // runsc and runc; aio run_code vs sandboxd
 // directly; policy evaluation vs OPA's trivial allow; 64 KiB workspace
 // reads and writes vs os.ReadFile/os.WriteFile; a mixed agent workload at
-// several concurrencies.
+// several concurrencies; the same workload on one gateway (SQLite), one
+// PostgreSQL replica and three behind a round-robin client (fleet).
 package main
 
 import (
@@ -27,6 +28,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -43,6 +45,7 @@ type opts struct {
 	dockerBlock int
 	aioN        int
 	policyN     int
+	egressN     int
 	filesN      int
 	mixedDur    time.Duration
 	think       time.Duration
@@ -61,11 +64,12 @@ func main() {
 	flag.IntVar(&o.dockerBlock, "docker-block", 5, "requests per alternating block (Docker)")
 	flag.IntVar(&o.aioN, "aio-n", 300, "samples per side of the aio scenario")
 	flag.IntVar(&o.policyN, "policy-n", 3000, "samples per side of the policy scenario")
+	flag.IntVar(&o.egressN, "egress-n", 20, "downloads per side of the egress scenario (its setup side takes 20× as many)")
 	flag.IntVar(&o.filesN, "files-n", 1000, "samples per side of each file scenario")
 	flag.DurationVar(&o.mixedDur, "mixed-duration", 30*time.Second, "duration of each mixed workload level")
 	flag.DurationVar(&o.think, "docker-think", time.Second, "untimed pause before each paced warm Docker run (an agent's model call)")
 	flag.StringVar(&o.image, "image", "sandgate/runtime:latest", "image of the docker run baseline")
-	only := flag.String("only", "", "comma-separated scenarios to run (subprocess,rootcost,docker,gvisor,aio,policy,files,mixed); empty: all")
+	only := flag.String("only", "", "comma-separated scenarios to run (subprocess,rootcost,docker,gvisor,aio,policy,files,mixed,fleet,egress); empty: all")
 	out := flag.String("out", "", "write the report under this docs directory (performance.md, perf/)")
 	readme := flag.String("readme", "", "README whose perf:begin/perf:end block gets the headline figures")
 	render := flag.String("render", "", "only re-render the report under this docs directory from its JSON")
@@ -174,9 +178,11 @@ type report struct {
 	GVisor       *abResult         `json:"gvisor,omitempty"`
 	AIO          *abResult         `json:"aio,omitempty"`
 	Policy       *policyResult     `json:"policy,omitempty"`
+	Egress       *egressResult     `json:"egress,omitempty"`
 	Files        []abResult        `json:"files,omitempty"`
 	Mixed        []mixedResult     `json:"mixed,omitempty"`
 	RootCost     *rootCostResult   `json:"root_cost,omitempty"`
+	Fleet        *fleetResult      `json:"fleet,omitempty"`
 	Unavailable  map[string]string `json:"unavailable,omitempty"`
 	GatewayRSSMB float64           `json:"gateway_rss_mb_end"`
 }
@@ -185,13 +191,29 @@ func (o opts) want(s string) bool { return o.only == nil || o.only[s] }
 
 func run(ctx context.Context, o opts, out, readme, jsonOut string) error {
 	start := time.Now()
-	gw, err := startGateway(ctx)
-	if err != nil {
-		return err
-	}
-	defer gw.stop()
-	startGoroutines := gw.goroutines()
 	rep := report{Date: time.Now().UTC(), Commit: gitCommit(), Machine: thisMachine(), Unavailable: map[string]string{}}
+	// The egress scenario runs the proxy in this process: it needs no
+	// gateway.
+	if o.want("egress") {
+		if r, err := scenarioEgress(ctx, o); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: egress unavailable: %v\n", err)
+			rep.Unavailable["egress"] = err.Error()
+		} else {
+			rep.Egress = &r
+		}
+	}
+	// The scenarios that start gateways of their own (rootcost, gvisor,
+	// fleet) and egress do without the shared one.
+	var gw *gatewayProc
+	startGoroutines := 0
+	if slices.ContainsFunc([]string{"subprocess", "docker", "aio", "policy", "files", "mixed"}, o.want) {
+		var err error
+		if gw, err = startGateway(ctx); err != nil {
+			return err
+		}
+		defer gw.stop()
+		startGoroutines = gw.goroutines()
+	}
 	// A scenario that cannot run here is recorded as unavailable with its
 	// reason, and the others still run.
 	fail := func(name string, err error) {
@@ -255,9 +277,23 @@ func run(ctx context.Context, o opts, out, readme, jsonOut string) error {
 			rep.Mixed = append(rep.Mixed, m)
 		}
 	}
-	rep.GatewayRSSMB = gw.rssMB()
+	if o.want("fleet") {
+		if r, err := scenarioFleet(ctx, o); err != nil {
+			fail("fleet", err)
+		} else {
+			rep.Fleet = &r
+		}
+	}
+	if gw != nil {
+		rep.GatewayRSSMB = gw.rssMB()
+		fmt.Printf("gateway at the end: RSS %.1f MB, %d goroutines (%d at start)\n", rep.GatewayRSSMB, gw.goroutines(), startGoroutines)
+	}
+	return writeReport(rep, start, out, readme, jsonOut)
+}
+
+// writeReport writes the results (JSON, and the report when out is set).
+func writeReport(rep report, start time.Time, out, readme, jsonOut string) error {
 	rep.WallS = time.Since(start).Seconds()
-	fmt.Printf("gateway at the end: RSS %.1f MB, %d goroutines (%d at start)\n", rep.GatewayRSSMB, gw.goroutines(), startGoroutines)
 	b, _ := json.Marshal(rep)
 	if jsonOut != "" {
 		if err := os.WriteFile(jsonOut, b, 0o644); err != nil {

@@ -201,6 +201,19 @@ func headlines(rep *report, sk *soakResult) headline {
 	} else {
 		add(target{Name: "gVisor fresh ≤ 1.0× / warm ≤ 0.3× the runsc CLI", Missing: true, Reason: unavailable(rep, "gvisor")})
 	}
+	// egress
+	if r := rep.Egress; r != nil {
+		t := target{Name: "egress: 50 MB download ≥ 80% of direct, CONNECT setup p50 ≤ direct + 2 ms",
+			Measured: fmt.Sprintf("%.0f%% of direct; setup %+.2f ms", 100*r.ThroughputRatio, r.SetupOverheadMS),
+			Met:      r.ThroughputRatio >= 0.8 && r.SetupOverheadMS <= 2}
+		if !t.Met {
+			t.Reason = "below target"
+		}
+		add(t)
+		h.lines = append(h.lines, fmt.Sprintf("Egress proxy: a 50 MB HTTPS download at %.0f%% of the direct throughput; a CONNECT tunnel ready %+.2f ms after a plain TCP connect would be (p50).", 100*r.ThroughputRatio, r.SetupOverheadMS))
+	} else {
+		add(target{Name: "egress: 50 MB download ≥ 80% of direct, CONNECT setup p50 ≤ direct + 2 ms", Missing: true, Reason: unavailable(rep, "egress")})
+	}
 	// 3. aio
 	if r := rep.AIO; r != nil {
 		gw, _ := r.side("gateway")
@@ -352,6 +365,9 @@ func markdown(rep *report, sk *soakResult, h headline) string {
 	if rep.AIO != nil {
 		scen("aio on a warm instance", "`run_code` of `print(1)` with `needs_persistent_fs` (the aio pool) on the session's warm instance, against `POST /v1/code/execute` sent straight to that instance's sandboxd over its Unix socket (the gateway's pool state directory is the run's, so bench reads the socket and key from it).", *rep.AIO)
 	}
+	if rep.Egress != nil {
+		scen("Egress proxy", "The egress proxy in the bench's process, served the way an executor's bridge serves it (a loopback listener handing each connection to a run's handle), with the shipped policy plus one allow rule: a 50 MB HTTPS download from a server on 127.0.0.1 through a CONNECT tunnel against the same download straight to the server, each on a new connection; and the time until a client may start TLS, CONNECT and its 200 (resolution, the policy decision and the proxy's own dial included) against a TCP connect.", rep.Egress.Download, rep.Egress.Setup)
+	}
 	if rep.Policy != nil {
 		scen("Policy only", fmt.Sprintf("`POST /v1/policy/evaluate` (risk assessment and the real policy; nothing runs) against OPA's trivial-allow policy (`allow := true`, prepared query) served by a net/http server in bench: the same HTTP stack, loopback and JSON. Inside the gateway the policy stage's p50 was %.0f µs over %d decisions, read from the gateway's `sandgate_policy_eval_duration_seconds` histogram (interpolated inside its bucket).", rep.Policy.InGatewayP50US, rep.Policy.InGatewayN), rep.Policy.abResult)
 	}
@@ -389,6 +405,18 @@ func markdown(rep *report, sk *soakResult, h headline) string {
 			}
 		}
 		p("\n![throughput against concurrency](perf/throughput.svg)\n\n![mixed latency distribution](perf/latency-mixed.svg)\n\n")
+	}
+	if f := rep.Fleet; f != nil && len(f.Runs) > 0 {
+		p("## Replicas (PostgreSQL)\n\nThe mixed workload (without the denial, PERMISSIVE, subprocess only) at %d sessions for %.0f s against one gateway on SQLite, one replica on PostgreSQL, and three replicas on PostgreSQL behind a round-robin client: each session's requests are spread over the three, so two in three are forwarded to the replica that owns the session. The replicas share this machine's cores, so no gain is expected; a fleet is for surviving the loss of a replica (DESIGN.md §12).\n\n", fleetSessions, f.Runs[0].Mixed.DurationS)
+		p("| setup | req/s | p50 | p95 | p99 | requests | unintended errors |\n|---|---|---|---|---|---|---|\n")
+		for _, r := range f.Runs {
+			m := r.Mixed
+			p("| %s | %.1f | %s | %s | %s | %d | %d |\n", r.Label, m.All.RPS, ms(m.All.P50), ms(m.All.P95), ms(m.All.P99), m.All.N, m.Unintended)
+		}
+		p("\n")
+		if rl := f.Release; rl != nil {
+			p("Cross-replica approval release, end to end (target p99 ≤ 100 ms): a streamed `run_code` held on one replica, approved through another's `POST /v1/approvals/{id}/decision`, timed from sending the decision to the `approval_resolved` event in the first replica's response: p50 %s, p99 %s (n=%d).\n\n", ms(rl.P50), ms(rl.P99), rl.N)
+		}
 	}
 	p("## Soak\n\n")
 	if sk == nil {

@@ -29,9 +29,29 @@ const (
 // require_approval into allow.
 var ErrNotPermissive = errors.New("auto-approve is allowed only in PERMISSIVE mode")
 
+// Kinds of approval. A run approval judges code; an egress approval judges
+// one host:port a run wants to connect to (DESIGN.md §9).
+const (
+	KindRun    = "run"
+	KindEgress = "egress"
+)
+
+// Scopes of an egress approval: the answer covers this one connection, or
+// every later connection of the same session to the same host:port. A run
+// approval is always once (it is bound to its code).
+const (
+	ScopeOnce    = "once"
+	ScopeSession = "session"
+)
+
 // Request is what an approver is asked to judge. It carries the code for
 // display, and the Digest that binds the answer to exactly this request.
 type Request struct {
+	// Kind is KindRun ("" means run) or KindEgress.
+	Kind string
+	// Target is the host:port an egress approval is about; bound by the
+	// digest. Empty for a run.
+	Target    string
 	RequestID string
 	// Tenant owns the session; only approvers who see that tenant are
 	// shown the request and may decide it.
@@ -82,6 +102,11 @@ type Reason struct {
 // for other code, or for the same session name under another tenant.
 func (r Request) Digest() string {
 	h := sha256.New()
+	if r.Kind == KindEgress {
+		// An egress approval binds its target too; a run's digest is
+		// unchanged from before kinds existed.
+		fmt.Fprintf(h, "kind=egress\x00target=%s\x00", r.Target)
+	}
 	fmt.Fprintf(h, "tenant=%s\x00session=%s\x00language=%s\x00code=%s\x00revision=%s\x00executor=%s\x00",
 		r.Tenant, r.SessionID, r.Language, r.CodeSHA256, r.PolicyRevision, r.Executor)
 	for _, k := range []string{"needs_browser", "needs_persistent_fs"} {
@@ -94,8 +119,11 @@ func (r Request) Digest() string {
 type Outcome struct {
 	ApprovalID string
 	Status     string
-	DecidedBy  string
-	Reason     string
+	// Scope is what an approved egress approval covers (ScopeOnce or
+	// ScopeSession); ScopeOnce for every other approval.
+	Scope     string
+	DecidedBy string
+	Reason    string
 	// DecidedAt is when the approval was resolved, and TimeToDecide how
 	// long it was pending (from the request to the decision, the timeout,
 	// the withdrawal or the interruption). Zero for AutoApprove.

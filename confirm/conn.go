@@ -223,10 +223,15 @@ func (h *Hub) snapshotLocked(who Approver) *websocket.PreparedMessage {
 			ps = append(ps, p)
 		}
 	}
-	slices.SortFunc(ps, func(a, b *pending) int { return a.view.RequestedAt.Compare(b.view.RequestedAt) })
-	raws := make([]json.RawMessage, len(ps))
-	for i, p := range ps {
-		raws[i] = p.raw
+	ms := make([]*mirror, 0, len(ps))
+	for _, p := range ps {
+		ms = append(ms, &mirror{view: p.view, raw: p.raw})
+	}
+	ms = append(ms, h.remoteViewsLocked(who)...)
+	slices.SortFunc(ms, func(a, b *mirror) int { return a.view.RequestedAt.Compare(b.view.RequestedAt) })
+	raws := make([]json.RawMessage, len(ms))
+	for i, m := range ms {
+		raws[i] = m.raw
 	}
 	hist := []View{}
 	for _, v := range slices.Backward(h.history) { // newest first

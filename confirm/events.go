@@ -20,7 +20,12 @@ const StatusPending = "pending"
 // the database keeps the code's SHA-256, never the code (as audit records
 // do), so a resolved approval read back from the store has no code.
 type View struct {
-	ID             string          `json:"id"`
+	ID string `json:"id"`
+	// Kind is KindRun or KindEgress; Target the host:port of an egress
+	// approval, and Scope what an approved one covers.
+	Kind           string          `json:"kind"`
+	Target         string          `json:"target,omitempty"`
+	Scope          string          `json:"scope,omitempty"`
 	RequestID      string          `json:"request_id"`
 	Tenant         string          `json:"tenant"`
 	SessionID      string          `json:"session_id"`
@@ -72,6 +77,9 @@ type Decision struct {
 	// the digest of the request it displayed, so a decision can never land
 	// on a request the approver did not see.
 	Digest string `json:"digest,omitempty"`
+	// Scope is, for approving an egress approval, "once" (the default) or
+	// "session". A run approval accepts only "once" or nothing.
+	Scope string `json:"scope,omitempty"`
 }
 
 // MaxReasonBytes caps a decision's reason.

@@ -32,7 +32,7 @@ func (h *Hub) decideRemote(ctx context.Context, v View, status, by string, d Dec
 	now := time.Now()
 	fin := v
 	fin.Code = ""
-	fin.Status, fin.DecidedBy, fin.Reason, fin.DecidedAt = status, by, d.Reason, now
+	fin.Status, fin.DecidedBy, fin.Reason, fin.DecidedAt, fin.Scope = status, by, d.Reason, now, d.Scope
 	fin.TimeToDecideMS = now.Sub(fin.RequestedAt).Milliseconds()
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.opts.WriteTimeout)
 	defer cancel()
@@ -64,6 +64,7 @@ func (h *Hub) winner(ctx context.Context, p *pending) (View, bool) {
 	fin := p.view
 	fin.Code = ""
 	fin.Status, fin.DecidedBy, fin.Reason, fin.DecidedAt, fin.TimeToDecideMS = v.Status, v.DecidedBy, v.Reason, v.DecidedAt, v.TimeToDecideMS
+	fin.Scope = v.Scope
 	return fin, true
 }
 
@@ -128,12 +129,16 @@ func (h *Hub) listenOnce(dsn string, connected func()) error {
 	for _, id := range ids {
 		h.release(ctx, id)
 	}
+	if err := h.resync(ctx); err != nil {
+		h.log.Warn("other replicas' pending approvals not read", "err", err)
+	}
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
 			return err
 		}
 		h.release(ctx, n.Payload)
+		h.follow(ctx, n.Payload)
 	}
 }
 

@@ -34,6 +34,7 @@ var (
 	ErrAlreadyDecided  = errcode.New(errcode.Conflict, "the approval was already resolved")
 	ErrDigestMismatch  = errcode.New(errcode.Conflict, "the approval does not match the request you reviewed")
 	ErrInvalidDecision = errcode.New(errcode.InvalidRequest, `decision must be "approve" or "deny"`)
+	ErrInvalidScope    = errcode.New(errcode.InvalidRequest, `scope must be "once", or "session" for an egress approval`)
 	ErrReasonTooLong   = errcode.New(errcode.InvalidRequest, "the reason is longer than 1000 bytes")
 	ErrNoIdentity      = errcode.New(errcode.Forbidden, "a decision needs an approver's identity")
 	ErrOrigin          = errcode.New(errcode.Forbidden, "cross-origin WebSocket connections are refused")
@@ -97,6 +98,10 @@ type HubOptions struct {
 	// LISTENs on for other replicas' decisions (NotifyChannel); empty
 	// disables it (one process).
 	ListenDSN string
+	// Peer, in a fleet, fetches other replicas' pending approvals (with
+	// their code) so that this hub's approvers see and decide them too;
+	// nil shows only the approvals held here.
+	Peer Peer
 }
 
 func (o HubOptions) withDefaults() HubOptions {
@@ -156,6 +161,8 @@ type Hub struct {
 	mu      sync.Mutex
 	closed  bool
 	pending map[string]*pending
+	// remote mirrors other replicas' pending approvals (HubOptions.Peer).
+	remote map[string]*mirror
 	// subs are the connections that receive events; live are all whose
 	// goroutines still run (a detached connection is live until its writer
 	// has sent the close frame and its reader has seen the end).
@@ -211,7 +218,7 @@ func NewHub(ctx context.Context, opts HubOptions) (*Hub, error) {
 	h := &Hub{
 		opts: opts, log: opts.Logger, store: st,
 		base: base, baseCancel: cancel,
-		pending: map[string]*pending{}, subs: map[*conn]struct{}{}, live: map[*conn]struct{}{}, history: recent,
+		pending: map[string]*pending{}, remote: map[string]*mirror{}, subs: map[*conn]struct{}{}, live: map[*conn]struct{}{}, history: recent,
 	}
 	h.upgrader = websocket.Upgrader{
 		HandshakeTimeout: opts.WriteTimeout,
@@ -235,7 +242,10 @@ func NewHub(ctx context.Context, opts HubOptions) (*Hub, error) {
 // refused it, the hub is closed, or the request is inconsistent); the
 // manager denies the request then.
 func (h *Hub) Confirm(ctx context.Context, req Request) (Outcome, error) {
-	if sum := sha256.Sum256([]byte(req.Code)); strings.TrimPrefix(req.CodeSHA256, "sha256:") != hex.EncodeToString(sum[:]) {
+	if req.Kind == "" {
+		req.Kind = KindRun
+	}
+	if sum := sha256.Sum256([]byte(req.Code)); req.Kind == KindRun && strings.TrimPrefix(req.CodeSHA256, "sha256:") != hex.EncodeToString(sum[:]) {
 		return Outcome{}, ErrCodeMismatch
 	}
 	now := time.Now()
@@ -245,7 +255,7 @@ func (h *Hub) Confirm(ctx context.Context, req Request) (Outcome, error) {
 	}
 	p := &pending{done: make(chan struct{})}
 	p.view = View{
-		ID: newID(), RequestID: req.RequestID, Tenant: req.Tenant, SessionID: req.SessionID, Language: req.Language, Code: req.Code,
+		ID: newID(), Kind: req.Kind, Target: req.Target, RequestID: req.RequestID, Tenant: req.Tenant, SessionID: req.SessionID, Language: req.Language, Code: req.Code,
 		CodeSHA256: req.CodeSHA256, Digest: req.Digest(), RiskLevel: req.RiskLevel,
 		Patterns: nonNil(req.Patterns), Reasons: nonNil(req.Reasons), Executor: req.Executor,
 		PolicyRevision: req.PolicyRevision, Principal: req.Principal, Context: req.Context, Via: req.Via,
@@ -324,6 +334,9 @@ func (h *Hub) Decide(ctx context.Context, id string, who Approver, d Decision) (
 	if len(d.Reason) > MaxReasonBytes {
 		return View{}, ErrReasonTooLong
 	}
+	if d.Scope != "" && d.Scope != ScopeOnce && d.Scope != ScopeSession {
+		return View{}, ErrInvalidScope
+	}
 	if who.Name == "" {
 		return View{}, ErrNoIdentity
 	}
@@ -332,6 +345,12 @@ func (h *Hub) Decide(ctx context.Context, id string, who Approver, d Decision) (
 	h.mu.Unlock()
 	if p != nil && !who.Sees(p.view.Tenant) {
 		return View{}, ErrNotFound
+	}
+	if p != nil {
+		var err error
+		if d.Scope, err = scopeFor(p.view.Kind, status, d.Scope); err != nil {
+			return View{}, err
+		}
 	}
 	if p == nil {
 		v, err := h.store.get(ctx, id)
@@ -342,18 +361,36 @@ func (h *Hub) Decide(ctx context.Context, id string, who Approver, d Decision) (
 			return View{}, ErrNotFound
 		}
 		if v.Status == StatusPending {
+			if d.Scope, err = scopeFor(v.Kind, status, d.Scope); err != nil {
+				return View{}, err
+			}
 			return h.decideRemote(ctx, v, status, who.Name, d)
 		}
 		return View{}, &ConflictError{Approval: v}
 	}
-	return h.resolveBy(ctx, p, status, who.Name, d.Reason, d.Digest)
+	return h.resolveBy(ctx, p, status, who.Name, d.Reason, d.Digest, d.Scope)
+}
+
+// scopeFor is the scope a decision records: "once" unless an egress
+// approval is approved for the session. "session" on a run approval is
+// refused (a run approval is bound to its code).
+func scopeFor(kind, status, scope string) (string, error) {
+	switch {
+	case status != StatusApproved:
+		return "", nil
+	case scope == ScopeSession && kind != KindEgress:
+		return "", ErrInvalidScope
+	case scope == "":
+		return ScopeOnce, nil
+	}
+	return scope, nil
 }
 
 // resolveBy is a human decision. Unlike the hub's own resolutions (timeout,
 // withdrawal, interruption), an approval that cannot be written to the
 // database is not granted: the approval stays pending and the caller gets
 // the error.
-func (h *Hub) resolveBy(ctx context.Context, p *pending, status, by, reason, digest string) (View, error) {
+func (h *Hub) resolveBy(ctx context.Context, p *pending, status, by, reason, digest, scope string) (View, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.resolved {
@@ -363,6 +400,7 @@ func (h *Hub) resolveBy(ctx context.Context, p *pending, status, by, reason, dig
 		return View{}, ErrDigestMismatch
 	}
 	fin := h.finalView(p, status, by, reason)
+	fin.Scope = scope
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.opts.WriteTimeout)
 	err := h.store.resolveRow(wctx, &fin)
 	cancel()
@@ -420,7 +458,7 @@ func (h *Hub) finalView(p *pending, status, by, reason string) View {
 // settleLocked publishes p's resolution. p.mu is held.
 func (h *Hub) settleLocked(p *pending, fin View) {
 	p.resolved, p.final = true, fin
-	p.outcome = Outcome{ApprovalID: fin.ID, Status: fin.Status, DecidedBy: fin.DecidedBy, Reason: fin.Reason,
+	p.outcome = Outcome{ApprovalID: fin.ID, Status: fin.Status, Scope: fin.Scope, DecidedBy: fin.DecidedBy, Reason: fin.Reason,
 		DecidedAt: fin.DecidedAt, TimeToDecide: fin.DecidedAt.Sub(fin.RequestedAt)}
 	if p.timer != nil {
 		p.timer.Stop()
@@ -450,6 +488,9 @@ func (h *Hub) PendingFor(who Approver) []View {
 		if who.Sees(p.view.Tenant) {
 			out = append(out, p.view)
 		}
+	}
+	for _, m := range h.remoteViewsLocked(who) {
+		out = append(out, m.view)
 	}
 	h.mu.Unlock()
 	sortViews(out)

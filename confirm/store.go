@@ -114,7 +114,20 @@ END;`,
 CREATE INDEX approvals_pending_replica ON approvals (replica) WHERE status = 'pending';`,
 	SQL: `ALTER TABLE approvals ADD COLUMN replica TEXT NOT NULL DEFAULT '';
 CREATE INDEX approvals_pending_replica ON approvals (replica) WHERE status = 'pending';`,
+}, {
+	// Egress approvals (issue 17): the kind ('run' for every row before),
+	// the host:port an egress approval is about (bound through the
+	// digest), and the scope an approval was given ('once' or
+	// 'session'), written with the decision.
+	Version:  4,
+	Name:     "add kind, target and scope",
+	Postgres: approvalsV4,
+	SQL:      approvalsV4,
 }}
+
+const approvalsV4 = `ALTER TABLE approvals ADD COLUMN kind TEXT NOT NULL DEFAULT 'run';
+ALTER TABLE approvals ADD COLUMN target TEXT NOT NULL DEFAULT '';
+ALTER TABLE approvals ADD COLUMN scope TEXT NOT NULL DEFAULT '';`
 
 const timeLayout = "2006-01-02T15:04:05.000000000Z07:00"
 
@@ -154,10 +167,10 @@ func (s *store) notify(ctx context.Context, tx *sql.Tx, id string) error {
 func (s *store) insert(ctx context.Context, v *View) error {
 	return s.db.WriteTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, s.db.Rebind(`INSERT INTO approvals (id, request_id, tenant, session_id, language, code_sha256,
-	digest, risk_level, executor, policy_revision, principal, status, requested_at, deadline, replica)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)`),
+	digest, risk_level, executor, policy_revision, principal, status, requested_at, deadline, replica, kind, target)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?)`),
 			v.ID, v.RequestID, v.Tenant, v.SessionID, v.Language, v.CodeSHA256, v.Digest, v.RiskLevel, v.Executor,
-			v.PolicyRevision, v.Principal, fmtTime(v.RequestedAt), fmtTime(v.Deadline), s.replica)
+			v.PolicyRevision, v.Principal, fmtTime(v.RequestedAt), fmtTime(v.Deadline), s.replica, v.Kind, v.Target)
 		if err != nil {
 			return err
 		}
@@ -170,9 +183,9 @@ func (s *store) insert(ctx context.Context, v *View) error {
 // pending.
 func (s *store) resolveRow(ctx context.Context, v *View) error {
 	return s.db.WriteTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, s.db.Rebind(`UPDATE approvals SET status = ?, decided_by = ?, reason = ?, decided_at = ?
+		res, err := tx.ExecContext(ctx, s.db.Rebind(`UPDATE approvals SET status = ?, decided_by = ?, reason = ?, decided_at = ?, scope = ?
 	WHERE id = ? AND status = 'pending' AND digest = ?`),
-			v.Status, v.DecidedBy, v.Reason, fmtTime(v.DecidedAt), v.ID, v.Digest)
+			v.Status, v.DecidedBy, v.Reason, fmtTime(v.DecidedAt), v.Scope, v.ID, v.Digest)
 		if err != nil {
 			return err
 		}
@@ -191,9 +204,9 @@ func (s *store) resolveRow(ctx context.Context, v *View) error {
 // notification in the same transaction releases the holder.
 func (s *store) decideRemote(ctx context.Context, v *View) error {
 	return s.db.WriteTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, s.db.Rebind(`UPDATE approvals SET status = ?, decided_by = ?, reason = ?, decided_at = ?
+		res, err := tx.ExecContext(ctx, s.db.Rebind(`UPDATE approvals SET status = ?, decided_by = ?, reason = ?, decided_at = ?, scope = ?
 	WHERE id = ? AND status = 'pending' AND digest = ? AND deadline > ?`),
-			v.Status, v.DecidedBy, v.Reason, fmtTime(v.DecidedAt), v.ID, v.Digest, fmtTime(v.DecidedAt))
+			v.Status, v.DecidedBy, v.Reason, fmtTime(v.DecidedAt), v.Scope, v.ID, v.Digest, fmtTime(v.DecidedAt))
 		if err != nil {
 			return err
 		}
@@ -250,7 +263,7 @@ func (s *store) interruptOf(ctx context.Context, replica string, now time.Time, 
 }
 
 const viewColumns = `id, request_id, tenant, session_id, language, code_sha256, digest, risk_level, executor,
-	policy_revision, principal, status, requested_at, deadline, decided_by, reason, decided_at`
+	policy_revision, principal, status, requested_at, deadline, decided_by, reason, decided_at, kind, target, scope`
 
 func scanView(sc interface{ Scan(...any) error }) (View, error) {
 	var (
@@ -259,7 +272,8 @@ func scanView(sc interface{ Scan(...any) error }) (View, error) {
 		decided             sql.NullString
 	)
 	err := sc.Scan(&v.ID, &v.RequestID, &v.Tenant, &v.SessionID, &v.Language, &v.CodeSHA256, &v.Digest, &v.RiskLevel,
-		&v.Executor, &v.PolicyRevision, &v.Principal, &v.Status, &requested, &deadline, &v.DecidedBy, &v.Reason, &decided)
+		&v.Executor, &v.PolicyRevision, &v.Principal, &v.Status, &requested, &deadline, &v.DecidedBy, &v.Reason, &decided,
+		&v.Kind, &v.Target, &v.Scope)
 	if err != nil {
 		return View{}, err
 	}

@@ -8,6 +8,7 @@ package errcode
 import (
 	"errors"
 	"net/http"
+	"slices"
 )
 
 // Code is a stable, documented error code.
@@ -66,6 +67,12 @@ const (
 	// RateLimited is a tenant over its request rate (issue 14): 429 with
 	// Retry-After, the seconds until its token bucket has a token again.
 	RateLimited Code = "rate_limited"
+	// ReplicaUnavailable is 503 with Retry-After (issue 15): in a fleet,
+	// the replica that serves the session could not be reached, or the
+	// session registry could not be read (the request did not run), or
+	// that replica failed while answering a forwarded request (it may
+	// have run: its audit record says).
+	ReplicaUnavailable Code = "replica_unavailable"
 )
 
 var statuses = map[Code]int{
@@ -93,6 +100,7 @@ var statuses = map[Code]int{
 	BinaryFile:          http.StatusUnprocessableEntity,
 	BrowserTimeout:      http.StatusGatewayTimeout,
 	NavigationFailed:    http.StatusBadGateway,
+	ReplicaUnavailable:  http.StatusServiceUnavailable,
 }
 
 // Status is the HTTP status of c; unknown codes are 500.
@@ -127,4 +135,15 @@ func Of(err error) (code Code, status int, message string) {
 		return e.Code, e.Code.Status(), e.Message
 	}
 	return Internal, http.StatusInternalServerError, "internal error"
+}
+
+// Codes returns every code, sorted: the enum of the error object's code in
+// the OpenAPI document (api/openapi.go).
+func Codes() []Code {
+	out := make([]Code, 0, len(statuses))
+	for c := range statuses {
+		out = append(out, c)
+	}
+	slices.Sort(out)
+	return out
 }

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandgate/sandgate/audit"
@@ -42,6 +43,19 @@ var migrations = []audit.Migration{{
 	Version:  2,
 	Name:     "create markers",
 	Postgres: `CREATE TABLE markers (name TEXT PRIMARY KEY, token TEXT NOT NULL)`,
+}, {
+	Version:  3,
+	Name:     "replica url",
+	Postgres: `ALTER TABLE replicas ADD COLUMN url TEXT NOT NULL DEFAULT ''`,
+}, {
+	Version: 4,
+	Name:    "create sessions",
+	Postgres: `CREATE TABLE sessions (
+	key        TEXT PRIMARY KEY,
+	replica    TEXT NOT NULL,
+	claimed_at TIMESTAMPTZ NOT NULL
+);
+CREATE INDEX sessions_replica ON sessions (replica)`,
 }}
 
 // Options configures Start.
@@ -63,6 +77,7 @@ type Options struct {
 // Registry is this replica's membership. Stop ends it.
 type Registry struct {
 	db     audit.Database
+	url    atomic.Pointer[string]
 	opts   Options
 	log    *slog.Logger
 	bg     context.Context
@@ -138,7 +153,7 @@ func (r *Registry) Stop(ctx context.Context) error {
 func (r *Registry) register(ctx context.Context) error {
 	res, err := r.db.DB().ExecContext(ctx, `INSERT INTO replicas (name, started_at, heartbeat_at, lease_until)
 	VALUES ($1, now(), now(), now() + $2 * interval '1 millisecond')
-	ON CONFLICT (name) DO UPDATE SET started_at = now(), heartbeat_at = now(), lease_until = EXCLUDED.lease_until
+	ON CONFLICT (name) DO UPDATE SET started_at = now(), heartbeat_at = now(), lease_until = EXCLUDED.lease_until, url = ''
 	WHERE replicas.lease_until < now()`, r.opts.Replica, r.opts.Lease.Milliseconds())
 	if err != nil {
 		return fmt.Errorf("fleet: register replica %q: %w", r.opts.Replica, err)
@@ -168,10 +183,10 @@ func (r *Registry) every(ctx context.Context, d time.Duration, fn func(context.C
 // heartbeat renews the lease (and re-registers a replica swept while it
 // was cut off).
 func (r *Registry) heartbeat(ctx context.Context) error {
-	_, err := r.db.DB().ExecContext(ctx, `INSERT INTO replicas (name, started_at, heartbeat_at, lease_until)
-	VALUES ($1, now(), now(), now() + $2 * interval '1 millisecond')
-	ON CONFLICT (name) DO UPDATE SET heartbeat_at = now(), lease_until = EXCLUDED.lease_until`,
-		r.opts.Replica, r.opts.Lease.Milliseconds())
+	_, err := r.db.DB().ExecContext(ctx, `INSERT INTO replicas (name, started_at, heartbeat_at, lease_until, url)
+	VALUES ($1, now(), now(), now() + $2 * interval '1 millisecond', $3)
+	ON CONFLICT (name) DO UPDATE SET heartbeat_at = now(), lease_until = EXCLUDED.lease_until, url = EXCLUDED.url`,
+		r.opts.Replica, r.opts.Lease.Milliseconds(), r.URL())
 	return err
 }
 

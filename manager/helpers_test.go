@@ -3,6 +3,7 @@ package manager_test
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/confirm"
+	"github.com/sandgate/sandgate/egress"
 	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/executors/executortest"
 	"github.com/sandgate/sandgate/manager"
@@ -136,6 +138,7 @@ type hopts struct {
 	cfg       manager.Config // Mode "" means STRICT
 	decision  *policy.Decision
 	noConfirm bool
+	noEgress  bool
 	// execs replaces the default subprocess and docker fakes.
 	execs   []executors.Executor
 	store   audit.Store // default: h.audit
@@ -152,6 +155,25 @@ type harness struct {
 	docker  *executortest.Fake
 	confirm *fakeConfirm
 	decider *recDecider
+	egress  *fakeEgress
+}
+
+// fakeEgress records the bindings the manager asks handles for.
+type fakeEgress struct {
+	mu       sync.Mutex
+	bindings []egress.Binding
+}
+
+type fakeHandle struct{ b egress.Binding }
+
+func (fakeHandle) ServeConn(_ context.Context, c net.Conn) { c.Close() }
+func (fakeHandle) CACertPEM() []byte                       { return nil }
+
+func (f *fakeEgress) ForRun(b egress.Binding) executors.Egress {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.bindings = append(f.bindings, b)
+	return fakeHandle{b: b}
 }
 
 func newHarness(t *testing.T, o hopts) *harness {
@@ -167,6 +189,7 @@ func newHarness(t *testing.T, o hopts) *harness {
 		docker:  &executortest.Fake{KindValue: executors.KindDocker},
 		confirm: &fakeConfirm{outcome: confirm.Outcome{ApprovalID: "ap-1", Status: confirm.StatusApproved, DecidedBy: "alice"}},
 		decider: &recDecider{fixed: o.decision},
+		egress:  &fakeEgress{},
 	}
 	if o.decision == nil {
 		h.decider.inner = realPolicy(t)
@@ -191,6 +214,9 @@ func newHarness(t *testing.T, o hopts) *harness {
 	}
 	if !o.noConfirm {
 		deps.Confirm = h.confirm
+	}
+	if !o.noEgress {
+		deps.Egress = h.egress
 	}
 	h.m, err = manager.New(o.cfg, deps)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/confirm"
+	"github.com/sandgate/sandgate/egress"
 	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/risk"
@@ -80,9 +81,19 @@ type Deps struct {
 	Audit      audit.Store
 	Metrics    *Metrics // nil: no metrics
 	Logger     *slog.Logger
+	// Egress is the egress proxy (DESIGN.md §9). A run whose decision
+	// grants network gets its Handle as Spec.Egress; without it such a run
+	// is denied (egress_unavailable), never run without the proxy.
+	Egress EgressService
 	// Resources are other per-session state (a browser, a pool instance)
 	// that DELETE /v1/sessions/{id} releases and GET shows.
 	Resources []SessionResource
+}
+
+// EgressService gives one run its way to the egress proxy, bound to the
+// run (egress.Service).
+type EgressService interface {
+	ForRun(b egress.Binding) executors.Egress
 }
 
 // SessionResource is per-session state outside the executors, wired

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/confirm"
+	"github.com/sandgate/sandgate/egress"
 	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/executors/output"
 	"github.com/sandgate/sandgate/policy"
@@ -133,6 +134,10 @@ func (m *Manager) Run(ctx context.Context, req RunRequest) (res *RunResult, err 
 		return out, err
 	}
 	spec := specFor(req, decision)
+	if err := m.attachEgress(req, out, &spec); err != nil {
+		recordDenial(rec, err)
+		return out, err
+	}
 	if err := enforceable(exec, spec, decision); err != nil {
 		recordDenial(rec, err)
 		return out, err
@@ -310,6 +315,24 @@ func specFor(req RunRequest, d policy.Decision) executors.Spec {
 		Limits: executors.Limits{MemoryMB: d.Obligations.MemoryMB, MaxProcs: d.Obligations.MaxProcs},
 		Output: req.OnOutput,
 	}
+}
+
+// attachEgress gives a run granted network its handle on the egress proxy,
+// bound to the run: every connection it opens is decided and audited as
+// this run's (session, principal, request id, risk).
+func (m *Manager) attachEgress(req RunRequest, out *RunResult, spec *executors.Spec) error {
+	if !spec.Network {
+		return nil
+	}
+	if m.deps.Egress == nil {
+		return denied(ErrPolicyDenied, out.Decision, policy.Reason{Code: "egress_unavailable",
+			Message: "the policy grants network and no egress proxy is configured"})
+	}
+	spec.Egress = m.deps.Egress.ForRun(egress.Binding{
+		Tenant: req.ref.Tenant, SessionID: req.ref.ID, SessionKey: req.ref.Key, Principal: req.Principal.Name,
+		RequestID: req.RequestID, Risk: out.Risk.Level.String(),
+	})
+	return nil
 }
 
 // enforceable is the manager's own check that the executor can enforce

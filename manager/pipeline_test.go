@@ -335,6 +335,22 @@ func hasReason(rs []policy.Reason, code string) bool {
 // TestRunSpec checks the Spec an executor receives: limits come from the
 // decision's obligations, identity and directory from the session's
 // workspace.
+// TestNetworkWithoutEgressIsDenied: a decision that grants network on a
+// gateway without the egress proxy is refused, not run without it.
+func TestNetworkWithoutEgressIsDenied(t *testing.T) {
+	d := &policy.Decision{Action: policy.ActionAllow, Executor: "subprocess",
+		Obligations: policy.Obligations{TimeoutS: 5, Network: true}}
+	h := newHarness(t, hopts{decision: d, noEgress: true})
+	h.sub.Caps = &executors.Capabilities{NetworkGrant: true, KillDetached: true}
+	_, err := h.m.Run(t.Context(), request("python", safePython))
+	if r := deniedReasons(t, err); len(r) == 0 || r[len(r)-1].Code != "egress_unavailable" {
+		t.Fatalf("reasons %+v, want egress_unavailable", r)
+	}
+	if len(h.sub.Calls()) != 0 {
+		t.Fatal("the run executed without the egress proxy")
+	}
+}
+
 func TestRunSpec(t *testing.T) {
 	cases := []struct {
 		name        string
@@ -375,6 +391,11 @@ func TestRunSpec(t *testing.T) {
 				spec.Network != tc.wantNetwork || spec.Limits.MaxProcs != tc.wantProcs {
 				t.Errorf("spec timeout %v memory %d procs %d network %v, want %ds %d %d %v", spec.Timeout,
 					spec.Limits.MemoryMB, spec.Limits.MaxProcs, spec.Network, tc.wantTimeout, tc.wantMemory, tc.wantProcs, tc.wantNetwork)
+			}
+			if got, ok := spec.Egress.(fakeHandle); (spec.Egress != nil) != tc.wantNetwork ||
+				(ok && (got.b.SessionKey != key(req.SessionID) || got.b.SessionID != req.SessionID || got.b.RequestID != req.RequestID ||
+					got.b.Principal != "ci-bot" || got.b.Tenant != "t1" || got.b.Risk == "")) {
+				t.Errorf("spec egress %+v with network %v: want a handle bound to the run exactly when network is granted", spec.Egress, spec.Network)
 			}
 			// The executor gets the tenant-qualified key: its per-session
 			// state is per tenant too.

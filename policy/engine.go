@@ -62,6 +62,7 @@ type Engine struct {
 	executors executorsValue // input.executors, converted once per map
 
 	mu           sync.Mutex // serialises reloads and guards the fields below
+	onReload     []func(revision string)
 	lastErr      error
 	lastErrAt    time.Time
 	lastFailRev  string
@@ -124,8 +125,22 @@ func (e *Engine) reloadLocked(ctx context.Context) (Status, error) {
 	e.lastErr, e.lastErrAt, e.lastFailRev = nil, time.Time{}, ""
 	if prev.revision != c.revision {
 		e.log.Info("policy reloaded", "revision", c.revision, "previous", prev.revision, "files", len(c.files))
+		for _, fn := range e.onReload {
+			fn(c.revision)
+		}
 	}
 	return e.statusLocked(), nil
+}
+
+// OnReload registers fn to be called after every reload that changes the
+// revision in force (through Reload or Watch), with the new revision. The
+// egress proxy uses it to re-decide its open tunnels: a policy edit that
+// forbids a host must close what is already open, not only refuse what
+// comes next. fn runs with reloads serialised and must not call Reload.
+func (e *Engine) OnReload(fn func(revision string)) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.onReload = append(e.onReload, fn)
 }
 
 // Status reports the revision in force and the last reload error.

@@ -42,6 +42,7 @@ var ErrInvalidPolicy = errors.New("invalid policy")
 type compiled struct {
 	exec     rego.PreparedEvalQuery
 	browser  rego.PreparedEvalQuery
+	egress   rego.PreparedEvalQuery
 	revision string
 	files    []string
 	loadedAt time.Time
@@ -221,6 +222,10 @@ func compileTree(ctx context.Context, fsys fs.FS, schemas *ast.SchemaSet) (*comp
 	// A tree without sandgate.browser still loads: its browser decisions
 	// are undefined, which Decide turns into deny.
 	if c.browser, err2 = prepare(BrowserQuery); err2 != nil {
+		return nil, err2
+	}
+	// Likewise without sandgate.egress: every connection is denied.
+	if c.egress, err2 = prepare(EgressQuery); err2 != nil {
 		return nil, err2
 	}
 	for _, f := range files {

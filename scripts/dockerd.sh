@@ -83,9 +83,14 @@ live_leases() {
 # profile's clone3 -> ENOSYS becomes EPERM and glibc (2.34+) stops
 # creating threads (node and python threads fail). The code's system
 # calls go to gVisor's kernel, which runs under gVisor's own seccomp filter.
+# --host-uds=open lets a sandbox connect to a host Unix socket bind-mounted
+# into it: the egress bridge's (executors/docker egress.go). Without it the
+# gvisor executor reports network_grant false and refuses runs granted
+# network. It opens nothing else: only the executor's own socket
+# directory is ever mounted into a container.
 daemon_config() {
   if [ -x "$RUNSC" ]; then
-    printf '{\n  "runtimes": {\n    "runsc": {"path": "%s"}\n  }\n}\n' "$RUNSC"
+    printf '{\n  "runtimes": {\n    "runsc": {"path": "%s", "runtimeArgs": ["--host-uds=open"]}\n  }\n}\n' "$RUNSC"
   else
     echo '{}'
   fi
@@ -106,10 +111,12 @@ engine_args() {
   fi
 }
 
+# has_runsc: the engine lists runsc, with --host-uds=open (an engine this
+# script registered runsc with before that flag gets it on the next start).
 has_runsc() {
   local names
-  names=$(docker -H "unix://$SOCK" info --format '{{range $name, $_ := .Runtimes}}{{$name}}{{"\n"}}{{end}}' 2>/dev/null) || return 1
-  grep -qx runsc <<<"$names"
+  names=$(docker -H "unix://$SOCK" info --format '{{range $name, $r := .Runtimes}}{{$name}} {{$r.Args}}{{"\n"}}{{end}}' 2>/dev/null) || return 1
+  grep -q '^runsc .*--host-uds=open' <<<"$names"
 }
 
 # config_file_of PID DEFAULT prints the configuration file the dockerd

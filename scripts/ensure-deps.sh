@@ -5,7 +5,7 @@
 set -euo pipefail
 
 deps=(
-  "python3 python3-minimal"   # subprocess executor: python
+  "python3 python3"           # subprocess executor: python; clients/python tests (urllib, unittest: the full stdlib)
   "node nodejs"               # subprocess executor: javascript; e2e npm clients
   "npm npm"                   # e2e npm clients (make npm-deps), when nodejs lacks it
   "bash bash"

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"time"
 
@@ -38,6 +39,8 @@ type Config struct {
 	Approval  ApprovalConfig  `yaml:"approval"`
 	Executors ExecutorsConfig `yaml:"executors"`
 	MCP       MCPConfig       `yaml:"mcp"`
+	DeerFlow  DeerFlowConfig  `yaml:"deerflow"`
+	Egress    EgressConfig    `yaml:"egress"`
 	Auth      AuthConfig      `yaml:"auth"`
 	Tenants   TenantsConfig   `yaml:"tenants"`
 	Server    ServerConfig    `yaml:"server"`
@@ -117,6 +120,12 @@ type StorageConfig struct {
 	// its pending approvals and started audit records as interrupted. A
 	// restarted replica waits out its own previous lease. Default 15s.
 	Lease time.Duration `yaml:"lease"`
+	// AdvertiseURL is where the other replicas reach this one to forward
+	// the requests of the sessions it owns (postgres), e.g.
+	// http://gw-a.internal:8080. Default: http:// and the bound listen
+	// address, with the host name in place of an unspecified host
+	// (0.0.0.0, [::]). Env SANDGATE_ADVERTISE_URL.
+	AdvertiseURL string `yaml:"advertise_url"`
 }
 
 // ApprovalConfig configures step 4.
@@ -153,6 +162,55 @@ type MCPConfig struct {
 	// PurgeOnClose also deletes the workspace of an MCP session's own
 	// sandgate session when the MCP session ends.
 	PurgeOnClose bool `yaml:"purge_on_close"`
+}
+
+// DeerFlowConfig is the DeerFlow provisioner API under /deerflow (DeerFlow's
+// `sandbox.provisioner_url: http://<gateway>/deerflow`, with an agent token
+// as its provisioner_api_key). Enabled by default, like /mcp: it takes the
+// same agent tokens and runs every call through the same pipeline; the
+// sandbox URLs it hands out carry a per-sandbox capability (api.DeerFlow).
+type DeerFlowConfig struct {
+	Enabled bool `yaml:"enabled"`
+	// PublicURL is the gateway's base URL as DeerFlow reaches it (behind a
+	// proxy), for the sandbox URLs; empty derives it from each request's
+	// Host.
+	PublicURL string `yaml:"public_url"`
+}
+
+// EgressConfig is the egress proxy (package egress, DESIGN.md §9): the only
+// network a run granted it has. Which hosts it reaches is policy (the
+// sandgate.egress package and data.sandgate.config.egress); this is the
+// proxy's machinery. Enabled by default: a run is granted network only by
+// the policy, and without the proxy such a run is denied. Zero fields take
+// the egress package's defaults (DefaultHandshakeTimeout,
+// DefaultMaxTunnels, TLS ports [443]); the wait for a person is
+// approval.timeout.
+type EgressConfig struct {
+	Enabled              bool          `yaml:"enabled"`
+	HandshakeTimeout     time.Duration `yaml:"handshake_timeout"`
+	MaxTunnelsPerSession int           `yaml:"max_tunnels_per_session"`
+	// TLSPorts are the CONNECT ports whose ClientHello must name the
+	// CONNECT host.
+	TLSPorts []int `yaml:"tls_ports"`
+	// Credentials bind a header to a host: the proxy adds it to every
+	// HTTPS request to that host (terminating TLS with the gateway CA,
+	// kept in data_dir/egress, for those hosts only). The sandbox never
+	// sees the value.
+	Credentials []EgressCredential `yaml:"credentials"`
+	// Hosts pins names to addresses before DNS ("db.internal":
+	// ["10.1.2.3"]), like /etc/hosts for the proxy. The policy still
+	// decides, on these addresses.
+	Hosts map[string][]string `yaml:"hosts"`
+}
+
+// EgressCredential is one secret bound to a host. Prefer ValueEnv (the
+// name of an environment variable holding the value) to Value in the
+// file.
+type EgressCredential struct {
+	Host     string `yaml:"host"`
+	Header   string `yaml:"header"`
+	Value    string `yaml:"value"`
+	ValueEnv string `yaml:"value_env"`
 }
 
 // ExecutorsConfig enables backends.
@@ -273,7 +331,11 @@ func Default() Config {
 		// req/s on 2 cores); set them per tenant for shared gateways.
 		Tenants: TenantsConfig{Quotas: QuotaConfig{MaxSessions: 10_000, MaxConcurrentRuns: 64, MaxWorkspaceMiB: 10 << 10,
 			RequestsPerSecond: 5000, Burst: 10000}},
-		MCP: MCPConfig{Enabled: true, SessionTimeout: mcp.DefaultSessionTimeout, ProgressInterval: mcp.DefaultProgressInterval},
+		MCP:      MCPConfig{Enabled: true, SessionTimeout: mcp.DefaultSessionTimeout, ProgressInterval: mcp.DefaultProgressInterval},
+		DeerFlow: DeerFlowConfig{Enabled: true},
+		// The proxy's tunables are left at zero: the egress package's
+		// defaults apply.
+		Egress: EgressConfig{Enabled: true},
 		Executors: ExecutorsConfig{
 			// The executors' tunables are left at zero: their packages'
 			// defaults apply (TestExecutorDefaultsInOnePlace).
@@ -356,6 +418,11 @@ func (c Config) Validate() error {
 	case c.Storage.Driver == "sqlite" && c.Storage.DSN != "":
 		add("storage.dsn is set but storage.driver is sqlite (the database lives under data_dir)")
 	}
+	if u := c.Storage.AdvertiseURL; u != "" {
+		if p, err := url.Parse(u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || (p.Path != "" && p.Path != "/") {
+			add("storage.advertise_url %q: want http(s)://host:port", u)
+		}
+	}
 	// Zero means the executor's default; a negative value is a mistake,
 	// not "unlimited".
 	sp := c.Executors.Subprocess
@@ -375,6 +442,23 @@ func (c Config) Validate() error {
 	}
 	if b := c.Browser; b.Enabled && (b.IdleTTL <= 0 || b.MaxBrowsers <= 0) {
 		add("browser: idle_ttl and max_browsers must be positive")
+	}
+	if e := c.Egress; e.Enabled {
+		if e.HandshakeTimeout < 0 || e.MaxTunnelsPerSession < 0 {
+			add("egress: handshake_timeout and max_tunnels_per_session must not be negative")
+		}
+		for i, cr := range e.Credentials {
+			if cr.Host == "" || cr.Header == "" || (cr.Value == "") == (cr.ValueEnv == "") {
+				add("egress.credentials[%d]: host, header and exactly one of value and value_env are required", i)
+			}
+		}
+		for host, addrs := range e.Hosts {
+			for _, a := range addrs {
+				if net.ParseIP(a) == nil {
+					add("egress.hosts[%s]: %q is not an IP address", host, a)
+				}
+			}
+		}
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":

@@ -27,6 +27,9 @@ func TestDefaultIsValidAndSafe(t *testing.T) {
 	if !c.Executors.Subprocess.Zygotes || c.Executors.Subprocess.WarmMax <= 0 {
 		t.Errorf("subprocess defaults: %+v, want warm starts and zygotes on", c.Executors.Subprocess)
 	}
+	if d := c.DeerFlow; !d.Enabled || d.PublicURL != "" {
+		t.Errorf("deerflow defaults: %+v, want enabled, URLs from the request", d)
+	}
 	if g := c.Executors.GVisor; !g.Enabled || g != (DockerConfig{Enabled: true}) {
 		t.Errorf("gvisor defaults: %+v, want enabled with the packages' defaults (runtime runsc)", g)
 	}
@@ -97,6 +100,9 @@ func TestLoadFull(t *testing.T) {
 		m.SessionTimeout != 10*time.Minute || m.ProgressInterval != 3*time.Second || !m.PurgeOnClose {
 		t.Fatalf("decoded mcp %+v", m)
 	}
+	if d := c.DeerFlow; !d.Enabled || d.PublicURL != "https://gate.example.com/" {
+		t.Fatalf("decoded deerflow %+v", d)
+	}
 	if g := c.Executors.GVisor; g != (DockerConfig{Enabled: true, Runtime: "runsc-kvm", Instance: "gw-2", MemoryMB: 384, WarmMax: 2, WarmPerSession: 3}) {
 		t.Fatalf("gvisor decoded %+v", g)
 	}
@@ -127,6 +133,8 @@ func TestLoadErrors(t *testing.T) {
 		{"unknown storage driver", nil, map[string]string{"SANDGATE_STORAGE_DRIVER": "mysql"}, []string{`storage.driver "mysql"`}},
 		{"postgres without a dsn", nil, map[string]string{"SANDGATE_STORAGE_DRIVER": "postgres"}, []string{"storage.dsn is required"}},
 		{"dsn with sqlite", nil, map[string]string{"SANDGATE_STORAGE_DSN": "host=/tmp"}, []string{"storage.driver is sqlite"}},
+		{"advertise url without a scheme", nil, map[string]string{"SANDGATE_ADVERTISE_URL": "10.0.0.11:8080"}, []string{`storage.advertise_url "10.0.0.11:8080"`}},
+		{"advertise url with a path", nil, map[string]string{"SANDGATE_ADVERTISE_URL": "http://gw-a:8080/sandgate"}, []string{"storage.advertise_url"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -41,6 +41,7 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (Co
 	override(&cfg.Storage.Driver, getenv("SANDGATE_STORAGE_DRIVER"), "")
 	override(&cfg.Storage.DSN, getenv("SANDGATE_STORAGE_DSN"), "")
 	override(&cfg.Storage.Replica, getenv("SANDGATE_REPLICA"), "")
+	override(&cfg.Storage.AdvertiseURL, getenv("SANDGATE_ADVERTISE_URL"), "")
 	for _, role := range []string{"agent", "approver", "admin"} {
 		if tok := getenv(envTokenName(role)); tok != "" {
 			cfg.Auth.Tokens = append(cfg.Auth.Tokens, TokenConfig{Name: "env-" + role, Role: role, Token: tok})

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"io/fs"
 	"net/http"
@@ -20,8 +21,11 @@ import (
 // PostgreSQL database. A request held for approval on A is approved
 // through B's REST API, and A's call returns 200 with the run's output; a
 // second decision on C is a 409; one GET /v1/audit on C shows the record
-// A wrote.
+// A wrote. A request for A's session reaching C is served by A; a request
+// held on A is approved on B's page in Chromium. Last, the three are
+// restarted one after the other under the mixed workload (rollingRestart).
 func TestFleetApprovalAcrossReplicas(t *testing.T) {
+	t.Parallel() // its own schema and directories; overlaps the other fleet test
 	dsn := pgtest.Schema(t)
 	dir := t.TempDir()
 	for _, d := range []string{filepath.Dir(dir), dir} {
@@ -32,13 +36,13 @@ func TestFleetApprovalAcrossReplicas(t *testing.T) {
 	bin := gatewayBinary(t)
 	policyDir := approvalPolicyDir(t, filepath.Join(dir, "policy"))
 	conf := filepath.Join(dir, "fleet.yaml")
-	yaml := "executors: {docker: {enabled: false}, aio: {enabled: false}}\nbrowser: {enabled: false}\nstorage: {driver: postgres}\n"
+	yaml := "executors: {docker: {enabled: false}, gvisor: {enabled: false}, aio: {enabled: false}}\nbrowser: {enabled: false}\nstorage: {driver: postgres}\n"
 	if err := os.WriteFile(conf, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	const agent, approver, admin = "agent-fleet-token-0123456", "approver-fleet-token-012", "admin-fleet-token-0123456"
-	bases := map[string]string{}
-	for _, r := range []string{"a", "b", "c"} {
+	bases, cmds := map[string]string{}, map[string]*exec.Cmd{}
+	start := func(r string) {
 		cmd := exec.Command(bin, "--config", conf, "--listen", "127.0.0.1:0", "--mode", "PERMISSIVE",
 			"--data-dir", filepath.Join(dir, "data"), "--policy-dir", policyDir) // the fleet's shared storage
 		cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "SANDGATE_STORAGE_DSN=" + dsn, "SANDGATE_REPLICA=" + r,
@@ -49,7 +53,10 @@ func TestFleetApprovalAcrossReplicas(t *testing.T) {
 				t.Logf("replica %s logs:\n%s", r, logs.String())
 			}
 		})
-		bases[r] = base
+		bases[r], cmds[r] = base, cmd
+	}
+	for _, r := range []string{"a", "b", "c"} {
+		start(r)
 	}
 	call := func(method, url, tok, body string) (int, map[string]any) {
 		req, _ := http.NewRequest(method, url, strings.NewReader(body))
@@ -111,6 +118,75 @@ func TestFleetApprovalAcrossReplicas(t *testing.T) {
 	if appr, _ := rec["approval"].(map[string]any); rec["outcome"] != "ok" || appr["status"] != "approved" {
 		t.Fatalf("the record of A's run, read on C: %v", rec)
 	}
+
+	// The session is A's: the registry says so, and a request for it
+	// reaching C is served by A (forwarded, the client's token kept):
+	// what C wrote, B reads, and A's audit has the record under the
+	// request id C gave.
+	if owner := pgtest.QueryString(t, dsn, `SELECT replica FROM sessions WHERE key LIKE '%~fleet'`); owner != "a" {
+		t.Fatalf("the session's owner: %q, want a", owner)
+	}
+	put, _ := http.NewRequest("PUT", bases["c"]+"/v1/sessions/fleet/files/content?path=/workspace/via-c.txt", strings.NewReader("written through c"))
+	put.Header.Set("Authorization", "Bearer "+agent)
+	res, err := http.DefaultClient.Do(put)
+	if err != nil || res.StatusCode/100 != 2 {
+		t.Fatalf("write through C: %v %v", res, err)
+	}
+	res.Body.Close()
+	if ids := res.Header.Values("X-Request-Id"); len(ids) != 1 {
+		t.Fatalf("forwarded response's request ids: %v, want one", ids)
+	}
+	if st, _ := call("GET", bases["c"]+"/v1/sessions/fleet", "wrong-token", ""); st != 401 {
+		t.Fatalf("a bad token through C: %d, want 401", st)
+	}
+	_, out = call("GET", bases["a"]+"/v1/audit?session_id=fleet&kind=file.write", admin, "")
+	if recs, _ := out["records"].([]any); len(recs) != 1 || recs[0].(map[string]any)["request_id"] != res.Header.Get("X-Request-Id") {
+		t.Fatalf("the write's record: %v, want C's request id %s", out, res.Header.Get("X-Request-Id"))
+	}
+
+	// A request held on A, approved on B's page in Chromium: B shows it
+	// (fetched from A with its code), and A's call returns 200.
+	go func() {
+		st, out := call("POST", bases["a"]+"/v1/sessions/fleet/run_code", agent,
+			`{"code":"import subprocess\nprint('approved on the page of b')","language":"python"}`)
+		done <- result{st, out}
+	}()
+	id = ""
+	for deadline := time.Now().Add(20 * time.Second); id == ""; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("A's second request not listed on B")
+		}
+		_, out := call("GET", bases["b"]+"/v1/approvals", approver, "")
+		if list, _ := out["approvals"].([]any); len(list) == 1 {
+			v := list[0].(map[string]any)
+			if v["code"] != "import subprocess\nprint('approved on the page of b')" {
+				t.Fatalf("A's request as B lists it: %v", v)
+			}
+			id = v["id"].(string)
+		}
+	}
+	approvePage(t, bases["b"], approver, id, "seen on b")
+	select {
+	case r := <-done:
+		if r.status != 200 || r.out["stdout"] != "approved on the page of b\n" {
+			t.Fatalf("A's call approved on B's page: %d %v", r.status, r.out)
+		}
+		if appr, _ := r.out["approval"].(map[string]any); appr["reason"] != "seen on b" {
+			t.Fatalf("A's call's approval: %v", r.out["approval"])
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("A's call was not released by the decision on B's page")
+	}
+	if _, out := call("GET", bases["b"]+"/v1/approvals", approver, ""); len(out["approvals"].([]any)) != 0 {
+		t.Fatalf("B still lists a decided approval: %v", out)
+	}
+
+	// A streamed run of A's session sent to C stays streamed through the
+	// forward: its first events arrive while it waits for approval.
+	streamThroughForward(t, bases["c"], bases["b"], agent, approver)
+
+	rollingRestart(t, rollingFleet{names: []string{"a", "b", "c"}, bases: bases, cmds: cmds, start: start,
+		agent: agent, admin: admin})
 }
 
 // TestFleetDeadReplicaApprovalsInterrupted: A is killed with SIGKILL while
@@ -118,6 +194,7 @@ func TestFleetApprovalAcrossReplicas(t *testing.T) {
 // that approval as interrupted (never left pending), and a decision on it
 // is a 409.
 func TestFleetDeadReplicaApprovalsInterrupted(t *testing.T) {
+	t.Parallel()
 	dsn := pgtest.Schema(t)
 	dir := t.TempDir()
 	for _, d := range []string{filepath.Dir(dir), dir} {
@@ -129,7 +206,7 @@ func TestFleetDeadReplicaApprovalsInterrupted(t *testing.T) {
 	policyDir := approvalPolicyDir(t, filepath.Join(dir, "policy"))
 	conf := filepath.Join(dir, "fleet.yaml")
 	const lease = time.Second
-	yaml := "executors: {docker: {enabled: false}, aio: {enabled: false}}\nbrowser: {enabled: false}\nstorage: {driver: postgres, lease: 1s}\n"
+	yaml := "executors: {docker: {enabled: false}, gvisor: {enabled: false}, aio: {enabled: false}}\nbrowser: {enabled: false}\nstorage: {driver: postgres, lease: 1s}\n"
 	if err := os.WriteFile(conf, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -191,6 +268,24 @@ func TestFleetDeadReplicaApprovalsInterrupted(t *testing.T) {
 	}
 	_ = cmds["a"].Wait()
 	killed := time.Now()
+	// At once, before A's lease runs out, the session's next request
+	// reaches B: B finds its owner gone (connection refused), waits out
+	// the lease and adopts the session, its files intact on the shared
+	// storage. The client sees a slow answer, not an error.
+	next := make(chan string, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", bases["b"]+"/v1/sessions/held/execute", strings.NewReader(`{"command":"cat note.txt"}`))
+		req.Header.Set("Authorization", "Bearer "+agent)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			next <- err.Error()
+			return
+		}
+		defer res.Body.Close()
+		var out map[string]any
+		_ = json.NewDecoder(res.Body).Decode(&out)
+		next <- fmt.Sprintf("%d %v", res.StatusCode, out["output"])
+	}()
 	for {
 		_, v := get(bases["b"]+"/v1/approvals/"+id, approver)
 		if v["status"] == "interrupted" {
@@ -201,6 +296,18 @@ func TestFleetDeadReplicaApprovalsInterrupted(t *testing.T) {
 			t.Fatalf("A's approval after %v: %v, want interrupted within the lease", time.Since(killed), v)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	select {
+	case got := <-next:
+		if got != "200 kept" {
+			t.Fatalf("A's session's next request, through B: %s, want 200 kept", got)
+		}
+		t.Logf("A's session served by B %v after the kill", time.Since(killed).Round(time.Millisecond))
+	case <-time.After(10 * lease):
+		t.Fatal("A's session's next request through B did not return")
+	}
+	if owner := pgtest.QueryString(t, dsn, `SELECT replica FROM sessions WHERE key LIKE '%~held'`); owner != "b" {
+		t.Fatalf("the session's owner after A died: %q, want b", owner)
 	}
 	// A's session goes on through B, its files intact (shared storage).
 	req, _ := http.NewRequest("GET", bases["b"]+"/v1/sessions/held/files/content?path=/workspace/note.txt", nil)
@@ -217,8 +324,9 @@ func TestFleetDeadReplicaApprovalsInterrupted(t *testing.T) {
 }
 
 // approvalPolicyDir writes the embedded policy to dir with PERMISSIVE's
-// approvals (HIGH, CRITICAL) routed to the subprocess executor, so that an
-// approved run really runs without Docker.
+// HIGH approvals routed to the subprocess executor, so that an approved
+// run really runs without Docker, and CRITICAL denied outright (STRICT's
+// rule), the mixed workload's intended denial.
 func approvalPolicyDir(t *testing.T, dir string) string {
 	t.Helper()
 	err := fs.WalkDir(policy.DefaultFS(), ".", func(p string, d fs.DirEntry, err error) error {
@@ -235,9 +343,8 @@ func approvalPolicyDir(t *testing.T, dir string) string {
 				return err
 			}
 			perm := data["modes"].(map[string]any)["PERMISSIVE"].(map[string]any)
-			for _, level := range []string{"HIGH", "CRITICAL"} {
-				perm[level].(map[string]any)["executor"] = "subprocess"
-			}
+			perm["HIGH"].(map[string]any)["executor"] = "subprocess"
+			perm["CRITICAL"] = map[string]any{"action": "deny", "executor": "subprocess"}
 			if b, err = json.Marshal(data); err != nil {
 				return err
 			}

@@ -2,11 +2,16 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/confirm"
 	"github.com/sandgate/sandgate/fleet"
 )
 
@@ -98,4 +103,84 @@ func (gw *gateway) watchFleet() {
 		}
 		return nil
 	})
+}
+
+// sessionRouter is the session router of a fleet (postgres): requests for
+// a session another live replica owns are forwarded there. nil on sqlite.
+func (gw *gateway) sessionRouter(ctx context.Context) (*fleet.Router, error) {
+	if gw.replicas == nil {
+		return nil, nil
+	}
+	return fleet.NewRouter(ctx, gw.replicas, gw.log)
+}
+
+// advertise publishes where the other replicas forward this one's
+// sessions: storage.advertise_url, or the bound listener.
+func (gw *gateway) advertise(ctx context.Context) error {
+	if gw.replicas == nil {
+		return nil
+	}
+	u := gw.cfg.Storage.AdvertiseURL
+	if u == "" {
+		host, port, err := net.SplitHostPort(gw.Addr())
+		if err != nil {
+			return err
+		}
+		if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+			if host, err = os.Hostname(); err != nil {
+				return fmt.Errorf("advertise url: %w (set storage.advertise_url)", err)
+			}
+		}
+		u = "http://" + net.JoinHostPort(host, port)
+	}
+	gw.log.InfoContext(ctx, "fleet member", "replica", gw.replicas.Name(), "url", u)
+	return gw.replicas.SetURL(ctx, strings.TrimSuffix(u, "/"))
+}
+
+// leaveGrace is how long a replica that left the registry keeps its
+// listener and connections open: the other replicas read the registry
+// before each forward, so what reaches it after this is only a forward
+// whose read came just before the leave. Without it, a forward racing
+// the shutdown's close of idle connections would fail.
+const leaveGrace = 500 * time.Millisecond
+
+// leaveFleet removes this replica from the registry (idempotent) and
+// waits leaveGrace the first time.
+func (gw *gateway) leaveFleet(ctx context.Context) {
+	if gw.replicas == nil {
+		return
+	}
+	if err := gw.replicas.Stop(ctx); err != nil {
+		gw.log.Warn("leave the replica registry", "err", err)
+	}
+	gw.leaveOnce.Do(func() {
+		if gw.server == nil {
+			return // never served
+		}
+		select {
+		case <-time.After(leaveGrace):
+		case <-ctx.Done():
+		}
+	})
+}
+
+// approvalPeer lets the approval hub show this replica's approvers the
+// requests waiting on the other replicas (postgres): it fetches each from
+// its replica through the router. nil on sqlite.
+func (gw *gateway) approvalPeer() confirm.Peer {
+	if gw.router == nil {
+		return nil
+	}
+	router := gw.router
+	return func(ctx context.Context, replica, id string) (confirm.View, error) {
+		raw, err := router.PeerApproval(ctx, replica, id)
+		if err != nil {
+			return confirm.View{}, err
+		}
+		var v confirm.View
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return confirm.View{}, fmt.Errorf("approval from replica %q: %w", replica, err)
+		}
+		return v, nil
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -24,6 +25,7 @@ import (
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/browser"
 	"github.com/sandgate/sandgate/confirm"
+	"github.com/sandgate/sandgate/egress"
 	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/executors/aio"
 	"github.com/sandgate/sandgate/executors/docker"
@@ -49,9 +51,14 @@ type gateway struct {
 	audit    audit.Database
 	hub      *confirm.Hub    // nil when auto-approve is configured
 	replicas *fleet.Registry // nil on sqlite
-	aio      *aio.Executor
-	browser  *browser.Manager
-	mcp      *mcp.Server // nil when disabled
+	router   *fleet.Router   // nil on sqlite
+	// leaveOnce: the grace after leaving the fleet is waited once.
+	leaveOnce sync.Once
+	aio       *aio.Executor
+	browser   *browser.Manager
+	mcp       *mcp.Server     // nil when disabled
+	deerflow  *api.DeerFlow   // nil when disabled
+	egress    *egress.Service // nil when disabled
 	// baseCancel ends every request context; called when the shutdown
 	// deadline passes so running executions are killed, not abandoned.
 	baseCancel context.CancelFunc
@@ -75,7 +82,7 @@ func redact(_ []string, a slog.Attr) slog.Attr {
 }
 
 // build wires every component. Anything that fails closes what was opened.
-func build(ctx context.Context, cfg Config, _ func(string) string, stdout, stderr io.Writer) (_ *gateway, err error) {
+func build(ctx context.Context, cfg Config, getenv func(string) string, stdout, stderr io.Writer) (_ *gateway, err error) {
 	gw := &gateway{cfg: cfg, log: newLogger(cfg.Log.Level, stderr), stdout: stdout}
 	defer func() {
 		if err != nil {
@@ -97,6 +104,9 @@ func build(ctx context.Context, cfg Config, _ func(string) string, stdout, stder
 		return nil, err
 	}
 	if err := gw.joinFleet(ctx); err != nil {
+		return nil, err
+	}
+	if gw.router, err = gw.sessionRouter(ctx); err != nil {
 		return nil, err
 	}
 	if err := gw.resolveInterrupted(ctx); err != nil {
@@ -135,15 +145,25 @@ func build(ctx context.Context, cfg Config, _ func(string) string, stdout, stder
 		return nil, err
 	}
 	gw.watchFleet()
+	if cfg.DeerFlow.Enabled {
+		gw.deerflow = api.NewDeerFlow(api.DeerFlowConfig{PublicURL: cfg.DeerFlow.PublicURL})
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := gw.egressProxy(confirmer, reg, getenv); err != nil {
+		return nil, err
+	}
+	deps := manager.Deps{
+		Assessor: assessor, Policy: gw.policy, Confirm: confirmer, Executors: execs, Workspaces: workspaces,
+		Audit: gw.audit, Metrics: manager.NewMetrics(reg), Logger: gw.log, Resources: gw.resources(),
+	}
+	if gw.egress != nil { // a nil *Service in the interface would not read as "no proxy"
+		deps.Egress = gw.egress
+	}
 	gw.manager, err = manager.New(manager.Config{
 		Mode: cfg.Mode, MaxCodeBytes: cfg.Limits.MaxCodeBytes, DefaultTimeout: cfg.Limits.DefaultTimeout,
 		ApprovalTimeout: cfg.Approval.Timeout, Quotas: quotas,
-	}, manager.Deps{
-		Assessor: assessor, Policy: gw.policy, Confirm: confirmer, Executors: execs, Workspaces: workspaces,
-		Audit: gw.audit, Metrics: manager.NewMetrics(reg), Logger: gw.log, Resources: gw.resources(),
-	})
+	}, deps)
 	if err != nil {
 		return nil, err
 	}
@@ -151,11 +171,17 @@ func build(ctx context.Context, cfg Config, _ func(string) string, stdout, stder
 	if err != nil {
 		return nil, err
 	}
-	handler := api.New(api.Config{MaxBodyBytes: cfg.Limits.MaxBodyBytes}, api.Deps{
+	apiDeps := api.Deps{
 		Manager: gw.manager, Policy: gw.policy, Audit: gw.audit, Auth: auth, Gatherer: reg, Logger: gw.log,
-		Approvals: gw.hub, Browser: gw.browser, MCP: mcpServer, Database: gw.audit,
-	})
-	if err := gw.listen(handler); err != nil {
+		Approvals: gw.hub, Browser: gw.browser, MCP: mcpServer, Database: gw.audit, DeerFlow: gw.deerflow,
+	}
+	if gw.router != nil {
+		apiDeps.Fleet = gw.router
+	}
+	if err := gw.listen(api.New(api.Config{MaxBodyBytes: cfg.Limits.MaxBodyBytes}, apiDeps)); err != nil {
+		return nil, err
+	}
+	if err := gw.advertise(ctx); err != nil {
 		return nil, err
 	}
 	return gw, nil
@@ -326,10 +352,60 @@ func (gw *gateway) browsers(ws *workspace.Workspaces) error {
 	return nil
 }
 
+// egressProxy builds the egress proxy when it is enabled, and has every
+// policy reload re-decide its open tunnels.
+func (gw *gateway) egressProxy(confirmer confirm.Service, reg prometheus.Registerer, getenv func(string) string) error {
+	e := gw.cfg.Egress
+	if !e.Enabled {
+		return nil
+	}
+	creds := make([]egress.Credential, 0, len(e.Credentials))
+	for _, c := range e.Credentials {
+		v := c.Value
+		if c.ValueEnv != "" {
+			if v = getenv(c.ValueEnv); v == "" {
+				return fmt.Errorf("egress credential for %s: environment variable %s is empty", c.Host, c.ValueEnv)
+			}
+		}
+		creds = append(creds, egress.Credential{Host: c.Host, Header: c.Header, Value: v})
+	}
+	hosts := map[string][]netip.Addr{}
+	for name, addrs := range e.Hosts {
+		for _, a := range addrs {
+			hosts[strings.ToLower(name)] = append(hosts[strings.ToLower(name)], netip.MustParseAddr(a).Unmap()) // validated
+		}
+	}
+	svc, err := egress.New(egress.Config{
+		Mode: gw.cfg.Mode, HandshakeTimeout: e.HandshakeTimeout, ApprovalTimeout: gw.cfg.Approval.Timeout,
+		MaxTunnelsPerSession: e.MaxTunnelsPerSession, TLSPorts: e.TLSPorts, Credentials: creds,
+		CADir: filepath.Join(gw.cfg.DataDir, "egress"),
+	}, egress.Deps{
+		Policy: gw.policy, Confirm: confirmer, Audit: gw.audit, Metrics: egress.NewMetrics(reg), Logger: gw.log,
+		Resolver: egress.StaticResolver(hosts, net.DefaultResolver),
+	})
+	if err != nil {
+		return fmt.Errorf("egress: %w", err)
+	}
+	gw.policy.OnReload(func(string) { svc.Reloaded(context.Background()) })
+	gw.egress = svc
+	return nil
+}
+
 // resources are the per-session state DELETE /v1/sessions/{id} releases and
 // GET shows besides the executors.
 func (gw *gateway) resources() []manager.SessionResource {
 	var out []manager.SessionResource
+	if gw.deerflow != nil {
+		// Deleting a session kills its DeerFlow sandbox URLs.
+		out = append(out, manager.SessionResource{Name: "deerflow", Release: gw.deerflow.Release})
+	}
+	if gw.egress != nil {
+		// A deleted session's "allow for this session" answers go with it.
+		out = append(out, manager.SessionResource{Name: "egress", Release: func(_ context.Context, key string) error {
+			gw.egress.ForgetSession(key)
+			return nil
+		}})
+	}
 	if gw.aio != nil {
 		out = append(out, manager.SessionResource{Name: "aio", Describe: func(id string) (any, bool) {
 			return gw.aio.InstanceInfo(id)
@@ -374,7 +450,7 @@ func (gw *gateway) confirmer(ctx context.Context) (confirm.Service, error) {
 	hub, err := confirm.NewHub(ctx, confirm.HubOptions{
 		Store: gw.audit, Timeout: gw.cfg.Approval.Timeout, Logger: gw.log,
 		AllowedOrigins: gw.cfg.Approval.AllowedOrigins, Replica: replicaName(gw.cfg.Storage),
-		ListenDSN: gw.listenDSN(),
+		ListenDSN: gw.listenDSN(), Peer: gw.approvalPeer(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("approval hub: %w", err)
@@ -478,13 +554,9 @@ func (gw *gateway) listen(handler http.Handler) error {
 func (gw *gateway) Addr() string { return gw.listener.Addr().String() }
 
 func (gw *gateway) closeStores() {
-	if gw.replicas != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if err := gw.replicas.Stop(ctx); err != nil {
-			gw.log.Warn("leave the replica registry", "err", err)
-		}
-		cancel()
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	gw.leaveFleet(ctx)
+	cancel()
 	if gw.audit != nil {
 		_ = gw.audit.Close()
 	}
@@ -539,6 +611,10 @@ func (gw *gateway) shutdown() {
 	gw.log.Info("shutting down", "timeout", gw.cfg.Server.ShutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), gw.cfg.Server.ShutdownTimeout)
 	defer cancel()
+	// Leave the fleet first: the other replicas stop forwarding here and
+	// adopt this replica's sessions at their next request, while the
+	// requests already here finish.
+	gw.leaveFleet(sctx)
 	// Requests waiting for a human would hold the shutdown to its deadline:
 	// the hub resolves them as interrupted (a deny) and closes every socket.
 	if gw.hub != nil {

@@ -95,13 +95,13 @@ func TestValidation422(t *testing.T) {
 		}
 	})
 	t.Run("bad json", func(t *testing.T) {
-		it := item(t, ts.post("/v1/file/read", `{"file": `))
+		it := item(t, ts.post("/v1/bash/exec", `{"command": `))
 		if it["type"] != "json_invalid" {
 			t.Errorf("item %v", it)
 		}
 	})
 	t.Run("not an object", func(t *testing.T) {
-		it := item(t, ts.post("/v1/file/read", `[1,2]`))
+		it := item(t, ts.post("/v1/bash/exec", `[1,2]`))
 		if it["type"] != "model_attributes_type" {
 			t.Errorf("item %v", it)
 		}

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/executors/aio/aiowire"
 )
 
@@ -23,21 +24,16 @@ type (
 )
 
 // bashSession is a /v1/bash session: only API-level state (its default
-// working directory) and its commands; every exec is a new process.
+// working directory) and its current command; every exec is a new process.
 type bashSession struct {
-	id         string
-	workingDir string
-	created    time.Time
-	lastUsed   time.Time
-	commands   map[string]*job
-	order      []string // command ids, oldest first
-	current    *job
-	closed     bool
+	id           string
+	workingDir   string
+	created      time.Time
+	lastUsed     time.Time
+	commandCount int
+	current      *job
+	closed       bool
 }
-
-// maxCommandsKept bounds the finished commands a session remembers for
-// /v1/bash/output.
-const maxCommandsKept = 16
 
 type bashSessions struct {
 	s  *server
@@ -64,7 +60,7 @@ func (b *bashSessions) get(id, dir string) *bashSession {
 		dir = b.s.cfg.Workspace
 	}
 	now := time.Now()
-	sess := &bashSession{id: id, workingDir: dir, created: now, lastUsed: now, commands: make(map[string]*job)}
+	sess := &bashSession{id: id, workingDir: dir, created: now, lastUsed: now}
 	b.m[id] = sess
 	b.evictLocked()
 	return sess
@@ -123,15 +119,19 @@ func isDone(j *job) bool {
 }
 
 type bashExecReq struct {
-	Command         *string           `json:"command"`
-	SessionID       *string           `json:"session_id"`
-	ExecDir         *string           `json:"exec_dir"`
-	Env             map[string]string `json:"env"`
-	AsyncMode       bool              `json:"async_mode"`
-	Timeout         *float64          `json:"timeout"`
-	HardTimeout     *float64          `json:"hard_timeout"`
-	MaxOutputLength *int              `json:"max_output_length"`
-	XSandgate       *runExtension     `json:"x_sandgate"`
+	Command   *string           `json:"command"`
+	SessionID *string           `json:"session_id"`
+	ExecDir   *string           `json:"exec_dir"`
+	Env       map[string]string `json:"env"`
+	// AsyncMode and Timeout (a soft wait that answers "running") are
+	// refused: sandboxd's one client, the gateway, runs synchronously
+	// and streams (x_sandgate.stream), so it has no /v1/bash/output to
+	// collect a detached command's output from.
+	AsyncMode       bool          `json:"async_mode"`
+	Timeout         *float64      `json:"timeout"`
+	HardTimeout     *float64      `json:"hard_timeout"`
+	MaxOutputLength *int          `json:"max_output_length"`
+	XSandgate       *runExtension `json:"x_sandgate"`
 }
 
 // largeCommand is the size above which a command is run from a file: one
@@ -141,6 +141,10 @@ const largeCommand = 64 << 10
 func (s *server) handleBashExec(w http.ResponseWriter, r *http.Request) {
 	var req bashExecReq
 	if !decodeBody(w, r, &req, "command") {
+		return
+	}
+	if req.AsyncMode || (req.Timeout != nil && *req.Timeout > 0) {
+		writeFail(w, http.StatusBadRequest, "sandboxd runs commands synchronously: use hard_timeout, not async_mode or timeout", nil)
 		return
 	}
 	if req.ExecDir != nil && *req.ExecDir != "" {
@@ -171,7 +175,14 @@ func (s *server) handleBashExec(w http.ResponseWriter, r *http.Request) {
 
 	spec := jobSpec{dir: dir, env: req.Env, label: *req.Command}
 	cleanup := func() {}
-	if len(*req.Command) > largeCommand {
+	path, unstage, staged, err := stageProgram(req.XSandgate, executors.LangBash, *req.Command)
+	switch {
+	case err != nil:
+		writeFail(w, http.StatusInternalServerError, "Cannot stage the command: "+err.Error(), nil)
+		return
+	case staged: // the gateway's run: the program file, as in every backend
+		spec.argv, cleanup = programArgv(executors.LangBash, path), unstage
+	case len(*req.Command) > largeCommand:
 		f, err := os.CreateTemp("", "sandboxd-cmd-*.sh")
 		if err != nil {
 			writeFail(w, http.StatusInternalServerError, "Cannot stage the command: "+err.Error(), nil)
@@ -188,18 +199,15 @@ func (s *server) handleBashExec(w http.ResponseWriter, r *http.Request) {
 		}
 		spec.argv = []string{"bash", "--noprofile", "--norc", f.Name()}
 		cleanup = func() { _ = os.Remove(f.Name()) }
-	} else {
+	default:
 		spec.argv = []string{"bash", "--noprofile", "--norc", "-c", *req.Command}
 	}
 	if req.HardTimeout != nil && *req.HardTimeout > 0 {
 		spec.hardTimeout = seconds(*req.HardTimeout)
 	}
 	applyExtension(&spec, req.XSandgate)
-	var rl *relay
-	if !req.AsyncMode {
-		rl = newRelay(req.XSandgate) // an async exec answers at once: nothing to stream
-		spec.tap = rl.tap()
-	}
+	rl := newRelay(req.XSandgate)
+	spec.tap = rl.tap()
 	j, err := s.jobs.start(spec)
 	if err != nil {
 		cleanup()
@@ -210,31 +218,20 @@ func (s *server) handleBashExec(w http.ResponseWriter, r *http.Request) {
 	s.bash.mu.Lock()
 	sess.current = j
 	sess.lastUsed = time.Now()
-	sess.commands[j.id] = j
-	sess.order = append(sess.order, j.id)
-	for len(sess.order) > maxCommandsKept {
-		delete(sess.commands, sess.order[0])
-		sess.order = sess.order[1:]
-	}
+	sess.commandCount++
 	s.bash.mu.Unlock()
 
-	if !req.AsyncMode {
-		var soft time.Duration
-		if req.Timeout != nil && *req.Timeout > 0 {
-			soft = seconds(*req.Timeout)
-		}
-		var gone bool
-		if rl != nil {
-			_, gone = rl.run(w, r, j, soft)
-		} else {
-			gone = !waitJob(j, soft, r.Context().Done()) && r.Context().Err() != nil
-		}
-		if gone {
-			// The caller went away from a synchronous exec: nobody will
-			// collect the result, so the command dies with the request.
-			s.jobs.kill(j, statusKilled)
-			<-j.done
-		}
+	finished := false
+	if rl != nil {
+		finished, _ = rl.run(w, r, j)
+	} else {
+		finished = waitJob(j, 0, r.Context().Done())
+	}
+	if !finished {
+		// The caller went away: nobody will collect the result, so the
+		// command dies with the request.
+		s.jobs.kill(j, statusKilled)
+		<-j.done
 	}
 	maxLen := 50000
 	if req.MaxOutputLength != nil {
@@ -263,6 +260,9 @@ func applyExtension(spec *jobSpec, x *runExtension) {
 		spec.hardTimeout = time.Duration(x.TimeoutMS) * time.Millisecond
 	}
 	spec.limits = x.Limits
+	if x.Egress != nil {
+		spec.env = egressEnv(spec.env, x.Egress.CA)
+	}
 }
 
 func (s *server) bashResult(sid string, j *job, maxLen int, ext bool) bashExecResult {
@@ -314,92 +314,6 @@ func seconds(f float64) time.Duration {
 		return math.MaxInt64
 	}
 	return time.Duration(f * float64(time.Second))
-}
-
-type bashOutputReq struct {
-	SessionID    *string  `json:"session_id"`
-	CommandID    *string  `json:"command_id"`
-	Offset       int      `json:"offset"`
-	StderrOffset int      `json:"stderr_offset"`
-	Wait         bool     `json:"wait"`
-	WaitTimeout  *float64 `json:"wait_timeout"`
-}
-
-type commandInfo struct {
-	CommandID string `json:"command_id"`
-	Command   string `json:"command"`
-	Status    string `json:"status"`
-	ExitCode  *int   `json:"exit_code"`
-}
-
-type bashOutputResult struct {
-	SessionID    string       `json:"session_id"`
-	Stdout       string       `json:"stdout"`
-	Stderr       string       `json:"stderr"`
-	Offset       int          `json:"offset"`
-	StderrOffset int          `json:"stderr_offset"`
-	Command      *commandInfo `json:"command"`
-}
-
-func (s *server) handleBashOutput(w http.ResponseWriter, r *http.Request) {
-	var req bashOutputReq
-	if !decodeBody(w, r, &req, "session_id") {
-		return
-	}
-	sess := s.bash.lookup(*req.SessionID)
-	if sess == nil {
-		writeFail(w, http.StatusNotFound, "Session not found", nil)
-		return
-	}
-	s.bash.mu.Lock()
-	j := sess.current
-	if req.CommandID != nil && *req.CommandID != "" {
-		j = sess.commands[*req.CommandID]
-	}
-	s.bash.mu.Unlock()
-	res := bashOutputResult{SessionID: sess.id, Offset: req.Offset, StderrOffset: req.StderrOffset}
-	if j == nil {
-		if req.CommandID != nil && *req.CommandID != "" {
-			writeFail(w, http.StatusNotFound, "Command not found", nil)
-			return
-		}
-		writeOK(w, res)
-		return
-	}
-	if req.Wait {
-		wait := 30 * time.Second
-		if req.WaitTimeout != nil && *req.WaitTimeout >= 0 {
-			wait = seconds(*req.WaitTimeout)
-		}
-		timer := time.NewTimer(wait)
-		defer timer.Stop()
-	poll:
-		for !isDone(j) {
-			changed := j.out.Changed()
-			o, _ := j.out.ReadFrom(stdout, req.Offset)
-			e, _ := j.out.ReadFrom(stderr, req.StderrOffset)
-			if len(o) > 0 || len(e) > 0 {
-				break
-			}
-			select {
-			case <-changed:
-			case <-j.done:
-			case <-timer.C:
-				break poll
-			case <-r.Context().Done():
-				break poll
-			}
-		}
-	}
-	status, code := j.state()
-	if status != statusRunning {
-		<-j.done
-	}
-	o, next := j.out.ReadFrom(stdout, req.Offset)
-	e, nextErr := j.out.ReadFrom(stderr, req.StderrOffset)
-	res.Stdout, res.Stderr, res.Offset, res.StderrOffset = string(o), string(e), next, nextErr
-	res.Command = &commandInfo{CommandID: j.id, Command: j.label, Status: status, ExitCode: code}
-	writeOK(w, res)
 }
 
 type bashKillReq struct {
@@ -468,7 +382,7 @@ func (b *bashSessions) infoLocked(sess *bashSession) bashSessionInfo {
 	info := bashSessionInfo{
 		SessionID: sess.id, Status: "ready", WorkingDir: sess.workingDir,
 		CreatedAt: sess.created.UTC().Format(time.RFC3339Nano), LastUsedAt: sess.lastUsed.UTC().Format(time.RFC3339Nano),
-		CommandCount: len(sess.order),
+		CommandCount: sess.commandCount,
 	}
 	if sess.closed {
 		info.Status = "closed"

@@ -76,7 +76,7 @@ func (b *browser) ensure(ctx context.Context) (int, error) {
 	cmd := exec.Command(b.cfg.Chromium, b.flags(dataDir)...)
 	cmd.Dir = dataDir
 	marker := "browser-" + newID()
-	cmd.Env = b.jobs.env(map[string]string{"HOME": dataDir, "XDG_CONFIG_HOME": dataDir, "XDG_CACHE_HOME": dataDir}, marker)
+	cmd.Env = b.jobs.env(map[string]string{"HOME": dataDir, "XDG_CONFIG_HOME": dataDir, "XDG_CACHE_HOME": dataDir}, "", marker)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	tail := &tailBuffer{max: 4096}
 	cmd.Stderr = tail

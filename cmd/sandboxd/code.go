@@ -6,9 +6,8 @@ import (
 	"time"
 )
 
-// Code execution limits of /v1/code/execute, as /v1/code/info reports
-// them. sandboxd allows longer runs than upstream (300 s) because the
-// gateway's policy may grant them.
+// Code execution limits of /v1/code/execute. sandboxd allows longer runs
+// than upstream (300 s) because the gateway's policy may grant them.
 const (
 	codeDefaultTimeout = 30
 	codeMaxTimeout     = 3600
@@ -76,9 +75,11 @@ func (s *server) handleCodeExecute(w http.ResponseWriter, r *http.Request) {
 	if req.Timeout != nil {
 		timeout = *req.Timeout
 	}
-	// The program is read from stdin: no argv size limit, no file left in
-	// the workspace, and no -I for python so that modules written to the
-	// workspace can be imported, as in a notebook.
+	// A plain AIO call: the program is read from stdin (no argv size
+	// limit, no file left in the workspace, and no -I for python so that
+	// modules written to the workspace can be imported, as in a
+	// notebook). The gateway's runs name a program file instead
+	// (stageProgram).
 	spec := jobSpec{dir: dir, stdin: *req.Code, label: *req.Code, hardTimeout: time.Duration(timeout) * time.Second}
 	if *req.Language == "python" {
 		spec.argv = []string{"python3", "-u", "-"}
@@ -86,6 +87,15 @@ func (s *server) handleCodeExecute(w http.ResponseWriter, r *http.Request) {
 		spec.argv = []string{"node", "-"}
 	}
 	applyExtension(&spec, req.XSandgate)
+	path, cleanup, staged, err := stageProgram(req.XSandgate, *req.Language, *req.Code)
+	if err != nil {
+		writeFail(w, http.StatusInternalServerError, "Cannot stage the program: "+err.Error(), nil)
+		return
+	}
+	if staged { // the gateway's run: the program file, as in every backend
+		spec.argv, spec.stdin = programArgv(*req.Language, path), ""
+		defer cleanup()
+	}
 	if *req.Language == "javascript" {
 		spec.argv, spec.headroomMB = withHeapCap(spec.argv, spec.limits), nodeHeadroomMB
 	}
@@ -98,7 +108,7 @@ func (s *server) handleCodeExecute(w http.ResponseWriter, r *http.Request) {
 	}
 	finished := false
 	if rl != nil {
-		finished, _ = rl.run(w, r, j, 0)
+		finished, _ = rl.run(w, r, j)
 	} else {
 		finished = waitJob(j, 0, r.Context().Done())
 	}
@@ -149,20 +159,4 @@ func pythonTraceback(stderr string) []string {
 		return nil
 	}
 	return strings.Split(strings.TrimRight(stderr[i:], "\n"), "\n")
-}
-
-func (s *server) handleCodeInfo(w http.ResponseWriter, _ *http.Request) {
-	d := s.detail()
-	lang := func(name, desc string, specs []toolSpec) map[string]any {
-		var ver *string
-		if len(specs) > 0 {
-			ver = specs[0].Ver
-		}
-		return map[string]any{"language": name, "description": desc, "runtime_version": ver,
-			"default_timeout": codeDefaultTimeout, "max_timeout": codeMaxTimeout, "details": map[string]any{}}
-	}
-	writeOK(w, map[string]any{"languages": []any{
-		lang("python", "Python 3 in a fresh process per call", d.Runtime.Python),
-		lang("javascript", "Node.js in a fresh process per call", d.Runtime.NodeJS),
-	}})
 }

@@ -87,10 +87,4 @@ func TestCodeExecute(t *testing.T) {
 			t.Errorf("stateful: %d %s", r.status, r.raw)
 		}
 	})
-	t.Run("info", func(t *testing.T) {
-		d := ts.do(http.MethodGet, "/v1/code/info", nil).envelope(t, true)
-		if langs := d["languages"].([]any); len(langs) != 2 {
-			t.Errorf("info %v", d)
-		}
-	})
 }

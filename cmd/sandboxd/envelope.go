@@ -21,14 +21,6 @@ type envelope struct {
 	Hint    *string `json:"hint"`
 }
 
-// sessionNotFound is the exact 59-byte body the real server sends for a
-// shell exec with an unknown id (aio-api.md §1.3): no hint field.
-type sessionNotFound struct {
-	Success bool    `json:"success"`
-	Message string  `json:"message"`
-	Data    *string `json:"data"`
-}
-
 func ptr[T any](v T) *T { return &v }
 
 const msgOK = "Operation successful"

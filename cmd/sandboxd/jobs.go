@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/executors/process"
 	"io"
 	"os"
@@ -86,8 +87,8 @@ type jobTable struct {
 	mu  sync.Mutex
 	// live maps a job id to its job while its process tree may exist.
 	live map[string]*job
-	// trees are long-lived process trees that are not jobs (shell
-	// sessions, the browser): no job's sweep may kill them.
+	// trees are long-lived process trees that are not jobs (the
+	// browser): no job's sweep may kill them.
 	trees map[int]treeRoot
 }
 
@@ -114,8 +115,19 @@ func newID() string {
 }
 
 // env builds a command's whole environment: nothing of sandboxd's own.
-func (t *jobTable) env(extra map[string]string, marker string) []string {
-	base := map[string]string{"PATH": t.cfg.Path, "HOME": t.cfg.Home, "LANG": t.cfg.Lang}
+// It is every backend's (executors.Env) with sandboxd's HOME, and PWD set
+// to the command's directory as a shell launching it would (the other
+// backends start programs through one).
+func (t *jobTable) env(extra map[string]string, dir, marker string) []string {
+	base := map[string]string{}
+	for _, kv := range executors.Env(t.cfg.Path, t.cfg.Lang) {
+		k, v, _ := strings.Cut(kv, "=")
+		base[k] = v
+	}
+	base["HOME"] = t.cfg.Home
+	if dir != "" {
+		base["PWD"] = dir
+	}
 	for k, v := range extra {
 		if k != "" && !strings.ContainsAny(k, "=\x00") && !strings.Contains(v, "\x00") {
 			base[k] = v
@@ -152,7 +164,7 @@ func (t *jobTable) start(spec jobSpec) (*job, error) {
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = spec.dir
-	cmd.Env = t.env(spec.env, id)
+	cmd.Env = t.env(spec.env, spec.dir, id)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var stdinW *os.File
 	if spec.stdin != "" {

@@ -24,7 +24,7 @@ const nodeHeadroomMB = process.NodeHeadroomMB
 //
 // Processes are RLIMIT_NPROC, which the kernel counts per uid, not per
 // run: every process and thread of the uid counts, sandboxd's own, the
-// browser's and a shell session's included. The budget is therefore
+// browser's included. The budget is therefore
 // relative: the tasks of the uid that belong to no live run when the run
 // starts, plus MaxProcs. Concurrent runs of the sandbox share that budget
 // (each one's limit leaves MaxProcs for all runs together), as concurrent
@@ -80,7 +80,7 @@ func clampMB(mb, res int) int {
 }
 
 // procBaseline counts the tasks (threads) of uid in procs that belong to
-// no live run: sandboxd itself, the browser, shell sessions, and whatever
+// no live run: sandboxd itself, the browser, and whatever
 // else the sandbox keeps alive. A task belongs to a run when it is in the
 // run's process group or below its root, or carries the run's marker.
 func procBaseline(procs map[int]proc, uid int, runs []treeRoot, marker func(pid int) string) int {

@@ -1,10 +1,19 @@
 // Command sandboxd is the agent that runs inside a pooled AIO sandbox
 // container. It serves the subset of the AIO sandbox HTTP API
-// (agent-infra/sandbox, ../shared/research/aio-api.md §3) that the gateway
-// and agent frameworks use, with the same request and response shapes:
-// the {success, message, data, hint} envelope with explicit nulls, FastAPI's
-// 404 {"detail":"Not Found"} for unknown routes and 422 {"detail":[...]} for
-// invalid bodies, and file errors as HTTP 200 with success:false.
+// (agent-infra/sandbox, ../shared/research/aio-api.md §3) that the
+// gateway's aio executor and browser use, with the same request and
+// response shapes: the {success, message, data, hint} envelope with
+// explicit nulls, FastAPI's 404 {"detail":"Not Found"} for unknown routes
+// and 422 {"detail":[...]} for invalid bodies. That subset is GET
+// /v1/sandbox, /v1/bash/{exec,kill,sessions,sessions/create,
+// sessions/{id}/close}, /v1/code/execute, /v1/browser/info and /cdp/.
+//
+// The AIO calls of agent frameworks (DeerFlow's /v1/shell/exec and
+// /v1/file/*) are not served here: the gateway serves them itself at a
+// DeerFlow sandbox URL (api/handlers_aio.go), where shell/exec is an
+// execute through the policy pipeline and the file calls are the workspace
+// API, so that no call reaches a sandbox around risk, policy, approval and
+// audit.
 //
 // Usage:
 //
@@ -89,6 +98,7 @@ func serve(args []string) error {
 	fs.StringVar(&cfg.Home, "home", "", "HOME of commands (default: the workspace)")
 	fs.StringVar(&cfg.Chromium, "chromium", cfg.Chromium, "the Chromium binary started by /v1/browser/info")
 	fs.BoolVar(&cfg.Contained, "contained", false, "sandboxd owns its PID namespace: kill orphans of a killed run too")
+	egress := fs.String("egress", "", "unix:PATH of the gateway's egress proxy socket: relay 127.0.0.1:3128 to it")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -116,6 +126,9 @@ func serve(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if sock, ok := strings.CutPrefix(*egress, "unix:"); ok && sock != "" {
+		go relayEgress(ctx, sock, cfg.Log)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	cfg.Log.Info("sandboxd serving", "listen", *listen, "workspace", cfg.Workspace, "version", version)

@@ -23,7 +23,7 @@ type spillSpec struct {
 }
 
 // newOutput is the output.Collector of one command: each stream keeps its
-// first retain bytes (offset-addressed, for /v1/bash/output) and, with sp,
+// first retain bytes and, with sp,
 // the combined output goes to the spill file once one overflows. Nothing
 // is masked: inside the sandbox the workspace is /workspace. tap, when
 // set, sees each kept chunk (a streamed answer).

@@ -27,10 +27,7 @@ type config struct {
 	// MaxBashSessions bounds /v1/bash sessions; the oldest idle one is
 	// closed to make room.
 	MaxBashSessions int
-	// MaxShellSessions bounds /v1/shell sessions, the same way.
-	MaxShellSessions int
-	// RetainBytes bounds the output kept per stream of one command for
-	// /v1/bash/output and /v1/shell/view.
+	// RetainBytes bounds the output kept per stream of one command.
 	RetainBytes int
 	// WaitDelay bounds how long a finished command's output pipes may stay
 	// open (held by a detached child) before they are closed.
@@ -40,15 +37,14 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		Workspace:        "/workspace",
-		Path:             "/usr/local/bin:/usr/bin:/bin",
-		Lang:             "C.UTF-8",
-		Chromium:         "chromium",
-		MaxBashSessions:  64,
-		MaxShellSessions: 16,
-		RetainBytes:      8 << 20,
-		WaitDelay:        500 * time.Millisecond,
-		Log:              slog.New(slog.DiscardHandler),
+		Workspace:       "/workspace",
+		Path:            "/usr/local/bin:/usr/bin:/bin",
+		Lang:            "C.UTF-8",
+		Chromium:        "chromium",
+		MaxBashSessions: 64,
+		RetainBytes:     8 << 20,
+		WaitDelay:       500 * time.Millisecond,
+		Log:             slog.New(slog.DiscardHandler),
 	}
 }
 
@@ -61,7 +57,6 @@ type server struct {
 	routes  map[string]map[string]http.HandlerFunc
 	jobs    *jobTable
 	bash    *bashSessions
-	shell   *shellSessions
 	browser *browser
 
 	infoOnce sync.Once
@@ -72,31 +67,15 @@ func newServer(cfg config) *server {
 	s := &server{cfg: cfg, keyHash: sha256.Sum256([]byte(cfg.APIKey))}
 	s.jobs = newJobTable(cfg)
 	s.bash = newBashSessions(s)
-	s.shell = newShellSessions(s)
 	s.browser = &browser{cfg: cfg, jobs: s.jobs}
 	s.routes = map[string]map[string]http.HandlerFunc{
-		"/v1/sandbox":               {"GET": s.handleSandbox},
-		"/v1/bash/exec":             {"POST": s.handleBashExec},
-		"/v1/bash/output":           {"POST": s.handleBashOutput},
-		"/v1/bash/kill":             {"POST": s.handleBashKill},
-		"/v1/bash/sessions":         {"GET": s.handleBashSessions},
-		"/v1/bash/sessions/create":  {"POST": s.handleBashSessionCreate},
-		"/v1/shell/exec":            {"POST": s.handleShellExec},
-		"/v1/shell/view":            {"POST": s.handleShellView},
-		"/v1/shell/kill":            {"POST": s.handleShellKill},
-		"/v1/shell/sessions":        {"GET": s.handleShellSessions, "DELETE": s.handleShellDeleteAll},
-		"/v1/shell/sessions/create": {"POST": s.handleShellSessionCreate},
-		"/v1/file/read":             {"POST": s.handleFileRead},
-		"/v1/file/write":            {"POST": s.handleFileWrite},
-		"/v1/file/list":             {"POST": s.handleFileList},
-		"/v1/file/find":             {"POST": s.handleFileFind},
-		"/v1/file/grep":             {"POST": s.handleFileGrep},
-		"/v1/file/search":           {"POST": s.handleFileSearch},
-		"/v1/file/upload":           {"POST": s.handleFileUpload},
-		"/v1/file/download":         {"GET": s.handleFileDownload},
-		"/v1/code/execute":          {"POST": s.handleCodeExecute},
-		"/v1/code/info":             {"GET": s.handleCodeInfo},
-		"/v1/browser/info":          {"GET": s.handleBrowserInfo},
+		"/v1/sandbox":              {"GET": s.handleSandbox},
+		"/v1/bash/exec":            {"POST": s.handleBashExec},
+		"/v1/bash/kill":            {"POST": s.handleBashKill},
+		"/v1/bash/sessions":        {"GET": s.handleBashSessions},
+		"/v1/bash/sessions/create": {"POST": s.handleBashSessionCreate},
+		"/v1/code/execute":         {"POST": s.handleCodeExecute},
+		"/v1/browser/info":         {"GET": s.handleBrowserInfo},
 	}
 	return s
 }
@@ -104,7 +83,6 @@ func newServer(cfg config) *server {
 // Close kills every running command and the browser.
 func (s *server) Close() {
 	s.jobs.killAll()
-	s.shell.closeAll()
 	s.browser.close()
 }
 
@@ -161,10 +139,6 @@ func (s *server) paramRoute(r *http.Request, path string) map[string]http.Handle
 			return map[string]http.HandlerFunc{"POST": s.handleBashSessionClose}
 		}
 		return nil
-	}
-	if id, ok := strings.CutPrefix(path, "/v1/shell/sessions/"); ok && id != "" && !strings.Contains(id, "/") {
-		r.SetPathValue("id", id)
-		return map[string]http.HandlerFunc{"DELETE": s.handleShellSessionDelete}
 	}
 	return nil
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"net/http"
-	"time"
 
 	"github.com/sandgate/sandgate/executors/aio/aiowire"
 	"github.com/sandgate/sandgate/executors/output"
@@ -43,10 +42,10 @@ func (rl *relay) tap() func(output.Chunk) {
 	return rl.q.Push
 }
 
-// run starts the answer and relays j's output until j is done, soft
-// passes (0: no limit), or the caller goes away (its request ends or a
-// write fails). finished reports j done; gone reports the caller gone.
-func (rl *relay) run(w http.ResponseWriter, r *http.Request, j *job, soft time.Duration) (finished, gone bool) {
+// run starts the answer and relays j's output until j is done or the
+// caller goes away (its request ends or a write fails). finished reports
+// j done; gone reports the caller gone.
+func (rl *relay) run(w http.ResponseWriter, r *http.Request, j *job) (finished, gone bool) {
 	w.Header().Set("Content-Type", aiowire.StreamMediaType)
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
@@ -54,20 +53,12 @@ func (rl *relay) run(w http.ResponseWriter, r *http.Request, j *job, soft time.D
 	rl.enc.SetEscapeHTML(false)
 	rl.rc = http.NewResponseController(w)
 	rl.err = rl.rc.Flush()
-	var limit <-chan time.Time
-	if soft > 0 {
-		t := time.NewTimer(soft)
-		defer t.Stop()
-		limit = t.C
-	}
 	for rl.err == nil {
 		select {
 		case <-rl.q.Ready():
 			rl.send()
 		case <-j.done:
 			return true, false
-		case <-limit:
-			return false, false
 		case <-r.Context().Done():
 			return false, true
 		}

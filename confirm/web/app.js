@@ -195,12 +195,17 @@
     return true;
   }
 
-  function decide(id, decision) {
+  // decide sends a decision; scope "session" allows a network request's
+  // host for the rest of its session (egress approvals only).
+  function decide(id, decision, scope) {
     const c = state.cards.get(id);
     if (!c || c.resolved || c.busy) return;
+    if (scope === "session" && c.view.kind !== "egress") return;
     const reason = c.el.querySelector(".reason-input").value.trim();
     const ref = "r" + (++state.refSeq);
-    if (!send({ type: "decide", ref, id, decision, reason, digest: c.view.digest })) {
+    const msg = { type: "decide", ref, id, decision, reason, digest: c.view.digest };
+    if (decision === "approve") msg.scope = scope || "once";
+    if (!send(msg)) {
       toast("Not connected: the decision was not sent.");
       return;
     }
@@ -280,6 +285,8 @@
       pats.append(el("li", null, (p.line > 0 ? "line " + p.line + ": " : "") + p.message + " (" + p.id + ")"));
     }
     node.querySelector(".digest").textContent = "digest " + v.digest + " · policy " + shortRev(v.policy_revision);
+    if (v.kind === "egress") egressCard(node, v);
+    loadConnections(node, v);
 
     const form = node.querySelector(".actions");
     form.addEventListener("submit", (e) => { e.preventDefault(); decide(v.id, "approve"); });
@@ -298,6 +305,52 @@
     tickCard(state.cards.get(v.id));
     if (!state.selected || !state.cards.has(state.selected) || state.cards.get(state.selected).resolved) select(v.id, false);
     updateCount();
+  }
+
+  // egressCard turns a card into a network request: "session X wants
+  // host:port", no code, and three answers.
+  function egressCard(node, v) {
+    node.classList.add("egress");
+    const wants = node.querySelector(".wants");
+    wants.hidden = false;
+    wants.append(document.createTextNode("Session "), el("strong", null, v.session_id),
+      document.createTextNode(" wants to connect to "), el("code", "target", v.target));
+    node.querySelector(".code").hidden = true;
+    node.querySelector(".lang").textContent = "network";
+    node.querySelector(".executor").textContent = "";
+    node.querySelector(".approve").firstChild.textContent = "Allow once ";
+    const s = node.querySelector(".approve-session");
+    s.hidden = false;
+    s.addEventListener("click", () => decide(v.id, "approve", "session"));
+  }
+
+  // loadConnections shows the session's recent egress connections next to
+  // its pending request (nothing when it has none).
+  function loadConnections(node, v) {
+    const q = new URLSearchParams({ tenant: v.tenant || "", session_id: v.session_id, limit: "10" });
+    fetch("/v1/approvals/connections?" + q, { headers: { Authorization: "Bearer " + state.token }, cache: "no-store" })
+      .then((r) => (r.ok ? r.json() : { connections: [] }))
+      .then((body) => {
+        const list = body.connections || [];
+        if (!list.length) return;
+        const box = node.querySelector(".conns");
+        box.querySelector("ol").replaceChildren(...list.map((c) => {
+          const li = el("li", "conn-" + (c.action === "allow" ? "allow" : "deny"));
+          li.append(el("span", "c-action", c.action), el("code", null, c.host + ":" + c.port),
+            el("span", "c-rule", c.rule),
+            el("span", "c-bytes", fmtBytes(c.bytes_up) + " ↑ " + fmtBytes(c.bytes_down) + " ↓"),
+            el("span", "h-time", new Date(c.time).toLocaleTimeString()));
+          return li;
+        }));
+        box.hidden = false;
+      })
+      .catch(() => {});
+  }
+
+  function fmtBytes(n) {
+    if (n < 1024) return n + " B";
+    if (n < 1 << 20) return (n / 1024).toFixed(1) + " KiB";
+    return (n / (1 << 20)).toFixed(1) + " MiB";
   }
 
   function renderCode(box, code, patterns) {
@@ -457,6 +510,10 @@
       el("span", "h-time", v.decided_at ? new Date(v.decided_at).toLocaleTimeString() : ""));
     li.append(top);
     const sub = [v.tenant ? v.tenant + " / " + v.session_id : v.session_id, v.language, v.risk_level];
+    if (v.kind === "egress") {
+      sub.splice(1, 1, v.target);
+      if (v.scope) sub.push(v.scope === "session" ? "for the session" : "once");
+    }
     if (v.time_to_decide_ms) sub.push(fmtDuration(v.time_to_decide_ms) + " to decide");
     li.append(el("div", "h-sub", sub.filter(Boolean).join(" · ")));
     if (v.reason) li.append(el("div", "h-reason", "“" + v.reason + "”"));
@@ -503,6 +560,7 @@
       case "k": case "ArrowUp": move(-1); break;
       case "a": if (state.selected) decide(state.selected, "approve"); break;
       case "d": if (state.selected) decide(state.selected, "deny"); break;
+      case "s": if (state.selected) decide(state.selected, "approve", "session"); break;
       case "r": {
         const c = state.selected && state.cards.get(state.selected);
         if (c && !c.resolved) c.el.querySelector(".reason-input").focus();

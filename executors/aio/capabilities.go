@@ -16,6 +16,12 @@ import (
 // marker. In bridge mode the image's own server runs on Docker's bridge
 // and knows none of sandboxd's per-run extensions, so it can enforce none
 // of those obligations.
+//
+// Network through the egress proxy holds in none mode: the container
+// keeps NetworkMode none and sandboxd relays 127.0.0.1:3128 to the
+// gateway's socket in the instance's egress directory (egress.go). In
+// bridge mode the container has Docker's network, which is not a grant
+// through the proxy: such runs are refused.
 func (e *Executor) Capabilities() executors.Capabilities {
 	return capabilitiesFor(e.cfg.Network, e.rootFS())
 }
@@ -28,6 +34,7 @@ func capabilitiesFor(network, rootFS string) executors.Capabilities {
 	}
 	return executors.Capabilities{
 		NetworkIsolation:    sandboxd,
+		NetworkGrant:        sandboxd,
 		MemoryLimit:         sandboxd,
 		ProcessLimit:        sandboxd,
 		KillDetached:        sandboxd,

@@ -256,6 +256,7 @@ func (c *Client) Sandbox(ctx context.Context) (SandboxInfo, error) {
 // response part.
 type (
 	RunExtension = aiowire.RunExtension
+	RunEgress    = aiowire.RunEgress
 	RunLimits    = aiowire.RunLimits
 	RunOutput    = aiowire.RunOutput
 	StreamEvent  = aiowire.StreamEvent

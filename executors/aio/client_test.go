@@ -116,7 +116,7 @@ func countBashSessions(t *testing.T, c *Client) int {
 // 404) is a clean executor_unavailable that says why.
 func TestClientMissingEndpoint(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v1/shell/exec" {
+		if r.URL.Path == "/v1/bash/kill" {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusNotFound)
 			_, _ = w.Write([]byte(`{"success":false,"message":"Session not found","data":null}`))
@@ -134,7 +134,7 @@ func TestClientMissingEndpoint(t *testing.T) {
 		t.Fatalf("err %v, want an UnavailableError naming the missing endpoint", err)
 	}
 	// An envelope 404 is a handled failure, not a missing route.
-	err = c.call(context.Background(), http.MethodPost, "/v1/shell/exec", map[string]string{"command": "x", "id": "nope"}, nil)
+	err = c.call(context.Background(), http.MethodPost, "/v1/bash/kill", map[string]string{"session_id": "nope"}, nil)
 	var apiErr *APIError
 	if !errors.As(err, &apiErr) || apiErr.Status != 404 || apiErr.Message != "Session not found" || errors.Is(err, ErrEndpointMissing) {
 		t.Errorf("envelope 404: %v", err)

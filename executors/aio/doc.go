@@ -103,6 +103,24 @@
 // with executor_unavailable. The engine sandgate's tests start has no
 // bridge (dockerd --bridge=none), so this mode is documented, not tested.
 //
+// # Network by policy (the egress bridge)
+//
+// In none mode a run granted network (Spec.Network with Spec.Egress,
+// DESIGN.md §9) keeps a container without interfaces but lo: sandboxd
+// (started with --egress) listens on 127.0.0.1:3128 inside and relays
+// every connection to a Unix socket the gateway listens on in the
+// instance's egress directory (<StateDir>/<slot>/egress, root's, bound
+// read-only at /run/sandgate/egress). sandboxd gives the run the proxy
+// variables (x_sandgate.egress; executors.EgressEnv) and, with a CA, the
+// CA variables; the gateway writes the combined bundle (the image's own
+// system roots, read through the engine once, plus the CA) into the
+// directory. Since the session's concurrent runs share the container's
+// loopback, a connection is served, with the Egress of the run, only
+// while exactly one run is active on the instance and it is granted
+// network; otherwise it is closed (egress.go says why). An instance
+// adopted from a gateway that did not make the egress directory serves
+// no run granted network. In bridge mode network_grant is false.
+//
 // # Requirements
 //
 // The gateway must run as root in the Docker engine's mount namespace (it

@@ -79,6 +79,9 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 	if err := e.Capabilities().Check(executors.KindAIO, spec); err != nil {
 		return executors.Result{}, err // bridge mode: the image's server enforces no per-run obligation
 	}
+	if err := executors.CheckEgress(executors.KindAIO, e.Capabilities(), spec); err != nil {
+		return executors.Result{}, err
+	}
 	if spec.SessionID == "" {
 		return executors.Result{}, errors.New("aio: a run needs a session id: the instance belongs to the session")
 	}
@@ -88,10 +91,16 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 	if err != nil {
 		return executors.Result{}, err
 	}
+	grant, endEgress, err := e.startEgress(ctx, l, spec)
+	if err != nil {
+		l.release(false)
+		return executors.Result{}, err
+	}
 	res, err := run(ctx, l.client(), runRequest{
 		dir: workspaceMount, id: id, lang: spec.Language, code: spec.Code, timeout: spec.Timeout, margin: DefaultClientMargin,
-		limits: spec.Limits, extended: e.cfg.Network == NetworkNone, output: spec.Output,
+		limits: spec.Limits, extended: e.cfg.Network == NetworkNone, output: spec.Output, egress: grant,
 	})
+	endEgress()
 	broken := errors.Is(err, errUnknownOutcome)
 	l.release(broken)
 	if broken {

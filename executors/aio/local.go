@@ -101,6 +101,7 @@ type localBackend struct {
 	// undoes that at a Close that removed every instance.
 	madeMount bool
 	image     imageID // the id of cfg.Image, for Capabilities
+	egress    egressHub
 }
 
 func newLocalBackend(cfg PoolConfig) (*localBackend, error) {
@@ -132,6 +133,7 @@ func newLocalBackend(cfg PoolConfig) (*localBackend, error) {
 }
 
 func (b *localBackend) close(keep bool) {
+	b.closeAllEgress()
 	_ = b.cli.Close()
 	if b.madeMount && !keep {
 		_ = unmountAll(b.cfg.StateDir)
@@ -218,6 +220,12 @@ func (b *localBackend) create(ctx context.Context, slot, session string) (*handl
 		}
 	}
 	h.containerID, h.name = res.ID, name
+	if b.cfg.Network == NetworkNone {
+		if err := b.openEgress(h); err != nil {
+			_ = b.destroy(context.WithoutCancel(ctx), h)
+			return nil, err
+		}
+	}
 	if _, err := b.cli.ContainerStart(ctx, h.containerID, client.ContainerStartOptions{}); err != nil {
 		_ = b.destroy(context.WithoutCancel(ctx), h)
 		return nil, engineError("start container", err)
@@ -253,13 +261,19 @@ func (b *localBackend) slotDir(slot string) string {
 	return filepath.Join(b.cfg.StateDir, slot)
 }
 
-// prepareState makes <state>/<slot>/{ws,run} and the key file.
+// prepareState makes <state>/<slot>/{ws,run,egress} and the key file.
+// egress/ is root's, 0755: sandboxd reaches the socket in it, and code in
+// the sandbox cannot replace what the gateway puts there.
 func (b *localBackend) prepareState(h *handle) error {
-	for _, d := range []string{h.dir, filepath.Join(h.dir, stateWS), filepath.Join(h.dir, stateRun)} {
+	for _, d := range []string{h.dir, filepath.Join(h.dir, stateWS), filepath.Join(h.dir, stateRun), filepath.Join(h.dir, stateEgress)} {
 		if err := os.Mkdir(d, 0o700); err != nil {
 			b.cleanState(h)
 			return fmt.Errorf("aio: state dir: %w", err)
 		}
+	}
+	if err := os.Chmod(filepath.Join(h.dir, stateEgress), 0o755); err != nil {
+		b.cleanState(h)
+		return fmt.Errorf("aio: state dir: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(h.dir, stateKey), []byte(h.key), 0o600); err != nil {
 		b.cleanState(h)
@@ -267,6 +281,10 @@ func (b *localBackend) prepareState(h *handle) error {
 	}
 	return nil
 }
+
+// codeTmpfsMB caps the tmpfs of program files: a few concurrent programs
+// (the manager caps code at 256 KiB by default).
+const codeTmpfsMB = 16
 
 // containerConfig applies the docker executor's hardening: no network
 // (or, in bridge mode, a port on loopback only), every capability dropped,
@@ -279,15 +297,20 @@ func (b *localBackend) containerConfig(h *handle, labels map[string]string) (*co
 	pids := int64(b.cfg.Pids)
 	cfg := &container.Config{
 		Image:      b.cfg.Image,
-		Hostname:   "sandbox",
-		Env:        []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"},
+		Hostname:   executors.Hostname,
+		Env:        []string{"PATH=" + executors.SandboxPATH, "LANG=" + executors.SandboxLang},
 		WorkingDir: workspaceMount,
 		Labels:     labels,
 	}
 	hc := &container.HostConfig{
 		CapDrop:     []string{"ALL"},
 		SecurityOpt: []string{"no-new-privileges"},
-		Tmpfs:       map[string]string{"/tmp": "rw,nosuid,nodev,mode=1777,size=" + strconv.Itoa(b.cfg.TmpfsMB) + "m"},
+		Tmpfs: map[string]string{
+			"/tmp": "rw,nosuid,nodev,mode=1777,size=" + strconv.Itoa(b.cfg.TmpfsMB) + "m",
+			// The program files of the gateway's runs (aiowire
+			// RunExtension.Program): where every backend puts them.
+			executors.CodeDir: "rw,nosuid,nodev,noexec,mode=1777,size=" + strconv.Itoa(codeTmpfsMB) + "m",
+		},
 		Mounts: []mount.Mount{{
 			Type: mount.TypeBind, Source: filepath.Join(h.dir, stateWS), Target: workspaceMount,
 			// rslave: the session's workspace, mounted on the host onto
@@ -318,6 +341,11 @@ func (b *localBackend) containerConfig(h *handle, labels map[string]string) (*co
 	hc.ReadonlyRootfs = true
 	hc.Mounts = append(hc.Mounts, mount.Mount{
 		Type: mount.TypeBind, Source: filepath.Join(h.dir, stateRun), Target: containerRun,
+		BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
+	}, mount.Mount{
+		// The egress bridge (egress.go): read-only, connecting to a
+		// socket needs no write access to its file system.
+		Type: mount.TypeBind, Source: filepath.Join(h.dir, stateEgress), Target: executors.EgressDir, ReadOnly: true,
 		BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
 	})
 	return cfg, hc
@@ -384,7 +412,8 @@ func (b *localBackend) bind(ctx context.Context, h *handle, bd binding) (*Client
 		Env:        []string{"SANDBOXD_API_KEY=" + h.key},
 		WorkingDir: workspaceMount,
 		Cmd: []string{sandboxdBinary, "serve", "--contained", "--workspace", workspaceMount,
-			"--listen", "unix:" + containerRun + "/" + socketName},
+			"--listen", "unix:" + containerRun + "/" + socketName,
+			"--egress", "unix:" + executors.EgressDir + "/" + executors.EgressSocketName},
 	})
 	if err != nil {
 		return nil, engineError("exec sandboxd", err)
@@ -445,6 +474,7 @@ func (b *localBackend) destroy(ctx context.Context, h *handle) error {
 			errs = append(errs, engineError("remove container", err))
 		}
 	}
+	b.closeEgress(h.slot)
 	if h.dir != "" {
 		if err := unmountAll(filepath.Join(h.dir, stateWS)); err != nil {
 			errs = append(errs, err)
@@ -459,6 +489,9 @@ func (b *localBackend) destroy(ctx context.Context, h *handle) error {
 func (b *localBackend) cleanState(h *handle) {
 	for _, p := range []string{
 		filepath.Join(h.dir, stateRun, socketName), filepath.Join(h.dir, stateRun), filepath.Join(h.dir, stateWS),
+		filepath.Join(h.dir, stateEgress, executors.EgressSocketName), filepath.Join(h.dir, stateEgress, executors.EgressBundleName),
+		filepath.Join(h.dir, stateEgress, executors.EgressBundleName+".new"),
+		filepath.Join(h.dir, stateEgress),
 		filepath.Join(h.dir, stateKey), filepath.Join(h.dir, stateSession), h.dir,
 	} {
 		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -531,6 +564,16 @@ func (b *localBackend) adoptOne(ctx context.Context, c container.Summary, h *han
 	}
 	h.key = string(key)
 	a := adoptable{h: h, created: time.Unix(c.Created, 0)}
+	if b.cfg.Network == NetworkNone {
+		// The egress directory is mounted if the container was made by a
+		// gateway that knew it; without it the instance serves no
+		// network run (startEgress refuses them).
+		if fi, err := os.Stat(filepath.Join(h.dir, stateEgress)); err == nil && fi.IsDir() {
+			if err := b.openEgress(h); err != nil {
+				b.log.Warn("aio: adopted instance without egress bridge", "slot", h.slot, "err", err.Error())
+			}
+		}
+	}
 	if b.cfg.Network == NetworkBridge {
 		if h.port, err = b.publishedPort(ctx, c.ID); err != nil {
 			return adoptable{}, false

@@ -31,6 +31,8 @@ type runRequest struct {
 	// output is Spec.Output: with extended, sandboxd streams the run's
 	// output and each chunk is relayed to it as it arrives.
 	output func(output.Chunk)
+	// egress is the run's network grant (nil: none), sent to sandboxd.
+	egress *RunEgress
 }
 
 // errUnknownOutcome marks a run whose result the sandbox never delivered
@@ -49,9 +51,11 @@ func run(ctx context.Context, c *Client, r runRequest) (executors.Result, error)
 		SpillPath:   path.Join(r.dir, spill),
 		SpillLimit:  r.limits.MaxSpillBytes,
 		TimeoutMS:   max(r.timeout.Milliseconds(), 1),
+		Program:     r.id, // run as the program file every backend uses
 		Limits: &RunLimits{CPUSeconds: r.limits.CPUSeconds, MaxOpenFiles: r.limits.MaxOpenFiles,
 			MaxFileSizeMB: r.limits.MaxFileSizeMB, MemoryMB: r.limits.MemoryMB, MaxProcs: r.limits.MaxProcs},
 	}
+	ext.Egress = r.egress
 	onChunk := relay(r.output, r.limits.MaxOutputBytes)
 	if !r.extended {
 		ext, onChunk = nil, nil

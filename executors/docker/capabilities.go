@@ -15,6 +15,14 @@ import (
 // names the configured images as Available last saw them (see
 // imageIdentity); before the engine answered once it names the
 // references alone.
+//
+// Network through the egress proxy (network_grant) holds under runc
+// always: the container still has NetworkMode none, and its socat
+// reaches the proxy through a Unix socket bind-mounted from the host
+// (egress.go). Under a runtime with its own kernel (gVisor) a sandbox
+// can connect to a host socket only when the engine registers the
+// runtime with runsc's --host-uds=open (or all); without it the grant is
+// false, and such runs are refused rather than run without their proxy.
 func (e *Executor) Capabilities() executors.Capabilities {
 	isolation := "container"
 	if e.cfg.Runtime != "" {
@@ -22,6 +30,7 @@ func (e *Executor) Capabilities() executors.Capabilities {
 	}
 	return executors.Capabilities{
 		NetworkIsolation:    true,
+		NetworkGrant:        !e.cfg.OwnKernel || e.hostUDS.Load(),
 		MemoryLimit:         true,
 		ProcessLimit:        true,
 		KillDetached:        true,

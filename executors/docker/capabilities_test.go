@@ -34,7 +34,7 @@ func TestImageIdentity(t *testing.T) {
 
 // TestCapabilitiesNameTheImage: after a successful probe the root
 // filesystem is the runtime root the image is built on, and every
-// obligation is enforceable.
+// obligation is enforceable, network through the egress bridge included.
 func TestCapabilitiesNameTheImage(t *testing.T) {
 	e := newTestExecutor(t)
 	if err := e.Available(t.Context()); err != nil {
@@ -46,7 +46,7 @@ func TestCapabilitiesNameTheImage(t *testing.T) {
 		t.Errorf("RootFS = %q, want rootfs:runtime-<hash>, the image's %s label", c.RootFS, labelRootFS)
 	}
 	if !c.NetworkIsolation || !c.MemoryLimit || !c.ProcessLimit || !c.KillDetached || !c.FilesystemIsolation ||
-		c.NetworkGrant || c.RequiresSession {
+		!c.NetworkGrant || c.RequiresSession {
 		t.Errorf("Capabilities = %+v", c)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"regexp"
 	"strings"
 	"time"
@@ -159,6 +160,12 @@ type Config struct {
 	// cgroup does; the pids cgroup stays as a backstop sized for the
 	// runtime (ownKernelHostPids). Set by executors/gvisor.
 	OwnKernel bool
+	// EgressDir is the host directory under which the executor makes the
+	// per-container directories of runs granted network (the proxy's
+	// socket and CA bundle, bind-mounted into the container at
+	// executors.EgressDir). It must be on the engine's host. Default
+	// os.TempDir().
+	EgressDir string
 	// Kind is the executor's name: what Kind returns, what the policy
 	// routes to, and the sandgate.executor label, which scopes the orphan
 	// reaper, so executors of different kinds sharing an engine and an
@@ -199,6 +206,7 @@ func (c Config) withDefaults() Config {
 	c.EngineTimeout = orDuration(c.EngineTimeout, DefaultEngineTimeout)
 	c.PingTimeout = orDuration(c.PingTimeout, DefaultPingTimeout)
 	c.KillGrace = orDuration(c.KillGrace, DefaultKillGrace)
+	c.EgressDir = orString(c.EgressDir, os.TempDir())
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

@@ -3,6 +3,7 @@ package docker
 import (
 	"maps"
 	"strconv"
+	"strings"
 
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
@@ -140,6 +141,12 @@ type shape struct {
 	gid     int
 	limits  executors.Limits // output caps zeroed: they are not the container's
 	runtime string
+	// egress says the container is granted network (its environment has
+	// the proxy variables, its boot script starts the forwarder) and ca
+	// is the gateway CA its bundle adds ("" for none): both are fixed at
+	// creation, so a warm container serves only runs that agree.
+	egress bool
+	ca     string
 }
 
 // newShape resolves the shape of a run.
@@ -148,11 +155,23 @@ func newShape(image, dir string, uid, gid int, lim executors.Limits, runtime str
 	return shape{image: image, dir: dir, uid: uid, gid: gid, limits: lim, runtime: runtime}
 }
 
+// withEgress is s for a run granted network through eg (nil: none).
+func (s shape) withEgress(eg executors.Egress) shape {
+	if eg != nil {
+		s.egress, s.ca = true, string(eg.CACertPEM())
+	}
+	return s
+}
+
 // createOptions turns a shape into the engine's create request.
-func (e *Executor) createOptions(s shape, labels map[string]string) client.ContainerCreateOptions {
+func (e *Executor) createOptions(s shape, labels map[string]string, eb *egressBox) client.ContainerCreateOptions {
+	hc := e.hostConfig(s)
+	if eb != nil {
+		hc.Mounts = append(hc.Mounts, eb.mount())
+	}
 	return client.ContainerCreateOptions{
 		Config:     e.containerConfig(s, labels),
-		HostConfig: e.hostConfig(s),
+		HostConfig: hc,
 	}
 }
 
@@ -166,9 +185,9 @@ func (e *Executor) containerConfig(s shape, labels map[string]string) *container
 		// closes its side.
 		AttachStdin: true, AttachStdout: true, AttachStderr: true,
 		OpenStdin: true, StdinOnce: true,
-		Env:        sandboxEnv(),
+		Env:        sandboxEnv(s),
 		Entrypoint: []string{"/bin/sh", "-c", e.bootScript(), bootArg0},
-		Cmd:        []string{strconv.Itoa(s.limits.MemoryMB)},
+		Cmd:        []string{strconv.Itoa(s.limits.MemoryMB), map[bool]string{true: "egress", false: "-"}[s.egress]},
 		WorkingDir: workspaceMount,
 		Labels:     labels,
 	}
@@ -177,16 +196,43 @@ func (e *Executor) containerConfig(s shape, labels map[string]string) *container
 // bootScript is the container's command for this executor's runtime.
 func (e *Executor) bootScript() string {
 	if e.cfg.OwnKernel {
-		return bootScriptRelay
+		return bootScriptRelayEgress
 	}
-	return bootScript
+	return bootScriptEgress
+}
+
+// The boot scripts with the egress bridge's part (egress.go), which does
+// nothing unless the container is granted network ($2 = egress).
+var (
+	bootScriptEgress      = withEgressScript(bootScript)
+	bootScriptRelayEgress = withEgressScript(bootScriptRelay)
+)
+
+// withEgressScript starts the egress forwarder first thing (so a warm
+// container has it running before its run arrives) and puts its
+// readiness check right before the program runs. A script without the
+// anchors is a programming error caught at start-up.
+func withEgressScript(script string) string {
+	const first, beforeRun = "umask 022\n", "cat >\"$f\" || exit 125\n"
+	if !strings.HasPrefix(script, first) || strings.Count(script, beforeRun) != 1 {
+		panic("docker: boot script without the egress anchors")
+	}
+	script = first + egressScriptStart + strings.TrimPrefix(script, first)
+	return strings.Replace(script, beforeRun, beforeRun+egressScriptReady, 1)
 }
 
 // sandboxEnv is the code's whole environment, every backend's
 // (executors.BaseEnv): HOME is the workspace; NODE_PATH lets require()
 // find packages installed in the workspace although the program itself
-// lives in codeDir.
-func sandboxEnv() []string { return executors.BaseEnv() }
+// lives in codeDir. A container granted network adds the proxy variables
+// (executors.EgressEnv).
+func sandboxEnv(s shape) []string {
+	env := executors.BaseEnv()
+	if s.egress {
+		env = append(env, executors.EgressEnv(s.ca != "")...)
+	}
+	return env
+}
 
 func (e *Executor) hostConfig(s shape) *container.HostConfig {
 	init := false

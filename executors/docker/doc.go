@@ -6,7 +6,8 @@
 // # What a run gets
 //
 //   - NetworkMode none: the container has lo and nothing else, whatever
-//     Spec.Network says (the executor never grants a network);
+//     Spec.Network says; a run granted network reaches the gateway's
+//     egress proxy through lo only (see "Network by policy");
 //   - every capability dropped, no-new-privileges, the engine's default
 //     seccomp profile (and AppArmor profile where the host has AppArmor);
 //   - the session's own uid:gid (Spec.UID/GID, else Config.SandboxUID/GID),
@@ -101,6 +102,35 @@
 // sentry together (measured, shared pages counted in each). WarmMax and
 // WarmPerSession bound that: 8 idle gVisor sandboxes are ~0.6 GiB.
 //
+// # Network by policy (the egress bridge)
+//
+// A run granted network (Spec.Network with Spec.Egress, DESIGN.md §9)
+// gets a container that still has NetworkMode none. The executor makes
+// a directory of its own for the container (random name, under a 0711
+// directory in Config.EgressDir), listens on a Unix socket there and
+// binds the directory read-only at /run/sandgate/egress; the boot script
+// starts socat (in the runtime image) listening on 127.0.0.1:3128 and
+// connecting each connection to that socket, and waits until it listens
+// before the program runs. Each connection the executor accepts goes to
+// the run's Egress.ServeConn, under the run's context; the run's end
+// closes them all. A warm container is prepared with its socket before
+// its run is known, and since a container serves exactly one run, its
+// socket serves the Egress of the run it is handed to. The proxy
+// variables (executors.EgressEnv) are in the container's environment, and
+// with a CA the combined bundle (the image's own system bundle, read
+// through the engine's archive API once per image, plus the CA) is
+// written to the directory before the container starts. Whether a
+// container is granted network, and with which CA, is part of its shape:
+// a warm container never serves a run that differs. socat is one of the
+// run's processes (and forks one per connection), within its pids limit;
+// the code can kill it, which only cuts its own network. An image without
+// socat fails a granted run with exit 125 and the reason.
+//
+// Under gVisor (executors/gvisor) the sandbox can connect to the host
+// socket only when the engine registers runsc with --host-uds=open
+// (scripts/dockerd.sh does); network_grant is true only when the engine
+// reports that flag (checkRuntime), and such runs are refused otherwise.
+//
 // # Runtimes with their own kernel
 //
 // Config.Runtime picks the OCI runtime; executors/gvisor sets runsc and
@@ -144,7 +174,6 @@
 //
 // # Known limits
 //
-//   - Spec.Network=true is not honoured: containers never get a network.
 //   - The code can read the workspace's host path from
 //     /proc/self/mountinfo; responses mask it, files the code writes do not.
 //   - CPUSeconds is an rlimit per process; the CPU quota (Config.CPUs) and

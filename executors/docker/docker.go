@@ -49,6 +49,12 @@ type Executor struct {
 	warmHits atomic.Int64 // runs served by a warm container
 
 	imageIDs imageIDs // what Capabilities names as the root filesystem
+
+	egress egressState
+	// hostUDS: the engine registers Config.Runtime with a flag that lets
+	// a sandbox with its own kernel connect to a host Unix socket (runsc
+	// --host-uds=open), which the egress bridge needs (checkRuntime).
+	hostUDS atomic.Bool
 }
 
 // Interface guards.
@@ -97,6 +103,7 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 		e.log.Warn("docker engine not reachable at start; will retry", "err", err.Error())
 	} else {
 		e.reapOrphans(ctx)
+		_ = e.checkRuntime(ctx) // capabilities know the runtime's flags from the start
 	}
 	e.log.Info("docker executor ready", "images", cfg.Images, "warm_max", cfg.WarmMax)
 	return e, nil
@@ -159,7 +166,9 @@ func (e *Executor) checkRuntime(ctx context.Context) error {
 	if err != nil {
 		return e.unavailable("engine info", err)
 	}
-	if _, ok := info.Info.Runtimes[e.cfg.Runtime]; !ok {
+	rt, ok := info.Info.Runtimes[e.cfg.Runtime]
+	e.hostUDS.Store(ok && runtimeAllowsHostUDS(rt.Args))
+	if !ok {
 		known := slices.Sorted(maps.Keys(info.Info.Runtimes))
 		return e.unavailable(fmt.Sprintf("the engine has no %q runtime (it has %s; scripts/dockerd.sh registers it, see the README)",
 			e.cfg.Runtime, strings.Join(known, ", ")), ErrRuntimeMissing)
@@ -246,6 +255,7 @@ func (e *Executor) Close(ctx context.Context) error {
 		err = fmt.Errorf("docker: close: %w", ctx.Err())
 	}
 	e.stopLife()
+	e.removeEgressRoot()
 	e.mu.Lock()
 	if n := len(e.leftover); n > 0 {
 		e.log.Warn("containers left for the next start to reap", "count", n)
@@ -374,12 +384,15 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 	if err != nil {
 		return executors.Result{}, err
 	}
+	if err := executors.CheckEgress(e.cfg.Kind, e.Capabilities(), spec); err != nil {
+		return executors.Result{}, err
+	}
 	id, lim := spec.RequestID, spec.Limits
 	dir, err := checkWorkspace(spec.WorkspaceDir, spec.UID, spec.GID)
 	if err != nil {
 		return executors.Result{}, err
 	}
-	sh := newShape(e.cfg.Images[spec.Language], dir, spec.UID, spec.GID, lim, e.cfg.Runtime)
+	sh := newShape(e.cfg.Images[spec.Language], dir, spec.UID, spec.GID, lim, e.cfg.Runtime).withEgress(spec.Egress)
 	log := e.log.With("request_id", id, "session_id", spec.SessionID)
 
 	arrived := time.Now()
@@ -391,10 +404,15 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 	if spec.SessionID != "" {
 		later = e.warm.replenish(spec.SessionID, arrived, sh)
 	}
+	stopEgress := func() {}
+	if b.egress != nil {
+		stopEgress = executors.ServeEgress(ctx, b.egress.ln, spec.Egress)
+	}
 	res, err := e.run(ctx, b, runInput{
 		lang: spec.Language, code: spec.Code, timeout: spec.Timeout, limits: lim,
 		dir: dir, requestID: id, log: log, tap: spec.Output,
 	})
+	stopEgress()
 	e.discard(b)
 	if later && err == nil {
 		e.warm.topUp(spec.SessionID, sh)

@@ -21,10 +21,11 @@ import (
 // box is a created, attached and started container whose boot step waits
 // for its program on stdin. It serves exactly one run.
 type box struct {
-	id    string
-	shape shape
-	conn  client.HijackedResponse
-	exit  *exitWatch
+	id     string
+	shape  shape
+	conn   client.HijackedResponse
+	exit   *exitWatch
+	egress *egressBox // nil unless the shape is granted network
 }
 
 // exitWatch holds the outcome of the engine's wait on one container. The
@@ -79,11 +80,21 @@ func (e *Executor) prepare(ctx context.Context, sh shape, labels map[string]stri
 	labels[labelBoot] = e.boot
 	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.EngineTimeout)
 	defer cancel()
-	created, err := e.cli.ContainerCreate(opCtx, e.createOptions(sh, labels))
+	var eb *egressBox
+	if sh.egress {
+		var err error
+		if eb, err = e.newEgressBox(); err != nil {
+			return nil, err
+		}
+	}
+	created, err := e.cli.ContainerCreate(opCtx, e.createOptions(sh, labels, eb))
 	if err != nil {
+		if eb != nil {
+			eb.close()
+		}
 		return nil, e.engineError(ctx, "create", err)
 	}
-	b := &box{id: created.ID, shape: sh}
+	b := &box{id: created.ID, shape: sh, egress: eb}
 	fail := func(op string, err error) (*box, error) {
 		e.discard(b)
 		if ctx.Err() != nil {
@@ -93,6 +104,12 @@ func (e *Executor) prepare(ctx context.Context, sh shape, labels map[string]stri
 	}
 	if ctx.Err() != nil {
 		return fail("create", ctx.Err())
+	}
+	if eb != nil && sh.ca != "" {
+		if err := e.writeBundle(opCtx, eb, b.id, sh.image, sh.ca); err != nil {
+			e.discard(b)
+			return nil, err
+		}
 	}
 	var wg sync.WaitGroup
 	var attachErr error
@@ -122,6 +139,9 @@ func (e *Executor) discard(b *box) {
 	}
 	if b.exit != nil {
 		b.exit.cancel()
+	}
+	if b.egress != nil {
+		b.egress.close()
 	}
 	e.remove(b.id)
 }

@@ -11,7 +11,9 @@
 //	}
 //
 // The suite only uses loopback and the workspace; it never reaches the
-// network. Sub-tests do not run in parallel: one of them changes the test
+// network. The egress cases (egress.go) grant runs network through a
+// TestProxy (proxy.go), a small real HTTP proxy that dials only test
+// servers on 127.0.0.1; a backend without network_grant must refuse them. Sub-tests do not run in parallel: one of them changes the test
 // process's environment (t.Setenv) to prove it is not inherited.
 package executortest
 
@@ -54,6 +56,11 @@ type Harness struct {
 	// (images/runtime), so the design doc's data stack (pandas, numpy,
 	// matplotlib with the Agg backend) must import and plot.
 	DataStack bool
+	// FingerprintExceptions lists, by line prefix, what this backend's
+	// Fingerprint may show differently from the golden file, each with the
+	// reason (logged by the case). Every entry is a known difference a
+	// client can observe: keep it short, and fix rather than list.
+	FingerprintExceptions map[string]string
 	// RunTimeout is the Spec.Timeout of ordinary runs (default 30s): long
 	// enough for a cold interpreter start on a loaded machine.
 	RunTimeout time.Duration
@@ -93,6 +100,8 @@ func Run(t *testing.T, h Harness) {
 	t.Run("AbsoluteWorkspacePaths", s.forEachLang(s.testAbsoluteWorkspacePaths))
 	t.Run("HostFilesInvisible", s.forEachLang(s.testHostFilesInvisible))
 	t.Run("NoNetwork", s.forEachLang(s.testNoNetwork))
+	t.Run("EgressFailClosed", s.testEgressFailClosed)
+	t.Run("Egress", s.forEachLang(s.testEgress))
 	t.Run("DataStack", s.testDataStack)
 	t.Run("Fingerprint", s.forEachLang(s.testFingerprint))
 	t.Run("MemoryLimit", s.forEachLang(s.testMemoryLimit))

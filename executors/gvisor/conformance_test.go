@@ -1,6 +1,7 @@
 package gvisor
 
 import (
+	"os"
 	"testing"
 
 	"github.com/sandgate/sandgate/executors"
@@ -17,4 +18,24 @@ func TestConformance(t *testing.T) {
 		New:       func(t *testing.T) executors.Executor { return newTestExecutor(t) },
 		DataStack: true, // docker's image, built on the runtime root (images/)
 	})
+}
+
+// TestNetworkGrant: with runsc registered as scripts/dockerd.sh registers
+// it (--host-uds=open), the executor grants network through the egress
+// bridge, so the conformance suite's egress cases ran rather than
+// checking a refusal. Where gVisor is required, an engine without the
+// flag fails here instead of passing those cases as refusals.
+func TestNetworkGrant(t *testing.T) {
+	needGVisor(t)
+	e := newTestExecutor(t)
+	if err := e.Available(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if !e.Capabilities().NetworkGrant {
+		msg := "runsc is registered without --host-uds=open: no egress bridge under gVisor (README: registering runsc)"
+		if os.Getenv(requireGVisorEnv) == "1" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
 }

@@ -15,6 +15,16 @@
 // makes the executor unavailable with that reason
 // (docker.ErrRuntimeMissing), and a run is refused, never run under runc.
 //
+// The egress bridge (docker's "Network by policy": a socket directory
+// bind-mounted into the container, socat inside on 127.0.0.1:3128)
+// needs the Sentry to connect to a host Unix socket, which runsc allows
+// only with --host-uds=open: scripts/dockerd.sh registers runsc with it.
+// The flag lets the sandbox connect to host sockets that are mounted into
+// it, and the executor mounts none but the bridge's. The executor reads
+// the flag from the engine's runtime registration: without it
+// network_grant is false and runs granted network are refused, never run
+// without their proxy (TestNetworkGrant fails where gVisor is required).
+//
 // # What differs from runc
 //
 // Measured on runsc v0.0.0-20260905035102-160fafc42237, systrap platform

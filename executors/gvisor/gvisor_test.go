@@ -12,7 +12,9 @@ import (
 // TestKindAndCapabilities: the executor is its own kind for the policy,
 // and its capabilities say what it enforces (each one is exercised under
 // runsc by the conformance suite and the isolation tests). No engine is
-// needed: neither reaches it.
+// needed: neither reaches it. Without an engine network_grant is false:
+// it holds only once the engine shows runsc may use host sockets
+// (TestNetworkGrant).
 func TestKindAndCapabilities(t *testing.T) {
 	e, err := New(t.Context(), Config{Instance: "caps-" + executortest.Nonce(), Logger: testLogger(t), Host: "unix:///nonexistent.sock"})
 	if err != nil {

@@ -90,7 +90,6 @@ type Collector struct {
 	shown   string
 	tap     func(Chunk)
 	seq     uint64
-	changed chan struct{} // made by Changed, closed by the next write
 	closed  bool
 	result  Result
 }
@@ -161,15 +160,6 @@ func (c *Collector) keep(s Stream, p []byte) {
 		if c.tap != nil {
 			c.tap(Chunk{Seq: c.seq, Stream: s, Data: kept})
 		}
-		c.notify()
-	}
-}
-
-// notify wakes whoever waits on Changed.
-func (c *Collector) notify() {
-	if c.changed != nil {
-		close(c.changed)
-		c.changed = nil
 	}
 }
 
@@ -192,7 +182,6 @@ func (c *Collector) Finish() Result {
 		r.SpillPath = c.shown
 	}
 	r.Stdout, r.Stderr = c.streams[Stdout].text(), c.streams[Stderr].text()
-	c.notify()
 	return c.result
 }
 
@@ -210,35 +199,4 @@ func (c *Collector) Bytes(s Stream) ([]byte, bool) {
 	defer c.mu.Unlock()
 	st := &c.streams[s]
 	return append([]byte(nil), st.kept...), st.cut
-}
-
-// ReadFrom returns a copy of the bytes stream s kept from offset on, and
-// the offset to read from next: for clients that poll a running command
-// (sandboxd's /v1/bash/output).
-func (c *Collector) ReadFrom(s Stream, offset int) (data []byte, next int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	kept := c.streams[s].kept
-	offset = max(offset, 0)
-	if offset >= len(kept) {
-		return nil, max(offset, len(kept))
-	}
-	return append([]byte(nil), kept[offset:]...), len(kept)
-}
-
-// Changed returns a channel closed when more output is kept or at
-// Finish. The channel is only made when asked for, so a Collector nobody
-// polls costs nothing per write.
-func (c *Collector) Changed() <-chan struct{} {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		ch := make(chan struct{})
-		close(ch)
-		return ch
-	}
-	if c.changed == nil {
-		c.changed = make(chan struct{})
-	}
-	return c.changed
 }

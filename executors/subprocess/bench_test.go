@@ -70,7 +70,7 @@ func benchStartCost(b *testing.B, cold, warm *Executor, lang string, rawArgv []s
 		}
 	}
 	spec := executors.Spec{SessionID: "bench-" + executortest.Nonce(), Language: lang,
-		Code: code, WorkspaceDir: newBenchWorkspace(b), Network: cold.Isolation() != IsolationNamespaces}
+		Code: code, WorkspaceDir: newBenchWorkspace(b)}
 	via := func(e *Executor) func() {
 		return func() {
 			spec.RequestID = "bench-" + executortest.Nonce()

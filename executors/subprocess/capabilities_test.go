@@ -8,7 +8,9 @@ import (
 
 // TestCapabilitiesFollowIsolation: what the executor claims is what its
 // mode enforces: everything with namespaces or user namespaces, nothing
-// without (where it is unavailable anyway).
+// without (where it is unavailable anyway); network through the egress
+// bridge with namespaces, and with user namespaces when the root has
+// socat (the forwarder).
 func TestCapabilitiesFollowIsolation(t *testing.T) {
 	e := newTestExecutor(t)
 	c := e.Capabilities()
@@ -16,7 +18,8 @@ func TestCapabilitiesFollowIsolation(t *testing.T) {
 	if err := c.Check(executors.KindSubprocess, spec); err != nil || !c.FilesystemIsolation {
 		t.Errorf("isolation %q: Capabilities %+v, Check = %v", e.Isolation(), c, err)
 	}
-	if c.RootFS != e.RootID() || c.RootFS == "" || c.Isolation != string(e.Isolation()) || c.NetworkGrant || c.RequiresSession {
+	if c.RootFS != e.RootID() || c.RootFS == "" || c.Isolation != string(e.Isolation()) ||
+		c.NetworkGrant != (e.Isolation() == IsolationNamespaces || e.forwarder) || c.RequiresSession {
 		t.Errorf("Capabilities = %+v", c)
 	}
 	e.isolation = IsolationNone

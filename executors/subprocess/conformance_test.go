@@ -2,6 +2,7 @@ package subprocess
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"testing"
 
@@ -82,14 +83,18 @@ func (w warmSecondRun) Execute(ctx context.Context, spec executors.Spec) (execut
 	first.RequestID += "-first"
 	first.Output = nil // the stream is the real run's
 	first.Code = map[string]string{executors.LangJavaScript: "", executors.LangBash: ":", executors.LangPython: "pass"}[spec.Language]
-	if res, err := w.Executor.Execute(ctx, first); err != nil || res.ExitCode != 0 {
+	res, err := w.Executor.Execute(ctx, first)
+	if errors.Is(err, executors.ErrCapabilityMissing) {
+		return res, err // refused before anything ran: there is nothing to warm
+	}
+	if err != nil || res.ExitCode != 0 {
 		w.t.Fatalf("first run: %+v %v", res, err)
 	}
 	if !w.useZygote(spec.Language) {
 		waitWarm(w.t, w.Executor, spec.SessionID, false)
 	}
 	hits := w.WarmStats().Hits
-	res, err := w.Executor.Execute(ctx, spec)
+	res, err = w.Executor.Execute(ctx, spec)
 	if w.WarmStats().Hits != hits+1 {
 		w.t.Errorf("the run was not served warm: %+v", w.WarmStats())
 	}

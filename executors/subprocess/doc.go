@@ -27,7 +27,9 @@
 //     Pdeathsig=SIGKILL): when it dies, on a timeout, a cancelled request
 //     or the gateway's own death, the kernel kills every process in the
 //     namespace, setsid'd and double-forked ones included;
-//   - a new network namespace with only lo (down) unless Spec.Network;
+//   - a new network namespace with only lo (down); a run granted network
+//     gets one with lo up and the gateway's egress listener in it (see
+//     "Network by policy");
 //   - a new mount namespace (propagation private) with a fresh /proc, so
 //     the gateway's processes, their environ and cmdline are not visible;
 //   - the sandbox uid/gid (default 60000) with no supplementary groups, so
@@ -267,6 +269,45 @@
 //     the zygote's mappings, as a cold run's covers its own start-up.
 //   - Memory: a zygote holds ~9.7 MB resident (its pages are shared with
 //     its runs until written), plus ~1.6 MB for its init shell.
+//
+// # Network by policy (the egress bridge)
+//
+// A run granted network (Spec.Network, with Spec.Egress) still has no
+// interface but lo: it reaches the gateway's egress proxy at
+// 127.0.0.1:3128 and nothing else (DESIGN.md §9). The gateway makes the
+// run's network namespace itself before the run starts (egress_linux.go):
+// a thread of its own unshares a new network namespace, brings lo up and
+// listens on 127.0.0.1:3128 there (a socket belongs to the namespace of
+// the thread that made it), and the namespace is kept by a descriptor.
+// The run then joins that namespace instead of making an empty one: a
+// cold run is forked from a thread that setns'd into it, a zygote run's
+// C process setns's into it (the descriptor travels with the run's pipes
+// over the zygote's socket), and a warm interpreter started for runs
+// granted network waits in a namespace of its own made the same way,
+// whose listener serves the run it is handed to. The listener is the
+// gateway's: each accepted connection goes to Spec.Egress.ServeConn under
+// the run's context (executors.ServeEgress), and the run's end closes the
+// listener and every connection before Execute returns. Because the
+// listener exists before the program's first instruction, the first
+// connection never races it; because nothing else is in the namespace,
+// a tool that ignores the proxy variables finds nothing to connect to.
+//
+// The run's environment gets the proxy variables (executors.EgressEnv),
+// and when the Egress has a CA, the CA variables pointing at
+// /run/sandgate/egress/ca.pem: the root's own system bundle plus the
+// gateway CA (executors.EgressBundle), written once per CA in the
+// executor's run directory and bound read-only into the run's root. A
+// warm interpreter or zygote read its environment when it started, so
+// the grant and the CA are part of their match (warmKey.egress): a
+// session alternating network and no network replaces them.
+//
+// Only as root (IsolationNamespaces): making or joining a network
+// namespace needs CAP_SYS_ADMIN, and a gateway that is not root can do
+// neither (unshare of a user namespace needs a single-threaded process;
+// setns into bubblewrap's needs CAP_SYS_ADMIN in the gateway's own user
+// namespace). So in IsolationUserNS network_grant is false and a run
+// granted network is refused (executors.ErrCapabilityMissing), as is one
+// without an Egress in any mode: never the host's network instead.
 //
 // # Workspace
 //

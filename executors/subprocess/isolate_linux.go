@@ -3,6 +3,7 @@ package subprocess
 import (
 	"errors"
 	"fmt"
+	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/executors/process"
 	"os"
 	"os/exec"
@@ -50,8 +51,12 @@ exec "$@"`
 
 // nprocScript runs inside the user namespace, before the interpreter: it
 // sets RLIMIT_NPROC ($1) and replaces itself with argv.
-const nprocScript = `ulimit -p "$1" 2>/dev/null || ulimit -u "$1" || exit 125
-shift
+// With "egress" as $2 (a run granted network, IsolationUserNS), it
+// starts the egress forwarder and waits until it listens first.
+var nprocScript = `ulimit -p "$1" 2>/dev/null || ulimit -u "$1" || exit 125
+if [ "$2" = egress ]; then
+` + executors.EgressForwarderStart + executors.EgressForwarderReady + `fi
+shift 2
 exec "$@"`
 
 // initArg0 names the init step in ps output and lets the probe recognise it.
@@ -63,9 +68,18 @@ type launch struct {
 	limits process.Rlimits
 	dir    string
 	env    []string
-	netns  bool // new network namespace (namespaces mode only)
-	uid    int  // sandbox identity of this run
-	gid    int
+	// bridge, when set, is the network namespace the launch joins: the
+	// run's egress bridge (egress_linux.go). Otherwise the launch gets a
+	// new network namespace with only lo, down.
+	bridge *netBridge
+	// egress is the run's way to the egress proxy and egressID what the
+	// launch's environment and root say about it ("" without network):
+	// the warm and zygote matches compare egressID, since an interpreter
+	// read its environment when it started.
+	egress   executors.Egress
+	egressID string
+	uid      int // sandbox identity of this run
+	gid      int
 	// root is the run's minimal root: built by startInRoot in namespaces
 	// mode, by bubblewrap (rootPlan.bwrapArgs) in user-namespace mode.
 	root *rootPlan
@@ -94,7 +108,7 @@ func (e *Executor) command(l launch) *exec.Cmd {
 			"--setuid", strconv.Itoa(l.uid), "--setgid", strconv.Itoa(l.gid), "--")
 	}
 	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Cloneflags: syscall.CLONE_NEWPID}
-	if l.netns {
+	if l.bridge == nil {
 		attr.Cloneflags |= syscall.CLONE_NEWNET
 	}
 	args = append(args, l.argv...)

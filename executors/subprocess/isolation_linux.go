@@ -219,12 +219,13 @@ func (e *Executor) bwrapCommand(l launch) *exec.Cmd {
 	args := []string{"-c", execScript, initArg0}
 	args = append(args, l.limits.UlimitValues()...)
 	args = append(args, e.bwrap, "--unshare-user", "--uid", strconv.Itoa(l.uid), "--gid", strconv.Itoa(l.gid),
-		"--unshare-pid", "--unshare-uts", "--hostname", executors.Hostname, "--die-with-parent")
-	if l.netns {
-		args = append(args, "--unshare-net")
+		"--unshare-pid", "--unshare-uts", "--hostname", executors.Hostname, "--die-with-parent", "--unshare-net")
+	root, mode := *l.root, "-"
+	if l.bridge != nil && l.bridge.dir != "" {
+		root.egress, mode = l.bridge.dir, "egress" // the socket bridge's directory holds the bundle too
 	}
-	args = append(args, l.root.bwrapArgs()...)
-	args = append(args, "--", e.cfg.Shell, "-c", nprocScript, initArg0, l.limits.UlimitValues()[3])
+	args = append(args, root.bwrapArgs()...)
+	args = append(args, "--", e.cfg.Shell, "-c", nprocScript, initArg0, l.limits.UlimitValues()[3], mode)
 	args = append(args, l.argv...)
 	cmd := exec.Command(e.cfg.Shell, args...)
 	cmd.Args[0] = initArg0
@@ -265,6 +266,9 @@ func (p rootPlan) bwrapArgs() []string {
 	}
 	if p.preload != "" {
 		args = append(args, "--ro-bind", p.preload, preloadMount)
+	}
+	if p.egress != "" {
+		args = append(args, "--ro-bind", p.egress, executors.EgressDir)
 	}
 	return append(args, "--chdir", workspaceMount, "--remount-ro", "/")
 }

@@ -58,7 +58,6 @@ func (e *Executor) probe(ctx context.Context) error {
 		limits: e.limitsFor("", lim),
 		dir:    filepath.Join(e.runDir, "probe"),
 		env:    e.env(),
-		netns:  true,
 		uid:    e.cfg.SandboxUID,
 		gid:    e.cfg.SandboxGID,
 	}

@@ -41,7 +41,7 @@ func (e *Executor) startLaunch(cmd *exec.Cmd, l launch) (*proc, error) {
 		if err != nil {
 			return nil, err
 		}
-		release, err := startInRoot(cmd, *l.root, base)
+		release, err := startInRoot(cmd, *l.root, base, l.bridge.fd())
 		if err != nil {
 			return nil, err
 		}

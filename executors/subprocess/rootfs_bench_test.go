@@ -29,7 +29,7 @@ func BenchmarkRootCost(b *testing.B) {
 	ws := newBenchWorkspace(b)
 	launchOnce := func(rooted bool) time.Duration {
 		l := launch{argv: []string{"/bin/true"}, limits: e.limitsFor("", e.cfg.Limits), dir: ws,
-			env: e.env(), netns: true, uid: e.cfg.SandboxUID, gid: e.cfg.SandboxGID}
+			env: e.env(), uid: e.cfg.SandboxUID, gid: e.cfg.SandboxGID}
 		if rooted {
 			l.root = e.rootFor(ws)
 		}

@@ -9,6 +9,8 @@ import (
 	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandgate/sandgate/executors"
 )
 
 // The minimal root every run of this executor sees (DESIGN.md §6), built
@@ -45,6 +47,7 @@ type rootPlan struct {
 	workspace string // host path, bound read-write at /workspace
 	code      string // host directory of the program files, bound read-only at codeMount
 	preload   string // host directory bound read-only at preloadMount; "" for none
+	egress    string // host directory bound read-only at executors.EgressDir (the CA bundle); "" for none
 	tmpBytes  int64
 }
 
@@ -142,7 +145,7 @@ func (p rootPlan) cloneTrees() (*runTrees, error) {
 	for _, m := range []struct {
 		src, dst string
 		ro       bool
-	}{{p.workspace, workspaceMount, false}, {p.code, codeMount, true}, {p.preload, preloadMount, true}} {
+	}{{p.workspace, workspaceMount, false}, {p.code, codeMount, true}, {p.preload, preloadMount, true}, {p.egress, executors.EgressDir, true}} {
 		if m.src == "" {
 			continue
 		}
@@ -188,7 +191,7 @@ func (p rootPlan) enterRun(t *runTrees) error {
 
 // mkMountPoints makes the directories a run mounts over.
 func mkMountPoints(stage string) error {
-	for _, d := range []string{"workspace", "tmp", codeMount, preloadMount} {
+	for _, d := range []string{"workspace", "tmp", codeMount, preloadMount, executors.EgressDir} {
 		if err := os.MkdirAll(filepath.Join(stage, d), 0o755); err != nil {
 			return rootErr("mkdir "+d, err)
 		}

@@ -80,11 +80,15 @@ func (b *baseNS) close() {
 // the child is reaped: Pdeathsig fires when the thread that forked the
 // child exits. The goroutine then returns still locked, so the runtime
 // destroys the thread and its namespace with it instead of reusing it.
-func startInRoot(cmd *exec.Cmd, plan rootPlan, base int) (release chan struct{}, err error) {
+func startInRoot(cmd *exec.Cmd, plan rootPlan, base, netns int) (release chan struct{}, err error) {
 	release = make(chan struct{})
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread must not be reused
+		if err := joinNetNS(netns); err != nil {
+			started <- err
+			return
+		}
 		if err := enterPrivateRoot(plan, base); err != nil {
 			started <- err
 			return

@@ -120,8 +120,10 @@ func TestBackgroundJobsDieWithTheRun(t *testing.T) {
 	}
 }
 
-// TestNoNetwork: with Network=false a connect to a listener the test
-// opened on 127.0.0.1 fails; with Network=true the same code connects
+// TestNoNetwork: a connect to a listener the test opened on 127.0.0.1
+// fails, with Network=false and with Network=true (the egress bridge
+// gives a run no interface but lo); with Network=true a CONNECT through
+// the proxy on 127.0.0.1:3128, which routes to that listener, reaches it
 // (the control that shows the test can tell).
 func TestNoNetwork(t *testing.T) {
 	requireRoot(t)
@@ -151,23 +153,37 @@ try:
     print("connected")
 except OSError as e:
     print("failed", e)
+try:
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=3)
+    s.sendall(b"CONNECT listener.test:80 HTTP/1.1\r\nHost: listener.test:80\r\n\r\n")
+    print("proxy", s.recv(12).decode())
+except OSError as e:
+    print("no proxy", e)
 `, port)
+	proxy := executortest.NewTestProxy()
+	proxy.Route("listener.test:80", ln.Addr().String())
 	e := newTestExecutor(t)
 	for _, tc := range []struct {
 		network bool
 		want    string
-	}{{false, "failed"}, {true, "connected"}} {
+	}{{false, "failed"}, {true, "failed"}} {
 		t.Run("network="+strconv.FormatBool(tc.network), func(t *testing.T) {
-			res, _ := execute(t, e, executors.LangPython, code, func(s *executors.Spec) { s.Network = tc.network })
-			if !strings.HasPrefix(res.Stdout, tc.want) {
-				t.Errorf("stdout %q stderr %q, want %q", res.Stdout, res.Stderr, tc.want)
+			res, _ := execute(t, e, executors.LangPython, code, func(s *executors.Spec) {
+				if tc.network {
+					s.Network, s.Egress = true, proxy
+				}
+			})
+			wantProxy := map[bool]string{false: "no proxy", true: "proxy HTTP/1.1 200"}[tc.network]
+			if !strings.HasPrefix(res.Stdout, tc.want) || !strings.Contains(res.Stdout, wantProxy) {
+				t.Errorf("stdout %q stderr %q, want %q and %q", res.Stdout, res.Stderr, tc.want, wantProxy)
 			}
 		})
 	}
+	proxy.Wait()
 	mu.Lock()
 	defer mu.Unlock()
 	if accepted != 1 {
-		t.Errorf("listener accepted %d connections, want 1 (the Network=true control)", accepted)
+		t.Errorf("listener accepted %d connections, want 1 (the control through the proxy)", accepted)
 	}
 }
 

@@ -39,6 +39,9 @@ type Executor struct {
 	zygotes  *zygotePool // nil without namespaces, or when disabled
 	nodeBoot nodeBoot    // the node preload's directory
 	envTool  string      // env(1), for the bash hand-off; "" disables warm bash
+	// forwarder: the root has socat, the egress forwarder a run granted
+	// network needs without root (egress_linux.go).
+	forwarder bool
 }
 
 // Interface guards.
@@ -86,6 +89,9 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 		e.log.Warn("descriptors the gateway inherited are now close-on-exec, so runs do not inherit them", "fds", fds)
 	}
 	e.chooseIsolation(ctx)
+	if _, err := e.lookPath("socat", DefaultToolPATH); err == nil {
+		e.forwarder = true
+	}
 	if !cfg.DisableWarm {
 		e.warm = newWarmPool(e)
 		e.nodeBoot.parent = cfg.WarmDir
@@ -191,6 +197,9 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 	if e.isolation == IsolationNone {
 		return executors.Result{}, e.unavailable(e.noIsolationReason, e.noIsolation)
 	}
+	if err := executors.CheckEgress(executors.KindSubprocess, e.Capabilities(), spec); err != nil {
+		return executors.Result{}, err
+	}
 	id, dir, lim := spec.RequestID, spec.WorkspaceDir, spec.Limits
 	ws, err := e.openWorkspace(dir, spec.UID, spec.GID)
 	if err != nil {
@@ -213,10 +222,12 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 		limits: e.limitsFor(spec.Language, lim),
 		dir:    dir,
 		env:    e.env(),
-		netns:  !spec.Network,
 		uid:    spec.UID,
 		gid:    spec.GID,
 		root:   e.rootFor(dir),
+	}
+	if err := e.grantNetwork(spec, &l); err != nil {
+		return executors.Result{}, err
 	}
 	timeout := spec.Timeout
 	newOut := func() *output { return e.newOutput(ws, spec) }
@@ -284,6 +295,11 @@ var errTimedOut = errors.New("run timed out")
 func (e *Executor) run(ctx context.Context, l launch, out *output, timeout time.Duration) (executors.Result, error) {
 	runCtx, cancel := context.WithTimeoutCause(ctx, timeout, errTimedOut)
 	defer cancel()
+	stopBridge, err := e.openBridge(ctx, &l)
+	if err != nil {
+		return executors.Result{}, err
+	}
+	defer stopBridge()
 	cmd := e.command(l)
 	cmd.Stdout, cmd.Stderr = out.Stdout(), out.Stderr()
 	// WaitDelay bounds the wait for pipes a surviving grandchild could

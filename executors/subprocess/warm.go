@@ -77,7 +77,7 @@ type warmKey struct {
 	uid, gid int
 	dir      string
 	dirID    fileID // the workspace directory itself (dev, inode)
-	netns    bool
+	egress   string // launch.egressID
 	limits   process.Rlimits
 	heapMB   int // node's --max-old-space-size
 }
@@ -109,6 +109,10 @@ type warmProc struct {
 	ctl         *os.File // the gateway's end of the hand-off socket
 	out         *handoff
 	placeholder string // node: the main path to point at the code file
+	// bridge is the warm interpreter's own egress bridge when it was
+	// started for runs granted network: the namespace it waits in. Its
+	// listener serves the run it is handed to, with that run's Egress.
+	bridge *netBridge
 
 	ready   chan struct{} // the bootstrap said "R"
 	started chan struct{} // the bootstrap said "G": the program is running
@@ -150,6 +154,9 @@ func (w *warmProc) kill() {
 	w.out.drop()
 	w.proc.kill()
 	_ = w.ctl.Close()
+	if w.bridge != nil {
+		w.bridge.close()
+	}
 }
 
 func closed(c <-chan struct{}) bool {
@@ -586,7 +593,10 @@ func (e *Executor) Prewarm(ctx context.Context, spec executors.Spec) error {
 	defer ws.Close()
 	lim, dir := spec.Limits, spec.WorkspaceDir
 	l := launch{limits: e.limitsFor(spec.Language, lim), dir: dir, env: e.env(), root: e.rootFor(dir),
-		netns: !spec.Network, uid: spec.UID, gid: spec.GID}
+		uid: spec.UID, gid: spec.GID}
+	if err := e.grantNetwork(spec, &l); err != nil {
+		return err
+	}
 	next, err := e.warmSpecFor(spec.Language, interp, ws, l, lim)
 	if err != nil {
 		return fmt.Errorf("subprocess: prewarm: %w", err)
@@ -675,7 +685,7 @@ func (e *Executor) warmSpecFor(lang, interp string, ws *os.Root, l launch, lim e
 		return nil, err
 	}
 	k := warmKey{lang: lang, interp: interp, interpID: statID(ifi, true), uid: l.uid, gid: l.gid,
-		dir: l.dir, dirID: statID(dfi, false), netns: l.netns, limits: l.limits}
+		dir: l.dir, dirID: statID(dfi, false), egress: l.egressID, limits: l.limits}
 	if lang == executors.LangJavaScript {
 		k.heapMB = lim.MemoryMB
 	}
@@ -713,6 +723,14 @@ func (e *Executor) spawnWarm(ws *warmSpec, session string) (*warmProc, error) {
 		return nil, errors.New("language cannot be warmed here")
 	}
 	l.argv = argv
+	l.egress = nil // the run it is handed to brings its own
+	if ws.key.egress != "" {
+		b, err := e.newBridge(l.caDir())
+		if err != nil {
+			return nil, err
+		}
+		w.bridge, l.bridge = b, b
+	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("socketpair: %w", err)
@@ -733,6 +751,9 @@ func (e *Executor) spawnWarm(ws *warmSpec, session string) (*warmProc, error) {
 	child.Close()
 	if err != nil {
 		w.ctl.Close()
+		if w.bridge != nil {
+			w.bridge.close()
+		}
 		return nil, err
 	}
 	go w.readCtl(func() { e.warm.died(w) })
@@ -770,6 +791,9 @@ func (e *Executor) runWarm(ctx context.Context, w *warmProc, want *warmSpec, rel
 	if !w.out.attach(out) {
 		out.finish()
 		return fail(false)
+	}
+	if w.bridge != nil {
+		defer w.bridge.serve(ctx, want.l.egress)()
 	}
 	runCtx, cancel := context.WithTimeoutCause(ctx, timeout, errTimedOut)
 	defer cancel()

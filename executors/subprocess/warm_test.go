@@ -241,7 +241,7 @@ func TestWarmMismatchGoesCold(t *testing.T) {
 		}, false},
 		{"uid", func(s *executors.Spec, _ *testing.T) { s.UID, s.GID = warmUID+600, warmUID+600 }, false},
 		{"workspace", func(s *executors.Spec, t *testing.T) { s.WorkspaceDir = executortest.NewWorkspace(t) }, false},
-		{"network", func(s *executors.Spec, _ *testing.T) { s.Network = !s.Network }, false},
+		{"network", func(s *executors.Spec, _ *testing.T) { s.Network, s.Egress = true, executortest.NewTestProxy() }, false},
 		{"memory", func(s *executors.Spec, _ *testing.T) { s.Limits.MemoryMB = 900 }, false},
 		{"cpu", func(s *executors.Spec, _ *testing.T) { s.Limits.CPUSeconds = 7 }, false},
 		{"procs", func(s *executors.Spec, _ *testing.T) { s.Limits.MaxProcs = 77 }, false},

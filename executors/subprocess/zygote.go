@@ -145,6 +145,11 @@ func (e *Executor) runInZygote(ctx context.Context, z *zygote, rel string, l lau
 		keep := !closed(z.gone) && (err != nil || limit < zygoteReadyTimeout)
 		return executors.Result{}, err != nil, keep, err
 	}
+	stopBridge, err := e.openBridge(ctx, &l)
+	if err != nil {
+		return executors.Result{}, true, true, err
+	}
+	defer stopBridge()
 	r, err := z.send(rel, l)
 	if err != nil {
 		e.log.Warn("zygote: cannot start run", "session_id", z.session, "error", err.Error())
@@ -262,7 +267,11 @@ func (z *zygote) send(rel string, l launch) (*zygoteRun, error) {
 	msg := rel + "\x00" + strconv.Itoa(lim.CPUSeconds) + "\x00" + strconv.Itoa(lim.AddressSpaceBytes) + "\x00" +
 		strconv.Itoa(lim.OpenFiles) + "\x00" + strconv.Itoa(lim.Procs) + "\x00" + strconv.Itoa(lim.FileSizeBytes) +
 		"\x00" + strconv.Itoa(l.uid) + "\x00" + strconv.Itoa(l.gid) + "\x00" + strconv.FormatInt(l.root.tmpBytes, 10)
-	rights := unix.UnixRights(int(give[0].Fd()), int(give[1].Fd()), int(give[2].Fd()))
+	fds := []int{int(give[0].Fd()), int(give[1].Fd()), int(give[2].Fd())}
+	if l.bridge != nil {
+		fds = append(fds, l.bridge.fd()) // C joins the run's egress bridge
+	}
+	rights := unix.UnixRights(fds...)
 	if _, _, err := z.conn.WriteMsgUnix([]byte(msg), rights, nil); err != nil {
 		r.close()
 		return nil, fmt.Errorf("send: %w", err)

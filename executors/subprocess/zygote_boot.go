@@ -8,12 +8,16 @@ package subprocess
 // descriptor 100 (a SOCK_SEQPACKET socket) and then serves one run per
 // message: "rel\0cpu\0as\0nofile\0nproc\0fsize\0uid\0gid\0tmp" (rlimits in
 // bytes and seconds, tmp the size of the run's /tmp) with three descriptors attached, the run's stdout and
-// stderr pipes and its control socket. End-of-file on 100 ends the zygote.
+// stderr pipes and its control socket, and for a run granted network a
+// fourth, the network namespace of the run's egress bridge
+// (egress_linux.go). End-of-file on 100 ends the zygote.
 //
 // For each run it forks three levels, because a new PID namespace takes a
 // new process to unshare it and another to be its init:
 //
-//   - C unshares a PID and a mount namespace, forks P1 and, once P1 is
+//   - C joins the run's bridge namespace when it got one (setns; the
+//     zygote's own namespace has only lo, down, and is what runs without
+//     network share), unshares a PID and a mount namespace, forks P1 and, once P1 is
 //     reaped, exits. The kernel reaps P1 only after every process of the
 //     run's namespace is gone, and C holds the control socket until then,
 //     so end-of-file on it tells the gateway that the whole tree is dead.
@@ -64,14 +68,14 @@ const zygoteBoot = pythonBootStart + `    _z = frozenset(_s.modules)
                 pass
         except ChildProcessError:
             pass
-        _m, _a, _f, _x = _q.recvmsg(4096, _S.CMSG_SPACE(12))
+        _m, _a, _f, _x = _q.recvmsg(4096, _S.CMSG_SPACE(16))
         _d = []
         for _l, _t, _b in _a:
             if _l == _S.SOL_SOCKET and _t == _S.SCM_RIGHTS:
                 _d += [int.from_bytes(_b[_i:_i + 4], _s.byteorder) for _i in range(0, len(_b) - 3, 4)]
         if not _m:
             _o._exit(0)
-        if len(_d) == 3 and not _f & _S.MSG_CTRUNC and _o.fork() == 0:
+        if len(_d) in (3, 4) and not _f & _S.MSG_CTRUNC and _o.fork() == 0:
             break
         for _i in _d:
             _o.close(_i)
@@ -79,6 +83,10 @@ const zygoteBoot = pythonBootStart + `    _z = frozenset(_s.modules)
     _o.dup2(_d[2], 100)
     _o.close(_d[2])
     _e = _m.split(b"\0")
+    if len(_d) == 4:
+        if _lc.setns(_d[3], 0x40000000):
+            _o._exit(1)
+        _o.close(_d[3])
     if len(_e) != 9 or _lc.unshare(0x20000000 | 0x00020000):
         _o._exit(1)
     _p = _o.fork()

@@ -70,3 +70,21 @@ func exec(t testing.TB, dsn, stmt string, args ...any) {
 		t.Fatalf("pgtest: %s: %v", stmt, err)
 	}
 }
+
+// QueryString runs a one-value query on dsn and returns its text ("" for
+// no row), for tests that look at a table behind the code's back.
+func QueryString(t testing.TB, dsn, query string, args ...any) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("pgtest: connect: %v", err)
+	}
+	defer conn.Close(ctx)
+	var s string
+	if err := conn.QueryRow(ctx, query, args...).Scan(&s); err != nil && err != pgx.ErrNoRows {
+		t.Fatalf("pgtest: %s: %v", query, err)
+	}
+	return s
+}

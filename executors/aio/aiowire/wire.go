@@ -30,6 +30,24 @@ type RunExtension struct {
 	// apart by the Content-Type. A server that does not know the field
 	// answers with the envelope: a client must accept either.
 	Stream bool `json:"stream,omitempty"`
+	// Program, when set, is the run's request id: the code (or command)
+	// is written to executors.ProgramPath(Program, language) and run as
+	// that file, with the interpreter flags every backend uses (python3
+	// -I -u, bash --noprofile --norc), so the program sees the same argv,
+	// __file__ and sys.path as under any other executor (DESIGN.md §6).
+	// Plain AIO clients leave it empty and get the AIO API's behaviour.
+	Program string `json:"program,omitempty"`
+	// Egress, when set, grants the run network through the gateway's
+	// egress proxy: sandboxd gives it the proxy variables
+	// (executors.EgressEnv), and the CA variables when CA is set (the
+	// gateway wrote the bundle into the egress directory). sandboxd's
+	// own relay on 127.0.0.1:3128 carries the connections.
+	Egress *RunEgress `json:"egress,omitempty"`
+}
+
+// RunEgress is a run's network grant (RunExtension.Egress).
+type RunEgress struct {
+	CA bool `json:"ca,omitempty"`
 }
 
 // StreamMediaType is the Content-Type of a streamed answer.

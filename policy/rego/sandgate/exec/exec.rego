@@ -89,13 +89,41 @@ default chosen_executor := "none"
 chosen_executor := executor
 
 obligations := {
-	"network": false,
+	"network": network_granted,
 	"timeout_s": min([input.request.timeout_s, config.limits.max_timeout_s]),
 	"memory_mb": object.get(config.limits.memory_mb, chosen_executor, config.limits.default_memory_mb),
 	"max_procs": object.get(config.limits.max_procs, chosen_executor, config.limits.default_max_procs),
 }
 
 reason(code, message) := {"code": code, "message": message}
+
+# A run gets network (through the egress proxy only, DESIGN.md §9) when its
+# mode is in config.egress.network_modes, or when an egress rule other
+# than a deny is scoped to its session ("tenant/session") or its tenant:
+# an administrator who allows PyPI for a session means that session's runs
+# should reach it. Rules scoped to nobody (the PERMISSIVE presets) grant
+# nothing by themselves.
+default network_granted := false
+
+network_granted if input.mode in object.get(config.egress, "network_modes", [])
+
+network_granted if {
+	some rule in config.egress.rules
+	rule.action != "deny"
+	_rule_in_mode(rule)
+	sprintf("%s/%s", [input.principal.tenant, input.request.session_id]) in object.get(rule, "sessions", [])
+}
+
+network_granted if {
+	some rule in config.egress.rules
+	rule.action != "deny"
+	_rule_in_mode(rule)
+	input.principal.tenant in object.get(rule, "tenants", [])
+}
+
+_rule_in_mode(rule) if count(object.get(rule, "modes", [])) == 0
+
+_rule_in_mode(rule) if input.mode in object.get(rule, "modes", [])
 
 deny_reasons contains reason("mode.unknown", sprintf("unknown security mode %q", [input.mode])) if {
 	not config.modes[input.mode]

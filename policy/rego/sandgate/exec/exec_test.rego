@@ -322,3 +322,18 @@ test_admin_sends_everything_not_safe_to_gvisor if {
 	d.executor == "docker"
 	[r.code | some r in d.reasons] == ["executor.fallback"]
 }
+
+test_network_granted_by_a_session_scoped_egress_rule if {
+	inp := json.patch(mk("STRICT", "LOW", false), [{"op": "add", "path": "/principal/tenant", "value": "team-a"}])
+	plain := exec.decision with input as inp
+	plain.obligations.network == false
+	rules := [{"name": "demo-pypi", "action": "allow", "presets": ["pypi"], "sessions": ["team-a/s-1"]}]
+	granted := exec.decision with input as inp with data.sandgate.config.egress.rules as rules
+	granted.obligations.network == true
+	other := json.patch(inp, [{"op": "replace", "path": "/request/session_id", "value": "s-2"}])
+	not_other := exec.decision with input as other with data.sandgate.config.egress.rules as rules
+	not_other.obligations.network == false
+	denies := [{"name": "no", "action": "deny", "hosts": ["*"], "sessions": ["team-a/s-1"]}]
+	d := exec.decision with input as inp with data.sandgate.config.egress.rules as denies
+	d.obligations.network == false
+}

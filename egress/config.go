@@ -1,0 +1,120 @@
+package egress
+
+import (
+	"context"
+	"crypto/x509"
+	"log/slog"
+	"net/netip"
+	"time"
+
+	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/confirm"
+	"github.com/sandgate/sandgate/policy"
+)
+
+// Defaults for Config.
+const (
+	DefaultHandshakeTimeout  = 10 * time.Second
+	DefaultApprovalTimeout   = 120 * time.Second
+	DefaultMaxTunnels        = 64
+	DefaultDialTimeout       = 10 * time.Second
+	DefaultRecentConnections = 20
+	// maxHeadBytes caps a proxy request's line and headers.
+	maxHeadBytes = 64 << 10
+)
+
+// Config configures the Service. Zero fields take the defaults above.
+type Config struct {
+	// Mode is the gateway's security mode, part of every decision.
+	Mode string
+	// HandshakeTimeout bounds everything before bytes flow: reading the
+	// proxy request, resolving, dialing and reading the ClientHello. The
+	// wait for a human is bounded by ApprovalTimeout instead.
+	HandshakeTimeout time.Duration
+	// ApprovalTimeout bounds the wait for an approver; the timeout is a
+	// deny.
+	ApprovalTimeout time.Duration
+	// MaxTunnelsPerSession caps the connections a session has open at
+	// once through the proxy; one over the cap is refused with 429.
+	MaxTunnelsPerSession int
+	// Credentials are the secrets bound to hosts. A host with one is
+	// intercepted (TLS terminated with the gateway CA) so the header can
+	// be attached; no other host is.
+	Credentials []Credential
+	// CADir is where the gateway CA is kept (ca.pem, ca-key.pem). It is
+	// created only when Credentials are configured.
+	CADir string
+	// UpstreamRoots verifies upstream servers of intercepted hosts; nil
+	// means the system roots. Tests add their server's certificate.
+	UpstreamRoots *x509.CertPool
+	// TLSPorts are the CONNECT ports that must carry TLS whose ClientHello
+	// names the CONNECT host; default 443. Other ports are tunnelled as
+	// they come (a rule must allow them first: the default port list is
+	// 80 and 443).
+	TLSPorts []int
+	// GatewayAddresses are the host's own addresses, refused unless a rule
+	// names them; nil means the addresses of every interface.
+	GatewayAddresses []netip.Addr
+}
+
+// Credential is a header the proxy adds to every request to Host (HTTPS
+// only: a secret is never sent in clear text). Value is never logged or
+// audited.
+type Credential struct {
+	Host   string
+	Header string
+	Value  string
+}
+
+// Decider is the policy engine (policy.Engine).
+type Decider interface {
+	DecideEgress(ctx context.Context, in policy.EgressInput) policy.EgressDecision
+}
+
+// Resolver resolves host names; *net.Resolver is one. Tests map their
+// host names to services on 127.0.0.1.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// Deps are the Service's collaborators.
+type Deps struct {
+	Policy Decider
+	// Confirm asks humans; nil means require_approval is a deny.
+	Confirm confirm.Service
+	Audit   audit.Store
+	// Resolver defaults to net.DefaultResolver.
+	Resolver Resolver
+	Metrics  *Metrics
+	Logger   *slog.Logger
+}
+
+// Binding is who a Handle's connections belong to: the run they are made
+// for. Every decision and audit record carries it.
+type Binding struct {
+	Tenant string
+	// SessionID is the session's name within Tenant; SessionKey the
+	// gateway-wide key (tenant and name together) approvals are cached
+	// and tunnels counted under.
+	SessionID  string
+	SessionKey string
+	Principal  string
+	RequestID  string
+	Risk       string
+}
+
+func (c Config) withDefaults() Config {
+	if c.HandshakeTimeout <= 0 {
+		c.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if c.ApprovalTimeout <= 0 {
+		c.ApprovalTimeout = DefaultApprovalTimeout
+	}
+	if c.TLSPorts == nil {
+		c.TLSPorts = []int{443}
+	}
+	if c.MaxTunnelsPerSession <= 0 {
+		c.MaxTunnelsPerSession = DefaultMaxTunnels
+	}
+	return c
+}

@@ -1,0 +1,253 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/sandgate/sandgate/errcode"
+)
+
+// Router sends each session request to the replica that owns the session
+// (the api package calls it once the caller is authenticated and the
+// session resolved to its key).
+type Router struct {
+	reg       *Registry
+	key       []byte
+	transport http.RoundTripper
+	log       *slog.Logger
+}
+
+// Errors a routed request may end with.
+var (
+	errUnreachable = errcode.New(errcode.ReplicaUnavailable,
+		"the replica serving this session does not answer and still holds its lease; retry shortly")
+	errForward  = errcode.New(errcode.ReplicaUnavailable, "the replica serving this session failed while answering")
+	errMoved    = errcode.New(errcode.ReplicaUnavailable, "this session moved to another replica; retry")
+	errRegistry = errcode.New(errcode.ReplicaUnavailable, "the session registry is unreachable")
+)
+
+// NewRouter builds the Router of reg's replica.
+func NewRouter(ctx context.Context, reg *Registry, log *slog.Logger) (*Router, error) {
+	key, err := reg.forwardKey(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.Proxy = nil // replica to replica, never through an environment proxy
+	t.MaxIdleConnsPerHost = 64
+	t.ResponseHeaderTimeout = 0 // a run (or an approval) may take long; the owner bounds it
+	return &Router{reg: reg, key: key, transport: t, log: log}, nil
+}
+
+// Forwarded verifies r's hop: ok when another replica of this fleet
+// forwarded it, with the request id that replica gave it.
+func (rt *Router) Forwarded(r *http.Request) (requestID string, ok bool) {
+	if r.Header.Get(HopHeader) == "" {
+		return "", false
+	}
+	hop, ok := verifyHop(rt.key, r, time.Now())
+	if !ok {
+		rt.log.DebugContext(r.Context(), "fleet hop header failed verification; treated as a client request")
+		return "", false
+	}
+	return hop.RequestID, true
+}
+
+// Route serves r on the owner of session key when that is another live
+// replica, and reports true; false means this replica serves it (it owns
+// the session or just adopted it). A non-nil error is the answer to send
+// (nothing was written yet). A request another replica forwarded
+// (forwarded) is never forwarded again: if the session moved meanwhile,
+// it is answered 503 replica_unavailable, worth a retry.
+//
+// An owner that refuses connections (killed, or shutting down) is waited
+// for until its lease expires (at most twice the lease), and the session
+// is then adopted here or by whichever replica claimed it: the client
+// sees a slow answer, not an error.
+func (rt *Router) Route(w http.ResponseWriter, r *http.Request, key, requestID string, forwarded bool) (bool, error) {
+	ctx := r.Context()
+	owner, err := rt.reg.Claim(ctx, key)
+	if err != nil {
+		return false, fmt.Errorf("%w: %w", errRegistry, err)
+	}
+	deadline := time.Now().Add(2 * rt.reg.opts.Lease)
+	for {
+		if owner.Local {
+			if owner.AdoptedFrom != "" {
+				rt.log.WarnContext(ctx, "session adopted from a replica whose lease expired",
+					"session_id", key, "from", owner.AdoptedFrom, "request_id", requestID)
+			}
+			return false, nil
+		}
+		if forwarded {
+			return false, errMoved
+		}
+		if owner.URL != "" {
+			sent, err := rt.forward(w, r, owner, requestID)
+			if sent {
+				return true, err
+			}
+			rt.log.WarnContext(ctx, "the session's replica refuses connections; waiting for its lease",
+				"session_id", key, "owner", owner.Replica, "err", err)
+		}
+		if owner, err = rt.waitOwner(ctx, key, owner, deadline); err != nil {
+			return false, err
+		}
+	}
+}
+
+// waitOwner polls the registry until the session's owner is no longer
+// gone (the replica at that address): its lease expired and the session
+// was claimed, here or elsewhere, or it came back at a new address.
+func (rt *Router) waitOwner(ctx context.Context, key string, gone Owner, deadline time.Time) (Owner, error) {
+	for {
+		if time.Now().After(deadline) {
+			return Owner{}, errUnreachable
+		}
+		select {
+		case <-ctx.Done():
+			return Owner{}, context.Cause(ctx)
+		case <-time.After(rt.reg.opts.Lease / 10):
+		}
+		o, err := rt.reg.Claim(ctx, key)
+		if err != nil {
+			return Owner{}, fmt.Errorf("%w: %w", errRegistry, err)
+		}
+		if o.Local || o.Replica != gone.Replica || o.URL != gone.URL {
+			return o, nil
+		}
+	}
+}
+
+// forward proxies r to owner, streaming both ways. sent reports whether
+// any of the request reached the owner: when nothing did (the connection
+// was refused), the caller may route the request elsewhere.
+func (rt *Router) forward(w http.ResponseWriter, r *http.Request, owner Owner, requestID string) (sent bool, err error) {
+	target, err := url.Parse(owner.URL)
+	if err != nil {
+		return false, fmt.Errorf("%w: bad address %q: %w", errForward, owner.URL, err)
+	}
+	body := &countingBody{r: r.Body}
+	in := r.Clone(r.Context())
+	in.Body = body
+	var proxyErr error
+	p := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.Host = target.Host
+			pr.Out.Header.Del(HopHeader)
+			if pr.Out.Body != nil && pr.Out.Body != http.NoBody {
+				// The transport retries a request on a kept-alive
+				// connection the owner closed before anything was
+				// written, if it can get the body again: only a body
+				// nothing was read from yet is handed back.
+				pr.Out.GetBody = func() (io.ReadCloser, error) {
+					if body.n.Load() == 0 {
+						return body, nil
+					}
+					return nil, errBodySent
+				}
+			}
+			pr.Out.Header.Del("X-Request-Id")
+			pr.SetXForwarded()
+			signHop(rt.key, pr.Out, rt.reg.opts.Replica, requestID, time.Now())
+		},
+		Transport:     rt.transport,
+		FlushInterval: -1, // streamed runs (x-ndjson) pass each event on at once
+		ModifyResponse: func(res *http.Response) error {
+			// This replica already stamped the response with the same id.
+			res.Header.Del("X-Request-Id")
+			return nil
+		},
+		ErrorHandler: func(_ http.ResponseWriter, _ *http.Request, err error) { proxyErr = err },
+		ErrorLog:     slog.NewLogLogger(rt.log.Handler(), slog.LevelWarn),
+	}
+	// The owner bounds its own response (write timeout, stream deadlines);
+	// this replica's write deadline would cut a long run it only relays.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+	p.ServeHTTP(w, in)
+	if proxyErr == nil {
+		return true, nil
+	}
+	if refused(proxyErr) && body.n.Load() == 0 {
+		return false, errUnreachable
+	}
+	if errors.Is(proxyErr, context.Canceled) && r.Context().Err() != nil {
+		return true, r.Context().Err()
+	}
+	rt.log.WarnContext(r.Context(), "forwarding to the session's replica failed", "owner", owner.Replica, "err", proxyErr)
+	return true, errForward
+}
+
+var errBodySent = errors.New("fleet: the body was already sent")
+
+// refused is a connection the owner's host refused or could not be
+// reached at all: nothing was sent.
+func refused(err error) bool {
+	var op *net.OpError
+	return errors.Is(err, syscall.ECONNREFUSED) || (errors.As(err, &op) && op.Op == "dial")
+}
+
+// countingBody counts what the proxy read of the client's body, and
+// keeps the body open when the transport closes it, so that a request
+// whose owner refused the connection can still be served here.
+type countingBody struct {
+	r io.ReadCloser
+	n atomic.Int64
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	b.n.Add(int64(n))
+	return n, err
+}
+
+func (b *countingBody) Close() error { return nil }
+
+// Release forgets this replica's ownership of a deleted session.
+func (rt *Router) Release(ctx context.Context, key string) error { return rt.reg.Release(ctx, key) }
+
+// PeerApproval fetches, from replica, the pending approval id it holds,
+// as the JSON its API serves (GET /v1/fleet/approvals/{id}, reachable
+// with a signed hop only).
+func (rt *Router) PeerApproval(ctx context.Context, replica, id string) ([]byte, error) {
+	var base string
+	err := rt.reg.db.DB().QueryRowContext(ctx, `SELECT url FROM replicas WHERE name = $1 AND lease_until > now()`, replica).Scan(&base)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: find replica %q: %w", replica, err)
+	}
+	if base == "" {
+		return nil, fmt.Errorf("fleet: replica %q has no address yet", replica)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/fleet/approvals/"+url.PathEscape(id), nil)
+	if err != nil {
+		return nil, err
+	}
+	signHop(rt.key, req, rt.reg.opts.Replica, "", time.Now())
+	res, err := rt.transport.RoundTrip(req)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: ask replica %q: %w", replica, err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(res.Body, 4<<20))
+	if err != nil {
+		return nil, err
+	}
+	if res.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("fleet: replica %q answered %d", replica, res.StatusCode)
+	}
+	return body, nil
+}

@@ -1,0 +1,109 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/open-policy-agent/opa/v1/rego"
+)
+
+// EgressQuery is the rule asked once per connection a run opens through
+// the egress proxy (DESIGN.md §9).
+const EgressQuery = "data.sandgate.egress.decision"
+
+// EgressInput is one connection a run granted network is about to open.
+type EgressInput struct {
+	Mode string
+	Host string
+	Port int
+	// Scheme is "https" for a CONNECT tunnel, "http" for a plain request.
+	Scheme    string
+	SessionID string
+	Tenant    string
+	Principal string
+	RequestID string
+	// Risk is the run's risk level.
+	Risk string
+	// Resolved are the addresses the gateway resolved for Host and will
+	// dial (IPv4-mapped IPv6 given as IPv4): the policy checks these, not
+	// the name, which keeps DNS rebinding out.
+	Resolved []string
+	// GatewayAddresses are the gateway host's own addresses, refused
+	// like loopback unless a rule names them.
+	GatewayAddresses []string
+}
+
+// EgressDecision is the answer for one connection.
+type EgressDecision struct {
+	Action string `json:"action"`
+	// Rule names the rule that decided (a rule's name, "default", or the
+	// reason code of a built-in refusal such as egress.blocked_address).
+	Rule           string   `json:"rule"`
+	Reasons        []Reason `json:"reasons"`
+	PolicyRevision string   `json:"policy_revision"`
+}
+
+// Allowed reports whether the connection may proceed without approval.
+func (d EgressDecision) Allowed() bool { return d.Action == ActionAllow }
+
+// Map builds the OPA input.
+func (in EgressInput) Map() map[string]any {
+	return map[string]any{
+		"mode": in.Mode, "host": in.Host, "port": in.Port, "scheme": in.Scheme,
+		"session_id": in.SessionID, "tenant": in.Tenant, "principal": in.Principal,
+		"request_id": in.RequestID, "risk": in.Risk,
+		"resolved": strings2any(in.Resolved), "gateway_addresses": strings2any(in.GatewayAddresses),
+	}
+}
+
+// DecideEgress evaluates data.sandgate.egress.decision. Like Decide it
+// never errors: every failure, and a tree without the egress package, is a
+// deny.
+func (e *Engine) DecideEgress(ctx context.Context, in EgressInput) EgressDecision {
+	c := e.cur.Load()
+	if c == nil {
+		return EgressDecision{Action: ActionDeny, Rule: ReasonNotLoaded, Reasons: []Reason{{Code: ReasonNotLoaded, Message: "no policy is loaded"}}}
+	}
+	v, failed := e.eval(ctx, c, c.egress, rego.EvalInput(in.Map()))
+	if failed != nil {
+		return EgressDecision{Action: ActionDeny, Rule: failed.Reasons[0].Code, Reasons: failed.Reasons, PolicyRevision: c.revision}
+	}
+	d, err := parseEgressDecision(v)
+	if err != nil {
+		e.log.Error("egress decision rejected", "revision", c.revision, "err", err)
+		return EgressDecision{Action: ActionDeny, Rule: ReasonInvalidDecision, PolicyRevision: c.revision,
+			Reasons: []Reason{{Code: ReasonInvalidDecision, Message: "the policy produced an invalid decision"}}}
+	}
+	d.PolicyRevision = c.revision
+	return d
+}
+
+func parseEgressDecision(v any) (EgressDecision, error) {
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return EgressDecision{}, fmt.Errorf("%w: not an object", errBadDecision)
+	}
+	for k := range obj {
+		if k != "action" && k != "reasons" && k != "rule" {
+			return EgressDecision{}, fmt.Errorf("%w: unexpected field %q", errBadDecision, k)
+		}
+	}
+	action, err := str(obj, "action")
+	if err != nil {
+		return EgressDecision{}, err
+	}
+	switch action {
+	case ActionAllow, ActionDeny, ActionRequireApproval:
+	default:
+		return EgressDecision{}, fmt.Errorf("%w: unknown action %q", errBadDecision, action)
+	}
+	rule, err := str(obj, "rule")
+	if err != nil {
+		return EgressDecision{}, err
+	}
+	rs, err := reasons(obj["reasons"])
+	if err != nil {
+		return EgressDecision{}, err
+	}
+	return EgressDecision{Action: action, Rule: rule, Reasons: rs}, nil
+}
