@@ -50,8 +50,13 @@ func startGateway(ctx context.Context) (*gatewayProc, error) {
 	// The defaults, except that the aio pool keeps its instances' state
 	// (and so their sandboxd sockets and keys) in this run's directory: the
 	// aio scenario calls the warm instance's sandboxd directly through it.
+	// Its docker executor has an instance of its own too: a gateway of the
+	// default instance starting on the same engine (a test's, another
+	// checkout's) would reap this one's containers mid-run, and this one
+	// theirs.
 	aioState, aioInstance := filepath.Join(dir, "aio"), "sgbench"+randHex()
-	yaml := fmt.Sprintf("executors:\n  aio:\n    enabled: true\n    state_dir: %s\n    instance: %s\n", aioState, aioInstance)
+	yaml := fmt.Sprintf("executors:\n  aio:\n    enabled: true\n    state_dir: %s\n    instance: %s\n  docker:\n    enabled: true\n    instance: sgbench-dk%s\n",
+		aioState, aioInstance, randHex())
 	g, err := launchGateway(dir, bin, yaml, "sandgate-bench-gateway.log")
 	if err != nil {
 		return nil, err

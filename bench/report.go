@@ -164,7 +164,7 @@ func headlines(rep *report, sk *soakResult) headline {
 		t = target{Name: "Docker warm ≤ 0.4× the CLI (p50, runs back to back)",
 			Measured: fmt.Sprintf("warm %s, CLI %s: %.2f×", ms(warm.Stats.P50), ms(cli.Stats.P50), wr), Met: wr <= 0.4}
 		if !t.Met {
-			t.Reason = "a warm container serves one run and the session's next one is prepared after it; back to back, the next run waits for that container start"
+			t.Reason = fmt.Sprintf("%.2f×: a warm container serves one run; back to back, runs beyond the session's ready containers wait for the rest of a container start", wr)
 		}
 		add(t)
 		h.lines = append(h.lines, fmt.Sprintf("STRICT Python via Docker: a warm session (%s between runs) %.2f×, back to back %.2f×, and a fresh session %.2f× the p50 of `docker run --rm --network none` (%s).", think, pr, wr, fr, ms(cli.Stats.P50)))
@@ -194,7 +194,7 @@ func headlines(rep *report, sk *soakResult) headline {
 		t = target{Name: "gVisor warm ≤ 0.4× the runsc CLI (p50, runs back to back)",
 			Measured: fmt.Sprintf("warm %s, runsc CLI %s: %.2f×", ms(warm.Stats.P50), ms(runsc.Stats.P50), wr), Met: wr <= 0.4}
 		if !t.Met {
-			t.Reason = "a warm container serves one run and the session's next one is prepared after it; back to back, the next run waits for that container start"
+			t.Reason = fmt.Sprintf("%.2f×: a warm container serves one run; back to back, runs beyond the session's ready containers wait for the rest of a container start", wr)
 		}
 		add(t)
 		h.lines = append(h.lines, fmt.Sprintf("STRICT Python via gVisor: a warm session (%s between runs) %.2f×, back to back %.2f×, and a fresh session %.2f× the p50 of `docker run --rm --runtime=runsc --network none` (%s; runc's CLI %s).", think, pr, wr, fr, ms(runsc.Stats.P50), ms(runc.Stats.P50)))
@@ -323,7 +323,7 @@ func markdown(rep *report, sk *soakResult, h headline) string {
 	for _, l := range h.lines {
 		p("- %s\n", l)
 	}
-	p("\n**What \"warm\" means.** The gateway keeps a Python zygote per session (subprocess executor: an interpreter started once, in the session's namespaces, that forks each run into a PID namespace of its own) and a warm container per session (docker executor, at most 8 alive). An agent's realistic pattern is many runs in one session, so the gateway rows of the subprocess scenario and the \"gateway warm\" rows of the Docker scenario reuse one session: each run uses a zygote or a container that was started before the request came. A zygote serves every run of its session, back to back or concurrent; a warm container is single-use: the session's next one is prepared after a run, so runs sent back to back can wait for it, while an agent that thinks between runs (its model call) finds it ready; the Docker scenario measures both. The baselines (`python3 -c`, `srt -c`, `docker run`) start from nothing every time, which is what a caller without a gateway pays. \"gateway fresh\" opens a new session per request (and deletes it afterwards, outside the timing), so it pays a container start like the CLI does.\n\n")
+	p("\n**What \"warm\" means.** The gateway keeps a Python zygote per session (subprocess executor: an interpreter started once, in the session's namespaces, that forks each run into a PID namespace of its own) and warm containers per session (docker and gvisor executors: one for a session that pauses between runs, up to 3 for one whose runs come back to back, at most 8 alive per executor). An agent's realistic pattern is many runs in one session, so the gateway rows of the subprocess scenario and the \"gateway warm\" rows of the Docker scenario reuse one session: each run uses a zygote or a container that was started before the request came. A zygote serves every run of its session, back to back or concurrent; a warm container is single-use: the next one starts as soon as a run has taken one, alongside the run, so an agent that thinks between runs (its model call) finds one ready, and runs sent back to back take the ready ones and then wait for the remainder of a container start when they come faster than containers start; the Docker and gVisor scenarios measure both, in blocks of 5 runs back to back. The baselines (`python3 -c`, `srt -c`, `docker run`) start from nothing every time, which is what a caller without a gateway pays. \"gateway fresh\" opens a new session per request (and deletes it afterwards, outside the timing), so it pays a container start like the CLI does.\n\n")
 	if len(rep.Unavailable) > 0 {
 		p("## Not measured\n\n")
 		keys := make([]string, 0, len(rep.Unavailable))

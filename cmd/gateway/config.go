@@ -242,7 +242,7 @@ type AIOConfig struct {
 //
 // A field left out (zero) takes the docker package's default (DefaultImage,
 // DefaultLimits, DefaultCPUs, DefaultTmpfsMB, DefaultWarmMax,
-// DefaultWarmIdle): the shipped defaults live there, not here.
+// DefaultWarmPerSession, DefaultWarmIdle): the shipped defaults live there, not here.
 type DockerConfig struct {
 	Enabled bool `yaml:"enabled"`
 	// Host is the engine address; empty means DOCKER_HOST or the local socket.
@@ -253,9 +253,13 @@ type DockerConfig struct {
 	CPUs     float64 `yaml:"cpus"`
 	MaxProcs int     `yaml:"max_procs"`
 	TmpfsMB  int     `yaml:"tmpfs_mb"`
-	// WarmMax bounds the per-session warm containers; negative disables.
-	WarmMax  int           `yaml:"warm_max"`
-	WarmIdle time.Duration `yaml:"warm_idle"`
+	// WarmMax bounds the warm containers across sessions; negative
+	// disables them.
+	WarmMax int `yaml:"warm_max"`
+	// WarmPerSession bounds one session's warm containers (more than one
+	// serves runs sent back to back).
+	WarmPerSession int           `yaml:"warm_per_session"`
+	WarmIdle       time.Duration `yaml:"warm_idle"`
 	// Runtime is the OCI runtime; empty is the engine's default (runc) for
 	// docker, and "runsc" for gvisor.
 	Runtime string `yaml:"runtime"`
@@ -429,8 +433,8 @@ func (c Config) Validate() error {
 		name string
 		DockerConfig
 	}{{"docker", c.Executors.Docker}, {"gvisor", c.Executors.GVisor}} {
-		if d.Enabled && (d.MemoryMB < 0 || d.CPUs < 0 || d.MaxProcs < 0 || d.TmpfsMB < 0 || d.WarmIdle < 0) {
-			add("executors.%s: memory_mb, cpus, max_procs, tmpfs_mb and warm_idle must not be negative", d.name)
+		if d.Enabled && (d.MemoryMB < 0 || d.CPUs < 0 || d.MaxProcs < 0 || d.TmpfsMB < 0 || d.WarmIdle < 0 || d.WarmPerSession < 0) {
+			add("executors.%s: memory_mb, cpus, max_procs, tmpfs_mb, warm_per_session and warm_idle must not be negative", d.name)
 		}
 	}
 	if m := c.MCP; m.Enabled && (m.SessionTimeout <= 0 || m.ProgressInterval <= 0) {

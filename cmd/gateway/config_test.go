@@ -50,6 +50,7 @@ func TestExecutorDefaultsInOnePlace(t *testing.T) {
 		{"docker tmpfs_mb", d.TmpfsMB, docker.DefaultTmpfsMB},
 		{"docker warm_max", d.WarmMax, docker.DefaultWarmMax},
 		{"docker warm_idle", d.WarmIdle, docker.DefaultWarmIdle},
+		{"docker warm_per_session", d.WarmPerSession, docker.DefaultWarmPerSession},
 	}
 	for lang, img := range d.Images {
 		checks = append(checks, defaultCheck{"docker image " + lang, img, docker.DefaultImage})
@@ -102,7 +103,7 @@ func TestLoadFull(t *testing.T) {
 	if d := c.DeerFlow; !d.Enabled || d.PublicURL != "https://gate.example.com/" {
 		t.Fatalf("decoded deerflow %+v", d)
 	}
-	if g := c.Executors.GVisor; g != (DockerConfig{Enabled: true, Runtime: "runsc-kvm", Instance: "gw-2", MemoryMB: 384, WarmMax: 2}) {
+	if g := c.Executors.GVisor; g != (DockerConfig{Enabled: true, Runtime: "runsc-kvm", Instance: "gw-2", MemoryMB: 384, WarmMax: 2, WarmPerSession: 3}) {
 		t.Fatalf("gvisor decoded %+v", g)
 	}
 }

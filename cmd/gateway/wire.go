@@ -303,8 +303,8 @@ func dockerConfig(d DockerConfig, log *slog.Logger) docker.Config {
 		}
 	}
 	return docker.Config{
-		Host: d.Host, Images: images, CPUs: d.CPUs, TmpfsMB: d.TmpfsMB, WarmMax: d.WarmMax, WarmIdle: d.WarmIdle,
-		Runtime: d.Runtime, Instance: d.Instance, Logger: log,
+		Host: d.Host, Images: images, CPUs: d.CPUs, TmpfsMB: d.TmpfsMB, Runtime: d.Runtime, Instance: d.Instance, Logger: log,
+		WarmMax: d.WarmMax, WarmPerSession: d.WarmPerSession, WarmIdle: d.WarmIdle,
 		Limits: executors.Limits{MemoryMB: d.MemoryMB, MaxProcs: d.MaxProcs},
 	}
 }

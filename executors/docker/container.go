@@ -48,10 +48,13 @@ const codeTmpfsMB = 4
 // The shell stays as PID 1 (like docker --init): the program gets normal
 // signal semantics, and when the shell exits the kernel kills whatever the
 // program left behind. Once the interpreter has exited the shell writes
-// the exit status to stderr as a trailer (see exitTrailer): the gateway
-// has it as soon as the stream ends, without waiting for the engine to
-// process the exit (10-40 ms here). A program can only forge its own exit
-// status that way, which it controls anyway.
+// the exit status as a trailer (see exitTrailer) to stdout, then to
+// stderr: the gateway has the whole output and the status as soon as both
+// trailers arrive (runOutput), without waiting for the engine to close the
+// streams and process the exit. A program can only forge its own exit
+// status that way, which it controls anyway; a program forging both
+// trailers makes its run answer early, and whatever it still does then is
+// cut short by the container's removal, which starts at once.
 //
 // The interpreter flags match the subprocess executor: python3 -I (no
 // PYTHON* variables, no user site, script dir not on sys.path) -u
@@ -68,6 +71,7 @@ esac
 cat >"$f" || exit 125
 "$@" "$f" </dev/null
 s=$?
+printf '\0\036sandgate-exit:%d\036\0' "$s"
 printf '\0\036sandgate-exit:%d\036\0' "$s" >&2
 exit "$s"`
 
@@ -113,11 +117,12 @@ done
 [ "$n" = 0 ] && break
 done
 wait "$r1" "$r2"
+printf '\0\036sandgate-exit:%d\036\0' "$s"
 printf '\0\036sandgate-exit:%d\036\0' "$s" >&2
 exit "$s"`
 
 // exitTrailer prefixes and suffixes the exit status the boot script
-// writes at the end of stderr.
+// writes at the end of stdout and of stderr.
 const (
 	exitTrailerPrefix = "\x00\x1esandgate-exit:"
 	exitTrailerSuffix = "\x1e\x00"

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
@@ -254,6 +255,7 @@ func (e *Executor) Close(ctx context.Context) error {
 	select {
 	case <-done:
 		e.retryLeftovers(ctx)
+		e.sweepOwn(ctx)
 	case <-ctx.Done():
 		err = fmt.Errorf("docker: close: %w", ctx.Err())
 	}
@@ -265,6 +267,30 @@ func (e *Executor) Close(ctx context.Context) error {
 	}
 	e.mu.Unlock()
 	return errors.Join(err, e.cli.Close())
+}
+
+// sweepOwn removes every container this Executor value created that is
+// still there once its own work has ended. Those are containers whose
+// create call reached the engine while its answer was lost (the engine
+// connection dropped mid-call, as when it restarts while a warm container
+// is being prepared): no id was ever returned for them.
+func (e *Executor) sweepOwn(ctx context.Context) {
+	list, err := e.cli.ContainerList(ctx, client.ContainerListOptions{All: true,
+		Filters: e.instanceFilter().Add("label", labelBoot+"="+e.boot)})
+	if err != nil {
+		e.log.Warn("list own containers at close", "err", err.Error())
+		return
+	}
+	for _, c := range list.Items {
+		if err := e.removeNow(c.ID); err != nil {
+			e.mu.Lock()
+			e.leftover[c.ID] = true
+			e.mu.Unlock()
+		}
+	}
+	if n := len(list.Items); n > 0 {
+		e.log.Info("removed containers whose creation was not confirmed", "count", n)
+	}
 }
 
 // ReleaseSession implements executors.SessionReleaser: the session's warm
@@ -378,9 +404,14 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 	sh := newShape(e.cfg.Images[spec.Language], dir, spec.UID, spec.GID, lim, e.cfg.Runtime).withEgress(spec.Egress)
 	log := e.log.With("request_id", id, "session_id", spec.SessionID)
 
+	arrived := time.Now()
 	b, warm, err := e.acquire(ctx, spec.SessionID, id, sh)
 	if err != nil {
 		return executors.Result{}, err
+	}
+	later := false
+	if spec.SessionID != "" {
+		later = e.warm.replenish(spec.SessionID, arrived, sh)
 	}
 	stopEgress := func() {}
 	if b.egress != nil {
@@ -392,8 +423,8 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 	})
 	stopEgress()
 	e.discard(b)
-	if err == nil && spec.SessionID != "" {
-		e.warm.offer(spec.SessionID, sh)
+	if later && err == nil {
+		e.warm.topUp(spec.SessionID, sh)
 	}
 	log.DebugContext(ctx, "run finished", "warm", warm, "exit_code", res.ExitCode,
 		"timed_out", res.TimedOut, "oom_killed", res.OOMKilled, "truncated", res.Truncated,
@@ -413,7 +444,11 @@ func (e *Executor) acquire(ctx context.Context, session, request string, sh shap
 			return nil, false, fmt.Errorf("docker: %w", context.Cause(ctx))
 		}
 	}
+	t0 := time.Now()
 	b, err := e.prepare(ctx, sh, e.labels(session, request))
+	if err == nil {
+		e.warm.observePrep(time.Since(t0))
+	}
 	return b, false, err
 }
 

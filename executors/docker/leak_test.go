@@ -35,8 +35,15 @@ func TestMain(m *testing.M) {
 }
 
 // crashHelper runs one short run (so its session gets a warm container),
-// then a long one that writes started.txt and sleeps. It never returns on
-// its own: the parent kills it.
+// waits for that container to be up, then runs a long one (the first of
+// another session, so nothing is prepared alongside it) that writes
+// started.txt and sleeps. It never returns on its own: the parent kills
+// it.
+//
+// No container is being created when the parent kills it: one whose
+// create call is still in the engine when its client dies appears after
+// the restarted gateway has reaped, and is left for the restart after
+// that.
 func crashHelper() int {
 	ctx := context.Background()
 	e, err := New(ctx, Config{Instance: os.Getenv(helperInstanceEnv), Logger: slog.New(slog.DiscardHandler), WarmAfter: 1})
@@ -50,7 +57,9 @@ func crashHelper() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	e.warm.waitReady(ctx, s.SessionID)
+	for !e.warm.waitReady(ctx, s.SessionID) { // prepared after the run
+		time.Sleep(20 * time.Millisecond)
+	}
 	s.SessionID = "crash-session-2"
 	s.Code = "echo started > started.txt; sleep 600"
 	_, err = e.Execute(ctx, s)

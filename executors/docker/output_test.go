@@ -61,6 +61,50 @@ func TestTrailerAfterFlood(t *testing.T) {
 	}
 }
 
+// TestEndedOnBothTrailers: the run's output counts as complete only once
+// stdout and stderr both end with a trailer, in any order and however the
+// bytes are split; then both trailers are stripped and later bytes are
+// dropped.
+func TestEndedOnBothTrailers(t *testing.T) {
+	trailer := exitTrailerPrefix + "7" + exitTrailerSuffix
+	for _, tc := range []struct {
+		name           string
+		stdout, stderr string
+		ended          bool
+	}{
+		{"both", "out\n" + trailer, "err\n" + trailer, true},
+		{"stdout only", "out\n" + trailer, "err\n", false},
+		{"stderr only", "out\n", trailer, false},
+		{"trailer then more", "out\n" + trailer + "more", trailer, false},
+		{"empty output", trailer, trailer, true},
+	} {
+		for _, n := range []int{1, 4, 100} {
+			o := newRunOutput(output.Options{Limit: 1 << 20})
+			feedInPieces(o.Stdout(), tc.stdout, n)
+			feedInPieces(o.Stderr(), tc.stderr, n)
+			select {
+			case <-o.ended:
+				if !tc.ended {
+					t.Fatalf("%s/%d: ended early", tc.name, n)
+				}
+			default:
+				if tc.ended {
+					t.Fatalf("%s/%d: not ended", tc.name, n)
+				}
+				continue
+			}
+			_, _ = o.Stdout().Write([]byte("late"))
+			r := o.finish()
+			_, _ = o.Stderr().Write([]byte("later"))
+			code, found := o.exitStatus()
+			wantOut, wantErr := strings.TrimSuffix(tc.stdout, trailer), strings.TrimSuffix(tc.stderr, trailer)
+			if r.Stdout != wantOut || r.Stderr != wantErr || code != 7 || !found {
+				t.Errorf("%s/%d: stdout %q stderr %q code %d %v", tc.name, n, r.Stdout, r.Stderr, code, found)
+			}
+		}
+	}
+}
+
 type nopCloser struct{ io.Writer }
 
 func (nopCloser) Close() error { return nil }

@@ -194,7 +194,7 @@ func (e *Executor) run(ctx context.Context, b *box, in runInput) (executors.Resu
 	}()
 	go e.feed(b, in.lang, in.requestID, in.code, in.log)
 
-	killedFor, copyErr := e.await(ctx, b, in.timeout, copied)
+	killedFor, copyErr := e.await(ctx, b, in.timeout, copied, out.ended)
 	o := out.finish()
 	res := executors.Result{Duration: time.Since(began), Stdout: o.Stdout, Stderr: o.Stderr,
 		Truncated: o.Truncated, OutputPath: o.SpillPath}
@@ -241,11 +241,12 @@ func (e *Executor) feed(b *box, lang, requestID, code string, log *slog.Logger) 
 	}
 }
 
-// await waits for the output stream to end. At the timeout or when ctx
-// ends it kills the container first, and after KillGrace it stops waiting
-// for a stream the engine never closes. It returns why the container was
-// killed (errTimedOut or ctx's cause), nil when it ended by itself.
-func (e *Executor) await(ctx context.Context, b *box, timeout time.Duration, copied <-chan error) (killedFor, copyErr error) {
+// await waits for the output stream to end, or for both streams to end
+// with the boot script's trailer (ended). At the timeout or when ctx ends
+// it kills the container first, and after KillGrace it stops waiting for a
+// stream the engine never closes. It returns why the container was killed
+// (errTimedOut or ctx's cause), nil when it ended by itself.
+func (e *Executor) await(ctx context.Context, b *box, timeout time.Duration, copied <-chan error, ended <-chan struct{}) (killedFor, copyErr error) {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	done := ctx.Done()
@@ -261,6 +262,8 @@ func (e *Executor) await(ctx context.Context, b *box, timeout time.Duration, cop
 		select {
 		case copyErr = <-copied:
 			return killedFor, copyErr
+		case <-ended:
+			return killedFor, nil
 		case <-deadline.C:
 			kill(errTimedOut)
 		case <-done:

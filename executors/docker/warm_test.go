@@ -152,8 +152,8 @@ func TestWarmContainerThatDiedIsNotUsed(t *testing.T) {
 	settle(t, e, func() bool {
 		e.warm.mu.Lock()
 		defer e.warm.mu.Unlock()
-		s := e.warm.slots[a.id]
-		return s != nil && s.box != nil && s.box.exit.exited()
+		list := e.warm.slots[a.id]
+		return len(list) == 1 && list[0].box != nil && list[0].box.exit.exited()
 	})
 	res := execute(t, e, a.spec(executors.LangPython, "print(2)"))
 	if res.Stdout != "2\n" || e.warmHits.Load() != 0 {
@@ -182,4 +182,131 @@ func TestWarmAfterSecondRun(t *testing.T) {
 	if res := execute(t, e, s.spec(executors.LangBash, "echo third")); res.Stdout != "third\n" || e.warmHits.Load() != 1 {
 		t.Fatalf("third run %+v, warm hits %d, want 1", res, e.warmHits.Load())
 	}
+}
+
+// backToBack sends n runs of s one after the other, with no pause, and
+// returns how many of them a warm container served.
+func backToBack(t *testing.T, e *Executor, s session, n int) int64 {
+	t.Helper()
+	hits := e.warmHits.Load()
+	for i := range n {
+		if res := execute(t, e, s.spec(executors.LangBash, "echo run")); res.Stdout != "run\n" {
+			t.Fatalf("run %d: %+v", i, res)
+		}
+	}
+	return e.warmHits.Load() - hits
+}
+
+// TestWarmBackToBackHoldsSeveral: a session whose runs come back to back
+// holds WarmPerSession containers, every run after the first is served
+// warm, and however the session ends (released, idle, executor closed)
+// no container of it, and none of the executor's, remains.
+func TestWarmBackToBackHoldsSeveral(t *testing.T) {
+	for i, end := range []string{"release", "idle", "close"} {
+		t.Run(end, func(t *testing.T) {
+			t.Parallel()
+			idle := time.Minute
+			if end == "idle" {
+				idle = 2 * time.Second
+			}
+			e := newTestExecutor(t, func(c *Config) { c.WarmPerSession = 2; c.WarmIdle = idle })
+			s := newSession(t, 3_200_030+i)
+			if hits := backToBack(t, e, s, 6); hits != 5 {
+				t.Fatalf("%d of the 5 runs after the first were served warm", hits)
+			}
+			e.warm.waitReady(t.Context(), s.id)
+			e.bg.Wait() // the runs' own containers are removed
+			if n, left := e.warm.sessionSize(s.id), sessionContainers(t, e, s.id); n != 2 || len(left) != 2 {
+				t.Fatalf("back to back: %d warm containers, %d on the engine; want 2 and 2", n, len(left))
+			}
+			switch end {
+			case "release":
+				if err := e.ReleaseSession(t.Context(), s.id); err != nil {
+					t.Fatal(err)
+				}
+			case "close":
+				ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+				defer cancel()
+				if err := e.Close(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			settle(t, e, func() bool { return len(instanceContainers(t, e.cfg.Instance)) == 0 })
+			if n := e.warm.size(); n != 0 {
+				t.Fatalf("%d warm containers still counted", n)
+			}
+		})
+	}
+}
+
+// TestWarmPaceSizesTheSession: a session that pauses between runs longer
+// than a container takes to start holds one warm container, not
+// WarmPerSession.
+func TestWarmPaceSizesTheSession(t *testing.T) {
+	e := newTestExecutor(t, func(c *Config) { c.WarmPerSession = 3 })
+	s := newSession(t, 3_200_040)
+	for range 3 {
+		execute(t, e, s.spec(executors.LangBash, "true"))
+		e.warm.waitReady(t.Context(), s.id)
+		time.Sleep(2 * e.warm.prepTime())
+	}
+	if n := e.warm.sessionSize(s.id); n != 1 {
+		t.Fatalf("a paced session holds %d warm containers, want 1", n)
+	}
+}
+
+// TestWarmGlobalCapShared: at the global cap, a session without a warm
+// container takes one from a session holding several, and the cap holds.
+func TestWarmGlobalCapShared(t *testing.T) {
+	e := newTestExecutor(t, func(c *Config) { c.WarmMax = 2; c.WarmPerSession = 2 })
+	a, b := newSession(t, 3_200_050), newSession(t, 3_200_051)
+	backToBack(t, e, a, 4)
+	e.warm.waitReady(t.Context(), a.id)
+	if n := e.warm.sessionSize(a.id); n != 2 {
+		t.Fatalf("session a holds %d, want 2", n)
+	}
+	execute(t, e, b.spec(executors.LangBash, "true"))
+	if na, nb, total := e.warm.sessionSize(a.id), e.warm.sessionSize(b.id), e.warm.size(); na != 1 || nb != 1 || total != 2 {
+		t.Fatalf("after b's run: a holds %d, b %d, %d in all; want 1, 1, 2", na, nb, total)
+	}
+	e.warm.waitReady(t.Context(), a.id)
+	e.warm.waitReady(t.Context(), b.id)
+	e.bg.Wait()
+	if n := len(instanceContainers(t, e.cfg.Instance)); n != 2 {
+		t.Fatalf("%d containers on the engine, cap 2", n)
+	}
+}
+
+// TestWarmBurstTopsUpDuringTheRun: once a session sends runs back to back,
+// the container replacing the one a run took is started while that run is
+// still in flight, so it is ready when the run ends.
+func TestWarmBurstTopsUpDuringTheRun(t *testing.T) {
+	e := newTestExecutor(t, func(c *Config) { c.WarmPerSession = 2 })
+	s := newSession(t, 3_200_060)
+	backToBack(t, e, s, 4)
+	done := make(chan executors.Result, 1)
+	go func() {
+		res, _ := e.Execute(t.Context(), s.spec(executors.LangBash, "sleep 3; echo slept"))
+		done <- res
+	}()
+	ready := false
+	for !ready {
+		select {
+		case res := <-done:
+			t.Fatalf("the run ended (%+v) before the session held 2 ready containers (it holds %d)", res, e.warm.sessionSize(s.id))
+		case <-time.After(20 * time.Millisecond):
+		}
+		ready = e.warm.sessionSize(s.id) == 2 && readyNow(t, e, s.id)
+	}
+	if res := <-done; res.Stdout != "slept\n" {
+		t.Fatalf("run %+v", res)
+	}
+}
+
+// readyNow reports whether every warm container of session is prepared,
+// without waiting.
+func readyNow(t *testing.T, e *Executor, session string) bool {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Millisecond)
+	defer cancel()
+	return e.warm.waitReady(ctx, session)
 }

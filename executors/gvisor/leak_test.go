@@ -32,7 +32,12 @@ func TestMain(m *testing.M) {
 }
 
 // crashHelper runs one short run (so its session gets a warm container),
-// then a long one that writes started.txt and sleeps. The parent kills it.
+// waits for that container to run, then runs a long one (the first of
+// another session, so nothing is prepared alongside it) that writes
+// started.txt and sleeps. The parent kills it. No container is being
+// created then: one whose create call is still in the engine when its
+// client dies appears after the restarted gateway has reaped, and is left
+// for the restart after that.
 func crashHelper() int {
 	ctx := context.Background()
 	e, err := New(ctx, Config{Instance: os.Getenv(helperInstanceEnv), Logger: slog.New(slog.DiscardHandler), WarmAfter: 1})
@@ -45,6 +50,15 @@ func crashHelper() int {
 	if _, err := e.Execute(ctx, s); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
+	}
+	for { // the warm container is prepared after the run
+		out, _ := exec.Command("docker", "ps", "-q", "--filter", "status=running",
+			"--filter", "label=sandgate.instance="+os.Getenv(helperInstanceEnv),
+			"--filter", "label=sandgate.session="+s.SessionID, "--filter", "label=sandgate.warm=true").Output()
+		if len(out) > 0 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	s.SessionID = "crash-session-2"
 	s.Code = "echo started > started.txt; sleep 600"
