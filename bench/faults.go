@@ -31,24 +31,26 @@ type faultOpts struct {
 
 // faultRun is the fault soak's whole result (docs/perf/reliability.json).
 type faultRun struct {
-	Date       time.Time           `json:"date"`
-	Commit     string              `json:"commit"`
-	Machine    machine             `json:"machine"`
-	Load       [3]float64          `json:"loadavg_start"`
-	LoadEnd    [3]float64          `json:"loadavg_end"`
-	DurationS  float64             `json:"duration_s"`
-	Workers    int                 `json:"workers"`
-	Executors  []string            `json:"executors"`
-	Missing    map[string]string   `json:"executors_missing,omitempty"`
-	Faults     []faultResult       `json:"faults"`
-	Samples    []faultSample       `json:"samples"`
-	Flat       map[string]flatness `json:"flatness"`
-	Ops        map[string]opStats  `json:"ops"`
-	Errors     []errorClass        `json:"errors"`
-	Audit      auditCheck          `json:"audit_end"`
-	LeaksEnd   leakCount           `json:"leaks_after_stop"`
-	LeaksFinal leakCount           `json:"leaks_before_stop"`
-	CIVariant  bool                `json:"ci_variant"`
+	Date      time.Time           `json:"date"`
+	Commit    string              `json:"commit"`
+	Machine   machine             `json:"machine"`
+	Load      [3]float64          `json:"loadavg_start"`
+	LoadEnd   [3]float64          `json:"loadavg_end"`
+	DurationS float64             `json:"duration_s"`
+	Workers   int                 `json:"workers"`
+	Executors []string            `json:"executors"`
+	Missing   map[string]string   `json:"executors_missing,omitempty"`
+	Faults    []faultResult       `json:"faults"`
+	Samples   []faultSample       `json:"samples"`
+	Flat      map[string]flatness `json:"flatness"`
+	Ops       map[string]opStats  `json:"ops"`
+	Errors    []errorClass        `json:"errors"`
+	// Unexplained are the first requests whose failure is not allowed.
+	Unexplained []opRecord `json:"unexplained,omitempty"`
+	Audit       auditCheck `json:"audit_end"`
+	LeaksEnd    leakCount  `json:"leaks_after_stop"`
+	LeaksFinal  leakCount  `json:"leaks_before_stop"`
+	CIVariant   bool       `json:"ci_variant"`
 }
 
 // faultResult is one injection and the accounting after it.

@@ -38,6 +38,8 @@ type soakEnv struct {
 	warmMax  int
 	// mounts are the soak's own mounts (tmpfs, the aio state bind).
 	mounts []string
+	// netnsSeen is when each unused network namespace was first seen.
+	netnsSeen map[string]time.Time
 }
 
 type containerInfo struct {
@@ -114,10 +116,8 @@ func (e *soakEnv) countLeaks(ctx context.Context, at string, g *soakGateway, run
 	if l.Overlays > live {
 		l.Leaked = append(l.Leaked, fmt.Sprintf("%d overlay mounts for %d running containers", l.Overlays, live))
 	}
-	if l.NetNS > live {
-		l.Leaked = append(l.Leaked, fmt.Sprintf("%d network namespaces for %d running containers", l.NetNS, live))
-	}
-	l.Leaked = append(l.Leaked, e.strayMounts()...)
+	l.Leaked = append(l.Leaked, e.staleNetNS(ctx, cs)...)
+	l.Leaked = append(l.Leaked, e.strayMounts(l.AIO)...)
 	ents, _ := os.ReadDir(e.tmpDir)
 	l.TempFiles = len(ents)
 	for _, d := range ents {
@@ -138,8 +138,56 @@ func (e *soakEnv) engineMounts() (overlays, netns int) {
 	return overlays, len(ents)
 }
 
-// strayMounts are mounts under the soak's directories other than its own.
-func (e *soakEnv) strayMounts() []string {
+// netnsGrace is how long a network namespace may outlive its container:
+// the engine (libnetwork) removes those of removed containers in a
+// garbage collection every 60 s, not at once.
+const netnsGrace = 150 * time.Second
+
+// staleNetNS lists the engine's network namespaces that belong to no
+// running container and have been seen for longer than netnsGrace.
+func (e *soakEnv) staleNetNS(ctx context.Context, cs []containerInfo) []string {
+	inUse := map[string]bool{}
+	var ids []string
+	for _, c := range cs {
+		if c.State == "running" {
+			ids = append(ids, c.ID)
+		}
+	}
+	if len(ids) > 0 {
+		out, _ := e.engine.docker(ctx, append([]string{"inspect", "-f", "{{.NetworkSettings.SandboxKey}}"}, ids...)...)
+		for _, k := range strings.Fields(out) {
+			inUse[filepath.Base(k)] = true
+		}
+	}
+	if e.netnsSeen == nil {
+		e.netnsSeen = map[string]time.Time{}
+	}
+	ents, _ := os.ReadDir(filepath.Join(e.engine.execRoot, "netns"))
+	now := time.Now()
+	seen := map[string]time.Time{}
+	var out []string
+	for _, d := range ents {
+		n := d.Name()
+		if inUse[n] {
+			continue
+		}
+		first, ok := e.netnsSeen[n]
+		if !ok {
+			first = now
+		}
+		seen[n] = first
+		if now.Sub(first) > netnsGrace {
+			out = append(out, fmt.Sprintf("network namespace %s unused for %.0fs", n, now.Sub(first).Seconds()))
+		}
+	}
+	e.netnsSeen = seen
+	return out
+}
+
+// strayMounts are mounts under the soak's directories other than its own
+// and the aio pool's per-instance workspace binds (one per live
+// instance).
+func (e *soakEnv) strayMounts(aioLive int) []string {
 	own := map[string]int{}
 	for _, m := range e.mounts {
 		own[m]++
@@ -151,6 +199,10 @@ func (e *soakEnv) strayMounts() []string {
 		}
 		if own[m] > 0 {
 			own[m]--
+			continue
+		}
+		if strings.HasPrefix(m, e.aioState+"/") && strings.HasSuffix(m, "/ws") && aioLive > 0 {
+			aioLive--
 			continue
 		}
 		out = append(out, "mount "+m)
@@ -280,6 +332,7 @@ type auditCheck struct {
 	Missing     []string `json:"missing,omitempty"`
 	FailClosed  int      `json:"fail_closed"`
 	Unfinished  []string `json:"unfinished,omitempty"`
+	StartedOnly int      `json:"started_only_disk_full"`
 	Interrupted int      `json:"interrupted"`
 	Cut         int      `json:"cut_in_flight"`
 }
@@ -327,9 +380,22 @@ func checkAudit(ctx context.Context, g *soakGateway, recs []opRecord) (auditChec
 		return auditCheck{}, err
 	}
 	c := auditCheck{Records: len(byID)}
+	faultOf := map[string]string{}
+	for _, r := range recs {
+		if r.RequestID != "" {
+			faultOf[r.RequestID] = r.Fault
+		}
+	}
 	for id, outcome := range byID {
 		switch outcome {
 		case "started":
+			if diskFaults[faultOf[id]] {
+				// Its completion could not be written: the started
+				// record stands (and becomes interrupted at the next
+				// start), the run is not unrecorded.
+				c.StartedOnly++
+				continue
+			}
 			c.Unfinished = append(c.Unfinished, id)
 		case "interrupted":
 			c.Interrupted++

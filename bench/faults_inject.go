@@ -280,22 +280,22 @@ func injectAuditFull(ctx context.Context, k *faultKit) (string, float64, error) 
 	if err := k.dataFS.fill(); err != nil {
 		return "", 0, err
 	}
-	marker := "ran-" + randHex()
-	code := fmt.Sprintf("open('/workspace/%s', 'w').write('x')\nprint(1)", marker)
-	var answers []string
-	ranUnaudited := 0
-	for range 3 {
+	// Marker runs until one is refused (SQLite may still find room in
+	// its write-ahead log for a while), at most 15 s.
+	answers := map[string]int{}
+	ranUnaudited, refused := 0, 0
+	for t0 := time.Now(); time.Since(t0) < 15*time.Second && refused < 3 && ctx.Err() == nil; {
+		marker := "ran-" + randHex()
+		code := fmt.Sprintf("open('/workspace/%s', 'w').write('x')\nprint(1)", marker)
 		a := k.probe(ctx, runOp("marker run", code, 0, false, "", ""), sess)
-		answers = append(answers, answerKey(a))
+		answers[answerKey(a)]++
 		if !a.ok() {
+			refused++
 			if k.markerExists(sess, marker) {
 				ranUnaudited++
 			}
 		}
-		marker = "ran-" + randHex()
-		code = fmt.Sprintf("open('/workspace/%s', 'w').write('x')\nprint(1)", marker)
 	}
-	sleepCtx(ctx, 3*time.Second)
 	if err := k.dataFS.drain(); err != nil {
 		return "", 0, err
 	}

@@ -43,7 +43,7 @@ func classify(r opRecord) (answer string, allowed bool, why string) {
 	switch {
 	case r.Bad != "":
 		return "2xx with a wrong result", false, "a success must be a correct result"
-	case r.Status == 0:
+	case r.Status == 0 || r.Err != "":
 		if r.Fault == faultGateway {
 			return "connection cut", true, "in flight when the gateway was killed; the client retries"
 		}
@@ -84,6 +84,9 @@ func finishRun(run *faultRun, recs []opRecord) {
 				classes[key] = c
 			}
 			c.Count++
+			if !ok && len(run.Unexplained) < 40 {
+				run.Unexplained = append(run.Unexplained, r)
+			}
 		} else {
 			st.OK++
 			lat[op] = append(lat[op], time.Duration(r.DurMS*float64(time.Millisecond)))
@@ -130,6 +133,9 @@ func flatLastHalf(ss []faultSample) map[string]flatness {
 	for _, s := range ss {
 		if s.T < end/2 || s.SinceStart < 30 {
 			continue
+		}
+		if s.RSSMB < 0 || s.Goroutines < 0 || s.FDs < 0 {
+			continue // a reading that failed
 		}
 		series["rss_mb"] = append(series["rss_mb"], s.RSSMB)
 		series["goroutines"] = append(series["goroutines"], float64(s.Goroutines))
@@ -276,8 +282,8 @@ func reliabilityMarkdown(run *faultRun, vs []verdict) string {
 		p("| %s | %d (%d, %d) | %d | %d | %d | %d | %s |\n", l.At, l.Containers, l.Warm, l.AIO, l.GatewayChildren, l.Overlays, l.NetNS, l.TempFiles, mdEscape(strings.Join(l.Leaked, "; ")))
 	}
 	p("\nSandbox processes are counted as leaked when they run as a session uid (≥ %d) and no owner (a gateway, a container runtime) is above them. Containers: any not running, a per-run container with no run in flight, a warm container older than the gateway process, or more than the pool bounds; after the gateway stops, any.\n", sandboxUIDBase)
-	p("\n## Audit\n\n%d requests answered, %d records in the log; %d answered without a record; %d records left `started`; %d `interrupted` (runs in flight when the gateway was killed); %d requests cut in flight (no answer, so no request id to match); %d answered `internal` without a record while the audit disk was full (fail closed: the marker runs show nothing ran).\n",
-		run.Audit.Answered, run.Audit.Records, len(run.Audit.Missing), len(run.Audit.Unfinished), run.Audit.Interrupted, run.Audit.Cut, run.Audit.FailClosed)
+	p("\n## Audit\n\n%d requests answered, %d records in the log; %d answered without a record; %d records left `started` (%d more whose completion hit the full audit disk); %d `interrupted` (runs in flight when the gateway was killed); %d requests cut in flight (no answer, so no request id to match); %d answered `internal` without a record while the audit disk was full (fail closed: the marker runs show nothing ran).\n",
+		run.Audit.Answered, run.Audit.Records, len(run.Audit.Missing), len(run.Audit.Unfinished), run.Audit.StartedOnly, run.Audit.Interrupted, run.Audit.Cut, run.Audit.FailClosed)
 	for _, m := range run.Audit.Missing {
 		p("- missing: %s\n", mdEscape(m))
 	}
@@ -291,6 +297,12 @@ func reliabilityMarkdown(run *faultRun, vs []verdict) string {
 			}
 		}
 		p("| %s | %s | %s | %d | %s |\n", orNone(e.Fault), e.Op, e.Answer, e.Count, mdEscape(v))
+	}
+	if len(run.Unexplained) > 0 {
+		p("\nThe first failures not allowed, in order:\n\n")
+		for _, r := range run.Unexplained {
+			p("- %s %s %s in %s: %d %s %s (fault %q)\n", r.Start.UTC().Format("15:04:05.000"), r.Op, r.RequestID, r.Session, r.Status, r.Code, mdEscape(firstOf(r.Bad, r.Err)), r.Fault)
+		}
 	}
 	p("\n## Resources\n\nSampled every few seconds with no request in flight and no fault being injected; judged over the second half of the run, leaving out the first 30 s of each gateway process (the SIGKILL fault restarts it from nothing).\n\n| series | min | median | max | flat ±10%% |\n|---|---|---|---|---|\n")
 	for _, k := range []string{"rss_mb", "goroutines", "fds"} {
