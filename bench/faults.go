@@ -357,6 +357,7 @@ func setupSoakEnv(ctx context.Context, o faultOpts) (*soakEnv, func(), error) {
 		return nil, cleanup, errors.New("another fault soak holds the private engine (" + lock.Name() + ")")
 	}
 	undo = append(undo, func() { lock.Close() })
+	env.engine.dropLeases()
 	if err := env.engine.start(ctx); err != nil {
 		return nil, cleanup, err
 	}
@@ -416,9 +417,9 @@ func startSoakGateway(ctx context.Context, env *soakEnv, o faultOpts) (*faultKit
 	if err != nil {
 		return nil, err
 	}
-	rootDir := ""
-	if fi, err := os.Stat("/var/lib/sandgate/rootfs/runtime"); err == nil && fi.IsDir() {
-		rootDir = "/var/lib/sandgate/rootfs/runtime"
+	rootDir, err := env.engine.privateRuntimeRoot(ctx)
+	if err != nil {
+		return nil, err
 	}
 	conf := filepath.Join(dir, "gateway.yaml")
 	yaml := fmt.Sprintf(`policy:

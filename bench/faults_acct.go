@@ -121,6 +121,9 @@ func (e *soakEnv) countLeaks(ctx context.Context, at string, g *soakGateway, run
 	ents, _ := os.ReadDir(e.tmpDir)
 	l.TempFiles = len(ents)
 	for _, d := range ents {
+		if running && ownedBy(filepath.Join(e.tmpDir, d.Name()), gwPid) {
+			continue // the live gateway's subprocess run directory
+		}
 		l.Leaked = append(l.Leaked, "temp file "+filepath.Join(e.tmpDir, d.Name()))
 	}
 	return l
@@ -419,4 +422,16 @@ func checkAudit(ctx context.Context, g *soakGateway, recs []opRecord) (auditChec
 		c.Missing = append(c.Missing, fmt.Sprintf("%s %s (%d %s, fault %q)", r.Op, r.RequestID, r.Status, r.Code, r.Fault))
 	}
 	return c, nil
+}
+
+// ownedBy reports whether dir is a subprocess executor's run directory
+// whose owner file names pid.
+func ownedBy(dir string, pid int) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "owner"))
+	if err != nil {
+		return false
+	}
+	var owner int
+	_, err = fmt.Sscan(string(b), &owner)
+	return err == nil && owner == pid
 }

@@ -48,7 +48,7 @@ func (e privateEngine) check() error {
 	return nil
 }
 
-func (e privateEngine) script(ctx context.Context, verb string) error {
+func (e privateEngine) script(ctx context.Context, verb string) (string, error) {
 	cmd := exec.CommandContext(ctx, "./scripts/dockerd.sh", verb, fmt.Sprint(e.holder))
 	cmd.Env = append(os.Environ(),
 		"SANDGATE_DOCKERD_STATE="+e.state, "SANDGATE_DOCKERD_SOCK="+e.sock,
@@ -56,13 +56,34 @@ func (e privateEngine) script(ctx context.Context, verb string) error {
 		"SANDGATE_DOCKERD_PIDFILE="+filepath.Join(e.state, "docker.pid"), "SANDGATE_DOCKERD_LOG="+e.log)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("dockerd.sh %s (private engine): %w: %s", verb, err, out)
+		return "", fmt.Errorf("dockerd.sh %s (private engine): %w: %s", verb, err, out)
 	}
-	return nil
+	return string(out), nil
 }
 
-func (e privateEngine) start(ctx context.Context) error { return e.script(ctx, "start") }
-func (e privateEngine) stop(ctx context.Context) error  { return e.script(ctx, "stop") }
+func (e privateEngine) start(ctx context.Context) error {
+	_, err := e.script(ctx, "start")
+	return err
+}
+
+// stop stops the engine, and says so when dockerd.sh left it running.
+func (e privateEngine) stop(ctx context.Context) error {
+	out, err := e.script(ctx, "stop")
+	if err == nil && e.ping() {
+		return fmt.Errorf("the private engine still answers after dockerd.sh stop: %s", strings.TrimSpace(out))
+	}
+	return err
+}
+
+// dropLeases removes every lease on the private engine: the caller holds
+// the soak's lock, so no one else may be using it, and a lease left by a
+// killed soak (whose pid has been recycled) would keep stop from stopping.
+func (e privateEngine) dropLeases() {
+	ents, _ := os.ReadDir(filepath.Join(e.state, "leases"))
+	for _, d := range ents {
+		_ = os.Remove(filepath.Join(e.state, "leases", d.Name()))
+	}
+}
 
 // ping reports whether the engine's API answers /_ping.
 func (e privateEngine) ping() bool {
@@ -163,3 +184,64 @@ func (f smallFS) fill() error {
 func (f smallFS) drain() error { return os.Remove(f.filler) }
 
 func (f smallFS) unmount() { _ = syscall.Unmount(f.dir, syscall.MNT_DETACH) }
+
+// privateRootBase holds the soak's own export of the runtime root.
+const privateRootBase = "/var/lib/sgsoak-rootfs"
+
+// privateRuntimeRoot exports the private engine's sandgate/runtime image
+// as the subprocess executor's root (scripts/images.sh's extract, in Go),
+// once per image: the shared export under /var/lib/sandgate/rootfs is
+// replaced whenever someone on the machine builds another recipe, and a
+// root that vanishes under the gateway would be a fault of nobody's
+// schedule.
+func (e privateEngine) privateRuntimeRoot(ctx context.Context) (string, error) {
+	id, err := e.docker(ctx, "image", "inspect", "-f", "{{.Id}}", "sandgate/runtime:latest")
+	if err != nil {
+		return "", err
+	}
+	id = strings.TrimPrefix(id, "sha256:")
+	if len(id) > 12 {
+		id = id[:12]
+	}
+	dest := filepath.Join(privateRootBase, "runtime-"+id)
+	if fi, err := os.Stat(dest); err == nil && fi.IsDir() {
+		return dest, nil
+	}
+	if err := os.MkdirAll(privateRootBase, 0o755); err != nil {
+		return "", err
+	}
+	olds, _ := filepath.Glob(filepath.Join(privateRootBase, "*"))
+	for _, o := range olds {
+		_ = os.RemoveAll(o)
+	}
+	tmp, err := os.MkdirTemp(privateRootBase, ".export")
+	if err != nil {
+		return "", err
+	}
+	c, err := e.docker(ctx, "create", "--network", "none", "sandgate/runtime:latest", "/bin/true")
+	if err != nil {
+		return "", err
+	}
+	defer func() { _, _ = e.docker(context.Background(), "rm", c) }()
+	sh := fmt.Sprintf("docker -H %s export %s | tar -C %s --numeric-owner -xpf -", e.host(), c, tmp)
+	if out, err := exec.CommandContext(ctx, "sh", "-c", sh).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("export the runtime root: %w: %s", err, out)
+	}
+	for _, f := range []string{".dockerenv", "dev/console", "etc/hostname", "etc/hosts", "etc/resolv.conf"} {
+		_ = os.Remove(filepath.Join(tmp, f))
+	}
+	etc := map[string]string{
+		"etc/hostname":    "sandbox\n",
+		"etc/hosts":       "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+		"etc/resolv.conf": "",
+	}
+	for f, body := range etc {
+		if err := os.WriteFile(filepath.Join(tmp, f), []byte(body), 0o644); err != nil {
+			return "", err
+		}
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return "", err
+	}
+	return dest, os.Rename(tmp, dest)
+}

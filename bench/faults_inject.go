@@ -163,12 +163,21 @@ func (k *faultKit) aioVictim(ctx context.Context, sess string) (containerInfo, e
 // injectAIORemoved removes a session's aio container under it (docker
 // rm -f) and checks that the session's next aio run works.
 func injectAIORemoved(ctx context.Context, k *faultKit) (string, float64, error) {
-	sess := k.session("aio")
-	c, err := k.aioVictim(ctx, sess)
-	if err != nil {
-		return "", 0, err
+	// The pool may evict the instance itself (an idle one, to make room)
+	// just as the fault picks it: then the fault picks again.
+	var c containerInfo
+	var err error
+	sess := ""
+	for try := 0; try < 3; try++ {
+		sess = k.session("aio")
+		if c, err = k.aioVictim(ctx, sess); err != nil {
+			return "", 0, err
+		}
+		if _, err = k.env.engine.docker(ctx, "rm", "-f", c.ID); err == nil {
+			break
+		}
 	}
-	if _, err := k.env.engine.docker(ctx, "rm", "-f", c.ID); err != nil {
+	if err != nil {
 		return "", 0, err
 	}
 	rec, seen, err := k.untilOK(ctx, aioProbe, sess, 60*time.Second)
@@ -284,7 +293,10 @@ func injectAuditFull(ctx context.Context, k *faultKit) (string, float64, error) 
 	// its write-ahead log for a while), at most 15 s.
 	answers := map[string]int{}
 	ranUnaudited, refused := 0, 0
-	for t0 := time.Now(); time.Since(t0) < 15*time.Second && refused < 3 && ctx.Err() == nil; {
+	// Between marker runs, bursts of cheap audited requests (listings)
+	// use up the room the database still has.
+	list := fileOp("file.list", "GET", "/files/list?path=/workspace", "", nil, "")
+	for t0 := time.Now(); time.Since(t0) < 30*time.Second && refused < 3 && ctx.Err() == nil; {
 		marker := "ran-" + randHex()
 		code := fmt.Sprintf("open('/workspace/%s', 'w').write('x')\nprint(1)", marker)
 		a := k.probe(ctx, runOp("marker run", code, 0, false, "", ""), sess)
@@ -294,6 +306,9 @@ func injectAuditFull(ctx context.Context, k *faultKit) (string, float64, error) 
 			if k.markerExists(sess, marker) {
 				ranUnaudited++
 			}
+		}
+		for range 50 {
+			k.probe(ctx, list, sess)
 		}
 	}
 	if err := k.dataFS.drain(); err != nil {

@@ -164,8 +164,13 @@ func runWorkers(ctx context.Context, g *soakGateway, rec *recorder, ops []loadOp
 		session := fmt.Sprintf("%s-%d", tag, i)
 		offset := i * 3 // workers start at different steps
 		wg.Go(func() {
-			for n := offset; ctx.Err() == nil; n++ {
-				op := ops[n%len(ops)]
+			// The session's notes first, so that a worker starting at
+			// the edit, grep or read finds them.
+			for n := 0; ctx.Err() == nil; n++ {
+				op := ops[1] // the write
+				if n > 0 {
+					op = ops[(offset+n)%len(ops)]
+				}
 				rest.RLock()
 				if ctx.Err() != nil {
 					rest.RUnlock()

@@ -84,7 +84,7 @@ func main() {
 	flag.DurationVar(&fo.gap, "faults-gap", 15*time.Second, "workload-only time between two faults")
 	flag.DurationVar(&fo.warmup, "faults-warmup", 20*time.Second, "workload before the first fault")
 	flag.IntVar(&fo.workers, "faults-workers", 6, "concurrent sessions of the fault soak's workload")
-	flag.IntVar(&fo.aioMax, "faults-aio-max", 4, "aio max_instances of the fault soak's gateway")
+	flag.IntVar(&fo.aioMax, "faults-aio-max", 8, "aio max_instances of the fault soak's gateway")
 	flag.BoolVar(&fo.ciVariant, "faults-ci", false, "mark the run as the short CI variant")
 	flag.Parse()
 	fo.interval, fo.out, fo.jsonOut = *soakEvery, *out, *jsonOut
