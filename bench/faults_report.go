@@ -199,7 +199,13 @@ func (run *faultRun) verdicts(rounds int) []verdict {
 		flat = flat && ok && f.Flat
 		fs = append(fs, fmt.Sprintf("%s %.0f–%.0f (median %.0f)", k, f.Min, f.Max, f.Median))
 	}
-	vs = append(vs, verdict{"RSS, goroutines, fds flat ±10% over the last half", strings.Join(fs, "; "), flat})
+	if run.CIVariant {
+		// Two minutes with a gateway restart in them say nothing about a
+		// trend: shown, not judged.
+		vs = append(vs, verdict{"RSS, goroutines, fds (not judged in the short variant)", strings.Join(fs, "; "), true})
+	} else {
+		vs = append(vs, verdict{"RSS, goroutines, fds flat ±10% over the last half", strings.Join(fs, "; "), flat})
+	}
 	worst := 0.0
 	n := 0
 	for _, f := range run.Faults {

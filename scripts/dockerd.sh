@@ -73,6 +73,9 @@ ping_engine() {
 
 alive() { [ -n "$1" ] && kill -0 "$1" 2>/dev/null; }
 
+# running PID: alive and not a zombie waiting to be reaped.
+running() { alive "$1" && [ "$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null)" != Z ]; }
+
 # started_pid prints the pid of the dockerd this script started, if it still runs.
 started_pid() {
   local pid
@@ -194,6 +197,10 @@ start() {
     register_runsc
     return 0
   fi
+  # launched is the pid just started: until it has exec'd dockerd its
+  # comm is still this shell's (or setsid's), so the wait below watches
+  # it by pid, not through started_pid (which checks the comm).
+  local launched=""
   if [ -n "$(started_pid)" ]; then
     echo "dockerd: started earlier, waiting for it"
   else
@@ -210,15 +217,16 @@ start() {
     # setsid: the engine must outlive this shell and make's job control.
     setsid dockerd --bridge=none --iptables=false --ip6tables=false \
       "${extra[@]}" -H "unix://$SOCK" >>"$LOG" 2>&1 </dev/null 9>&- &
-    echo $! >"$STATE_DIR/dockerd.pid"
-    echo "dockerd: started pid $! (log $LOG)"
+    launched=$!
+    echo "$launched" >"$STATE_DIR/dockerd.pid"
+    echo "dockerd: started pid $launched (log $LOG)"
   fi
   for _ in $(seq $((WAIT_S * 5))); do
     if ping_engine; then
       echo "dockerd: ready"
       return 0
     fi
-    if [ -z "$(started_pid)" ]; then
+    if { [ -n "$launched" ] && ! running "$launched"; } || { [ -z "$launched" ] && [ -z "$(started_pid)" ]; }; then
       echo "dockerd: exited during start-up; last log lines:" >&2
       tail -n 20 "$LOG" >&2 || true
       exit 1
