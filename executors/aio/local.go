@@ -86,6 +86,9 @@ type backend interface {
 	bind(ctx context.Context, h *handle, b binding) (*Client, error)
 	destroy(ctx context.Context, h *handle) error
 	adopt(ctx context.Context) ([]adoptable, error)
+	// gone reports whether the instance's container has stopped or been
+	// removed behind the pool's back (false when it cannot tell).
+	gone(ctx context.Context, h *handle) bool
 	containerName(session string) string
 	// close releases the backend; keep leaves the instances' state for
 	// the next process to adopt.
@@ -482,6 +485,19 @@ func (b *localBackend) destroy(ctx context.Context, h *handle) error {
 		b.cleanState(h)
 	}
 	return errors.Join(errs...)
+}
+
+// gone inspects the instance's container: removed, or no longer running
+// (killed, or stopped with its engine).
+func (b *localBackend) gone(ctx context.Context, h *handle) bool {
+	if h.containerID == "" {
+		return false
+	}
+	res, err := b.cli.ContainerInspect(ctx, h.containerID, client.ContainerInspectOptions{})
+	if err != nil {
+		return cerrdefs.IsNotFound(err)
+	}
+	return res.Container.State != nil && !res.Container.State.Running
 }
 
 // cleanState removes the state directory's known entries, each with a

@@ -477,9 +477,14 @@ func (p *pool) kick() {
 	}
 }
 
-// loop reaps idle instances and starts instances ahead.
+// goneCheckEvery bounds the loop's period, and so how long an instance
+// whose container died stays in the pool.
+const goneCheckEvery = 5 * time.Second
+
+// loop reaps idle instances (timed out, or whose container is gone) and
+// starts instances ahead.
 func (p *pool) loop() {
-	tick := time.NewTicker(min(max(p.cfg.IdleTimeout/4, 50*time.Millisecond), 30*time.Second))
+	tick := time.NewTicker(min(max(p.cfg.IdleTimeout/4, 50*time.Millisecond), goneCheckEvery))
 	defer tick.Stop()
 	for {
 		select {
@@ -489,12 +494,50 @@ func (p *pool) loop() {
 		case <-p.kickCh:
 		}
 		p.tryAdopt(p.life)
+		p.reapGone()
 		p.mu.Lock()
 		if !p.closed {
 			p.reapLocked()
 			p.replenishLocked()
 		}
 		p.mu.Unlock()
+	}
+}
+
+// reapGone destroys the idle instances whose container died or was
+// removed from outside (an engine restart, docker rm, an OOM kill):
+// without it a dead instance stays in the pool, its container and state
+// left behind, until its session's next run or its idle timeout (issue
+// 21's soak counted them after an engine restart). The inspections run
+// outside the lock; an instance used meanwhile is left to its run, which
+// finds out itself.
+func (p *pool) reapGone() {
+	p.mu.Lock()
+	var idle []*instance
+	for _, in := range p.all {
+		if in.state == stateIdle && in.h != nil {
+			idle = append(idle, in)
+		}
+	}
+	p.mu.Unlock()
+	var dead []*instance
+	for _, in := range idle {
+		ctx, cancel := context.WithTimeout(p.life, 5*time.Second)
+		if p.be.gone(ctx, in.h) {
+			dead = append(dead, in)
+		}
+		cancel()
+	}
+	if len(dead) == 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, in := range dead {
+		if !p.closed && in.state == stateIdle && in.h != nil {
+			p.log.Warn("aio: instance container gone; removing it", "slot", in.slot)
+			p.destroyLocked(in)
+		}
 	}
 }
 

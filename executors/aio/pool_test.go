@@ -78,6 +78,21 @@ func (f *fakeBackend) adopt(context.Context) ([]adoptable, error) {
 	return f.adoptable, nil
 }
 
+// gone: a "container" killed from outside is one no longer live that
+// the pool did not destroy.
+func (f *fakeBackend) gone(_ context.Context, h *handle) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !f.live[h.slot]
+}
+
+// kill removes slot's "container" behind the pool's back.
+func (f *fakeBackend) kill(slot string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.live, slot)
+}
+
 func (f *fakeBackend) containerName(s string) string { return "fake-" + s }
 func (f *fakeBackend) close(bool)                    {}
 
@@ -341,5 +356,46 @@ func TestPoolNeverExceedsMax(t *testing.T) {
 	wg.Wait()
 	if _, _, _, _, high := be.counts(); high > 5 {
 		t.Errorf("%d containers at once, max_instances 5", high)
+	}
+}
+
+// TestPoolReapsGoneInstances: an idle instance whose container died
+// behind the pool's back (an engine restart, docker rm) is removed by the
+// pool's loop, not left until its idle timeout, and the session's next
+// acquire gets a new one (issue 21's soak found exited aio containers
+// after an engine restart).
+func TestPoolReapsGoneInstances(t *testing.T) {
+	be := newFakeBackend()
+	p := newFakePool(t, be)
+	l, err := p.acquire(context.Background(), bindingFor("s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := l.in.slot
+	l.release(false)
+	be.kill(slot)
+	deadline := time.Now().Add(3 * goneCheckEvery)
+	for {
+		if _, _, destroys, _, _ := be.counts(); destroys == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the instance whose container is gone was not removed in %s", 3*goneCheckEvery)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, ok := p.info("s"); ok {
+		t.Error("the session still has the dead instance")
+	}
+	l, err = p.acquire(context.Background(), bindingFor("s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.in.slot == slot {
+		t.Error("the session got its dead instance back")
+	}
+	l.release(false)
+	if creates, _, _, _, _ := be.counts(); creates != 2 {
+		t.Errorf("creates %d, want 2", creates)
 	}
 }
