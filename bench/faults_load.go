@@ -137,7 +137,7 @@ func soakOps(executors map[string]bool) []loadOp {
 		fileOp("file.write", "PUT", "/files/content?path=notes.md", "text/plain", []byte("# notes\nalpha line\nsecond line\n"), ""),
 		fileOp("file.edit", "POST", "/files/edit", "application/json", jsonBody(map[string]any{"path": "notes.md", "old": "alpha", "new": "beta"}), ""),
 		fileOp("file.grep", "GET", "/files/grep?pattern=beta", "", nil, "beta line"),
-		fileOp("file.read", "GET", "/files/read?path=notes.md", "", nil, "beta"),
+		fileOp("file.read", "GET", "/files/read?path=notes.md", "", nil, "second line"),
 		runOp("large_output", codeLarge, 0, false, "subprocess", ""),
 		streamOp("stream", codeTicker, 0),
 		runOp("timeout", codeTimeout, 1, false, "", ""),
