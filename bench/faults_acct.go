@@ -375,8 +375,8 @@ func auditRecords(ctx context.Context, g *soakGateway) (map[string]string, error
 }
 
 // checkAudit matches every answered request against the audit log. An
-// answer without a record is allowed only when it is the fail-closed
-// answer (internal) while the audit database's disk was full.
+// answer without a record is allowed only when it is a refusal while the
+// audit database's disk was full (fail closed); a 2xx never.
 func checkAudit(ctx context.Context, g *soakGateway, recs []opRecord) (auditCheck, error) {
 	byID, err := auditRecords(ctx, g)
 	if err != nil {
@@ -415,7 +415,11 @@ func checkAudit(ctx context.Context, g *soakGateway, recs []opRecord) (auditChec
 		if _, ok := byID[r.RequestID]; ok {
 			continue
 		}
-		if r.Code == "internal" && r.Fault == faultAuditFull {
+		if r.Status/100 != 2 && diskFaults[r.Fault] {
+			// Refused (internal, or a denial such as
+			// approval_unavailable) while the audit disk was full:
+			// nothing ran or changed, and there was no room for the
+			// record of the refusal.
 			c.FailClosed++
 			continue
 		}
