@@ -76,6 +76,9 @@ type faultSample struct {
 	RSSMB      float64 `json:"rss_mb"`
 	Goroutines int     `json:"goroutines"`
 	FDs        int     `json:"fds"`
+	// PreFault marks the reading taken just before a fault, after the
+	// gap: the steady state the flatness verdict is judged on.
+	PreFault bool `json:"pre_fault,omitempty"`
 }
 
 // The faults, in the order the schedule injects them.
@@ -107,6 +110,9 @@ type faultKit struct {
 	wsFS   smallFS
 	execs  map[string]bool
 	seq    int
+	// samplesMu guards faultRun.Samples (the sampler and the schedule
+	// both append).
+	samplesMu sync.Mutex
 }
 
 type fault struct {
@@ -190,6 +196,15 @@ func (k *faultKit) soak(ctx context.Context, o faultOpts, run *faultRun, t0 time
 		if time.Since(t0) >= o.dur && minCount(count, faults) >= o.rounds || time.Now().After(hardStop) {
 			break
 		}
+		// The steady-state reading: at the end of a gap, the pools
+		// refilled, nothing in flight.
+		rest.Lock()
+		pre := k.sample(ctx, t0)
+		pre.PreFault = true
+		k.samplesMu.Lock()
+		run.Samples = append(run.Samples, pre)
+		k.samplesMu.Unlock()
+		rest.Unlock()
 		count[f.name]++
 		r := k.runFault(ctx, f, count[f.name], t0, &rest)
 		run.Faults = append(run.Faults, r)
@@ -278,7 +293,9 @@ func (k *faultKit) sampler(ctx context.Context, rest *sync.RWMutex, every time.D
 		time.Sleep(200 * time.Millisecond)
 		s := k.sample(ctx, t0)
 		rest.Unlock()
+		k.samplesMu.Lock()
 		run.Samples = append(run.Samples, s)
+		k.samplesMu.Unlock()
 	}
 }
 

@@ -123,15 +123,24 @@ func firstOf(s ...string) string {
 // flatLastHalf judges each series over the second half of the run, on the
 // samples taken at least 30 s after the gateway process they read started
 // (a gateway restarted by the SIGKILL fault starts from scratch: its
-// warm-up is not a trend).
+// warm-up is not a trend), and, when there are at least four, only on the
+// readings taken just before a fault: the steady state between faults,
+// each in the same phase of the schedule (right after a fault the warm
+// containers and aio instances it removed are still being replaced).
 func flatLastHalf(ss []faultSample) map[string]flatness {
 	if len(ss) == 0 {
 		return nil
 	}
 	end := ss[len(ss)-1].T
+	pre := 0
+	for _, s := range ss {
+		if s.PreFault && s.T >= end/2 {
+			pre++
+		}
+	}
 	series := map[string][]float64{}
 	for _, s := range ss {
-		if s.T < end/2 || s.SinceStart < 30 {
+		if s.T < end/2 || s.SinceStart < 30 || (pre >= 4 && !s.PreFault) {
 			continue
 		}
 		if s.RSSMB < 0 || s.Goroutines < 0 || s.FDs < 0 {
@@ -310,7 +319,7 @@ func reliabilityMarkdown(run *faultRun, vs []verdict) string {
 			p("- %s %s %s in %s: %d %s %s (fault %q)\n", r.Start.UTC().Format("15:04:05.000"), r.Op, r.RequestID, r.Session, r.Status, r.Code, mdEscape(firstOf(r.Bad, r.Err)), r.Fault)
 		}
 	}
-	p("\n## Resources\n\nSampled every few seconds with no request in flight and no fault being injected; judged over the second half of the run, leaving out the first 30 s of each gateway process (the SIGKILL fault restarts it from nothing).\n\n| series | min | median | max | flat ±10%% |\n|---|---|---|---|---|\n")
+	p("\n## Resources\n\nSampled every few seconds and just before each fault, always with no request in flight and never during a fault; judged over the second half of the run on the readings taken just before a fault (the steady state between faults; right after one, the warm containers and aio instances it removed are still being replaced), leaving out the first 30 s of each gateway process (the SIGKILL fault restarts it from nothing).\n\n| series | min | median | max | flat ±10%% |\n|---|---|---|---|---|\n")
 	for _, k := range []string{"rss_mb", "goroutines", "fds"} {
 		f := run.Flat[k]
 		p("| %s | %.1f | %.1f | %.1f | %v |\n", k, f.Min, f.Median, f.Max, f.Flat)

@@ -626,13 +626,22 @@ func (b *localBackend) adoptOne(ctx context.Context, c container.Summary, h *han
 	return a, true
 }
 
-// engineError wraps an engine failure: unavailable when the engine cannot
-// be reached, a plain error otherwise.
+// engineError classifies a failed engine call as the docker executor
+// does: the engine could not do what the pool asked (unreachable, or
+// refusing while it stops or restarts, an image removed under us, a
+// runtime failure), so the run is executor_unavailable, which a client
+// may retry, never internal (issue 21's soak saw "failed to update store
+// for object type *libnetwork.endpoint" from an engine shutting down). A
+// cancelled call stays a context error.
 func engineError(op string, err error) error {
-	if client.IsErrConnectionFailed(err) {
-		return unavailable("docker engine unreachable", fmt.Errorf("%s: %w", op, err))
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("aio: %s: %w", op, err)
 	}
-	return fmt.Errorf("aio: %s: %w", op, err)
+	reason := op + " failed"
+	if client.IsErrConnectionFailed(err) {
+		reason = "docker engine unreachable"
+	}
+	return unavailable(reason, fmt.Errorf("%s: %w", op, err))
 }
 
 func shortID(id string) string {
