@@ -512,19 +512,23 @@ func (p *pool) loop() {
 // outside the lock; an instance used meanwhile is left to its run, which
 // finds out itself.
 func (p *pool) reapGone() {
+	type idleInstance struct {
+		in *instance
+		h  *handle // read under the lock: destroyLocked clears in.h
+	}
 	p.mu.Lock()
-	var idle []*instance
+	var idle []idleInstance
 	for _, in := range p.all {
 		if in.state == stateIdle && in.h != nil {
-			idle = append(idle, in)
+			idle = append(idle, idleInstance{in, in.h})
 		}
 	}
 	p.mu.Unlock()
-	var dead []*instance
-	for _, in := range idle {
+	var dead []idleInstance
+	for _, c := range idle {
 		ctx, cancel := context.WithTimeout(p.life, 5*time.Second)
-		if p.be.gone(ctx, in.h) {
-			dead = append(dead, in)
+		if p.be.gone(ctx, c.h) {
+			dead = append(dead, c)
 		}
 		cancel()
 	}
@@ -533,8 +537,8 @@ func (p *pool) reapGone() {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, in := range dead {
-		if !p.closed && in.state == stateIdle && in.h != nil {
+	for _, c := range dead {
+		if in := c.in; !p.closed && in.state == stateIdle && in.h == c.h {
 			p.log.Warn("aio: instance container gone; removing it", "slot", in.slot)
 			p.destroyLocked(in)
 		}
