@@ -110,6 +110,8 @@ type faultKit struct {
 	wsFS   smallFS
 	execs  map[string]bool
 	seq    int
+	// fxSessions are the sessions the current fault made.
+	fxSessions []string
 	// samplesMu guards faultRun.Samples (the sampler and the schedule
 	// both append).
 	samplesMu sync.Mutex
@@ -247,6 +249,7 @@ func (k *faultKit) runFault(ctx context.Context, f fault, n int, t0 time.Time, r
 	if err != nil {
 		r.Err = err.Error()
 	}
+	k.endSessions(ctx)
 	// Requests still in flight from the fault's time keep its name.
 	rest.Lock()
 	k.rec.setFault("")

@@ -59,7 +59,21 @@ func answerKey(a answer) string {
 
 func (k *faultKit) session(name string) string {
 	k.seq++
-	return fmt.Sprintf("%s-%s-%d", faultSessionTag, name, k.seq)
+	s := fmt.Sprintf("%s-%s-%d", faultSessionTag, name, k.seq)
+	k.fxSessions = append(k.fxSessions, s)
+	return s
+}
+
+// endSessions deletes the sessions the fault made (purging their
+// workspaces), so that their warm containers and aio instances do not
+// crowd the workers' out of the pools.
+func (k *faultKit) endSessions(ctx context.Context) {
+	for _, s := range k.fxSessions {
+		k.probe(ctx, loadOp{name: "session.delete", do: func(ctx context.Context, g *soakGateway, s string) (answer, bool) {
+			return g.call(ctx, agentToken, "DELETE", "/v1/sessions/"+s+"?purge=true", "", nil, nil), false
+		}}, s)
+	}
+	k.fxSessions = nil
 }
 
 var (

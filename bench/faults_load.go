@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,7 +21,7 @@ const (
 	codeSafe    = "print(1)"
 	codeDocker  = "import os\nprint(1)"
 	codeGVisor  = "import subprocess\nsubprocess.run(['true'])\nprint(1)"
-	codeLarge   = "print('x' * 3_000_000)"
+	codeLarge   = "print('x' * 3_000_000)" // over the 1 MiB response cap: truncated, spilled
 	codeTimeout = "while True:\n    pass"
 	codeTicker  = "import time\nfor i in range(100):\n    print(i, flush=True)\n    time.sleep(0.05)"
 )
@@ -108,6 +109,34 @@ func runOp(name, code string, timeoutS int, persistent bool, wantExec, wantOut s
 	}}
 }
 
+// largeOutputOp runs a 3 MB output (over the response cap), checks that
+// the response is truncated with the full output spilled into the
+// workspace, and deletes the spill, as an agent that read it would: the
+// gateway keeps spills until deleted, and the soak's workspace disk is
+// small on purpose.
+func largeOutputOp() loadOp {
+	return loadOp{name: "large_output", do: func(ctx context.Context, g *soakGateway, s string) (answer, bool) {
+		a := g.call(ctx, agentToken, "POST", "/v1/sessions/"+s+"/run_code", "application/json", runBody(codeLarge, 0, false), nil)
+		if !a.ok() {
+			return a, false
+		}
+		var out struct {
+			Truncated  bool   `json:"truncated"`
+			OutputPath string `json:"output_path"`
+		}
+		_ = json.Unmarshal(a.Body, &out)
+		if !out.Truncated || out.OutputPath == "" {
+			a.Err = fmt.Errorf("3 MB output: truncated %v, output_path %q", out.Truncated, out.OutputPath)
+			return a, false
+		}
+		d := g.call(ctx, agentToken, "DELETE", "/v1/sessions/"+s+"/files?path="+url.QueryEscape(out.OutputPath), "", nil, nil)
+		if !d.ok() {
+			a.Err = fmt.Errorf("delete the spill %s: %d %s %v", out.OutputPath, d.Status, d.Code, d.Err)
+		}
+		return a, false
+	}}
+}
+
 func fileOp(name, method, path, ctype string, body []byte, want string) loadOp {
 	return loadOp{name: name, do: func(ctx context.Context, g *soakGateway, s string) (answer, bool) {
 		a := g.call(ctx, agentToken, method, "/v1/sessions/"+s+path, ctype, body, nil)
@@ -138,7 +167,7 @@ func soakOps(executors map[string]bool) []loadOp {
 		fileOp("file.edit", "POST", "/files/edit", "application/json", jsonBody(map[string]any{"path": "notes.md", "old": "alpha", "new": "beta"}), ""),
 		fileOp("file.grep", "GET", "/files/grep?pattern=beta", "", nil, "beta line"),
 		fileOp("file.read", "GET", "/files/read?path=notes.md", "", nil, "second line"),
-		runOp("large_output", codeLarge, 0, false, "subprocess", ""),
+		largeOutputOp(),
 		streamOp("stream", codeTicker, 0),
 		runOp("timeout", codeTimeout, 1, false, "", ""),
 		streamOp("disconnect", codeTicker, 5),
