@@ -442,11 +442,7 @@ func (p *pool) destroyLocked(in *instance) {
 		return
 	}
 	p.bg.Go(func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(p.life), 60*time.Second)
-		defer cancel()
-		if err := p.be.destroy(ctx, h); err != nil {
-			p.log.Warn("aio: destroy failed", "slot", in.slot, "err", err.Error())
-		}
+		p.destroyRetrying(in.slot, h)
 		p.mu.Lock()
 		delete(p.all, in.slot)
 		p.broadcastLocked()
@@ -474,6 +470,40 @@ func (p *pool) kick() {
 	select {
 	case p.kickCh <- struct{}{}:
 	default:
+	}
+}
+
+// destroyRetryEvery and destroyRetryFor pace the retries of a removal
+// the engine refused (down, restarting): variables so that tests can
+// shorten them.
+var (
+	destroyRetryEvery = 2 * time.Second
+	destroyRetryFor   = 2 * time.Minute
+)
+
+// destroyRetrying removes h, retrying while the pool lives: one attempt
+// made while the engine restarts would otherwise leave the container and
+// its state behind for good (issue 21's soak found created and exited aio
+// containers after an engine restart). After close, one attempt; the next
+// start adopts or reaps what is left.
+func (p *pool) destroyRetrying(slot string, h *handle) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.life), destroyRetryFor)
+	defer cancel()
+	for {
+		err := p.be.destroy(ctx, h)
+		if err == nil {
+			return
+		}
+		select {
+		case <-p.life.Done():
+			p.log.Warn("aio: destroy failed", "slot", slot, "err", err.Error())
+			return
+		case <-ctx.Done():
+			p.log.Warn("aio: destroy failed; giving up", "slot", slot, "err", err.Error())
+			return
+		case <-time.After(destroyRetryEvery):
+			p.log.Warn("aio: destroy failed; retrying", "slot", slot, "err", err.Error())
+		}
 	}
 }
 

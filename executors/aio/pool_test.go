@@ -25,6 +25,8 @@ type fakeBackend struct {
 	delay     time.Duration
 	failNext  error
 	adoptable []adoptable
+	// failDestroys makes the next destroys fail (an engine restarting).
+	failDestroys int
 }
 
 func newFakeBackend() *fakeBackend { return &fakeBackend{live: map[string]bool{}} }
@@ -64,6 +66,10 @@ func (f *fakeBackend) bind(context.Context, *handle, binding) (*Client, error) {
 func (f *fakeBackend) destroy(_ context.Context, h *handle) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.failDestroys > 0 {
+		f.failDestroys--
+		return errors.New("engine unreachable")
+	}
 	f.destroys++
 	delete(f.live, h.slot)
 	return nil
@@ -397,5 +403,34 @@ func TestPoolReapsGoneInstances(t *testing.T) {
 	l.release(false)
 	if creates, _, _, _, _ := be.counts(); creates != 2 {
 		t.Errorf("creates %d, want 2", creates)
+	}
+}
+
+// TestPoolRetriesFailedDestroy: a removal the engine refuses (restarting)
+// is retried until it succeeds, so the container is not left behind.
+func TestPoolRetriesFailedDestroy(t *testing.T) {
+	every := destroyRetryEvery
+	destroyRetryEvery = 20 * time.Millisecond
+	t.Cleanup(func() { destroyRetryEvery = every })
+	be := newFakeBackend()
+	p := newFakePool(t, be)
+	l, err := p.acquire(context.Background(), bindingFor("s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.release(false)
+	be.mu.Lock()
+	be.failDestroys = 3
+	be.mu.Unlock()
+	p.releaseSession("s")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, _, destroys, live, _ := be.counts(); destroys == 1 && live == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the refused removal was not retried")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
