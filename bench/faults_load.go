@@ -26,6 +26,9 @@ const (
 	codeTicker  = "import time\nfor i in range(100):\n    print(i, flush=True)\n    time.sleep(0.05)"
 )
 
+// runFailed starts the message of a 2xx whose program did not succeed.
+const runFailed = "the run failed"
+
 // opRecord is one request of the soak and what became of it.
 type opRecord struct {
 	Op        string    `json:"op"`
@@ -96,11 +99,14 @@ func runOp(name, code string, timeoutS int, persistent bool, wantExec, wantOut s
 		}
 		var out struct {
 			Success     bool   `json:"success"`
+			ExitCode    int    `json:"exit_code"`
 			Stdout      string `json:"stdout"`
 			SandboxType string `json:"sandbox_type"`
 		}
 		_ = json.Unmarshal(a.Body, &out)
-		if wantExec != "" && out.SandboxType != wantExec {
+		if wantOut != "" && !out.Success {
+			a.Err = fmt.Errorf("%s (exit %d, stdout %.60q)", runFailed, out.ExitCode, out.Stdout)
+		} else if wantExec != "" && out.SandboxType != wantExec {
 			a.Err = fmt.Errorf("ran in %q, not %q", out.SandboxType, wantExec)
 		} else if wantOut != "" && out.Stdout != wantOut {
 			a.Err = fmt.Errorf("stdout %.60q", out.Stdout)

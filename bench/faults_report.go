@@ -32,6 +32,9 @@ type errorClass struct {
 	Example string `json:"example,omitempty"`
 }
 
+// killingFaults kill sandboxes under running programs.
+var killingFaults = map[string]bool{faultEngine: true, faultKill: true, faultAIORemoved: true, faultSandboxd: true}
+
 func newSoakClient() *http.Client {
 	return &http.Client{Timeout: 3 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 }
@@ -41,6 +44,8 @@ func newSoakClient() *http.Client {
 // connection only when the gateway was killed; a wrong 2xx never.
 func classify(r opRecord) (answer string, allowed bool, why string) {
 	switch {
+	case strings.HasPrefix(r.Bad, runFailed) && killingFaults[r.Fault]:
+		return "200, the run failed", true, "the fault killed the run's sandbox; the answer says so"
 	case r.Bad != "":
 		return "2xx with a wrong result", false, "a success must be a correct result"
 	case r.Status == 0 || r.Err != "":
