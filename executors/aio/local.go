@@ -82,6 +82,8 @@ type adoptable struct {
 // state machine; a backend only does the work.
 type backend interface {
 	available(ctx context.Context) error
+	// create starts an instance. On failure the handle is nil, or, when
+	// what it made could not be removed, the handle the pool must destroy.
 	create(ctx context.Context, slot, session string) (*handle, error)
 	bind(ctx context.Context, h *handle, b binding) (*Client, error)
 	destroy(ctx context.Context, h *handle) error
@@ -225,23 +227,32 @@ func (b *localBackend) create(ctx context.Context, slot, session string) (*handl
 	h.containerID, h.name = res.ID, name
 	if b.cfg.Network == NetworkNone {
 		if err := b.openEgress(h); err != nil {
-			_ = b.destroy(context.WithoutCancel(ctx), h)
-			return nil, err
+			return b.undoCreate(ctx, h, err)
 		}
 	}
 	if _, err := b.cli.ContainerStart(ctx, h.containerID, client.ContainerStartOptions{}); err != nil {
-		_ = b.destroy(context.WithoutCancel(ctx), h)
-		return nil, engineError("start container", err)
+		return b.undoCreate(ctx, h, engineError("start container", err))
 	}
 	if b.cfg.Network == NetworkBridge {
 		port, err := b.publishedPort(ctx, h.containerID)
 		if err != nil {
-			_ = b.destroy(context.WithoutCancel(ctx), h)
-			return nil, err
+			return b.undoCreate(ctx, h, err)
 		}
 		h.port = port
 	}
 	return h, nil
+}
+
+// undoCreate removes the container a failed create made. When the engine
+// refuses that too (it is stopping: the usual reason the start failed),
+// the handle comes back with the error, and the pool removes it with
+// retries (destroyRetrying): without them the container stayed, created
+// or dead, for good (issue 21's soak, engine restarts).
+func (b *localBackend) undoCreate(ctx context.Context, h *handle, err error) (*handle, error) {
+	if derr := b.destroy(context.WithoutCancel(ctx), h); derr != nil {
+		return h, err
+	}
+	return nil, err
 }
 
 func (b *localBackend) removeByName(ctx context.Context, name string) {

@@ -27,6 +27,8 @@ type fakeBackend struct {
 	adoptable []adoptable
 	// failDestroys makes the next destroys fail (an engine restarting).
 	failDestroys int
+	// failLeaves makes failNext's create leave its container behind.
+	failLeaves bool
 }
 
 func newFakeBackend() *fakeBackend { return &fakeBackend{live: map[string]bool{}} }
@@ -37,6 +39,13 @@ func (f *fakeBackend) create(ctx context.Context, slot, _ string) (*handle, erro
 	f.mu.Lock()
 	if err := f.failNext; err != nil {
 		f.failNext = nil
+		if f.failLeaves {
+			// The container was made but could not be started nor
+			// removed: its handle comes back with the error.
+			f.live[slot] = true
+			f.mu.Unlock()
+			return &handle{slot: slot, containerID: "c-" + slot}, err
+		}
 		f.mu.Unlock()
 		return nil, err
 	}
@@ -430,6 +439,33 @@ func TestPoolRetriesFailedDestroy(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("the refused removal was not retried")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestPoolRemovesWhatAFailedCreateLeft: a create that failed after making
+// its container (the engine stopping between create and start) hands the
+// container back, and the pool removes it, retrying while the engine
+// refuses.
+func TestPoolRemovesWhatAFailedCreateLeft(t *testing.T) {
+	every := destroyRetryEvery
+	destroyRetryEvery = 20 * time.Millisecond
+	t.Cleanup(func() { destroyRetryEvery = every })
+	be := newFakeBackend()
+	be.failNext, be.failLeaves, be.failDestroys = errors.New("start container: engine stopping"), true, 2
+	p := newFakePool(t, be)
+	if _, err := p.acquire(context.Background(), bindingFor("s")); err == nil {
+		t.Fatal("acquire succeeded although create failed")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, _, destroys, live, _ := be.counts(); destroys == 1 && live == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			_, _, destroys, live, _ := be.counts()
+			t.Fatalf("the failed create's container is left: destroys %d, live %d", destroys, live)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
