@@ -26,7 +26,8 @@ export SANDGATE_ROOTFS_DIR
 ## cluster (scripts/postgres.sh: Debian's postgresql, installed if missing,
 ## initdb in a temporary directory, a Unix socket there and no TCP port),
 ## stopped and removed afterwards; its password is random per run and only
-## ever passed in the environment. The engine this run started is stopped
+## ever passed in the environment. Last, once every Go test has finished,
+## the short fault soak (soak-faults-ci). The engine this run started is stopped
 ## afterwards whatever the tests did, and test-go's exit status is kept. The
 ## recipe shell's pid is the engine lease's holder (scripts/dockerd.sh).
 test: deps
@@ -39,7 +40,7 @@ test: deps
 	SANDGATE_TEST_POSTGRES_DSN="$$pgdsn" SANDGATE_REQUIRE_POSTGRES=1 \
 	SANDGATE_REQUIRE_DOCKER=1 SANDGATE_REQUIRE_GVISOR=1 SANDGATE_REQUIRE_BROWSER=1 SANDGATE_REQUIRE_ROOT=1 SANDGATE_REQUIRE_NPM_CLIENTS=1 \
 	SANDGATE_REQUIRE_RUNTIME_ROOT=1 SANDGATE_RUNTIME_ROOT=$(SANDGATE_ROOTFS_DIR)/runtime \
-		$(MAKE) --no-print-directory test-go test-go-postgres || rc=$$?; \
+		$(MAKE) --no-print-directory test-go test-go-postgres soak-faults-ci || rc=$$?; \
 	./scripts/postgres.sh stop $$pgdir || true; \
 	$(MAKE) --no-print-directory dockerd-stop DOCKERD_HOLDER=$$holder || true; \
 	exit $$rc
@@ -133,7 +134,7 @@ bench-gateway:
 build:
 	$(GO) build -o bin/ ./cmd/...
 
-.PHONY: bench-report soak
+.PHONY: bench-report soak soak-faults soak-faults-ci
 
 BENCH_FLAGS   ?=
 SOAK_DURATION ?= 10m
@@ -165,3 +166,32 @@ soak:
 	$(GO) run ./bench -soak $(SOAK_DURATION) -out docs -readme README.md $(SOAK_FLAGS) || rc=$$?; \
 	./scripts/dockerd.sh stop $$holder || true; \
 	exit $$rc
+
+## soak-faults: issue 21's fault soak (root): the mixed workload over every
+## executor the machine has, with the faults (engine restart, docker kill,
+## aio container removed, sandboxd killed, workspace disk full, gateway
+## SIGKILL, broken policy, audit disk full) injected in turn until
+## SOAK_FAULTS_DURATION (default 15m) has passed and each ran 3 times;
+## writes docs/reliability.md and docs/perf/reliability.json. The faults hit
+## a private engine of the soak's own (scripts/dockerd.sh on /run/sgsoak,
+## data root /var/lib/sgsoak-docker, images copied from the shared engine)
+## and small tmpfs data directories: the shared engine is never restarted.
+SOAK_FAULTS_DURATION ?= 15m
+SOAK_FAULTS_FLAGS    ?=
+
+soak-faults:
+	@holder=$$$$; rc=0; \
+	./scripts/gvisor.sh && \
+	./scripts/dockerd.sh start $$holder && \
+	$(MAKE) --no-print-directory images && \
+	$(GO) run ./bench -faults $(SOAK_FAULTS_DURATION) -out docs $(SOAK_FAULTS_FLAGS) || rc=$$?; \
+	./scripts/dockerd.sh stop $$holder || true; \
+	exit $$rc
+
+## soak-faults-ci: the short variant `make test` runs after the Go tests:
+## about 2 minutes, every fault once, the report under .build/soak/ (the
+## committed docs/reliability.md is the full run's). Needs what `make test`
+## has set up: root, the shared engine with the images (copied into the
+## private one on first use), runsc.
+soak-faults-ci:
+	$(GO) run ./bench -faults 2m -faults-rounds 1 -faults-gap 3s -faults-warmup 10s -faults-ci -out .build/soak

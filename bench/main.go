@@ -6,6 +6,7 @@
 //	go run ./bench -out docs            # and write docs/performance.md, docs/perf/
 //	go run ./bench -soak 10m -out docs  # the soak run instead
 //	go run ./bench -render docs         # re-render the report from docs/perf/*.json
+//	go run ./bench -faults 15m -out docs # the fault soak (root): docs/reliability.md
 //
 // Scenarios: SAFE Python via subprocess vs python3 and srt; STRICT Python
 // via Docker (fresh and warm) vs the docker CLI; the same via gVisor (a
@@ -80,7 +81,16 @@ func main() {
 	soakDur := flag.Duration("soak", 0, "run the soak (the mixed workload for this long) instead of the scenarios")
 	soakC := flag.Int("soak-c", 8, "concurrent sessions of the soak")
 	soakEvery := flag.Duration("soak-interval", 5*time.Second, "soak sampling interval")
+	var fo faultOpts
+	flag.DurationVar(&fo.dur, "faults", 0, "run the fault soak (issue 21) for at least this long instead of the scenarios")
+	flag.IntVar(&fo.rounds, "faults-rounds", 3, "the fault soak injects every fault at least this many times")
+	flag.DurationVar(&fo.gap, "faults-gap", 15*time.Second, "workload-only time between two faults")
+	flag.DurationVar(&fo.warmup, "faults-warmup", 20*time.Second, "workload before the first fault")
+	flag.IntVar(&fo.workers, "faults-workers", 6, "concurrent sessions of the fault soak's workload")
+	flag.IntVar(&fo.aioMax, "faults-aio-max", 8, "aio max_instances of the fault soak's gateway")
+	flag.BoolVar(&fo.ciVariant, "faults-ci", false, "mark the run as the short CI variant")
 	flag.Parse()
+	fo.interval, fo.out, fo.jsonOut = *soakEvery, *out, *jsonOut
 	o.levels, o.mixedLevels = parseLevels(*levels), parseLevels(*mixed)
 	if *only != "" {
 		o.only = map[string]bool{}
@@ -95,6 +105,8 @@ func main() {
 	switch {
 	case *render != "":
 		err = renderReport(*render, *readme)
+	case fo.dur > 0:
+		err = runFaultSoak(ctx, fo)
 	case *soakDur > 0:
 		err = runSoak(ctx, *soakDur, *soakC, *soakEvery, *out, *readme)
 	default:

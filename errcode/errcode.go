@@ -73,6 +73,11 @@ const (
 	// that replica failed while answering a forwarded request (it may
 	// have run: its audit record says).
 	ReplicaUnavailable Code = "replica_unavailable"
+	// InsufficientStorage is 507: the filesystem holding the workspaces
+	// is full (ENOSPC, issue 21). Not quota_exceeded: no limit of the
+	// client's was reached, the operator's disk was; the same request
+	// succeeds once there is space again.
+	InsufficientStorage Code = "insufficient_storage"
 )
 
 var statuses = map[Code]int{
@@ -97,6 +102,7 @@ var statuses = map[Code]int{
 	FileTooLarge:        http.StatusRequestEntityTooLarge,
 	QuotaExceeded:       http.StatusTooManyRequests,
 	RateLimited:         http.StatusTooManyRequests,
+	InsufficientStorage: http.StatusInsufficientStorage,
 	BinaryFile:          http.StatusUnprocessableEntity,
 	BrowserTimeout:      http.StatusGatewayTimeout,
 	NavigationFailed:    http.StatusBadGateway,

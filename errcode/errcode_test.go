@@ -41,6 +41,7 @@ func TestOf(t *testing.T) {
 		{"quota exceeded", New(QuotaExceeded, "q"), QuotaExceeded, 429, "q"},
 		{"rate limited", New(RateLimited, "r"), RateLimited, 429, "r"},
 		{"binary file", New(BinaryFile, "b"), BinaryFile, 422, "b"},
+		{"insufficient storage", New(InsufficientStorage, "s"), InsufficientStorage, 507, "s"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -46,6 +46,16 @@ type availability struct {
 	probing bool   // a background probe is running
 	gen     uint64 // bumped by RunFailed: a probe begun before it is stale
 	bg      sync.WaitGroup
+	// probes numbers the installed probes; passed is, by kind, the number
+	// of the last probe that found the executor available, and struckAt
+	// the passed value its last strike counted. Runs that fail together
+	// (every run in flight when an engine stops) are one strike, and so
+	// is a failure with no passing probe since the last: the strikes are
+	// for a probe that passes while runs fail, not for an outage the
+	// probe sees too.
+	probes   uint64
+	passed   map[string]uint64
+	struckAt map[string]uint64
 }
 
 // heldDown is an executor held unavailable after its runs kept failing.
@@ -64,7 +74,8 @@ const heldAfterStrikes = 2
 const probeTimeout = 2 * time.Second
 
 func newAvailability(execs []executors.Executor, ttl, hold time.Duration) *availability {
-	return &availability{execs: execs, ttl: ttl, hold: hold, strikes: map[string]int{}, held: map[string]heldDown{}}
+	return &availability{execs: execs, ttl: ttl, hold: hold, strikes: map[string]int{}, held: map[string]heldDown{},
+		passed: map[string]uint64{}, struckAt: map[string]uint64{}}
 }
 
 // PolicyInput returns the executors as input.executors. The map is shared
@@ -137,6 +148,12 @@ func (a *availability) probe(ctx context.Context) map[string]ExecutorStatus {
 // executors that are held down marked unavailable with their hold's
 // reason, and forgets holds that ended.
 func (a *availability) installLocked(probes map[string]ExecutorStatus, now time.Time) {
+	a.probes++
+	for kind, st := range probes {
+		if st.Available {
+			a.passed[kind] = a.probes
+		}
+	}
 	for kind, h := range a.held {
 		if !now.Before(h.until) {
 			delete(a.held, kind)
@@ -192,14 +209,18 @@ func (a *availability) RunFailed(kind executors.Kind, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	k := string(kind)
+	a.checked = time.Time{}
+	a.gen++
+	if p := a.passed[k]; p == 0 || p == a.struckAt[k] {
+		return // no passing probe since the last strike: the same failure
+	}
+	a.struckAt[k] = a.passed[k]
 	a.strikes[k]++
 	if a.strikes[k] >= heldAfterStrikes {
 		a.held[k] = heldDown{until: time.Now().Add(a.hold),
 			reason: unavailableReason(err) + " (runs keep failing although the probe passes)"}
 		a.strikes[k] = heldAfterStrikes - 1 // one more failure after the hold holds it again
 	}
-	a.checked = time.Time{}
-	a.gen++
 }
 
 // RunSucceeded clears the executor's failure count.

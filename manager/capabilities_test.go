@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -187,5 +189,65 @@ func TestExecutorStatusReasons(t *testing.T) {
 	}
 	if strings.Contains(toJSON(t, st), "/secret/path") || strings.Contains(toJSON(t, st), "/root/x") {
 		t.Errorf("status leaks the wrapped error: %s", toJSON(t, st))
+	}
+}
+
+// TestRunOutageIsNotHeld: runs that fail together because their engine
+// went away (every run in flight when it stopped), with the probe failing
+// too, are one outage, not runs failing behind a passing probe: the
+// executor is not held unavailable, and the first run after the engine is
+// back succeeds (issue 21's soak measured the hold's 10 s in the recovery
+// after an engine restart).
+func TestRunOutageIsNotHeld(t *testing.T) {
+	h := newHarness(t, hopts{cfg: manager.Config{AvailabilityTTL: time.Millisecond, UnavailableHold: time.Hour}})
+	var down atomic.Bool
+	h.sub.AvailableFunc = func(context.Context) error {
+		if down.Load() {
+			return &executors.UnavailableError{Kind: executors.KindSubprocess, Reason: "engine gone"}
+		}
+		return nil
+	}
+	inFlight := make(chan struct{}, 3)
+	stop := make(chan struct{})
+	h.sub.ExecuteFunc = func(context.Context, executors.Spec) (executors.Result, error) {
+		if down.Load() {
+			return executors.Result{}, &executors.UnavailableError{Kind: executors.KindSubprocess, Reason: "engine gone"}
+		}
+		inFlight <- struct{}{}
+		<-stop
+		return executors.Result{}, &executors.UnavailableError{Kind: executors.KindSubprocess, Reason: "engine gone during the run"}
+	}
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() {
+			if _, err := h.m.Run(t.Context(), request("python", safePython)); !errors.Is(err, manager.ErrExecutorUnavailable) {
+				t.Errorf("run in flight when the engine stopped: %v, want ErrExecutorUnavailable", err)
+			}
+		})
+	}
+	for range 3 {
+		<-inFlight
+	}
+	down.Store(true)
+	close(stop)
+	wg.Wait()
+	if _, err := h.m.Run(t.Context(), request("python", safePython)); !errors.Is(err, manager.ErrExecutorUnavailable) {
+		t.Fatalf("run while the engine is down: %v, want ErrExecutorUnavailable", err)
+	}
+	down.Store(false)
+	h.sub.ExecuteFunc = func(context.Context, executors.Spec) (executors.Result, error) {
+		return executors.Result{Stdout: "hi\n"}, nil
+	}
+	time.Sleep(5 * time.Millisecond) // past the TTL
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := h.m.Run(t.Context(), request("python", safePython))
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still refused 5 s after the engine came back (held?): %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

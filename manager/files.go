@@ -67,7 +67,14 @@ func (m *Manager) fileOp(ctx context.Context, kind string, req FileRequest, op f
 	ref, err := m.ResolveSession(req.Principal, req.SessionID)
 	if err == nil {
 		rec.Tenant, rec.SessionID = ref.Tenant, ref.ID
-		err = m.admitted(ctx, ref, fileAdmitOp(kind), func() error { return op(rec, ref.Key) })
+		err = m.admitted(ctx, ref, fileAdmitOp(kind), func() error {
+			if writesAhead(kind) {
+				if err := m.writeAhead(ctx, rec, ""); err != nil {
+					return err
+				}
+			}
+			return op(rec, ref.Key)
+		})
 	}
 	if err == nil {
 		m.sessions.touch(ref.Key)
@@ -76,8 +83,26 @@ func (m *Manager) fileOp(ctx context.Context, kind string, req FileRequest, op f
 		// The client went away (or the gateway is shutting down) mid-way.
 		err = fmt.Errorf("%w: %w", ErrCancelled, err)
 	}
-	m.record(ctx, rec, fileOutcome(err), err, start)
+	if werr := m.record(ctx, rec, fileOutcome(err), err, start); werr != nil && err == nil && rec.ID == 0 {
+		// Fail closed: an answer that is not sent yet (a read, a listing,
+		// a search) is not sent without its record. A write-ahead
+		// operation already has its started record.
+		err = fmt.Errorf("audit record: %w", werr)
+	}
 	return err
+}
+
+// writesAhead reports whether a file operation of kind gets a started
+// record before it runs, like an execution: those that change the
+// workspace, and the raw download, which streams the file to the client
+// before its final record could refuse it. Without the started record a
+// full audit disk would let them happen unrecorded (issue 21).
+func writesAhead(kind string) bool {
+	switch kind {
+	case KindFileWrite, KindFileEdit, KindFileDelete, KindFileGet:
+		return true
+	}
+	return false
 }
 
 // fileAdmitOp is what a file operation may do: an upload may create its

@@ -828,6 +828,11 @@ func TestRunAvailabilityRenewedInBackground(t *testing.T) {
 			t.Fatalf("request %d during the renewal: %v, want the cached answer", i, err)
 		}
 	}
+	// The renewal's goroutine may not have reached the probe yet: wait
+	// for it, then check that the three requests started only one.
+	for deadline := time.Now().Add(10 * time.Second); probes.Load() < 2 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	if n := probes.Load(); n != 2 {
 		t.Errorf("subprocess probed %d times, want 2 (one renewal at a time)", n)
 	}

@@ -44,8 +44,10 @@ func (m *Manager) finish(ctx context.Context, rec *audit.Record, res *RunResult,
 // record completes rec with the outcome, error code, status and duration,
 // appends it to the audit log (detached from the request's cancellation),
 // and counts the request. Executions and file operations share it, so
-// their records have one shape.
-func (m *Manager) record(ctx context.Context, rec *audit.Record, outcome string, err error, start time.Time) {
+// their records have one shape. It returns the audit write's error, so
+// that a caller whose answer is not sent yet can refuse to send it
+// unrecorded (fileOp).
+func (m *Manager) record(ctx context.Context, rec *audit.Record, outcome string, err error, start time.Time) error {
 	elapsed := time.Since(start)
 	rec.DurationMS = elapsed.Milliseconds()
 	code, status, _ := errcode.Of(err)
@@ -71,6 +73,7 @@ func (m *Manager) record(ctx context.Context, rec *audit.Record, outcome string,
 		m.log.ErrorContext(ctx, "audit write failed", "request_id", rec.RequestID, "err", werr)
 	}
 	m.deps.Metrics.observeRequest(rec.Kind, rec.Action, rec.Executor, rec.Outcome, elapsed)
+	return werr
 }
 
 func outcomeOf(code errcode.Code, res *RunResult, err error) string {
@@ -107,16 +110,23 @@ func outcomeOf(code errcode.Code, res *RunResult, err error) string {
 // interrupted when this replica starts again. If the record cannot be
 // written the run is refused (fail closed: nothing runs unaudited).
 func (m *Manager) auditAhead(ctx context.Context, rec *audit.Record, exec executors.Executor) error {
+	return m.writeAhead(ctx, rec, string(exec.Kind()))
+}
+
+// writeAhead is auditAhead for any request that changes something (a run
+// in executor, or a file operation with executor ""): the started record,
+// or the error that refuses the request.
+func (m *Manager) writeAhead(ctx context.Context, rec *audit.Record, executor string) error {
 	if _, ok := m.deps.Audit.(audit.Completer); !ok {
 		return nil
 	}
 	ahead := *rec
-	ahead.Outcome, ahead.Executor = audit.OutcomeStarted, string(exec.Kind())
+	ahead.Outcome, ahead.Executor = audit.OutcomeStarted, executor
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditWriteTimeout)
 	defer cancel()
 	if err := m.deps.Audit.Append(wctx, &ahead); err != nil {
 		m.deps.Metrics.auditFailed()
-		m.log.ErrorContext(ctx, "write-ahead audit failed; run refused", "request_id", rec.RequestID, "err", err)
+		m.log.ErrorContext(ctx, "write-ahead audit failed; request refused", "request_id", rec.RequestID, "err", err)
 		return fmt.Errorf("write-ahead audit record: %w", err)
 	}
 	rec.ID, rec.Time = ahead.ID, ahead.Time

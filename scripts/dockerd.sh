@@ -30,6 +30,18 @@
 # reloads "runtimes" without a restart; running containers are untouched).
 # An engine started any other way is left as it is: the gvisor executor
 # then reports it unavailable, and the README says how to register runsc.
+#
+# A private second engine (make soak-faults restarts its engine on purpose
+# and must never touch the shared one): point every path of this script and
+# of dockerd somewhere else, e.g.
+#
+#   SANDGATE_DOCKERD_STATE=/run/sgsoak SANDGATE_DOCKERD_SOCK=/run/sgsoak/docker.sock \
+#   SANDGATE_DOCKERD_DATA_ROOT=/var/lib/sgsoak-docker SANDGATE_DOCKERD_EXEC_ROOT=/run/sgsoak/exec \
+#   SANDGATE_DOCKERD_PIDFILE=/run/sgsoak/docker.pid SANDGATE_DOCKERD_LOG=/var/log/sgsoak-dockerd.log \
+#     scripts/dockerd.sh start
+#
+# Without them dockerd's own defaults apply (/var/lib/docker, /var/run/docker,
+# /var/run/docker.pid), which two engines cannot share.
 set -euo pipefail
 
 STATE_DIR=${SANDGATE_DOCKERD_STATE:-/run/sandgate-dockerd}
@@ -39,6 +51,9 @@ WAIT_S=${SANDGATE_DOCKERD_WAIT:-60}
 CONFIG=$STATE_DIR/daemon.json
 SYSTEM_CONFIG=${SANDGATE_DOCKERD_SYSTEM_CONFIG:-/etc/docker/daemon.json}
 RUNSC=${SANDGATE_RUNSC:-/usr/local/bin/runsc}
+DATA_ROOT=${SANDGATE_DOCKERD_DATA_ROOT:-}
+EXEC_ROOT=${SANDGATE_DOCKERD_EXEC_ROOT:-}
+PIDFILE=${SANDGATE_DOCKERD_PIDFILE:-}
 
 mode=${1:-}
 holder=${2:-$PPID}
@@ -57,6 +72,9 @@ ping_engine() {
 }
 
 alive() { [ -n "$1" ] && kill -0 "$1" 2>/dev/null; }
+
+# running PID: alive and not a zombie waiting to be reaped.
+running() { alive "$1" && [ "$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null)" != Z ]; }
 
 # started_pid prints the pid of the dockerd this script started, if it still runs.
 started_pid() {
@@ -96,13 +114,16 @@ daemon_config() {
   fi
 }
 
-# engine_args prints, one a line, the arguments that register runsc with
-# a dockerd about to start. Without a system daemon.json the engine reads
+# engine_args prints, one a line, the private paths (when set) and the
+# arguments that register runsc with a dockerd about to start. Without a system daemon.json the engine reads
 # this script's own file (which register_runsc may rewrite later). With one,
 # the engine keeps reading it (its settings stay in force) and runsc comes
 # as a flag, unless the file has a "runtimes" key already: dockerd refuses
 # a directive set both ways, and that file is the administrator's.
 engine_args() {
+  [ -z "$DATA_ROOT" ] || printf '%s\n' --data-root "$DATA_ROOT"
+  [ -z "$EXEC_ROOT" ] || printf '%s\n' --exec-root "$EXEC_ROOT"
+  [ -z "$PIDFILE" ] || printf '%s\n' --pidfile "$PIDFILE"
   if [ ! -e "$SYSTEM_CONFIG" ]; then
     daemon_config >"$CONFIG"
     printf '%s\n' --config-file "$CONFIG"
@@ -176,6 +197,10 @@ start() {
     register_runsc
     return 0
   fi
+  # launched is the pid just started: until it has exec'd dockerd its
+  # comm is still this shell's (or setsid's), so the wait below watches
+  # it by pid, not through started_pid (which checks the comm).
+  local launched=""
   if [ -n "$(started_pid)" ]; then
     echo "dockerd: started earlier, waiting for it"
   else
@@ -192,15 +217,16 @@ start() {
     # setsid: the engine must outlive this shell and make's job control.
     setsid dockerd --bridge=none --iptables=false --ip6tables=false \
       "${extra[@]}" -H "unix://$SOCK" >>"$LOG" 2>&1 </dev/null 9>&- &
-    echo $! >"$STATE_DIR/dockerd.pid"
-    echo "dockerd: started pid $! (log $LOG)"
+    launched=$!
+    echo "$launched" >"$STATE_DIR/dockerd.pid"
+    echo "dockerd: started pid $launched (log $LOG)"
   fi
   for _ in $(seq $((WAIT_S * 5))); do
     if ping_engine; then
       echo "dockerd: ready"
       return 0
     fi
-    if [ -z "$(started_pid)" ]; then
+    if { [ -n "$launched" ] && ! running "$launched"; } || { [ -z "$launched" ] && [ -z "$(started_pid)" ]; }; then
       echo "dockerd: exited during start-up; last log lines:" >&2
       tail -n 20 "$LOG" >&2 || true
       exit 1

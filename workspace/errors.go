@@ -24,6 +24,10 @@ var (
 	ErrRootPath      = errcode.New(errcode.InvalidRequest, "the operation needs a path inside the workspace, not the workspace itself")
 	ErrFileTooLarge  = errcode.New(errcode.FileTooLarge, "the file exceeds the size limit")
 	ErrQuotaExceeded = errcode.New(errcode.QuotaExceeded, "the write would exceed the session's workspace quota")
+	// ErrNoSpace is the workspaces' filesystem full (ENOSPC): the
+	// operator's disk, not the session's quota. What was being written is
+	// removed (Write writes to a temporary file and renames it).
+	ErrNoSpace       = errcode.New(errcode.InsufficientStorage, "the workspace filesystem is full")
 	ErrBinaryFile    = errcode.New(errcode.BinaryFile, "the file is binary; use the raw content endpoint")
 	ErrEditNoMatch   = errcode.New(errcode.EditNoMatch, "the old string does not occur in the file")
 	ErrEditAmbiguous = errcode.New(errcode.EditAmbiguous, "the old string occurs more than once; make it unique or set replace_all")
@@ -80,10 +84,12 @@ func mapErr(err error) error {
 		return fmt.Errorf("%w: %w", ErrExists, err)
 	case errors.Is(err, syscall.EDQUOT):
 		return fmt.Errorf("%w: %w", ErrQuotaExceeded, err)
+	case errors.Is(err, syscall.ENOSPC):
+		return fmt.Errorf("%w: %w", ErrNoSpace, err)
 	case errors.Is(err, syscall.EFBIG):
 		return fmt.Errorf("%w: %w", ErrFileTooLarge, err)
 	case errors.Is(err, fs.ErrPermission):
 		return fmt.Errorf("%w: %w", ErrForbidden, err)
 	}
-	return err // internal: ENOSPC, EIO... are the operator's problem
+	return err // internal: EIO... are the operator's problem
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 	"unicode/utf8"
 )
@@ -347,6 +348,9 @@ func (w *Workspaces) Write(ctx context.Context, sessionID, p string, mode WriteM
 		}
 		k, err := io.Copy(dst, io.LimitReader(body, limit-n+1))
 		written, n = k, n+k
+		if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+			return n, mapErr(err) // the write side: the disk, not the body
+		}
 		if err != nil {
 			return n, fmt.Errorf("read body: %w", err)
 		}

@@ -82,10 +82,15 @@ type adoptable struct {
 // state machine; a backend only does the work.
 type backend interface {
 	available(ctx context.Context) error
+	// create starts an instance. On failure the handle is nil, or, when
+	// what it made could not be removed, the handle the pool must destroy.
 	create(ctx context.Context, slot, session string) (*handle, error)
 	bind(ctx context.Context, h *handle, b binding) (*Client, error)
 	destroy(ctx context.Context, h *handle) error
 	adopt(ctx context.Context) ([]adoptable, error)
+	// gone reports whether the instance's container has stopped or been
+	// removed behind the pool's back (false when it cannot tell).
+	gone(ctx context.Context, h *handle) bool
 	containerName(session string) string
 	// close releases the backend; keep leaves the instances' state for
 	// the next process to adopt.
@@ -222,23 +227,32 @@ func (b *localBackend) create(ctx context.Context, slot, session string) (*handl
 	h.containerID, h.name = res.ID, name
 	if b.cfg.Network == NetworkNone {
 		if err := b.openEgress(h); err != nil {
-			_ = b.destroy(context.WithoutCancel(ctx), h)
-			return nil, err
+			return b.undoCreate(ctx, h, err)
 		}
 	}
 	if _, err := b.cli.ContainerStart(ctx, h.containerID, client.ContainerStartOptions{}); err != nil {
-		_ = b.destroy(context.WithoutCancel(ctx), h)
-		return nil, engineError("start container", err)
+		return b.undoCreate(ctx, h, engineError("start container", err))
 	}
 	if b.cfg.Network == NetworkBridge {
 		port, err := b.publishedPort(ctx, h.containerID)
 		if err != nil {
-			_ = b.destroy(context.WithoutCancel(ctx), h)
-			return nil, err
+			return b.undoCreate(ctx, h, err)
 		}
 		h.port = port
 	}
 	return h, nil
+}
+
+// undoCreate removes the container a failed create made. When the engine
+// refuses that too (it is stopping: the usual reason the start failed),
+// the handle comes back with the error, and the pool removes it with
+// retries (destroyRetrying): without them the container stayed, created
+// or dead, for good (issue 21's soak, engine restarts).
+func (b *localBackend) undoCreate(ctx context.Context, h *handle, err error) (*handle, error) {
+	if derr := b.destroy(context.WithoutCancel(ctx), h); derr != nil {
+		return h, err
+	}
+	return nil, err
 }
 
 func (b *localBackend) removeByName(ctx context.Context, name string) {
@@ -484,6 +498,19 @@ func (b *localBackend) destroy(ctx context.Context, h *handle) error {
 	return errors.Join(errs...)
 }
 
+// gone inspects the instance's container: removed, or no longer running
+// (killed, or stopped with its engine).
+func (b *localBackend) gone(ctx context.Context, h *handle) bool {
+	if h.containerID == "" {
+		return false
+	}
+	res, err := b.cli.ContainerInspect(ctx, h.containerID, client.ContainerInspectOptions{})
+	if err != nil {
+		return cerrdefs.IsNotFound(err)
+	}
+	return res.Container.State != nil && !res.Container.State.Running
+}
+
 // cleanState removes the state directory's known entries, each with a
 // non-recursive remove.
 func (b *localBackend) cleanState(h *handle) {
@@ -610,13 +637,22 @@ func (b *localBackend) adoptOne(ctx context.Context, c container.Summary, h *han
 	return a, true
 }
 
-// engineError wraps an engine failure: unavailable when the engine cannot
-// be reached, a plain error otherwise.
+// engineError classifies a failed engine call as the docker executor
+// does: the engine could not do what the pool asked (unreachable, or
+// refusing while it stops or restarts, an image removed under us, a
+// runtime failure), so the run is executor_unavailable, which a client
+// may retry, never internal (issue 21's soak saw "failed to update store
+// for object type *libnetwork.endpoint" from an engine shutting down). A
+// cancelled call stays a context error.
 func engineError(op string, err error) error {
-	if client.IsErrConnectionFailed(err) {
-		return unavailable("docker engine unreachable", fmt.Errorf("%s: %w", op, err))
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("aio: %s: %w", op, err)
 	}
-	return fmt.Errorf("aio: %s: %w", op, err)
+	reason := op + " failed"
+	if client.IsErrConnectionFailed(err) {
+		reason = "docker engine unreachable"
+	}
+	return unavailable(reason, fmt.Errorf("%s: %w", op, err))
 }
 
 func shortID(id string) string {

@@ -442,11 +442,7 @@ func (p *pool) destroyLocked(in *instance) {
 		return
 	}
 	p.bg.Go(func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(p.life), 60*time.Second)
-		defer cancel()
-		if err := p.be.destroy(ctx, h); err != nil {
-			p.log.Warn("aio: destroy failed", "slot", in.slot, "err", err.Error())
-		}
+		p.destroyRetrying(in.slot, h)
 		p.mu.Lock()
 		delete(p.all, in.slot)
 		p.broadcastLocked()
@@ -477,9 +473,48 @@ func (p *pool) kick() {
 	}
 }
 
-// loop reaps idle instances and starts instances ahead.
+// destroyRetryEvery and destroyRetryFor pace the retries of a removal
+// the engine refused (down, restarting): variables so that tests can
+// shorten them.
+var (
+	destroyRetryEvery = 2 * time.Second
+	destroyRetryFor   = 2 * time.Minute
+)
+
+// destroyRetrying removes h, retrying while the pool lives: one attempt
+// made while the engine restarts would otherwise leave the container and
+// its state behind for good (issue 21's soak found created and exited aio
+// containers after an engine restart). After close, one attempt; the next
+// start adopts or reaps what is left.
+func (p *pool) destroyRetrying(slot string, h *handle) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.life), destroyRetryFor)
+	defer cancel()
+	for {
+		err := p.be.destroy(ctx, h)
+		if err == nil {
+			return
+		}
+		select {
+		case <-p.life.Done():
+			p.log.Warn("aio: destroy failed", "slot", slot, "err", err.Error())
+			return
+		case <-ctx.Done():
+			p.log.Warn("aio: destroy failed; giving up", "slot", slot, "err", err.Error())
+			return
+		case <-time.After(destroyRetryEvery):
+			p.log.Warn("aio: destroy failed; retrying", "slot", slot, "err", err.Error())
+		}
+	}
+}
+
+// goneCheckEvery bounds the loop's period, and so how long an instance
+// whose container died stays in the pool.
+const goneCheckEvery = 5 * time.Second
+
+// loop reaps idle instances (timed out, or whose container is gone) and
+// starts instances ahead.
 func (p *pool) loop() {
-	tick := time.NewTicker(min(max(p.cfg.IdleTimeout/4, 50*time.Millisecond), 30*time.Second))
+	tick := time.NewTicker(min(max(p.cfg.IdleTimeout/4, 50*time.Millisecond), goneCheckEvery))
 	defer tick.Stop()
 	for {
 		select {
@@ -489,12 +524,54 @@ func (p *pool) loop() {
 		case <-p.kickCh:
 		}
 		p.tryAdopt(p.life)
+		p.reapGone()
 		p.mu.Lock()
 		if !p.closed {
 			p.reapLocked()
 			p.replenishLocked()
 		}
 		p.mu.Unlock()
+	}
+}
+
+// reapGone destroys the idle instances whose container died or was
+// removed from outside (an engine restart, docker rm, an OOM kill):
+// without it a dead instance stays in the pool, its container and state
+// left behind, until its session's next run or its idle timeout (issue
+// 21's soak counted them after an engine restart). The inspections run
+// outside the lock; an instance used meanwhile is left to its run, which
+// finds out itself.
+func (p *pool) reapGone() {
+	type idleInstance struct {
+		in *instance
+		h  *handle // read under the lock: destroyLocked clears in.h
+	}
+	p.mu.Lock()
+	var idle []idleInstance
+	for _, in := range p.all {
+		if in.state == stateIdle && in.h != nil {
+			idle = append(idle, idleInstance{in, in.h})
+		}
+	}
+	p.mu.Unlock()
+	var dead []idleInstance
+	for _, c := range idle {
+		ctx, cancel := context.WithTimeout(p.life, 5*time.Second)
+		if p.be.gone(ctx, c.h) {
+			dead = append(dead, c)
+		}
+		cancel()
+	}
+	if len(dead) == 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range dead {
+		if in := c.in; !p.closed && in.state == stateIdle && in.h == c.h {
+			p.log.Warn("aio: instance container gone; removing it", "slot", in.slot)
+			p.destroyLocked(in)
+		}
 	}
 }
 

@@ -25,6 +25,10 @@ type fakeBackend struct {
 	delay     time.Duration
 	failNext  error
 	adoptable []adoptable
+	// failDestroys makes the next destroys fail (an engine restarting).
+	failDestroys int
+	// failLeaves makes failNext's create leave its container behind.
+	failLeaves bool
 }
 
 func newFakeBackend() *fakeBackend { return &fakeBackend{live: map[string]bool{}} }
@@ -35,6 +39,13 @@ func (f *fakeBackend) create(ctx context.Context, slot, _ string) (*handle, erro
 	f.mu.Lock()
 	if err := f.failNext; err != nil {
 		f.failNext = nil
+		if f.failLeaves {
+			// The container was made but could not be started nor
+			// removed: its handle comes back with the error.
+			f.live[slot] = true
+			f.mu.Unlock()
+			return &handle{slot: slot, containerID: "c-" + slot}, err
+		}
 		f.mu.Unlock()
 		return nil, err
 	}
@@ -64,6 +75,10 @@ func (f *fakeBackend) bind(context.Context, *handle, binding) (*Client, error) {
 func (f *fakeBackend) destroy(_ context.Context, h *handle) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.failDestroys > 0 {
+		f.failDestroys--
+		return errors.New("engine unreachable")
+	}
 	f.destroys++
 	delete(f.live, h.slot)
 	return nil
@@ -76,6 +91,21 @@ func (f *fakeBackend) adopt(context.Context) ([]adoptable, error) {
 		f.live[a.h.slot] = true
 	}
 	return f.adoptable, nil
+}
+
+// gone: a "container" killed from outside is one no longer live that
+// the pool did not destroy.
+func (f *fakeBackend) gone(_ context.Context, h *handle) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return !f.live[h.slot]
+}
+
+// kill removes slot's "container" behind the pool's back.
+func (f *fakeBackend) kill(slot string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.live, slot)
 }
 
 func (f *fakeBackend) containerName(s string) string { return "fake-" + s }
@@ -341,5 +371,102 @@ func TestPoolNeverExceedsMax(t *testing.T) {
 	wg.Wait()
 	if _, _, _, _, high := be.counts(); high > 5 {
 		t.Errorf("%d containers at once, max_instances 5", high)
+	}
+}
+
+// TestPoolReapsGoneInstances: an idle instance whose container died
+// behind the pool's back (an engine restart, docker rm) is removed by the
+// pool's loop, not left until its idle timeout, and the session's next
+// acquire gets a new one (issue 21's soak found exited aio containers
+// after an engine restart).
+func TestPoolReapsGoneInstances(t *testing.T) {
+	be := newFakeBackend()
+	p := newFakePool(t, be)
+	l, err := p.acquire(context.Background(), bindingFor("s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := l.in.slot
+	l.release(false)
+	be.kill(slot)
+	deadline := time.Now().Add(3 * goneCheckEvery)
+	for {
+		if _, _, destroys, _, _ := be.counts(); destroys == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the instance whose container is gone was not removed in %s", 3*goneCheckEvery)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, ok := p.info("s"); ok {
+		t.Error("the session still has the dead instance")
+	}
+	l, err = p.acquire(context.Background(), bindingFor("s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.in.slot == slot {
+		t.Error("the session got its dead instance back")
+	}
+	l.release(false)
+	if creates, _, _, _, _ := be.counts(); creates != 2 {
+		t.Errorf("creates %d, want 2", creates)
+	}
+}
+
+// TestPoolRetriesFailedDestroy: a removal the engine refuses (restarting)
+// is retried until it succeeds, so the container is not left behind.
+func TestPoolRetriesFailedDestroy(t *testing.T) {
+	every := destroyRetryEvery
+	destroyRetryEvery = 20 * time.Millisecond
+	t.Cleanup(func() { destroyRetryEvery = every })
+	be := newFakeBackend()
+	p := newFakePool(t, be)
+	l, err := p.acquire(context.Background(), bindingFor("s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.release(false)
+	be.mu.Lock()
+	be.failDestroys = 3
+	be.mu.Unlock()
+	p.releaseSession("s")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, _, destroys, live, _ := be.counts(); destroys == 1 && live == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the refused removal was not retried")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestPoolRemovesWhatAFailedCreateLeft: a create that failed after making
+// its container (the engine stopping between create and start) hands the
+// container back, and the pool removes it, retrying while the engine
+// refuses.
+func TestPoolRemovesWhatAFailedCreateLeft(t *testing.T) {
+	every := destroyRetryEvery
+	destroyRetryEvery = 20 * time.Millisecond
+	t.Cleanup(func() { destroyRetryEvery = every })
+	be := newFakeBackend()
+	be.failNext, be.failLeaves, be.failDestroys = errors.New("start container: engine stopping"), true, 2
+	p := newFakePool(t, be)
+	if _, err := p.acquire(context.Background(), bindingFor("s")); err == nil {
+		t.Fatal("acquire succeeded although create failed")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, _, destroys, live, _ := be.counts(); destroys == 1 && live == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			_, _, destroys, live, _ := be.counts()
+			t.Fatalf("the failed create's container is left: destroys %d, live %d", destroys, live)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

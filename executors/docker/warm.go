@@ -300,16 +300,34 @@ func (p *warmPool) fill(session string, s *warmSlot) {
 	p.mu.Lock()
 	s.box, s.prepared = b, true
 	dispose := s.dead && b != nil
+	watch := false
 	switch {
 	case b == nil:
 		p.unlink(session, s) // let a later run try again
 	case !s.dead && slices.Contains(p.slots[session], s):
 		s.idle = time.AfterFunc(p.e.cfg.WarmIdle, func() { p.expire(session, s) })
+		watch = true
 	}
 	p.mu.Unlock()
 	close(s.ready)
 	if dispose {
 		p.e.discard(b)
+	}
+	if watch {
+		go p.watchDeath(session, s, b)
+	}
+}
+
+// watchDeath removes s as soon as its container exits while it waits for
+// its run (killed from outside, or stopped with its engine): otherwise it
+// stays, exited, until the session's next run or WarmIdle (issue 21's
+// soak counted them after an engine restart). A removal the engine cannot
+// take now is retried once it answers again (Executor.remove).
+func (p *warmPool) watchDeath(session string, s *warmSlot, b *box) {
+	select {
+	case <-b.exit.done:
+		p.expire(session, s)
+	case <-p.e.life.Done():
 	}
 }
 

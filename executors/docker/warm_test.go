@@ -153,12 +153,35 @@ func TestWarmContainerThatDiedIsNotUsed(t *testing.T) {
 		e.warm.mu.Lock()
 		defer e.warm.mu.Unlock()
 		list := e.warm.slots[a.id]
-		return len(list) == 1 && list[0].box != nil && list[0].box.exit.exited()
+		return len(list) == 0 || len(list) == 1 && list[0].box != nil && list[0].box.exit.exited()
 	})
 	res := execute(t, e, a.spec(executors.LangPython, "print(2)"))
 	if res.Stdout != "2\n" || e.warmHits.Load() != 0 {
 		t.Fatalf("result %+v, warm hits %d", res, e.warmHits.Load())
 	}
+}
+
+// TestWarmContainerThatDiesIsRemoved: a warm container killed from
+// outside while it waits is removed at once, with no run of its session
+// to find it dead (issue 21: exited warm containers stayed after an
+// engine restart until WarmIdle).
+func TestWarmContainerThatDiesIsRemoved(t *testing.T) {
+	e := newTestExecutor(t, func(c *Config) { c.WarmIdle = time.Hour })
+	a := newSession(t, 3_200_021)
+	execute(t, e, a.spec(executors.LangPython, "print(1)"))
+	if !e.warm.waitReady(t.Context(), a.id) {
+		t.Fatal("no warm container")
+	}
+	ids := sessionContainers(t, e, a.id)
+	if len(ids) != 1 {
+		t.Fatalf("containers %v", ids)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := e.cli.ContainerKill(ctx, ids[0], client.ContainerKillOptions{Signal: "KILL"}); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, e, func() bool { return e.warm.size() == 0 && len(sessionContainers(t, e, a.id)) == 0 })
 }
 
 // TestWarmAfterSecondRun: with the default WarmAfter, a session's first run

@@ -119,16 +119,18 @@ func lockShared(dir string) (*os.File, error) {
 // root's identity.
 func (e *Executor) RootID() string { return e.rootID }
 
-// makeRunDir makes the executor's own directory: stage/, the mount point
+// makeRunDir makes the executor's own directory (after removing those of
+// gateways that died without Close): stage/, the mount point
 // of every run's new root (each run mounts it in its own namespace, so
 // one directory serves all), and probe/, the probe's workspace.
 func (e *Executor) makeRunDir() error {
-	dir, err := os.MkdirTemp(e.cfg.WarmDir, "sandgate-subprocess-")
+	removeStaleRunDirs(e.cfg.WarmDir)
+	dir, err := os.MkdirTemp(e.cfg.WarmDir, runDirPrefix)
 	if err != nil {
 		return fmt.Errorf("run dir: %w", err)
 	}
 	e.runDir, e.stage = dir, filepath.Join(dir, "stage")
-	return errors.Join(os.Chmod(dir, 0o711), os.Mkdir(e.stage, 0o700), os.Mkdir(filepath.Join(dir, "code"), 0o711),
+	return errors.Join(writeOwner(dir), os.Chmod(dir, 0o711), os.Mkdir(e.stage, 0o700), os.Mkdir(filepath.Join(dir, "code"), 0o711),
 		os.Mkdir(filepath.Join(dir, "probe"), 0o777), os.Chmod(filepath.Join(dir, "probe"), 0o777))
 }
 

@@ -1,0 +1,78 @@
+package subprocess
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// runDirPrefix names the executor's run directories in WarmDir.
+const runDirPrefix = "sandgate-subprocess-"
+
+// ownerFile, in a run directory, names the process that made it: its
+// pid and its start time (clock ticks since boot, /proc/PID/stat field
+// 22), so that a recycled pid is not mistaken for the owner.
+const ownerFile = "owner"
+
+// writeOwner records this process as the owner of dir.
+func writeOwner(dir string) error {
+	st, err := procStart(os.Getpid())
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, ownerFile), fmt.Appendf(nil, "%d %d\n", os.Getpid(), st), 0o600)
+}
+
+// removeStaleRunDirs removes the run directories in warmDir whose owner
+// is gone. Close removes a gateway's own directory; one killed with
+// SIGKILL (or OOM-killed) leaves it behind, and without this every
+// restart would leave another (issue 21's soak counted them). A directory
+// without an owner file, or whose owner still runs (another gateway
+// sharing the temporary directory), is left alone.
+func removeStaleRunDirs(warmDir string) {
+	ents, err := os.ReadDir(warmDir)
+	if err != nil {
+		return
+	}
+	for _, d := range ents {
+		if !d.IsDir() || !strings.HasPrefix(d.Name(), runDirPrefix) {
+			continue
+		}
+		dir := filepath.Join(warmDir, d.Name())
+		b, err := os.ReadFile(filepath.Join(dir, ownerFile))
+		if err != nil {
+			continue
+		}
+		var pid int
+		var start uint64
+		if _, err := fmt.Sscan(string(b), &pid, &start); err != nil || pid <= 0 {
+			continue
+		}
+		if now, err := procStart(pid); err == nil && now == start {
+			continue // the owner runs
+		}
+		_ = os.RemoveAll(dir)
+	}
+}
+
+// procStart is the start time of process pid, in clock ticks since boot.
+func procStart(pid int) (uint64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// pid (comm) state ppid ...: comm may hold spaces; field 22 is the
+	// 20th after the closing parenthesis.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}
