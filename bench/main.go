@@ -222,7 +222,7 @@ func run(ctx context.Context, o opts, out, readme, jsonOut string) error {
 	// fleet) and egress do without the shared one.
 	var gw *gatewayProc
 	startGoroutines := 0
-	if slices.ContainsFunc([]string{"subprocess", "docker", "aio", "policy", "files", "mixed"}, o.want) {
+	if slices.ContainsFunc([]string{"subprocess", "docker", "aio", "policy", "files", "mixed", "kernel"}, o.want) {
 		var err error
 		if gw, err = startGateway(ctx); err != nil {
 			return err
