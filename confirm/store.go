@@ -49,25 +49,7 @@ var storeMigrations = []audit.Migration{{
 	Version:  1,
 	Name:     "create approvals",
 	Postgres: pgApprovalsV1,
-	SQL: `
-CREATE TABLE approvals (
-	id              TEXT    PRIMARY KEY,
-	request_id      TEXT    NOT NULL,
-	session_id      TEXT    NOT NULL,
-	language        TEXT    NOT NULL,
-	code_sha256     TEXT    NOT NULL,
-	digest          TEXT    NOT NULL,
-	risk_level      TEXT    NOT NULL DEFAULT '',
-	executor        TEXT    NOT NULL DEFAULT '',
-	policy_revision TEXT    NOT NULL DEFAULT '',
-	principal       TEXT    NOT NULL DEFAULT '',
-	status          TEXT    NOT NULL CHECK (status IN ('pending', 'approved', 'denied', 'timeout', 'withdrawn', 'interrupted')),
-	requested_at    TEXT    NOT NULL,
-	deadline        TEXT    NOT NULL,
-	decided_by      TEXT    NOT NULL DEFAULT '',
-	reason          TEXT    NOT NULL DEFAULT '',
-	decided_at      TEXT
-) STRICT;
+	SQL: approvalsTableV1 + ` STRICT;
 CREATE INDEX approvals_status ON approvals (status);
 CREATE INDEX approvals_decided_at ON approvals (decided_at);
 CREATE TRIGGER approvals_single_use BEFORE UPDATE ON approvals

@@ -1,13 +1,8 @@
 package confirm
 
-// The approvals table in PostgreSQL, version for version with the SQLite
-// history in storeMigrations. Times are the same fixed-width UTC text as
-// on SQLite, so one scanner serves both. The single-use rule is a trigger
-// function: once a row leaves 'pending' it never changes again, and its
-// binding columns never change at all. (PostgreSQL has no INSERT OR
-// REPLACE, and ON CONFLICT DO UPDATE fires the UPDATE trigger, so the
-// primary key alone keeps ids from being reused.)
-const pgApprovalsV1 = `
+// approvalsTableV1 is the approvals table of migration 1, the same on both
+// drivers (SQLite adds STRICT).
+const approvalsTableV1 = `
 CREATE TABLE approvals (
 	id              TEXT    PRIMARY KEY,
 	request_id      TEXT    NOT NULL,
@@ -25,7 +20,16 @@ CREATE TABLE approvals (
 	decided_by      TEXT    NOT NULL DEFAULT '',
 	reason          TEXT    NOT NULL DEFAULT '',
 	decided_at      TEXT
-);
+)`
+
+// The approvals table in PostgreSQL, version for version with the SQLite
+// history in storeMigrations. Times are the same fixed-width UTC text as
+// on SQLite, so one scanner serves both. The single-use rule is a trigger
+// function: once a row leaves 'pending' it never changes again, and its
+// binding columns never change at all. (PostgreSQL has no INSERT OR
+// REPLACE, and ON CONFLICT DO UPDATE fires the UPDATE trigger, so the
+// primary key alone keeps ids from being reused.)
+const pgApprovalsV1 = approvalsTableV1 + `;
 CREATE INDEX approvals_status ON approvals (status);
 CREATE INDEX approvals_decided_at ON approvals (decided_at);
 CREATE FUNCTION approvals_single_use() RETURNS trigger LANGUAGE plpgsql AS $$
