@@ -101,15 +101,7 @@ type egressE2E struct {
 // sessions network).
 func egressPolicy(t *testing.T, kind string, plainPort, tlsPort int) fs.FS {
 	t.Helper()
-	out := fstest.MapFS{}
-	err := fs.WalkDir(policy.DefaultFS(), ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := fs.ReadFile(policy.DefaultFS(), p)
-		out[p] = &fstest.MapFile{Data: b}
-		return err
-	})
+	out, err := policy.DefaultTree()
 	if err != nil {
 		t.Fatal(err)
 	}

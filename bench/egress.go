@@ -118,15 +118,7 @@ func (b *egressBench) stop() { b.stopFunc() }
 // egressPolicyFS is the shipped policy tree with one rule allowing the
 // bench host on the server's port (and naming loopback, which it is).
 func egressPolicyFS(port int) (fs.FS, error) {
-	out := fstest.MapFS{}
-	err := fs.WalkDir(policy.DefaultFS(), ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		data, err := fs.ReadFile(policy.DefaultFS(), p)
-		out[p] = &fstest.MapFile{Data: data}
-		return err
-	})
+	out, err := policy.DefaultTree()
 	if err != nil {
 		return nil, err
 	}

@@ -10,7 +10,6 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"io"
-	"io/fs"
 	"math/big"
 	"net"
 	"net/http"
@@ -39,15 +38,7 @@ type rule map[string]any
 // a MapFS the test can edit and reload.
 func policyFS(t testing.TB, rules []rule) fstest.MapFS {
 	t.Helper()
-	out := fstest.MapFS{}
-	err := fs.WalkDir(policy.DefaultFS(), ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := fs.ReadFile(policy.DefaultFS(), p)
-		out[p] = &fstest.MapFile{Data: b}
-		return err
-	})
+	out, err := policy.DefaultTree()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package policy
 import (
 	"embed"
 	"io/fs"
+	"testing/fstest"
 )
 
 //go:embed rego
@@ -20,4 +21,21 @@ func DefaultFS() fs.FS {
 		panic(err) // the embed pattern above guarantees the directory
 	}
 	return sub
+}
+
+// DefaultTree is DefaultFS copied into an in-memory tree that a caller can
+// edit (a data.json with other rules) and load: the tests and benchmarks
+// that run the shipped policy with data of their own.
+func DefaultTree() (fstest.MapFS, error) {
+	out := fstest.MapFS{}
+	src := DefaultFS()
+	err := fs.WalkDir(src, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(src, p)
+		out[p] = &fstest.MapFile{Data: b}
+		return err
+	})
+	return out, err
 }
