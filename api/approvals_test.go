@@ -174,12 +174,18 @@ func (e *approvalEnv) runAsync(session, code string) *pendingCall {
 
 // runAsyncAs is runAsync with another agent token.
 func (e *approvalEnv) runAsyncAs(tok, session, code string) *pendingCall {
+	return e.postAsync(tok, session, runCode(code, "python"))
+}
+
+// postAsync posts body to the session's run_code without waiting for the
+// answer.
+func (e *approvalEnv) postAsync(tok, session string, body any) *pendingCall {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &pendingCall{done: make(chan struct{}), cancel: cancel}
-	body, _ := json.Marshal(runCode(code, "python"))
+	raw, _ := json.Marshal(body)
 	go func() {
 		defer close(c.done)
-		req, _ := http.NewRequestWithContext(ctx, "POST", e.srv.URL+"/v1/sessions/"+session+"/run_code", bytes.NewReader(body))
+		req, _ := http.NewRequestWithContext(ctx, "POST", e.srv.URL+"/v1/sessions/"+session+"/run_code", bytes.NewReader(raw))
 		req.Header.Set("Authorization", "Bearer "+tok)
 		res, err := e.srv.Client().Do(req)
 		if err != nil {
@@ -187,9 +193,9 @@ func (e *approvalEnv) runAsyncAs(tok, session, code string) *pendingCall {
 			return
 		}
 		defer res.Body.Close()
-		raw, _ := io.ReadAll(res.Body)
-		c.res = resp{status: res.StatusCode, header: res.Header, raw: raw}
-		c.err = json.Unmarshal(raw, &c.res.body)
+		out, _ := io.ReadAll(res.Body)
+		c.res = resp{status: res.StatusCode, header: res.Header, raw: out}
+		c.err = json.Unmarshal(out, &c.res.body)
 	}()
 	return c
 }

@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"image/png"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -387,24 +385,7 @@ func TestKernelsEndToEnd(t *testing.T) {
 
 // runStateful posts a stateful cell without waiting for its answer.
 func (e *approvalEnv) runStateful(session, code string) *pendingCall {
-	ctx, cancel := context.WithCancel(context.Background())
-	c := &pendingCall{done: make(chan struct{}), cancel: cancel}
-	body, _ := json.Marshal(map[string]any{"code": code, "language": "python", "stateful": true, "timeout_s": 60})
-	go func() {
-		defer close(c.done)
-		req, _ := http.NewRequestWithContext(ctx, "POST", e.srv.URL+"/v1/sessions/"+session+"/run_code", bytes.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+agentTok)
-		res, err := e.srv.Client().Do(req)
-		if err != nil {
-			c.err = err
-			return
-		}
-		defer res.Body.Close()
-		raw, _ := io.ReadAll(res.Body)
-		c.res = resp{status: res.StatusCode, header: res.Header, raw: raw}
-		c.err = json.Unmarshal(raw, &c.res.body)
-	}()
-	return c
+	return e.postAsync(agentTok, session, map[string]any{"code": code, "language": "python", "stateful": true, "timeout_s": 60})
 }
 
 // mcpConnect opens an MCP session as the agent.
