@@ -150,23 +150,11 @@ func headlines(rep *report, sk *soakResult) headline {
 		paced, _ := r.side(warmPacedLabel(think))
 		cli, _ := r.side("docker run CLI")
 		fr, wr, pr := fresh.Stats.P50/cli.Stats.P50, warm.Stats.P50/cli.Stats.P50, paced.Stats.P50/cli.Stats.P50
-		t := target{Name: "Docker fresh ≤ 1.0× the CLI (p50)", Measured: fmt.Sprintf("fresh %s, CLI %s: %.2f×", ms(fresh.Stats.P50), ms(cli.Stats.P50), fr), Met: fr <= 1.0}
-		if !t.Met {
-			t.Reason = fmt.Sprintf("a fresh session starts a container as the CLI does, plus the gateway's pipeline: %.2f×", fr)
-		}
-		add(t)
-		t = target{Name: fmt.Sprintf("Docker warm ≤ 0.4× the CLI (p50, %s think time between a session's runs)", think),
-			Measured: fmt.Sprintf("warm %s, CLI %s: %.2f×", ms(paced.Stats.P50), ms(cli.Stats.P50), pr), Met: pr <= 0.4}
-		if !t.Met {
-			t.Reason = fmt.Sprintf("%.2f×", pr)
-		}
-		add(t)
-		t = target{Name: "Docker warm ≤ 0.4× the CLI (p50, runs back to back)",
-			Measured: fmt.Sprintf("warm %s, CLI %s: %.2f×", ms(warm.Stats.P50), ms(cli.Stats.P50), wr), Met: wr <= 0.4}
-		if !t.Met {
-			t.Reason = fmt.Sprintf("%.2f×: a warm container serves one run; back to back, runs beyond the session's ready containers wait for the rest of a container start", wr)
-		}
-		add(t)
+		add(ratioTarget("Docker fresh ≤ 1.0× the CLI (p50)", "fresh", "CLI", fresh.Stats.P50, cli.Stats.P50, 1.0,
+			"a fresh session starts a container as the CLI does, plus the gateway's pipeline: %.2f×"))
+		add(ratioTarget(fmt.Sprintf("Docker warm ≤ 0.4× the CLI (p50, %s think time between a session's runs)", think),
+			"warm", "CLI", paced.Stats.P50, cli.Stats.P50, 0.4, "%.2f×"))
+		add(ratioTarget("Docker warm ≤ 0.4× the CLI (p50, runs back to back)", "warm", "CLI", warm.Stats.P50, cli.Stats.P50, 0.4, backToBackReason))
 		h.lines = append(h.lines, fmt.Sprintf("STRICT Python via Docker: a warm session (%s between runs) %.2f×, back to back %.2f×, and a fresh session %.2f× the p50 of `docker run --rm --network none` (%s).", think, pr, wr, fr, ms(cli.Stats.P50)))
 	} else {
 		add(target{Name: "Docker fresh ≤ 1.0× / warm ≤ 0.4× the CLI", Missing: true, Reason: unavailable(rep, "docker")})
@@ -180,23 +168,10 @@ func headlines(rep *report, sk *soakResult) headline {
 		runsc, _ := r.side(runscCLILabel)
 		runc, _ := r.side(runcCLILabel)
 		fr, wr, pr := fresh.Stats.P50/runsc.Stats.P50, warm.Stats.P50/runsc.Stats.P50, paced.Stats.P50/runsc.Stats.P50
-		t := target{Name: "gVisor fresh ≤ 1.0× the runsc CLI (p50)", Measured: fmt.Sprintf("fresh %s, runsc CLI %s: %.2f×", ms(fresh.Stats.P50), ms(runsc.Stats.P50), fr), Met: fr <= 1.0}
-		if !t.Met {
-			t.Reason = fmt.Sprintf("%.2f×", fr)
-		}
-		add(t)
-		t = target{Name: fmt.Sprintf("gVisor warm ≤ 0.3× the runsc CLI (p50, %s think time)", think),
-			Measured: fmt.Sprintf("warm %s, runsc CLI %s: %.2f×", ms(paced.Stats.P50), ms(runsc.Stats.P50), pr), Met: pr <= 0.3}
-		if !t.Met {
-			t.Reason = fmt.Sprintf("%.2f×", pr)
-		}
-		add(t)
-		t = target{Name: "gVisor warm ≤ 0.4× the runsc CLI (p50, runs back to back)",
-			Measured: fmt.Sprintf("warm %s, runsc CLI %s: %.2f×", ms(warm.Stats.P50), ms(runsc.Stats.P50), wr), Met: wr <= 0.4}
-		if !t.Met {
-			t.Reason = fmt.Sprintf("%.2f×: a warm container serves one run; back to back, runs beyond the session's ready containers wait for the rest of a container start", wr)
-		}
-		add(t)
+		add(ratioTarget("gVisor fresh ≤ 1.0× the runsc CLI (p50)", "fresh", "runsc CLI", fresh.Stats.P50, runsc.Stats.P50, 1.0, "%.2f×"))
+		add(ratioTarget(fmt.Sprintf("gVisor warm ≤ 0.3× the runsc CLI (p50, %s think time)", think),
+			"warm", "runsc CLI", paced.Stats.P50, runsc.Stats.P50, 0.3, "%.2f×"))
+		add(ratioTarget("gVisor warm ≤ 0.4× the runsc CLI (p50, runs back to back)", "warm", "runsc CLI", warm.Stats.P50, runsc.Stats.P50, 0.4, backToBackReason))
 		h.lines = append(h.lines, fmt.Sprintf("STRICT Python via gVisor: a warm session (%s between runs) %.2f×, back to back %.2f×, and a fresh session %.2f× the p50 of `docker run --rm --runtime=runsc --network none` (%s; runc's CLI %s).", think, pr, wr, fr, ms(runsc.Stats.P50), ms(runc.Stats.P50)))
 	} else {
 		add(target{Name: "gVisor fresh ≤ 1.0× / warm ≤ 0.3× the runsc CLI", Missing: true, Reason: unavailable(rep, "gvisor")})
@@ -502,6 +477,22 @@ func throughputTarget(rs []abResult, c int) target {
 		Measured: fmt.Sprintf("gateway %.1f req/s, python3 %.1f req/s: %.0f%%", gw.Stats.RPS, raw.Stats.RPS, 100*f)}
 	if !t.Met {
 		t.Reason = fmt.Sprintf("the gateway reached %.0f%% of raw", 100*f)
+	}
+	return t
+}
+
+// backToBackReason explains a missed back-to-back target (%.2f is the
+// ratio).
+const backToBackReason = "%.2f×: a warm container serves one run; back to back, runs beyond the session's ready containers wait for the rest of a container start"
+
+// ratioTarget is the target "got ≤ limit × cli" for one side of a
+// container scenario; reasonFmt (with %.2f for the ratio) says why when
+// it is missed.
+func ratioTarget(name, side, cliName string, got, cli, limit float64, reasonFmt string) target {
+	r := got / cli
+	t := target{Name: name, Measured: fmt.Sprintf("%s %s, %s %s: %.2f×", side, ms(got), cliName, ms(cli), r), Met: r <= limit}
+	if !t.Met {
+		t.Reason = fmt.Sprintf(reasonFmt, r)
 	}
 	return t
 }
