@@ -70,6 +70,7 @@ func TestWarmServesOnlyItsSession(t *testing.T) {
 	if res.ExitCode != 0 || !e.warm.waitReady(t.Context(), a.id) {
 		t.Fatalf("first run %+v; warm container not prepared", res)
 	}
+	e.bg.Wait() // the first run's own container is removed
 	warmA := sessionContainers(t, e, a.id)
 	if len(warmA) != 1 {
 		t.Fatalf("session a has containers %v, want its one warm container", warmA)
@@ -140,6 +141,7 @@ func TestWarmContainerThatDiedIsNotUsed(t *testing.T) {
 	if !e.warm.waitReady(t.Context(), a.id) {
 		t.Fatal("no warm container")
 	}
+	e.bg.Wait() // the first run's own container is removed
 	ids := sessionContainers(t, e, a.id)
 	if len(ids) != 1 {
 		t.Fatalf("containers %v", ids)
@@ -172,6 +174,7 @@ func TestWarmContainerThatDiesIsRemoved(t *testing.T) {
 	if !e.warm.waitReady(t.Context(), a.id) {
 		t.Fatal("no warm container")
 	}
+	e.bg.Wait() // the first run's own container is removed
 	ids := sessionContainers(t, e, a.id)
 	if len(ids) != 1 {
 		t.Fatalf("containers %v", ids)
