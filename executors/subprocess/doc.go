@@ -227,6 +227,10 @@
 // once the run's namespace is empty: so a run is over when its tree is
 // gone, as a cold run is.
 //
+// The C, P1 and R of the session's next run are forked ahead, while the
+// session is idle (the spare, see zygoteBoot), so a run pays for passing
+// its message and descriptors, not for three forks and the mounts.
+//
 // The first run of a session starts its zygote and runs in it; every later
 // run of the session with the same uid/gid, workspace (path, device and
 // inode), Network flag and interpreter binary does too, whatever its
