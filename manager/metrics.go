@@ -80,6 +80,10 @@ func (m *Metrics) observeExec(executor string, d time.Duration) {
 	}
 }
 
+// AuditFailed counts an audit write that failed; audit.Later reports its
+// queued completions' failures here, as the synchronous writes do.
+func (m *Metrics) AuditFailed() { m.auditFailed() }
+
 func (m *Metrics) auditFailed() {
 	if m != nil {
 		m.auditErrors.Inc()

@@ -102,7 +102,8 @@ type Evaluation struct {
 
 // Run takes a request through all seven steps. The audit record is written
 // before Run returns, whatever the outcome, so the response never precedes
-// its record.
+// its record: a run's record since its write-ahead, whose outcome the store
+// may commit just after the answer (audit.Later, see finish).
 func (m *Manager) Run(ctx context.Context, req RunRequest) (res *RunResult, err error) {
 	start := time.Now()
 	rec := newRecord(req)

@@ -30,7 +30,10 @@ const (
 // request's cancellation: a client that went away still gets its record.
 const auditWriteTimeout = 5 * time.Second
 
-// finish is step 7: one record per request, whatever happened.
+// finish is step 7: one record per request, whatever happened. A run's
+// record is durable since its write-ahead (auditAhead), and the answer (the
+// run's output) is not the record, so where the store allows (audit.Later)
+// its completion is committed after the answer.
 func (m *Manager) finish(ctx context.Context, rec *audit.Record, res *RunResult, err error, start time.Time) {
 	code, _, _ := errcode.Of(err)
 	if err == nil && res != nil {
@@ -38,7 +41,17 @@ func (m *Manager) finish(ctx context.Context, rec *audit.Record, res *RunResult,
 		rec.ExitCode = &exit
 		rec.Executor = res.SandboxType
 	}
-	m.record(ctx, rec, outcomeOf(code, res, err), err, start)
+	elapsed := m.stamp(ctx, rec, outcomeOf(code, res, err), err, start)
+	if l, ok := m.deps.Audit.(laterCompleter); !ok || rec.ID == 0 || !l.CompleteLater(rec) {
+		m.write(ctx, rec)
+	}
+	m.deps.Metrics.observeRequest(rec.Kind, rec.Action, rec.Executor, rec.Outcome, elapsed)
+}
+
+// laterCompleter is an audit store that can complete a write-ahead record
+// after the answer (audit.Later).
+type laterCompleter interface {
+	CompleteLater(rec *audit.Record) bool
 }
 
 // record completes rec with the outcome, error code, status and duration,
@@ -48,18 +61,15 @@ func (m *Manager) finish(ctx context.Context, rec *audit.Record, res *RunResult,
 // that a caller whose answer is not sent yet can refuse to send it
 // unrecorded (fileOp).
 func (m *Manager) record(ctx context.Context, rec *audit.Record, outcome string, err error, start time.Time) error {
-	elapsed := time.Since(start)
-	rec.DurationMS = elapsed.Milliseconds()
-	code, status, _ := errcode.Of(err)
-	rec.ErrorCode, rec.HTTPStatus = string(code), status
-	rec.Outcome = outcome
-	if q := quotaKind(err); q != "" {
-		setDetail(rec, "quota", q)
-		m.deps.Metrics.quotaRefused(m.quotas.label(rec.Tenant), q)
-	}
-	if code == errcode.Internal {
-		m.log.ErrorContext(ctx, "request failed", "request_id", rec.RequestID, "session_id", rec.SessionID, "err", err)
-	}
+	elapsed := m.stamp(ctx, rec, outcome, err, start)
+	werr := m.write(ctx, rec)
+	m.deps.Metrics.observeRequest(rec.Kind, rec.Action, rec.Executor, rec.Outcome, elapsed)
+	return werr
+}
+
+// write completes rec's write-ahead record, or appends rec when it has
+// none, detached from the request's cancellation.
+func (m *Manager) write(ctx context.Context, rec *audit.Record) error {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), auditWriteTimeout)
 	defer cancel()
 	var werr error
@@ -72,8 +82,25 @@ func (m *Manager) record(ctx context.Context, rec *audit.Record, outcome string,
 		m.deps.Metrics.auditFailed()
 		m.log.ErrorContext(ctx, "audit write failed", "request_id", rec.RequestID, "err", werr)
 	}
-	m.deps.Metrics.observeRequest(rec.Kind, rec.Action, rec.Executor, rec.Outcome, elapsed)
 	return werr
+}
+
+// stamp sets rec's outcome, error code, status and duration, counts a
+// quota refusal and logs an internal error; it returns the duration.
+func (m *Manager) stamp(ctx context.Context, rec *audit.Record, outcome string, err error, start time.Time) time.Duration {
+	elapsed := time.Since(start)
+	rec.DurationMS = elapsed.Milliseconds()
+	code, status, _ := errcode.Of(err)
+	rec.ErrorCode, rec.HTTPStatus = string(code), status
+	rec.Outcome = outcome
+	if q := quotaKind(err); q != "" {
+		setDetail(rec, "quota", q)
+		m.deps.Metrics.quotaRefused(m.quotas.label(rec.Tenant), q)
+	}
+	if code == errcode.Internal {
+		m.log.ErrorContext(ctx, "request failed", "request_id", rec.RequestID, "session_id", rec.SessionID, "err", err)
+	}
+	return elapsed
 }
 
 func outcomeOf(code errcode.Code, res *RunResult, err error) string {

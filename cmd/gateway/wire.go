@@ -49,6 +49,7 @@ type gateway struct {
 	manager  *manager.Manager
 	policy   *policy.Engine
 	audit    audit.Database
+	later    *audit.Later // gw.audit on SQLite, for the manager and the API (runAudit); nil on PostgreSQL
 	hub      *confirm.Hub    // nil when auto-approve is configured
 	replicas *fleet.Registry // nil on sqlite
 	router   *fleet.Router   // nil on sqlite
@@ -153,9 +154,11 @@ func build(ctx context.Context, cfg Config, getenv func(string) string, stdout, 
 	if err := gw.egressProxy(confirmer, reg, getenv); err != nil {
 		return nil, err
 	}
+	metrics := manager.NewMetrics(reg)
+	runAudit := gw.runAudit(metrics)
 	deps := manager.Deps{
 		Assessor: assessor, Policy: gw.policy, Confirm: confirmer, Executors: execs, Workspaces: workspaces,
-		Audit: gw.audit, Metrics: manager.NewMetrics(reg), Logger: gw.log, Resources: gw.resources(),
+		Audit: runAudit, Metrics: metrics, Logger: gw.log, Resources: gw.resources(),
 	}
 	if gw.egress != nil { // a nil *Service in the interface would not read as "no proxy"
 		deps.Egress = gw.egress
@@ -172,7 +175,7 @@ func build(ctx context.Context, cfg Config, getenv func(string) string, stdout, 
 		return nil, err
 	}
 	apiDeps := api.Deps{
-		Manager: gw.manager, Policy: gw.policy, Audit: gw.audit, Auth: auth, Gatherer: reg, Logger: gw.log,
+		Manager: gw.manager, Policy: gw.policy, Audit: runAudit, Auth: auth, Gatherer: reg, Logger: gw.log,
 		Approvals: gw.hub, Browser: gw.browser, MCP: mcpServer, Database: gw.audit, DeerFlow: gw.deerflow,
 	}
 	if gw.router != nil {
@@ -553,10 +556,27 @@ func (gw *gateway) listen(handler http.Handler) error {
 // Addr is the bound address (useful with port 0).
 func (gw *gateway) Addr() string { return gw.listener.Addr().String() }
 
+// runAudit is the audit store of the manager and the API. On SQLite (one
+// replica) it is gw.audit wrapped in audit.Later: a run's outcome is
+// committed just after its answer, and a query waits for what was queued
+// before it. On PostgreSQL a fleet's replicas share the log, and a client
+// may read it through another replica right after its answer, where no
+// queue could be waited for: completions stay synchronous there.
+func (gw *gateway) runAudit(metrics *manager.Metrics) audit.Database {
+	if gw.audit.Driver() != audit.DriverSQLite {
+		return gw.audit
+	}
+	gw.later = audit.NewLater(gw.audit, gw.log, metrics.AuditFailed)
+	return gw.later
+}
+
 func (gw *gateway) closeStores() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	gw.leaveFleet(ctx)
 	cancel()
+	if gw.later != nil {
+		gw.later.Drain()
+	}
 	if gw.audit != nil {
 		_ = gw.audit.Close()
 	}
