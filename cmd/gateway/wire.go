@@ -49,7 +49,7 @@ type gateway struct {
 	manager  *manager.Manager
 	policy   *policy.Engine
 	audit    audit.Database
-	later    *audit.Later // gw.audit on SQLite, for the manager and the API (runAudit); nil on PostgreSQL
+	later    *audit.Later    // gw.audit on SQLite, for the manager and the API (runAudit); nil on PostgreSQL
 	hub      *confirm.Hub    // nil when auto-approve is configured
 	replicas *fleet.Registry // nil on sqlite
 	router   *fleet.Router   // nil on sqlite
