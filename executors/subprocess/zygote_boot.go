@@ -62,8 +62,18 @@ package subprocess
 // that, the run ends without "G" and goes cold. A run granted network
 // (its own bridge namespace, a fourth descriptor) is always forked on
 // demand. The spare dies with the zygote: its sockets end, and the
-// session's PID namespace ends with the zygote's init. It holds three
-// forked processes whose pages are the zygote's until written.
+// session's PID namespace ends with the zygote's init.
+//
+// The spare's R also copies its pages while it waits
+// (madvise(MADV_POPULATE_WRITE) over every private writable mapping).
+// A run's interpreter finalization writes the reference counts of nearly
+// every object the zygote made, and each first write to a page the zygote
+// shares is a copy-on-write fault: measured on the reference VM, go to exit
+// of sys.exit(0) in a forked child took 5.0 ms, and 1.8 ms once its pages
+// were copied ahead. The price is memory: R holds its own copy of the
+// zygote's heap (~10 MB) while the session is idle; C and P1 share theirs.
+// On a kernel without MADV_POPULATE_WRITE (before 5.14) the call fails
+// and nothing changes.
 //
 // Before serving, the zygote moves every object it has to the garbage
 // collector's permanent generation (gc.freeze): a run's collections, the
@@ -149,6 +159,13 @@ const zygoteBoot = pythonBootStart + `    _z = frozenset(_s.modules)
         _p = _o.fork()
         _y = _v[2 if _p == 0 else 1]
         _v[1 if _p == 0 else 2].close()
+        if _p == 0:
+            with open("/proc/self/maps") as _b:
+                for _l in _b:
+                    _a = _l.split()
+                    if _a[1].startswith("rw") and _a[1][3] == "p":
+                        _i, _j = (int(_t, 16) for _t in _a[0].split("-"))
+                        _lc.madvise(_C.c_void_p(_i), _C.c_size_t(_j - _i), 23)
         _m, _a, _f, _x = _y.recvmsg(4096, _S.CMSG_SPACE(12))
         if not _m or _f & _S.MSG_CTRUNC or len(_a) != 1 or len(_a[0][2]) != 12:
             _o._exit(0)
