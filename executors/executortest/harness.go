@@ -88,13 +88,13 @@ func Run(t *testing.T, h Harness) {
 	t.Run("FailureIsResult", s.forEachLang(s.testFailureIsResult))
 	t.Run("OutputCapAndSpill", s.forEachLang(s.testOutputCap))
 	t.Run("OutputFlood", s.forEachLang(s.testOutputFlood))
-	t.Run("TimeoutKillsTree", s.forEachLang(s.testTimeoutKillsTree))
-	t.Run("CancelKillsTree", s.forEachLang(s.testCancelKillsTree))
+	t.Run("TimeoutKillsTree", s.forEachLangAtOnce(s.testTimeoutKillsTree))
+	t.Run("CancelKillsTree", s.forEachLangAtOnce(s.testCancelKillsTree))
 	t.Run("EnvironmentNotInherited", s.forEachLang(s.testEnvironment))
 	t.Run("WorkingDirectory", s.forEachLang(s.testWorkingDirectory))
 	t.Run("HostPathMasked", s.forEachLang(s.testHostPathMasked))
 	t.Run("BinaryAndUnicode", s.forEachLang(s.testBinaryAndUnicode))
-	t.Run("StreamWhileRunning", s.forEachLang(s.testStreamWhileRunning))
+	t.Run("StreamWhileRunning", s.forEachLangAtOnce(s.testStreamWhileRunning))
 	t.Run("StreamIsResult", s.forEachLang(s.testStreamIsResult))
 	t.Run("WorkspaceUntouched", s.forEachLang(s.testWorkspaceUntouched))
 	t.Run("AbsoluteWorkspacePaths", s.forEachLang(s.testAbsoluteWorkspacePaths))
@@ -117,6 +117,21 @@ func (s *suite) forEachLang(f func(t *testing.T, lang string)) func(t *testing.T
 	return func(t *testing.T) {
 		for _, lang := range s.h.Languages {
 			t.Run(lang, func(t *testing.T) { f(t, lang) })
+		}
+	}
+}
+
+// forEachLangAtOnce is forEachLang with the languages' sub-tests in
+// parallel, for cases that mostly wait out a timeout: each run's markers
+// are its own, and none reads process-wide state (allocations, the
+// environment) or spends a per-uid limit.
+func (s *suite) forEachLangAtOnce(f func(t *testing.T, lang string)) func(t *testing.T) {
+	return func(t *testing.T) {
+		for _, lang := range s.h.Languages {
+			t.Run(lang, func(t *testing.T) {
+				t.Parallel()
+				f(t, lang)
+			})
 		}
 	}
 }
