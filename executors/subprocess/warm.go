@@ -795,9 +795,9 @@ func (e *Executor) runWarm(ctx context.Context, w *warmProc, want *warmSpec, rel
 	if w.bridge != nil {
 		defer w.bridge.serve(ctx, want.l.egress)()
 	}
+	began := time.Now() // before the deadline is set: a timed-out run's Duration is never below its timeout
 	runCtx, cancel := context.WithTimeoutCause(ctx, timeout, errTimedOut)
 	defer cancel()
-	began := time.Now()
 	if _, err := w.ctl.Write([]byte(rel + "\n")); err != nil {
 		out.finish()
 		return fail(false)

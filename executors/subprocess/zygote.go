@@ -158,9 +158,9 @@ func (e *Executor) runInZygote(ctx context.Context, z *zygote, rel string, l lau
 	defer r.close()
 	out := newOut()
 	r.copyOutput(out)
+	began := time.Now() // before the deadline is set: a timed-out run's Duration is never below its timeout
 	runCtx, cancel := context.WithTimeoutCause(ctx, timeout, errTimedOut)
 	defer cancel()
-	began := time.Now()
 	msgs, deadlineHit, healthy := e.awaitZygoteRun(runCtx, z, r)
 	r.drain(e.cfg.KillGrace)
 	started, code, ok := parseZygoteCtl(msgs)
