@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 
@@ -20,9 +21,28 @@ type mountEntry struct {
 	shared bool
 }
 
-// mounts reads /proc/self/mountinfo.
+// mountInfoPath is the calling thread's mount table, not the process's:
+// /proc/self names the thread group leader, whose mount namespace need
+// not be the one this thread's mount(2) calls act in. The subprocess
+// executor builds each run's root on a locked thread that unshares its
+// mount namespace and exits without unlocking; when that thread is the
+// main one, Go parks it rather than ending it, and from then on
+// /proc/self/mountinfo is that run's table. That is what made a restarted
+// gateway see none of its state directory's mounts (issue 21's soak,
+// gateway SIGKILL): it bound the state directory onto itself a second
+// time, hiding the previous instance's workspace binds, and refused every
+// instance it should have adopted.
+const mountInfoPath = "/proc/thread-self/mountinfo"
+
+// mounts reads the calling thread's mount table. The goroutine stays on
+// one thread while it does, so the table read and the caller's mount(2)
+// calls that follow on another thread agree as long as both are threads
+// of the host namespace, which every thread but the subprocess executor's
+// locked ones is.
 func mounts() ([]mountEntry, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	f, err := os.Open(mountInfoPath)
 	if err != nil {
 		return nil, err
 	}
