@@ -345,17 +345,62 @@ func (e *Executor) retryLeftovers(ctx context.Context) {
 }
 
 // reapOrphans removes every container of this instance that this Executor
-// value did not create: what a crashed or killed predecessor left.
+// value did not create: what a crashed or killed predecessor left. The
+// first success schedules the follow-up sweeps (resweepOrphans).
 func (e *Executor) reapOrphans(ctx context.Context) {
 	e.reaping.Lock()
 	defer e.reaping.Unlock()
 	if e.reaped.Load() {
 		return
 	}
+	if err := e.removeOrphans(ctx); err != nil {
+		e.log.Warn("reap orphans", "err", err.Error())
+		return
+	}
+	e.reaped.Store(true)
+	go e.resweepOrphans(time.Now())
+}
+
+// orphanResweeps are the times after the first reap at which the orphans
+// are swept again. A create call the predecessor had in flight when it
+// was killed reaches the engine anyway, and its container can appear
+// after the first reap (issue 21's soak, gateway SIGKILL): the first
+// sweep cannot see it, and without a later one it stays for good. Such a
+// call ends within seconds of its client's death, so the sweeps stop
+// after a minute rather than run forever (a list call each). A variable
+// so that tests can shorten it.
+var orphanResweeps = []time.Duration{2 * time.Second, 10 * time.Second, 60 * time.Second}
+
+// resweepOrphans runs the follow-up sweeps until Close.
+func (e *Executor) resweepOrphans(reaped time.Time) {
+	for _, at := range orphanResweeps {
+		t := time.NewTimer(time.Until(reaped.Add(at)))
+		select {
+		case <-e.life.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if e.closed.Load() {
+			return
+		}
+		ctx, cancel := context.WithTimeout(e.life, e.cfg.EngineTimeout)
+		e.reaping.Lock()
+		err := e.removeOrphans(ctx)
+		e.reaping.Unlock()
+		cancel()
+		if err != nil {
+			e.log.Warn("sweep late orphans", "err", err.Error())
+		}
+	}
+}
+
+// removeOrphans removes this instance's containers of other Executor
+// values (labelBoot).
+func (e *Executor) removeOrphans(ctx context.Context) error {
 	list, err := e.cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: e.instanceFilter()})
 	if err != nil {
-		e.log.Warn("list orphans", "err", err.Error())
-		return
+		return fmt.Errorf("list orphans: %w", err)
 	}
 	n := 0
 	for _, c := range list.Items {
@@ -363,15 +408,14 @@ func (e *Executor) reapOrphans(ctx context.Context) {
 			continue
 		}
 		if err := e.removeNow(c.ID); err != nil {
-			e.log.Warn("reap orphan", "container", shortID(c.ID), "err", err.Error())
-			return
+			return fmt.Errorf("reap orphan %s: %w", shortID(c.ID), err)
 		}
 		n++
 	}
 	if n > 0 {
 		e.log.Info("reaped orphan containers", "count", n)
 	}
-	e.reaped.Store(true)
+	return nil
 }
 
 func shortID(id string) string {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -14,6 +15,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 
 	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/executors/executortest"
@@ -41,9 +45,9 @@ func TestMain(m *testing.M) {
 // it.
 //
 // No container is being created when the parent kills it: one whose
-// create call is still in the engine when its client dies appears after
-// the restarted gateway has reaped, and is left for the restart after
-// that.
+// create call is still in the engine when its client dies may appear
+// after the restarted gateway has reaped; TestLateOrphanReaped covers
+// that case.
 func crashHelper() int {
 	ctx := context.Background()
 	e, err := New(ctx, Config{Instance: os.Getenv(helperInstanceEnv), Logger: slog.New(slog.DiscardHandler), WarmAfter: 1})
@@ -155,6 +159,45 @@ func TestLeaks(t *testing.T) {
 		// Other packages' tests may be running containers on the same
 		// engine right now; only this instance's must be gone.
 		t.Logf("other sandgate containers on the engine (not this test's):\n%s", s)
+	}
+}
+
+// TestLateOrphanReaped: a container of a dead predecessor that reaches
+// the engine after the restarted gateway's first reap (its create call
+// was in flight at the SIGKILL; issue 21's soak) is removed by a later
+// sweep, while this gateway's own containers stay.
+func TestLateOrphanReaped(t *testing.T) {
+	prev := orphanResweeps
+	orphanResweeps = []time.Duration{100 * time.Millisecond, 300 * time.Millisecond}
+	t.Cleanup(func() { orphanResweeps = prev })
+	e := newTestExecutor(t)
+	if !e.reaped.Load() {
+		t.Fatal("New did not reap")
+	}
+	ctx := t.Context()
+	create := func(boot string) string {
+		labels := e.labels("late-session", "")
+		labels[labelBoot] = boot
+		res, err := e.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+			Config: &container.Config{Image: e.cfg.Images[executors.LangBash], Labels: labels, Cmd: []string{"true"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = e.removeNow(res.ID) })
+		return res.ID
+	}
+	late, own := create("dead-predecessor"), create(e.boot)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		left := instanceContainers(t, e.cfg.Instance)
+		if !slices.ContainsFunc(left, func(id string) bool { return strings.HasPrefix(late, id) }) {
+			if !slices.ContainsFunc(left, func(id string) bool { return strings.HasPrefix(own, id) }) {
+				t.Errorf("the gateway's own container %s was removed too", shortID(own))
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the late orphan %s is still there: %v", shortID(late), left)
+		}
 	}
 }
 
