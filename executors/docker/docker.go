@@ -358,7 +358,7 @@ func (e *Executor) reapOrphans(ctx context.Context) {
 		return
 	}
 	e.reaped.Store(true)
-	go e.resweepOrphans(time.Now())
+	go e.resweepOrphans(time.Now(), orphanResweeps)
 }
 
 // orphanResweeps are the times after the first reap at which the orphans
@@ -371,9 +371,10 @@ func (e *Executor) reapOrphans(ctx context.Context) {
 // so that tests can shorten it.
 var orphanResweeps = []time.Duration{2 * time.Second, 10 * time.Second, 60 * time.Second}
 
-// resweepOrphans runs the follow-up sweeps until Close.
-func (e *Executor) resweepOrphans(reaped time.Time) {
-	for _, at := range orphanResweeps {
+// resweepOrphans runs the follow-up sweeps, at the given times after
+// reaped, until Close.
+func (e *Executor) resweepOrphans(reaped time.Time, at []time.Duration) {
+	for _, at := range at {
 		t := time.NewTimer(time.Until(reaped.Add(at)))
 		select {
 		case <-e.life.Done():
