@@ -123,6 +123,19 @@ type answer struct {
 	Err       error
 	// Retries counts the attempts that found no gateway listening.
 	Retries int
+	// Then are the requests the operation made after this one (the
+	// delete of a large output's spill): each is recorded as a request
+	// of its own, with its own answer and the fault in force while it
+	// ran, never folded into this one's verdict.
+	Then []followUp
+}
+
+// followUp is a request an operation made after its main one.
+type followUp struct {
+	Op    string
+	Start time.Time
+	Dur   time.Duration
+	A     answer
 }
 
 func (a answer) ok() bool { return a.Err == nil && a.Status/100 == 2 }

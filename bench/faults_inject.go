@@ -18,16 +18,7 @@ import (
 func (k *faultKit) probe(ctx context.Context, op loadOp, session string) answer {
 	t0 := time.Now()
 	a, streamed := op.do(ctx, k.gw, session)
-	r := opRecord{Op: "probe:" + op.name, Session: session, Start: t0, DurMS: ms64(time.Since(t0)), Status: a.Status,
-		Code: a.Code, RequestID: a.RequestID, Retries: a.Retries, Streamed: streamed, Fault: k.rec.activeFault()}
-	if a.Err != nil {
-		if a.Status/100 == 2 && a.RequestID != "" && !isTransport(a.Err) {
-			r.Bad = a.Err.Error()
-		} else {
-			r.Err = a.Err.Error()
-		}
-	}
-	k.rec.add(r)
+	k.rec.addAnswer("probe:"+op.name, session, t0, k.rec.activeFault(), a, streamed)
 	return a
 }
 
