@@ -27,6 +27,10 @@ type faultOpts struct {
 	jsonOut   string
 	aioMax    int
 	ciVariant bool
+	// only, when set, names the faults to inject (comma-separated): for
+	// working on one finding; a report of such a run is not the
+	// acceptance run and says so.
+	only string
 }
 
 // faultRun is the fault soak's whole result (docs/perf/reliability.json).
@@ -187,6 +191,9 @@ func (k *faultKit) soak(ctx context.Context, o faultOpts, run *faultRun, t0 time
 	sleepCtx(ctx, o.warmup)
 	var faults []fault
 	for _, f := range allFaults() {
+		if o.only != "" && !slices.Contains(strings.Split(o.only, ","), f.name) {
+			continue
+		}
 		if f.need == "" || k.execs[f.need] {
 			faults = append(faults, f)
 		}

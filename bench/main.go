@@ -89,6 +89,7 @@ func main() {
 	flag.IntVar(&fo.workers, "faults-workers", 6, "concurrent sessions of the fault soak's workload")
 	flag.IntVar(&fo.aioMax, "faults-aio-max", 8, "aio max_instances of the fault soak's gateway")
 	flag.BoolVar(&fo.ciVariant, "faults-ci", false, "mark the run as the short CI variant")
+	flag.StringVar(&fo.only, "faults-only", "", "inject only these faults (comma-separated names; for work on one finding)")
 	flag.Parse()
 	fo.interval, fo.out, fo.jsonOut = *soakEvery, *out, *jsonOut
 	o.levels, o.mixedLevels = parseLevels(*levels), parseLevels(*mixed)
