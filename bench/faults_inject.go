@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -36,6 +37,40 @@ func (k *faultKit) untilOK(ctx context.Context, op loadOp, session string, limit
 		time.Sleep(100 * time.Millisecond)
 	}
 	return time.Since(t0), seen, fmt.Errorf("%s not back after %s: %v", op.name, limit, seen)
+}
+
+// watchReadiness polls /readyz every 100 ms for executor kind until the
+// returned function is called, which returns the changes it saw, timed
+// from since: where a recovery's time went.
+func (k *faultKit) watchReadiness(ctx context.Context, kind string, since time.Time) func() string {
+	wctx, stop := context.WithCancel(ctx)
+	var changes []string
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		last := ""
+		for wctx.Err() == nil {
+			a := k.gw.call(wctx, adminToken, "GET", "/readyz", "", nil, nil)
+			var body struct {
+				Executors map[string]struct {
+					Status string `json:"status"`
+					Reason string `json:"reason"`
+				} `json:"executors"`
+			}
+			_ = json.Unmarshal(a.Body, &body)
+			e := body.Executors[kind]
+			if now := strings.TrimSpace(e.Status + " " + e.Reason); now != last && wctx.Err() == nil {
+				changes = append(changes, fmt.Sprintf("%.2fs %s", time.Since(since).Seconds(), now))
+				last = now
+			}
+			sleepCtx(wctx, 100*time.Millisecond)
+		}
+	}()
+	return func() string {
+		stop()
+		<-done
+		return strings.Join(changes, " → ")
+	}
 }
 
 func answerKey(a answer) string {
@@ -93,14 +128,16 @@ func injectEngineRestart(ctx context.Context, k *faultKit) (string, float64, err
 		time.Sleep(20 * time.Millisecond)
 	}
 	up := time.Now()
+	why := k.watchReadiness(ctx, "docker", up)
 	rec, seen, err := k.untilOK(ctx, dockerProbe, sess, 60*time.Second)
+	whyDocker := why()
 	aioRec := time.Duration(0)
 	if k.execs["aio"] && err == nil {
 		aioRec, _, _ = k.untilOK(ctx, aioProbe, sess, 60*time.Second)
 		aioRec += rec
 	}
-	detail := fmt.Sprintf("engine stop took %.1fs; docker run while down: %s; engine answered after %.1fs down; first docker run ok %.2fs after that (aio %.2fs); answers before: %v",
-		stopped.Seconds(), answerKey(down), time.Since(t0).Seconds()-time.Since(up).Seconds()-stopped.Seconds(), rec.Seconds(), aioRec.Seconds(), seen)
+	detail := fmt.Sprintf("engine stop took %.1fs; docker run while down: %s; engine answered after %.1fs down; first docker run ok %.2fs after that (aio %.2fs); answers before: %v; docker in /readyz meanwhile: %s",
+		stopped.Seconds(), answerKey(down), time.Since(t0).Seconds()-time.Since(up).Seconds()-stopped.Seconds(), rec.Seconds(), aioRec.Seconds(), seen, whyDocker)
 	return detail, rec.Seconds(), err
 }
 
