@@ -159,6 +159,18 @@ func (a *availability) installLocked(probes map[string]ExecutorStatus, now time.
 			delete(a.held, kind)
 			continue
 		}
+		if st, ok := probes[kind]; ok && !st.Available {
+			// The probe sees the failure itself now: the hold, there for
+			// a probe blind to it, has nothing left to add, and kept on
+			// it would outlast the outage. An engine restart held the
+			// executor this way: runs failed while the stopping engine
+			// still answered the probe, and the hold kept it unavailable
+			// for seconds after the engine was back (issue 21's soak,
+			// recovery 5.9–7.2 s).
+			delete(a.held, kind)
+			delete(a.strikes, kind)
+			continue
+		}
 		if st, ok := probes[kind]; ok {
 			st.Available, st.Reason = false, h.reason
 			probes[kind] = st

@@ -251,3 +251,55 @@ func TestRunOutageIsNotHeld(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestRunHoldEndsWhenTheProbeSeesTheOutage: an executor held unavailable
+// because its runs failed while its probe passed (an engine that is
+// stopping: it answers pings but creates nothing) is released as soon as
+// the probe itself fails (the engine is gone), so the first run after the
+// engine is back succeeds rather than waiting out the hold (issue 21's
+// soak: recovery after an engine restart 5.9–7.2 s).
+func TestRunHoldEndsWhenTheProbeSeesTheOutage(t *testing.T) {
+	h := newHarness(t, hopts{cfg: manager.Config{AvailabilityTTL: time.Millisecond, UnavailableHold: time.Hour}})
+	var probeFails, runsFail atomic.Bool
+	h.sub.AvailableFunc = func(context.Context) error {
+		if probeFails.Load() {
+			return &executors.UnavailableError{Kind: executors.KindSubprocess, Reason: "engine unreachable"}
+		}
+		return nil
+	}
+	h.sub.ExecuteFunc = func(context.Context, executors.Spec) (executors.Result, error) {
+		if runsFail.Load() {
+			return executors.Result{}, &executors.UnavailableError{Kind: executors.KindSubprocess, Reason: "create failed"}
+		}
+		return executors.Result{Stdout: "hi\n"}, nil
+	}
+	untilStatus := func(want string) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			_, _ = h.m.Run(t.Context(), request("python", safePython))
+			if st := h.m.ExecutorStatus(t.Context())["subprocess"]; strings.Contains(st.Reason, want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("status never said %q: %+v", want, h.m.ExecutorStatus(t.Context())["subprocess"])
+			}
+		}
+	}
+	runsFail.Store(true) // stopping: the probe passes, runs fail
+	untilStatus("runs keep failing although the probe passes")
+	probeFails.Store(true) // gone
+	untilStatus("engine unreachable")
+	probeFails.Store(false) // back
+	runsFail.Store(false)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := h.m.Run(t.Context(), request("python", safePython))
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still refused 5 s after the engine came back (the hour-long hold?): %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
