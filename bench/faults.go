@@ -83,6 +83,18 @@ type faultSample struct {
 	// PreFault marks the reading taken just before a fault, after the
 	// gap: the steady state the flatness verdict is judged on.
 	PreFault bool `json:"pre_fault,omitempty"`
+	// The occupancy at the reading, which the three series follow: the
+	// warm and aio containers (each holds goroutines and descriptors in
+	// the gateway while it lives), the gateway's child processes, and its
+	// socket descriptors (engine and sandbox connections, live or idle
+	// in the HTTP clients' pools).
+	Warm     int `json:"warm_containers"`
+	AIO      int `json:"aio_containers"`
+	Children int `json:"gateway_children"`
+	Sockets  int `json:"socket_fds"`
+	// SettleS is how long the pre-fault reading waited for the gateway
+	// to settle (settledSample).
+	SettleS float64 `json:"settle_s,omitempty"`
 }
 
 // The faults, in the order the schedule injects them.
@@ -208,7 +220,12 @@ func (k *faultKit) soak(ctx context.Context, o faultOpts, run *faultRun, t0 time
 		// The steady-state reading: at the end of a gap, the pools
 		// refilled, nothing in flight.
 		rest.Lock()
-		pre := k.sample(ctx, t0)
+		var pre faultSample
+		if o.ciVariant {
+			pre = k.sample(ctx, t0) // not judged there: no time spent settling
+		} else {
+			pre = k.settledSample(ctx, t0)
+		}
 		pre.PreFault = true
 		k.samplesMu.Lock()
 		run.Samples = append(run.Samples, pre)
@@ -316,7 +333,24 @@ func (k *faultKit) sample(ctx context.Context, t0 time.Time) faultSample {
 		RSSMB: rssOf(pid), Goroutines: -1, FDs: -1}
 	if ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid)); err == nil {
 		s.FDs = len(ents)
+		for _, d := range ents {
+			if l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, d.Name())); err == nil && strings.HasPrefix(l, "socket:") {
+				s.Sockets++
+			}
+		}
 	}
+	if cs, err := k.env.containers(ctx); err == nil {
+		for _, c := range cs {
+			switch {
+			case c.State != "running":
+			case c.Executor == "aio":
+				s.AIO++
+			case c.Warm != "":
+				s.Warm++
+			}
+		}
+	}
+	s.Children = readProcs().descendantsOf(pid)
 	if a := k.gw.call(ctx, adminToken, "GET", "/metrics", "", nil, nil); a.ok() {
 		for line := range strings.SplitSeq(string(a.Body), "\n") {
 			if rest, ok := strings.CutPrefix(line, "go_goroutines "); ok {
@@ -327,6 +361,32 @@ func (k *faultKit) sample(ctx context.Context, t0 time.Time) faultSample {
 		}
 	}
 	return s
+}
+
+// settledSample is the steady-state reading taken before each fault, with
+// no request of the workload in flight (the caller holds rest): it waits
+// until the gateway has settled, its goroutines, descriptors, containers
+// and child processes the same in two readings a second apart (at most
+// 15 s), so that every such reading is taken at the same point of the
+// workload: the pools refilled, the work that follows a run (warm
+// preparations, removals, stream teardown) done. Without it the readings
+// caught the gateway at different points of that work, and swung by a
+// third with the pools' occupancy at that instant (issue 21's first
+// report: goroutines 137–201, fds 82–105, with nothing growing).
+func (k *faultKit) settledSample(ctx context.Context, t0 time.Time) faultSample {
+	start := time.Now()
+	prev := k.sample(ctx, t0)
+	for time.Since(start) < 15*time.Second && ctx.Err() == nil {
+		sleepCtx(ctx, time.Second)
+		s := k.sample(ctx, t0)
+		if s.Goroutines == prev.Goroutines && s.FDs == prev.FDs && s.Warm == prev.Warm && s.AIO == prev.AIO && s.Children == prev.Children {
+			s.SettleS = time.Since(start).Seconds()
+			return s
+		}
+		prev = s
+	}
+	prev.SettleS = time.Since(start).Seconds()
+	return prev
 }
 
 func rssOf(pid int) float64 {

@@ -132,7 +132,10 @@ func firstOf(s ...string) string {
 // readings taken just before a fault: the steady state between faults,
 // each in the same phase of the schedule (right after a fault the warm
 // containers and aio instances it removed are still being replaced).
-func flatLastHalf(ss []faultSample) map[string]flatness {
+// judgedReadings are the readings flatLastHalf judges: the second half's
+// readings before a fault (all of the second half's when it has fewer
+// than four), outside each gateway process's first 30 s.
+func judgedReadings(ss []faultSample) []faultSample {
 	if len(ss) == 0 {
 		return nil
 	}
@@ -143,7 +146,7 @@ func flatLastHalf(ss []faultSample) map[string]flatness {
 			pre++
 		}
 	}
-	series := map[string][]float64{}
+	var out []faultSample
 	for _, s := range ss {
 		if s.T < end/2 || s.SinceStart < 30 || (pre >= 4 && !s.PreFault) {
 			continue
@@ -151,6 +154,17 @@ func flatLastHalf(ss []faultSample) map[string]flatness {
 		if s.RSSMB < 0 || s.Goroutines < 0 || s.FDs < 0 {
 			continue // a reading that failed
 		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func flatLastHalf(ss []faultSample) map[string]flatness {
+	if len(ss) == 0 {
+		return nil
+	}
+	series := map[string][]float64{}
+	for _, s := range judgedReadings(ss) {
 		series["rss_mb"] = append(series["rss_mb"], s.RSSMB)
 		series["goroutines"] = append(series["goroutines"], float64(s.Goroutines))
 		series["fds"] = append(series["fds"], float64(s.FDs))
@@ -329,10 +343,14 @@ func reliabilityMarkdown(run *faultRun, vs []verdict) string {
 			p("- %s %s %s in %s: %d %s %s (fault %q)\n", r.Start.UTC().Format("15:04:05.000"), r.Op, r.RequestID, r.Session, r.Status, r.Code, mdEscape(firstOf(r.Bad, r.Err)), r.Fault)
 		}
 	}
-	p("\n## Resources\n\nSampled every few seconds and just before each fault, always with no request in flight and never during a fault; judged over the second half of the run on the readings taken just before a fault (the steady state between faults; right after one, the warm containers and aio instances it removed are still being replaced), leaving out the first 30 s of each gateway process (the SIGKILL fault restarts it from nothing).\n\n| series | min | median | max | flat ±10%% |\n|---|---|---|---|---|\n")
+	p("\n## Resources\n\nSampled every few seconds and just before each fault, always with no request in flight and never during a fault; judged over the second half of the run on the readings taken just before a fault (the steady state between faults; right after one, the warm containers and aio instances it removed are still being replaced), leaving out the first 30 s of each gateway process (the SIGKILL fault restarts it from nothing). Each reading before a fault waits until the gateway has settled (goroutines, descriptors, containers and child processes unchanged over a second, at most 15 s): taken at once, the readings caught the pools at different points of the work that follows a run and swung by a third with nothing growing.\n\n| series | min | median | max | flat ±10%% |\n|---|---|---|---|---|\n")
 	for _, k := range []string{"rss_mb", "goroutines", "fds"} {
 		f := run.Flat[k]
 		p("| %s | %.1f | %.1f | %.1f | %v |\n", k, f.Min, f.Median, f.Max, f.Flat)
+	}
+	p("\nThe readings judged, with the occupancy they follow (warm and aio containers, the gateway's child processes and socket descriptors); growth would show as a rise within one gateway process at the same occupancy:\n\n| t (s) | gateway | up (s) | rss MB | goroutines | fds | sockets | warm | aio | children | settled in (s) |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range judgedReadings(run.Samples) {
+		p("| %.0f | #%d | %.0f | %.1f | %d | %d | %d | %d | %d | %d | %.1f |\n", r.T, r.Gen, r.SinceStart, r.RSSMB, r.Goroutines, r.FDs, r.Sockets, r.Warm, r.AIO, r.Children, r.SettleS)
 	}
 	p("\n## Requests\n\n| op | n | ok | non-2xx or failed | p50 ms | p95 ms |\n|---|---|---|---|---|---|\n")
 	ops := make([]string, 0, len(run.Ops))
