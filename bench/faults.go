@@ -92,6 +92,10 @@ type faultSample struct {
 	AIO      int `json:"aio_containers"`
 	Children int `json:"gateway_children"`
 	Sockets  int `json:"socket_fds"`
+	// RSS's parts: the anonymous memory (heap, stacks) and the pages of
+	// the gateway's binary and libraries in memory.
+	AnonMB float64 `json:"rss_anon_mb"`
+	FileMB float64 `json:"rss_file_mb"`
 	// SettleS is how long the pre-fault reading waited for the gateway
 	// to settle (settledSample).
 	SettleS float64 `json:"settle_s,omitempty"`
@@ -330,7 +334,7 @@ func (k *faultKit) sample(ctx context.Context, t0 time.Time) faultSample {
 	since, gen := k.gw.since()
 	pid := k.gw.pid()
 	s := faultSample{T: time.Since(t0).Seconds(), Gen: gen, SinceStart: time.Since(since).Seconds(),
-		RSSMB: rssOf(pid), Goroutines: -1, FDs: -1}
+		RSSMB: rssOf(pid, "VmRSS:"), AnonMB: rssOf(pid, "RssAnon:"), FileMB: rssOf(pid, "RssFile:"), Goroutines: -1, FDs: -1}
 	if ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid)); err == nil {
 		s.FDs = len(ents)
 		for _, d := range ents {
@@ -389,13 +393,14 @@ func (k *faultKit) settledSample(ctx context.Context, t0 time.Time) faultSample 
 	return prev
 }
 
-func rssOf(pid int) float64 {
+// rssOf reads one of the memory lines of /proc/<pid>/status, in MB.
+func rssOf(pid int, field string) float64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return -1
 	}
 	for line := range strings.SplitSeq(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if rest, ok := strings.CutPrefix(line, field); ok {
 			var kb float64
 			fmt.Sscan(strings.TrimSpace(rest), &kb)
 			return kb / 1024
