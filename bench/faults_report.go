@@ -343,14 +343,15 @@ func reliabilityMarkdown(run *faultRun, vs []verdict) string {
 			p("- %s %s %s in %s: %d %s %s (fault %q)\n", r.Start.UTC().Format("15:04:05.000"), r.Op, r.RequestID, r.Session, r.Status, r.Code, mdEscape(firstOf(r.Bad, r.Err)), r.Fault)
 		}
 	}
-	p("\n## Resources\n\nSampled every few seconds and just before each fault, always with no request in flight and never during a fault; judged over the second half of the run on the readings taken just before a fault (the steady state between faults; right after one, the warm containers and aio instances it removed are still being replaced), leaving out the first 30 s of each gateway process (the SIGKILL fault restarts it from nothing). Each reading before a fault waits until the gateway has settled (goroutines, descriptors, containers and child processes unchanged over a second, at most 15 s): taken at once, the readings caught the pools at different points of the work that follows a run and swung by a third with nothing growing.\n\n| series | min | median | max | flat ±10%% |\n|---|---|---|---|---|\n")
+	p("\n## Resources\n\nSampled every few seconds and just before each fault, always with no request in flight and never during a fault; judged over the second half of the run on the readings taken just before a fault (the steady state between faults; right after one, the warm containers and aio instances it removed are still being replaced), leaving out the first 30 s of each gateway process (the SIGKILL fault restarts it from nothing). Each reading before a fault is taken at the same point of the workload: the gateway first collects its garbage once at rest (the harness reads /metrics, which allocates, until its GC count moves), then the harness waits until it has settled (goroutines, descriptors, containers and child processes unchanged and RSS within 1 MB over a second, at most 15 s). Taken at once, the readings caught the pools at different points of the work that follows a run, and the heap as the last collection under load left it: they swung by a third with nothing growing. What the gateway keeps is in every reading, so a leak still shows.\n\n| series | min | median | max | flat ±10%% |\n|---|---|---|---|---|\n")
 	for _, k := range []string{"rss_mb", "goroutines", "fds"} {
 		f := run.Flat[k]
 		p("| %s | %.1f | %.1f | %.1f | %v |\n", k, f.Min, f.Median, f.Max, f.Flat)
 	}
-	p("\nThe readings judged, with the occupancy they follow (warm and aio containers, the gateway's child processes and socket descriptors); growth would show as a rise within one gateway process at the same occupancy:\n\n| t (s) | gateway | up (s) | rss MB | goroutines | fds | sockets | warm | aio | children | settled in (s) |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	p("\nThe readings judged, with the occupancy they follow (warm and aio containers, the gateway's child processes and socket descriptors); growth would show as a rise within one gateway process at the same occupancy:\n\n| t (s) | gateway | up (s) | rss MB (anon, file) | goroutines | fds | sockets | warm | aio | children | GCs at rest | settled in (s) |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range judgedReadings(run.Samples) {
-		p("| %.0f | #%d | %.0f | %.1f | %d | %d | %d | %d | %d | %d | %.1f |\n", r.T, r.Gen, r.SinceStart, r.RSSMB, r.Goroutines, r.FDs, r.Sockets, r.Warm, r.AIO, r.Children, r.SettleS)
+		p("| %.0f | #%d | %.0f | %.1f (%.1f, %.1f) | %d | %d | %d | %d | %d | %d | %d | %.1f |\n", r.T, r.Gen, r.SinceStart, r.RSSMB, r.AnonMB, r.FileMB,
+			r.Goroutines, r.FDs, r.Sockets, r.Warm, r.AIO, r.Children, r.GCs, r.SettleS)
 	}
 	p("\n## Requests\n\n| op | n | ok | non-2xx or failed | p50 ms | p95 ms |\n|---|---|---|---|---|---|\n")
 	ops := make([]string, 0, len(run.Ops))
