@@ -58,6 +58,7 @@ func TestConformanceSandboxd(t *testing.T) {
 	fx := startFixture(t, img)
 	executortest.Run(t, executortest.Harness{
 		New:              func(*testing.T) executors.Executor { return fx },
+		Serial:           true, // one /workspace mount point: runs take turns
 		ProcessesVisible: true,
 		DataStack:        true, // the image is built on the runtime root (images/)
 		FingerprintExceptions: map[string]string{

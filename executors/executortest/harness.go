@@ -64,6 +64,11 @@ type Harness struct {
 	// RunTimeout is the Spec.Timeout of ordinary runs (default 30s): long
 	// enough for a cold interpreter start on a loaded machine.
 	RunTimeout time.Duration
+	// Serial says the executor under test cannot hold two runs at once
+	// (a fixture with one workspace mount point): the suite then never
+	// overlaps runs, where it otherwise runs the languages of the cases
+	// that wait out a timeout or a sleep in parallel.
+	Serial bool
 }
 
 // Run runs the conformance suite against h.
@@ -89,7 +94,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("OutputCapAndSpill", s.forEachLang(s.testOutputCap))
 	t.Run("OutputFlood", s.forEachLang(s.testOutputFlood))
 	t.Run("TimeoutKillsTree", s.forEachLangAtOnce(s.testTimeoutKillsTree))
-	t.Run("CancelKillsTree", s.forEachLangAtOnce(s.testCancelKillsTree))
+	t.Run("CancelKillsTree", s.forEachLang(s.testCancelKillsTree))
 	t.Run("EnvironmentNotInherited", s.forEachLang(s.testEnvironment))
 	t.Run("WorkingDirectory", s.forEachLang(s.testWorkingDirectory))
 	t.Run("HostPathMasked", s.forEachLang(s.testHostPathMasked))
@@ -122,10 +127,14 @@ func (s *suite) forEachLang(f func(t *testing.T, lang string)) func(t *testing.T
 }
 
 // forEachLangAtOnce is forEachLang with the languages' sub-tests in
-// parallel, for cases that mostly wait out a timeout: each run's markers
-// are its own, and none reads process-wide state (allocations, the
-// environment) or spends a per-uid limit.
+// parallel (unless Harness.Serial), for cases that mostly wait out a
+// timeout or a sleep: each run's markers are its own, and none reads
+// process-wide state (allocations, the environment) or spends a per-uid
+// limit.
 func (s *suite) forEachLangAtOnce(f func(t *testing.T, lang string)) func(t *testing.T) {
+	if s.h.Serial {
+		return s.forEachLang(f)
+	}
 	return func(t *testing.T) {
 		for _, lang := range s.h.Languages {
 			t.Run(lang, func(t *testing.T) {
