@@ -246,15 +246,18 @@
 // waiting untimed until the zygote is ready):
 //
 //	go test -run '^$' -bench StartCost/python -benchtime 300x ./executors/subprocess/
-//	raw 8.2 ms, cold 10.6 ms, zygote 6.3 ms (0.77× raw)
+//	raw 10.2 ms, cold 13.0 ms, zygote 5.2 ms (0.51× raw)
 //
 // and through the gateway (make bench-report: requests back to back in one
-// session, alternating with raw python3 in the same run): p50 7.4 ms
-// against raw 8.5 ms at c=1; 130 against 116 req/s at c=1 and 235 against
-// 196 req/s at c=8, where the CPU is the bound. A run costs three forks
-// (~1 ms each on this VM) and R's interpreter finalization, whose writes
-// copy the zygote's pages one by one; gc.freeze in the zygote keeps the
-// collector from walking (and copying) them.
+// session, alternating with raw python3 in the same run): p50 7.97 ms
+// against raw 10.3 ms at c=1 (0.77×); 161 against 171 req/s at c=8, where
+// the CPU is the bound. A run forked on demand costs three forks (~1 ms
+// each on this VM), an unshare and two mounts, and R's interpreter
+// finalization, whose writes copy the zygote's pages one by one; the spare
+// (zygoteBoot) takes all of that off the run's path while the session is
+// idle, and gc.freeze in the zygote keeps the collector from walking (and
+// copying) its objects. Before the spare: zygote 0.78× raw, the gateway
+// 1.04×.
 //
 // What a zygote run can observe that a cold one cannot, beyond the warm
 // list above (frames, start-up time, cmdline):
