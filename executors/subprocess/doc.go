@@ -20,9 +20,9 @@
 //     host's root costs, whose larger mount table each new namespace
 //     copies (BenchmarkRootCost, the launch chain running true, launches
 //     alternating: 1.055×, 3.14 ms against 2.97 ms, n=300 on a quiet
-//     machine; 0.94× at load average ~30). A zygote run pays one tmpfs
-//     mount for its /tmp; the zygote path measured 0.75× raw python3
-//     (BenchmarkStartCost/python, n=300);
+//     machine; 0.94× at load average ~30). A zygote run's /tmp is
+//     mounted ahead by the zygote's spare; the zygote path measured 0.51×
+//     raw python3 (BenchmarkStartCost/python, n=300);
 //   - PID 1 of a new PID namespace is the init step (a POSIX shell, root,
 //     Pdeathsig=SIGKILL): when it dies, on a timeout, a cancelled request
 //     or the gateway's own death, the kernel kills every process in the
