@@ -604,20 +604,29 @@ executors:
 	return k, nil
 }
 
-// readyExecutors asks /readyz which executors this machine has.
-func (k *faultKit) readyExecutors(ctx context.Context) ([]string, map[string]string) {
+// executorState is one executor's entry in /readyz.
+type executorState struct {
+	Status string `json:"status"`
+	Reason string `json:"reason"`
+}
+
+// readyz returns the executors' entries in the gateway's /readyz (none
+// when it does not answer).
+func (k *faultKit) readyz(ctx context.Context) map[string]executorState {
 	a := k.gw.call(ctx, adminToken, "GET", "/readyz", "", nil, nil)
 	var body struct {
-		Executors map[string]struct {
-			Status string `json:"status"`
-			Reason string `json:"reason"`
-		} `json:"executors"`
+		Executors map[string]executorState `json:"executors"`
 	}
 	_ = json.Unmarshal(a.Body, &body)
+	return body.Executors
+}
+
+// readyExecutors asks /readyz which executors this machine has.
+func (k *faultKit) readyExecutors(ctx context.Context) ([]string, map[string]string) {
 	k.execs = map[string]bool{}
 	missing := map[string]string{}
 	var names []string
-	for name, e := range body.Executors {
+	for name, e := range k.readyz(ctx) {
 		if e.Status == "available" || e.Status == "ok" || e.Status == "ready" {
 			k.execs[name] = true
 			names = append(names, name)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -50,15 +49,7 @@ func (k *faultKit) watchReadiness(ctx context.Context, kind string, since time.T
 		defer close(done)
 		last := ""
 		for wctx.Err() == nil {
-			a := k.gw.call(wctx, adminToken, "GET", "/readyz", "", nil, nil)
-			var body struct {
-				Executors map[string]struct {
-					Status string `json:"status"`
-					Reason string `json:"reason"`
-				} `json:"executors"`
-			}
-			_ = json.Unmarshal(a.Body, &body)
-			e := body.Executors[kind]
+			e := k.readyz(wctx)[kind]
 			if now := strings.TrimSpace(e.Status + " " + e.Reason); now != last && wctx.Err() == nil {
 				changes = append(changes, fmt.Sprintf("%.2fs %s", time.Since(since).Seconds(), now))
 				last = now
