@@ -58,6 +58,28 @@ type approvalOpts struct {
 	log *slog.Logger
 	// wrap, when set, wraps the server's handler (a response capture).
 	wrap func(*Server, http.Handler) http.Handler
+	// sendBuffer, when set, is SO_SNDBUF of every connection the server
+	// accepts: a client that stops reading then blocks the server's
+	// writer after a few KiB, whatever the kernel's autotuning would
+	// have grown the buffer to.
+	sendBuffer int
+}
+
+// sndbufListener sets SO_SNDBUF on each connection it accepts.
+type sndbufListener struct {
+	net.Listener
+	size int
+}
+
+func (l sndbufListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok && err == nil {
+		if serr := tc.SetWriteBuffer(l.size); serr != nil {
+			c.Close()
+			return nil, serr
+		}
+	}
+	return c, err
 }
 
 func newApprovalEnv(t *testing.T, o approvalOpts) *approvalEnv {
@@ -114,7 +136,12 @@ func newApprovalEnv(t *testing.T, o approvalOpts) *approvalEnv {
 	if o.wrap != nil {
 		handler = o.wrap(h, h)
 	}
-	e := &approvalEnv{env: &env{t: t, srv: httptest.NewServer(handler), dataDir: o.dataDir, audit: st, ws: ws}, hub: hub}
+	srv := httptest.NewUnstartedServer(handler)
+	if o.sendBuffer > 0 {
+		srv.Listener = sndbufListener{srv.Listener, o.sendBuffer}
+	}
+	srv.Start()
+	e := &approvalEnv{env: &env{t: t, srv: srv, dataDir: o.dataDir, audit: st, ws: ws}, hub: hub}
 	t.Cleanup(func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -745,8 +772,10 @@ func waitPendingAPI(t *testing.T, e *approvalEnv, n int) []map[string]any {
 
 func TestApprovalSlowApproverDoesNotDelayOthers(t *testing.T) {
 	// Small per-connection queues so the slow approver is dropped quickly;
-	// a long write timeout so a hub that waited on it would show.
-	e := newApprovalEnv(t, approvalOpts{timeout: 3 * time.Second,
+	// a long write timeout so a hub that waited on it would show. The
+	// server's socket buffer is small too: autotuned, it could absorb every
+	// event, and the slow approver was then never dropped (seen in CI).
+	e := newApprovalEnv(t, approvalOpts{timeout: 3 * time.Second, sendBuffer: 4096,
 		hub: confirm.HubOptions{SendBuffer: 32, WriteTimeout: 30 * time.Second}})
 	// The slow approver completes the handshake and never reads, with a
 	// 4 KiB receive buffer, so its writer soon blocks.
