@@ -2,14 +2,21 @@ package audit
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
 )
 
-// laterTimeout bounds one queued completion, as the synchronous path's
-// write is bounded.
-const laterTimeout = 5 * time.Second
+const (
+	// laterTimeout bounds one queued completion, as the synchronous
+	// path's write is bounded.
+	laterTimeout = 5 * time.Second
+	// laterRetryEvery is how often completions that failed (a full disk)
+	// are tried again, and maxLaterRetries how many are kept meanwhile.
+	laterRetryEvery = time.Second
+	maxLaterRetries = 10000
+)
 
 // Later is a Database whose callers may complete a write-ahead record after
 // they have answered. A run's record is durable (started, with its
@@ -28,6 +35,12 @@ const laterTimeout = 5 * time.Second
 // interrupted: the run is never unrecorded, only its outcome is lost. A
 // request that must not be answered unrecorded (a file read, whose answer
 // is the data) completes synchronously through Complete, as before.
+//
+// A completion that fails for a reason that may pass (the audit disk is
+// full) is not lost: it is tried again every second until it is written,
+// and only given up at Drain. A query meanwhile sees the record started
+// (Flush waits for first attempts, never for retries, so a full disk
+// cannot hang readers).
 type Later struct {
 	Database
 	log    *slog.Logger
@@ -75,20 +88,73 @@ func (l *Later) CompleteLater(rec *Record) bool {
 
 func (l *Later) loop() {
 	defer close(l.done)
-	for rec := range l.ch {
-		ctx, cancel := context.WithTimeout(context.Background(), laterTimeout)
-		if err := l.Database.Complete(ctx, rec); err != nil {
-			l.log.Error("audit write failed", "request_id", rec.RequestID, "err", err)
-			if l.failed != nil {
-				l.failed()
+	var retry []*Record
+	tick := time.NewTicker(laterRetryEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case rec, ok := <-l.ch:
+			if !ok {
+				l.retry(retry, true)
+				return
 			}
+			if l.attempt(rec, true) {
+				retry = append(retry, rec)
+			}
+			l.mu.Lock()
+			l.committed++
+			l.cond.Broadcast()
+			l.mu.Unlock()
+		case <-tick.C:
+			retry = l.retry(retry, false)
 		}
-		cancel()
-		l.mu.Lock()
-		l.committed++
-		l.cond.Broadcast()
-		l.mu.Unlock()
 	}
+}
+
+// attempt writes rec's completion and reports whether it should be tried
+// again: a failure that may pass (a full disk, a database that went away)
+// is kept, one that cannot (the record is not started: completed already,
+// or resolved as interrupted) is not. The first failure of a record is
+// logged and counted.
+func (l *Later) attempt(rec *Record, first bool) (again bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), laterTimeout)
+	defer cancel()
+	err := l.Database.Complete(ctx, rec)
+	if err == nil {
+		return false
+	}
+	if first {
+		l.log.Error("audit write failed", "request_id", rec.RequestID, "err", err)
+		if l.failed != nil {
+			l.failed()
+		}
+	}
+	return !errors.Is(err, ErrNotStarted) && !errors.Is(err, ErrInvalidRecord)
+}
+
+// retry tries the kept completions again and returns those still
+// failing; the last time (Drain) it gives up on them, and their records
+// stay started until the next start resolves them as interrupted.
+func (l *Later) retry(recs []*Record, last bool) []*Record {
+	var still []*Record
+	for _, rec := range recs {
+		if l.attempt(rec, false) {
+			still = append(still, rec)
+		}
+	}
+	if len(still) > maxLaterRetries {
+		for _, rec := range still[maxLaterRetries:] {
+			l.log.Error("audit completion given up: too many failing", "request_id", rec.RequestID)
+		}
+		still = still[:maxLaterRetries]
+	}
+	if last {
+		for _, rec := range still {
+			l.log.Error("audit completion given up at shutdown; the record stays started", "request_id", rec.RequestID)
+		}
+		return nil
+	}
+	return still
 }
 
 // Flush waits until every completion queued before it has been written

@@ -1,10 +1,13 @@
 package audit_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/sandgate/sandgate/audit"
 )
@@ -59,5 +62,49 @@ func TestLaterQueryAfterAnswer(t *testing.T) {
 				t.Fatal("CompleteLater queued after Drain")
 			}
 		})
+	}
+}
+
+// flakyCompletions fails the first n completions, as a full disk would.
+type flakyCompletions struct {
+	audit.Database
+	fail atomic.Int64
+}
+
+func (f *flakyCompletions) Complete(ctx context.Context, rec *audit.Record) error {
+	if f.fail.Add(-1) >= 0 {
+		return errors.New("disk full")
+	}
+	return f.Database.Complete(ctx, rec)
+}
+
+// TestLaterRetriesFailedCompletion: a completion that fails while the
+// audit disk is full is written once the disk has room again, not lost
+// (the record would otherwise stay started); meanwhile a query does not
+// wait for it, and the failure is counted once.
+func TestLaterRetriesFailedCompletion(t *testing.T) {
+	db := &flakyCompletions{Database: openTemp(t, audit.Options{})}
+	db.fail.Store(2)
+	var failed atomic.Int64
+	l := audit.NewLater(db, nil, func() { failed.Add(1) })
+	defer l.Drain()
+	rec := audit.Record{RequestID: "r", Kind: "run_code", Outcome: audit.OutcomeStarted}
+	if err := l.Append(t.Context(), &rec); err != nil {
+		t.Fatal(err)
+	}
+	rec.Outcome = audit.OutcomeOK
+	l.CompleteLater(&rec)
+	if recs := queryAll(t, l, audit.Query{}); len(recs) != 1 || recs[0].Outcome != audit.OutcomeStarted {
+		t.Fatalf("while the disk is full: %+v, want the record started", recs)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for queryAll(t, l, audit.Query{})[0].Outcome != audit.OutcomeOK {
+		if time.Now().After(deadline) {
+			t.Fatal("the failed completion was never written")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if failed.Load() != 1 {
+		t.Fatalf("%d failures counted, want 1", failed.Load())
 	}
 }
