@@ -233,6 +233,12 @@ func (g *gatewayProc) runCode(ctx context.Context, session, code string, persist
 	if persistent {
 		body["context"] = map[string]any{"needs_persistent_fs": true}
 	}
+	return g.runChecked(ctx, session, body, "1\n", wantSandbox)
+}
+
+// runChecked posts run_code with body and checks that the run succeeded
+// with stdout want, in the executor wantSandbox when it is not "".
+func (g *gatewayProc) runChecked(ctx context.Context, session string, body map[string]any, want, wantSandbox string) error {
 	raw, err := g.do(ctx, "POST", "/v1/sessions/"+session+"/run_code", "application/json", jsonBody(body))
 	if err != nil {
 		return fmt.Errorf("run_code: %w", err)
@@ -245,7 +251,7 @@ func (g *gatewayProc) runCode(ctx context.Context, session, code string, persist
 	if err := json.Unmarshal(raw, &out); err != nil {
 		return err
 	}
-	if !out.Success || out.Stdout != "1\n" {
+	if !out.Success || out.Stdout != want {
 		return fmt.Errorf("run_code: %.300s", raw)
 	}
 	if wantSandbox != "" && out.SandboxType != wantSandbox {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -44,21 +43,7 @@ executors:
 
 // copyPolicy copies the default Rego tree to dst with min_level LOW.
 func copyPolicy(src, dst string) error {
-	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		if d.IsDir() {
-			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(filepath.Join(dst, rel), b, 0o644)
-	})
-	if err != nil {
+	if err := copyTree(src, dst); err != nil {
 		return err
 	}
 	data := filepath.Join(dst, "sandgate", "config", "data.json")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"time"
@@ -54,45 +53,14 @@ func scenarioKernel(ctx context.Context, g *gatewayProc, o opts) (abResult, erro
 	return r, err
 }
 
-// runKernelCell posts a stateful cell and checks its output.
+// runKernelCell posts a stateful cell and checks its output and that
+// docker ran it.
 func (g *gatewayProc) runKernelCell(ctx context.Context, session, code string) error {
-	raw, err := g.do(ctx, "POST", "/v1/sessions/"+session+"/run_code", "application/json",
-		jsonBody(map[string]any{"code": code, "language": "python", "stateful": true, "timeout_s": 120}))
-	if err != nil {
-		return fmt.Errorf("stateful run_code: %w", err)
-	}
-	var out struct {
-		Success     bool   `json:"success"`
-		Stdout      string `json:"stdout"`
-		SandboxType string `json:"sandbox_type"`
-	}
-	if err := json.Unmarshal(raw, &out); err != nil {
-		return err
-	}
-	if !out.Success || out.Stdout != kernelWant || out.SandboxType != "docker" {
-		return fmt.Errorf("stateful run_code: %.300s", raw)
-	}
-	return nil
+	return g.runChecked(ctx, session, map[string]any{"code": code, "language": "python", "stateful": true, "timeout_s": 120}, kernelWant, "docker")
 }
 
 // runCodeWant posts a stateless run_code and checks its output and that
 // docker ran it.
 func (g *gatewayProc) runCodeWant(ctx context.Context, session, code, want string) error {
-	raw, err := g.do(ctx, "POST", "/v1/sessions/"+session+"/run_code", "application/json",
-		jsonBody(map[string]any{"code": code, "language": "python", "timeout_s": 120}))
-	if err != nil {
-		return fmt.Errorf("run_code: %w", err)
-	}
-	var out struct {
-		Success     bool   `json:"success"`
-		Stdout      string `json:"stdout"`
-		SandboxType string `json:"sandbox_type"`
-	}
-	if err := json.Unmarshal(raw, &out); err != nil {
-		return err
-	}
-	if !out.Success || out.Stdout != want || out.SandboxType != "docker" {
-		return fmt.Errorf("run_code: %.300s", raw)
-	}
-	return nil
+	return g.runChecked(ctx, session, map[string]any{"code": code, "language": "python", "timeout_s": 120}, want, "docker")
 }

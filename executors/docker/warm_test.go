@@ -134,9 +134,11 @@ func TestWarmIdlesOutAndIsBounded(t *testing.T) {
 	}
 }
 
-func TestWarmContainerThatDiedIsNotUsed(t *testing.T) {
-	e := newTestExecutor(t)
-	a := newSession(t, 3_200_020)
+// killWarm runs a's first run, waits for the warm container it leaves
+// (the run's own container removed), and kills that container from
+// outside, as `docker kill` would.
+func killWarm(t *testing.T, e *Executor, a session) {
+	t.Helper()
 	execute(t, e, a.spec(executors.LangPython, "print(1)"))
 	if !e.warm.waitReady(t.Context(), a.id) {
 		t.Fatal("no warm container")
@@ -151,6 +153,12 @@ func TestWarmContainerThatDiedIsNotUsed(t *testing.T) {
 	if _, err := e.cli.ContainerKill(ctx, ids[0], client.ContainerKillOptions{Signal: "KILL"}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func TestWarmContainerThatDiedIsNotUsed(t *testing.T) {
+	e := newTestExecutor(t)
+	a := newSession(t, 3_200_020)
+	killWarm(t, e, a)
 	settle(t, e, func() bool {
 		e.warm.mu.Lock()
 		defer e.warm.mu.Unlock()
@@ -170,20 +178,7 @@ func TestWarmContainerThatDiedIsNotUsed(t *testing.T) {
 func TestWarmContainerThatDiesIsRemoved(t *testing.T) {
 	e := newTestExecutor(t, func(c *Config) { c.WarmIdle = time.Hour })
 	a := newSession(t, 3_200_021)
-	execute(t, e, a.spec(executors.LangPython, "print(1)"))
-	if !e.warm.waitReady(t.Context(), a.id) {
-		t.Fatal("no warm container")
-	}
-	e.bg.Wait() // the first run's own container is removed
-	ids := sessionContainers(t, e, a.id)
-	if len(ids) != 1 {
-		t.Fatalf("containers %v", ids)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	if _, err := e.cli.ContainerKill(ctx, ids[0], client.ContainerKillOptions{Signal: "KILL"}); err != nil {
-		t.Fatal(err)
-	}
+	killWarm(t, e, a)
 	settle(t, e, func() bool { return e.warm.size() == 0 && len(sessionContainers(t, e, a.id)) == 0 })
 }
 
