@@ -145,10 +145,10 @@ func (a answer) ok() bool { return a.Err == nil && a.Status/100 == 2 }
 // flight is not retried here; the caller sees the transport error.
 func (g *soakGateway) call(ctx context.Context, token, method, path, ctype string, body []byte, hdr http.Header) answer {
 	var a answer
-	for {
+	res, err := g.send(ctx, &a, func() (*http.Request, error) {
 		req, err := http.NewRequestWithContext(ctx, method, g.base()+path, bytes.NewReader(body))
 		if err != nil {
-			return answer{Err: err}
+			return nil, err
 		}
 		req.Header.Set("Authorization", "Bearer "+token)
 		if ctype != "" {
@@ -157,26 +157,40 @@ func (g *soakGateway) call(ctx context.Context, token, method, path, ctype strin
 		for k, v := range hdr {
 			req.Header[k] = v
 		}
-		res, err := g.client.Do(req)
-		if err != nil {
-			if isRefused(err) && ctx.Err() == nil && a.Retries < 600 {
-				a.Retries++
-				time.Sleep(100 * time.Millisecond)
-				continue
-			}
-			a.Err = err
-			return a
-		}
-		a.Status, a.RequestID = res.StatusCode, res.Header.Get("X-Request-Id")
-		a.Body, err = io.ReadAll(res.Body)
-		res.Body.Close()
-		if err != nil {
-			a.Err = err
-		}
-		if a.Status/100 != 2 {
-			a.Code = errorCode(a.Body)
-		}
+		return req, nil
+	})
+	if err != nil {
+		a.Err = err
 		return a
+	}
+	a.Status, a.RequestID = res.StatusCode, res.Header.Get("X-Request-Id")
+	a.Body, err = io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil {
+		a.Err = err
+	}
+	if a.Status/100 != 2 {
+		a.Code = errorCode(a.Body)
+	}
+	return a
+}
+
+// send sends the request newReq builds, building it again and retrying
+// (counted in a.Retries, at most 600 times, 100 ms apart) while no
+// gateway listens.
+func (g *soakGateway) send(ctx context.Context, a *answer, newReq func() (*http.Request, error)) (*http.Response, error) {
+	for {
+		req, err := newReq()
+		if err != nil {
+			return nil, err
+		}
+		res, err := g.client.Do(req)
+		if err != nil && isRefused(err) && ctx.Err() == nil && a.Retries < 600 {
+			a.Retries++
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		return res, err
 	}
 }
 
@@ -202,26 +216,19 @@ func (g *soakGateway) stream(ctx context.Context, path string, body []byte, cutA
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var a answer
-	var res *http.Response
-	for {
+	res, err := g.send(ctx, &a, func() (*http.Request, error) {
 		req, err := http.NewRequestWithContext(ctx, "POST", g.base()+path, bytes.NewReader(body))
 		if err != nil {
-			return answer{Err: err}, ""
+			return nil, err
 		}
 		req.Header.Set("Authorization", "Bearer "+agentToken)
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Accept", mediaNDJSONClient)
-		res, err = g.client.Do(req)
-		if err != nil {
-			if isRefused(err) && ctx.Err() == nil && a.Retries < 600 {
-				a.Retries++
-				time.Sleep(100 * time.Millisecond)
-				continue
-			}
-			a.Err = err
-			return a, ""
-		}
-		break
+		return req, nil
+	})
+	if err != nil {
+		a.Err = err
+		return a, ""
 	}
 	defer res.Body.Close()
 	a.Status, a.RequestID = res.StatusCode, res.Header.Get("X-Request-Id")
