@@ -10,7 +10,7 @@ import (
 func TestConformance(t *testing.T) {
 	needEngine(t)
 	executortest.Run(t, executortest.Harness{
-		New:              func(t *testing.T) executors.Executor { return newTestExecutor(t) },
+		New:              func(t *testing.T) executors.Executor { return newTestExecutor(t, shippedWarmAfter) },
 		ProcessesVisible: true,
 		DataStack:        true, // the image is built on the runtime root (images/)
 	})

@@ -315,15 +315,30 @@ func (e *Executor) remove(id string) {
 	})
 }
 
+// removeNow force-removes a container, now. A container that is exiting
+// while the engine kills it gets 409 "Could not kill running container
+// ..., cannot remove - ... is not running" (Docker 20.10): the removal is
+// tried again at once a few times, rather than left for the next retry,
+// which comes only with the next run or engine recovery.
 func (e *Executor) removeNow(id string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(e.life), e.cfg.EngineTimeout)
 	defer cancel()
-	_, err := e.cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
-	if err != nil && !cerrdefs.IsNotFound(err) {
-		return err
+	var err error
+	for _, pause := range removeConflictPauses {
+		_, err = e.cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+		if err == nil || cerrdefs.IsNotFound(err) {
+			return nil
+		}
+		if !cerrdefs.IsConflict(err) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(pause)
 	}
-	return nil
+	return err
 }
+
+// removeConflictPauses are removeNow's waits after a conflict, one per try.
+var removeConflictPauses = []time.Duration{50 * time.Millisecond, 200 * time.Millisecond, 500 * time.Millisecond, 0}
 
 func (e *Executor) retryLeftovers(ctx context.Context) {
 	e.mu.Lock()

@@ -18,7 +18,7 @@ import (
 // The isolation a run gets, checked from inside the container.
 
 func TestIsolationHostLoopbackUnreachable(t *testing.T) {
-	e := newTestExecutor(t)
+	e := newTestExecutor(t, shippedWarmAfter)
 	port, accepted := executortest.LoopbackListener(t)
 	code := fmt.Sprintf(`import socket
 s = socket.socket()
@@ -36,7 +36,7 @@ except OSError as e:
 }
 
 func TestIsolationOnlyLoopbackInterface(t *testing.T) {
-	e := newTestExecutor(t)
+	e := newTestExecutor(t, shippedWarmAfter)
 	res := execute(t, e, spec(t, executors.LangBash, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '\n"))
 	if res.ExitCode != 0 || strings.TrimSpace(res.Stdout) != "lo" {
 		t.Fatalf("interfaces %q (stderr %q), want only lo", res.Stdout, res.Stderr)
@@ -55,7 +55,7 @@ except OSError:
 }
 
 func TestIsolationMemoryLimitKillsAndReports(t *testing.T) {
-	e := newTestExecutor(t)
+	e := newTestExecutor(t, shippedWarmAfter)
 	s := spec(t, executors.LangPython, "b = b'x' * (2 << 30)\nprint('allocated', len(b))\n")
 	s.Limits.MemoryMB = 256
 	res := execute(t, e, s)
@@ -65,7 +65,7 @@ func TestIsolationMemoryLimitKillsAndReports(t *testing.T) {
 }
 
 func TestIsolationForkBombContained(t *testing.T) {
-	e := newTestExecutor(t)
+	e := newTestExecutor(t, shippedWarmAfter)
 	// Count how far forking gets: the pids cgroup stops it below the limit.
 	s := spec(t, executors.LangPython, `import os, time
 n = 0
@@ -111,7 +111,7 @@ func runHostProcess(name string) error {
 }
 
 func TestIsolationFilesystem(t *testing.T) {
-	e := newTestExecutor(t)
+	e := newTestExecutor(t, shippedWarmAfter)
 	s := spec(t, executors.LangBash, `touch /evil 2>/dev/null && echo root-writable || echo root-readonly
 touch /usr/evil 2>/dev/null && echo usr-writable || echo usr-readonly
 echo data > /tmp/t && echo tmp-writable
@@ -143,7 +143,7 @@ echo hello > /workspace/made-inside.txt && echo workspace-writable
 }
 
 func TestIsolationIdentityAndCapabilities(t *testing.T) {
-	e := newTestExecutor(t)
+	e := newTestExecutor(t, shippedWarmAfter)
 	s := spec(t, executors.LangBash, "id -u; id -g; id -G; grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status\n")
 	s.UID, s.GID = 3_100_001, 3_100_001
 	res := execute(t, e, s)
@@ -170,7 +170,7 @@ func TestIsolationIdentityAndCapabilities(t *testing.T) {
 }
 
 func TestRefusesRoot(t *testing.T) {
-	e := newTestExecutor(t)
+	e := newTestExecutor(t, shippedWarmAfter)
 	for _, ids := range [][2]int{{0, 5}, {5, 0}, {-1, -1}} {
 		s := spec(t, executors.LangPython, "print(1)")
 		s.UID, s.GID = ids[0], ids[1]
@@ -181,7 +181,7 @@ func TestRefusesRoot(t *testing.T) {
 }
 
 func TestLargeCodeAndQuoting(t *testing.T) {
-	e := newTestExecutor(t)
+	e := newTestExecutor(t, shippedWarmAfter)
 	// 256 KiB of program text full of quotes, dollars and backslashes that
 	// a shell would mangle.
 	pad := strings.Repeat("# '\"$(touch /workspace/pwned)`x` \\ \n", 256<<10/40)
@@ -200,7 +200,7 @@ func TestLargeCodeAndQuoting(t *testing.T) {
 // TestSpillIgnoresPlantedLinks: code that replaces .sandgate/outputs with
 // a symlink out of the workspace cannot make the gateway write there.
 func TestSpillIgnoresPlantedLinks(t *testing.T) {
-	e := newTestExecutor(t)
+	e := newTestExecutor(t, shippedWarmAfter)
 	outside := t.TempDir()
 	s := spec(t, executors.LangPython, fmt.Sprintf(`import os, sys
 os.makedirs(".sandgate", exist_ok=True)

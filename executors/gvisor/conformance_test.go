@@ -15,7 +15,7 @@ import (
 func TestConformance(t *testing.T) {
 	needGVisor(t)
 	executortest.Run(t, executortest.Harness{
-		New:       func(t *testing.T) executors.Executor { return newTestExecutor(t) },
+		New:       func(t *testing.T) executors.Executor { return newTestExecutor(t, shippedWarmAfter) },
 		DataStack: true, // docker's image, built on the runtime root (images/)
 	})
 }

@@ -137,3 +137,11 @@ func instanceContainers(t testing.TB, instance string) []string {
 	}
 	return strings.Fields(strings.TrimSpace(string(out)))
 }
+
+// shippedWarmAfter gives the executor the shipped WarmAfter (DefaultWarmAfter)
+// instead of the test helper's 1. The conformance, isolation and output tests
+// run each program in a session of its own, so with 1 each run would also
+// prepare a warm container that no run uses and Close removes: a third of
+// the gVisor conformance suite's CPU, for nothing those tests check. The
+// warm path has its own tests.
+func shippedWarmAfter(c *Config) { c.WarmAfter = 0 }

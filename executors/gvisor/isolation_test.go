@@ -18,7 +18,7 @@ import (
 // HostFilesInvisible).
 
 func TestIsolationOnlyLoopbackInterface(t *testing.T) {
-	e := newTestExecutor(t)
+	e := newTestExecutor(t, shippedWarmAfter)
 	res := execute(t, e, spec(t, executors.LangBash, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '\n"))
 	if res.ExitCode != 0 || strings.TrimSpace(res.Stdout) != "lo" {
 		t.Fatalf("interfaces %q (stderr %q), want only lo", res.Stdout, res.Stderr)
@@ -26,7 +26,7 @@ func TestIsolationOnlyLoopbackInterface(t *testing.T) {
 }
 
 func TestIsolationIdentityAndCapabilities(t *testing.T) {
-	e := newTestExecutor(t)
+	e := newTestExecutor(t, shippedWarmAfter)
 	s := spec(t, executors.LangBash, "id -u; id -g; id -G; grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status\n")
 	s.UID, s.GID = 3_700_001, 3_700_001
 	res := execute(t, e, s)
@@ -56,7 +56,7 @@ func TestIsolationIdentityAndCapabilities(t *testing.T) {
 }
 
 func TestIsolationFilesystem(t *testing.T) {
-	e := newTestExecutor(t)
+	e := newTestExecutor(t, shippedWarmAfter)
 	res := execute(t, e, spec(t, executors.LangBash, `touch /evil 2>/dev/null && echo root-writable || echo root-readonly
 touch /usr/evil 2>/dev/null && echo usr-writable || echo usr-readonly
 echo data > /tmp/t && echo tmp-writable
@@ -68,7 +68,7 @@ head -c 100M /dev/zero > /tmp/big 2>/dev/null && echo tmp-uncapped || echo tmp-c
 }
 
 func TestIsolationMemoryLimitKillsAndReports(t *testing.T) {
-	e := newTestExecutor(t)
+	e := newTestExecutor(t, shippedWarmAfter)
 	s := spec(t, executors.LangPython, "b = b'x' * (2 << 30)\nprint('allocated', len(b))\n")
 	s.Limits.MemoryMB = 256
 	res := execute(t, e, s)
@@ -78,7 +78,7 @@ func TestIsolationMemoryLimitKillsAndReports(t *testing.T) {
 }
 
 func TestIsolationForkBombContained(t *testing.T) {
-	e := newTestExecutor(t)
+	e := newTestExecutor(t, shippedWarmAfter)
 	s := spec(t, executors.LangPython, `import os, time
 n = 0
 try:
@@ -143,7 +143,7 @@ func TestUnavailableWithoutRuntime(t *testing.T) {
 // profile inside the sandbox but ignores its errnoRet, so clone3 fails
 // with EPERM instead of ENOSYS and glibc never falls back to clone.
 func TestThreadsStart(t *testing.T) {
-	e := newTestExecutor(t)
+	e := newTestExecutor(t, shippedWarmAfter)
 	res := execute(t, e, spec(t, executors.LangPython, `import threading
 out = []
 ts = [threading.Thread(target=out.append, args=(i,)) for i in range(8)]

@@ -12,7 +12,7 @@ import (
 // pipe has room; without the boot script's relay, python3 -u's print of
 // 4 MiB delivered 64 KiB and the single os.write returned a short count.
 func TestLargeWritesArriveWhole(t *testing.T) {
-	e := newTestExecutor(t)
+	e := newTestExecutor(t, shippedWarmAfter)
 	const size = 4 << 20
 	for name, code := range map[string]string{
 		"print":    "print('x' * (4 << 20), end='')\n",
@@ -36,7 +36,7 @@ func TestLargeWritesArriveWhole(t *testing.T) {
 // detached child holding stdout still ends at once (the relays must not
 // wait for that child), and the child's later output never arrives.
 func TestLeftoverProcessesDoNotHoldTheRun(t *testing.T) {
-	e := newTestExecutor(t)
+	e := newTestExecutor(t, shippedWarmAfter)
 	s := spec(t, executors.LangBash, "setsid sh -c 'sleep 5; echo late' &\necho done\n")
 	res := execute(t, e, s)
 	if res.ExitCode != 0 || res.TimedOut || res.Stdout != "done\n" || res.Duration.Seconds() >= 5 {
