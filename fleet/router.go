@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -135,7 +137,37 @@ func (rt *Router) waitOwner(ctx context.Context, key string, gone Owner, deadlin
 // forward proxies r to owner, streaming both ways. sent reports whether
 // any of the request reached the owner: when nothing did (the connection
 // was refused), the caller may route the request elsewhere.
+//
+// A kept-alive connection to an owner that has just died is still in the
+// pool for a moment, and writing the request on it fails with EPIPE: the
+// owner had closed it before it had the whole request, so it acted on
+// none of it. The request is then sent once more on a new connection (the
+// idle ones are dropped), its body replayed from what was read of it; a
+// dead owner then refuses the connection, which the caller handles.
 func (rt *Router) forward(w http.ResponseWriter, r *http.Request, owner Owner, requestID string) (sent bool, err error) {
+	sent, err = rt.forwardOnce(w, r, owner, requestID)
+	if !errors.Is(err, errDropped) {
+		return sent, err
+	}
+	if t, ok := rt.transport.(interface{ CloseIdleConnections() }); ok {
+		t.CloseIdleConnections()
+	}
+	sent, err = rt.forwardOnce(w, r, owner, requestID)
+	if errors.Is(err, errDropped) {
+		return true, errForward
+	}
+	return sent, err
+}
+
+// errDropped: the owner closed the connection before it had the request
+// (forward), and the body that was read is at hand to send again.
+var errDropped = errors.New("fleet: the owner closed the connection before it had the request")
+
+// replayMax bounds what forward keeps of a body to send it again: the
+// JSON of a run or a command, not a large upload.
+const replayMax = 1 << 20
+
+func (rt *Router) forwardOnce(w http.ResponseWriter, r *http.Request, owner Owner, requestID string) (sent bool, err error) {
 	target, err := url.Parse(owner.URL)
 	if err != nil {
 		return false, fmt.Errorf("%w: bad address %q: %w", errForward, owner.URL, err)
@@ -185,6 +217,12 @@ func (rt *Router) forward(w http.ResponseWriter, r *http.Request, owner Owner, r
 	if refused(proxyErr) && body.n.Load() == 0 {
 		return false, errUnreachable
 	}
+	if errors.Is(proxyErr, syscall.EPIPE) {
+		if rest, ok := body.replay(); ok {
+			r.Body = rest
+			return false, errDropped
+		}
+	}
 	if errors.Is(proxyErr, context.Canceled) && r.Context().Err() != nil {
 		return true, r.Context().Err()
 	}
@@ -203,16 +241,40 @@ func refused(err error) bool {
 
 // countingBody counts what the proxy read of the client's body, and
 // keeps the body open when the transport closes it, so that a request
-// whose owner refused the connection can still be served here.
+// whose owner refused the connection can still be served here. It keeps
+// a copy of the first replayMax bytes read, for replay.
 type countingBody struct {
-	r io.ReadCloser
-	n atomic.Int64
+	r    io.ReadCloser
+	n    atomic.Int64
+	mu   sync.Mutex
+	kept []byte
 }
 
 func (b *countingBody) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
+	b.mu.Lock()
+	if total := b.n.Load() + int64(n); total <= replayMax {
+		b.kept = append(b.kept, p[:n]...)
+	}
+	b.mu.Unlock()
 	b.n.Add(int64(n))
 	return n, err
+}
+
+// replay returns the whole body again: what was read, then the rest.
+// False when more than replayMax bytes were read.
+func (b *countingBody) replay() (io.ReadCloser, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.n.Load() > replayMax {
+		return nil, false
+	}
+	return readCloser{io.MultiReader(bytes.NewReader(b.kept), b.r), b.r}, true
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
 }
 
 func (b *countingBody) Close() error { return nil }
