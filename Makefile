@@ -2,6 +2,13 @@
 # runs (.ci/run); it must work on a fresh clone with only Go installed.
 
 GO         ?= go
+
+# -trimpath: what go builds does not depend on where the clone is, so a
+# clean clone at a new path (CI clones afresh every run) compiles nothing
+# an earlier clone compiled, and no binary carries this machine's paths.
+ifeq ($(filter -trimpath,$(GOFLAGS)),)
+export GOFLAGS := $(strip $(GOFLAGS) -trimpath)
+endif
 POLICY_DIR := policy/rego
 SCHEMA_DIR := policy/schemas
 OPA        := $(GO) tool opa
@@ -26,26 +33,34 @@ export SANDGATE_ROOTFS_DIR
 ## cluster (scripts/postgres.sh: Debian's postgresql, installed if missing,
 ## initdb in a temporary directory, a Unix socket there and no TCP port),
 ## stopped and removed afterwards; its password is random per run and only
-## ever passed in the environment. Last, once every Go test has finished,
-## the short fault soak (soak-faults-ci, issue 21): a failed check (a leak,
-## a missing audit record, an internal or unexplained error, an engine
-## recovery over 5 s) fails the run; its report is .build/soak/reliability.md.
-## The engine this run started is stopped afterwards whatever the tests did,
-## and the first failure's exit status is kept. The recipe shell's pid is
-## the engine lease's holder (scripts/dockerd.sh).
+## ever passed in the environment. The Go tests, the approval hub's tests
+## on PostgreSQL and the short fault soak (soak-faults-ci, issue 21) run at
+## the same time: the soak runs for a fixed two minutes on a private engine,
+## gateway and filesystems of its own (its leak and audit accounting count
+## only what is its own), so it costs the run its CPU, not its two minutes.
+## Its output is .build/soak/soak.log, printed when it ends; a failed check
+## (a leak, a missing audit record, an internal or unexplained error, an
+## engine recovery over 5 s) fails the run; its report is
+## .build/soak/reliability.md. The engine this run started is stopped
+## afterwards whatever the tests did, and the first failure's exit status
+## is kept. The recipe shell's pid is the engine lease's holder
+## (scripts/dockerd.sh).
 test: deps
-	@holder=$$$$; rc=0; pgdir=$$(mktemp -d -u /tmp/sandgate-pg.XXXXXX); \
+	@holder=$$$$; rc=0; soak=; pgdir=$$(mktemp -d -u /tmp/sandgate-pg.XXXXXX); mkdir -p .build/soak; \
 	$(MAKE) --no-print-directory gvisor && \
 	$(MAKE) --no-print-directory dockerd-start DOCKERD_HOLDER=$$holder && \
 	$(MAKE) --no-print-directory images && \
 	$(MAKE) --no-print-directory policy-check && \
+	{ SANDGATE_RUNTIME_ROOT=$(SANDGATE_ROOTFS_DIR)/runtime $(MAKE) --no-print-directory soak-faults-ci >.build/soak/soak.log 2>&1 & soak=$$!; } && \
 	pgdsn=$$(./scripts/postgres.sh start $$pgdir) && \
 	SANDGATE_TEST_POSTGRES_DSN="$$pgdsn" SANDGATE_REQUIRE_POSTGRES=1 \
 	SANDGATE_REQUIRE_DOCKER=1 SANDGATE_REQUIRE_GVISOR=1 SANDGATE_REQUIRE_BROWSER=1 SANDGATE_REQUIRE_ROOT=1 SANDGATE_REQUIRE_NPM_CLIENTS=1 \
 	SANDGATE_REQUIRE_RUNTIME_ROOT=1 SANDGATE_RUNTIME_ROOT=$(SANDGATE_ROOTFS_DIR)/runtime \
-		$(MAKE) --no-print-directory test-go test-go-postgres || rc=$$?; \
-	SANDGATE_RUNTIME_ROOT=$(SANDGATE_ROOTFS_DIR)/runtime $(MAKE) --no-print-directory soak-faults-ci || \
-		{ s=$$?; [ $$rc -ne 0 ] || rc=$$s; }; \
+		$(MAKE) --no-print-directory -j2 -Oline test-go test-go-postgres || rc=$$?; \
+	if [ -n "$$soak" ]; then \
+		wait $$soak || { s=$$?; [ $$rc -ne 0 ] || rc=$$s; }; \
+		echo "--- soak-faults-ci (.build/soak/soak.log)"; cat .build/soak/soak.log; \
+	fi; \
 	./scripts/postgres.sh stop $$pgdir || true; \
 	$(MAKE) --no-print-directory dockerd-stop DOCKERD_HOLDER=$$holder || true; \
 	exit $$rc
@@ -97,14 +112,13 @@ npm-deps:
 	done
 
 ## test-go: every package's tests with -race. TEST_P packages run at once
-## (go test's -p, default GOMAXPROCS): most of the suite's time is spent
-## waiting on containers, interpreters and the network of loopback peers,
-## not on the CPU, so on a 2-core machine four packages in flight finish
-## sooner than two.
-## The packages that take longest start first (TEST_FIRST, then the rest
-## of ./... once each): go test starts packages in the order it is given
-## them, and on a machine whose CPU the suite keeps busy a long package
-## started last is the whole run's tail (81 s of 498 on 2 cores).
+## (go test's -p, default GOMAXPROCS): each package spends much of its
+## time waiting on containers, interpreters and loopback peers, so on a
+## 2-core machine four packages in flight keep both cores busy where two
+## would not. The packages that take longest start first (TEST_FIRST, then
+## the rest of ./... once each): go test starts packages in the order it is
+## given them, and a long package started last is the whole run's tail
+## (81 s of 498 on 2 cores).
 TEST_P ?= 4
 TEST_FIRST ?= ./executors/subprocess ./executors/docker ./executors/gvisor ./executors/aio ./api ./e2e ./browser
 test-go:
@@ -198,7 +212,7 @@ soak-faults:
 	./scripts/dockerd.sh stop $$holder || true; \
 	exit $$rc
 
-## soak-faults-ci: the short variant `make test` runs after the Go tests:
+## soak-faults-ci: the short variant `make test` runs beside the Go tests:
 ## about 2 minutes, every fault once, the report under .build/soak/ (the
 ## committed docs/reliability.md is the full run's). Needs what `make test`
 ## has set up: root, the shared engine with the images (copied into the
