@@ -132,20 +132,35 @@ type sweep struct {
 // victims returns the pids the sweep kills now.
 func (s sweep) victims(procs map[int]proc) []int {
 	var out []int
+	byPID := !s.recycled(procs)
 	for pid, p := range procs {
 		if pid == s.self || pid == 1 || descends(procs, s.self, pid) {
 			continue // sandboxd, the init and sandboxd's own ancestors
 		}
-		if s.owns(procs, p) {
+		if s.owns(procs, p, byPID) {
 			out = append(out, pid)
 		}
 	}
 	return out
 }
 
-func (s sweep) owns(procs map[int]proc, p proc) bool {
+// recycled reports whether the target's pid now belongs to another
+// process (another start time): once the run's root has exited and been
+// reaped, the kernel may give its pid to any new process (pid_max can be
+// as low as 32768), whose group and children are not the run's. The
+// sweep then finds the run's processes by their marker only. A pid that
+// is free, or still a process group's id, is not recycled: the kernel
+// does not reuse a pid while a group of that id has members.
+func (s sweep) recycled(procs map[int]proc) bool {
+	p, ok := procs[s.target.pid]
+	return ok && p.start != s.target.start
+}
+
+// owns reports whether p is the target run's. byPID allows the rules
+// that go by the root's pid (its group, its descendants).
+func (s sweep) owns(procs map[int]proc, p proc, byPID bool) bool {
 	t := s.target
-	if p.pgid == t.pid || descends(procs, p.pid, t.pid) {
+	if byPID && (p.pgid == t.pid || descends(procs, p.pid, t.pid)) {
 		return true
 	}
 	read := s.marker
@@ -170,7 +185,9 @@ func (s sweep) owns(procs map[int]proc, p proc) bool {
 // kill SIGKILLs the sweep's victims until none is left (a fork racing the
 // scan is caught by the next round), for at most budget.
 func (s sweep) kill(budget time.Duration) {
-	_ = process.KillGroup(s.target.pid)
+	if !s.recycled(listProcs()) {
+		_ = process.KillGroup(s.target.pid)
+	}
 	deadline := time.Now().Add(budget)
 	for {
 		v := s.victims(listProcs())

@@ -45,3 +45,39 @@ func TestSweepRules(t *testing.T) {
 		t.Errorf("with the orphan rule: %v, want %v", got, want)
 	}
 }
+
+// TestSweepSparesARecycledPID: once the run's root has been reaped, its
+// pid may be given to an unrelated process (on the test host: another
+// container's init or its socat). Neither that process, nor its group or
+// children, is killed; the run's processes that carry its marker are.
+func TestSweepSparesARecycledPID(t *testing.T) {
+	const uid = 1000
+	procs := map[int]proc{
+		10: {pid: 10, ppid: 0, pgid: 10, start: 5, uid: uid},    // sandboxd
+		20: {pid: 20, ppid: 1, pgid: 20, start: 90, uid: uid},   // pid 20 again: not the run's root (start 50)
+		21: {pid: 21, ppid: 20, pgid: 20, start: 91, uid: uid},  // that process's child, same group
+		23: {pid: 23, ppid: 1, pgid: 23, start: 53, uid: uid},   // the run's daemon, marker kept
+		24: {pid: 24, ppid: 1, pgid: 24, start: 54, uid: 2000},  // someone else's process
+		25: {pid: 25, ppid: 23, pgid: 23, start: 60, uid: uid},  // the daemon's child, marker kept
+		26: {pid: 26, ppid: 20, pgid: 26, start: 92, uid: 2000}, // a child of the new pid 20, its own group
+	}
+	markers := map[int]string{23: "run", 25: "run"}
+	s := sweep{
+		target: treeRoot{pid: 20, start: 50, marker: "run"},
+		self:   10, uid: uid,
+		marker: func(pid int) string { return markers[pid] },
+	}
+	got := s.victims(procs)
+	slices.Sort(got)
+	if want := []int{23, 25}; !slices.Equal(got, want) {
+		t.Errorf("victims %v, want only the marked %v", got, want)
+	}
+	// The same table with pid 20 still the run's root: its group and
+	// children are the run's.
+	procs[20] = proc{pid: 20, ppid: 10, pgid: 20, start: 50, uid: uid}
+	got = s.victims(procs)
+	slices.Sort(got)
+	if want := []int{20, 21, 23, 25, 26}; !slices.Equal(got, want) {
+		t.Errorf("victims with the root alive %v, want %v", got, want)
+	}
+}

@@ -56,7 +56,9 @@ func newEgressFixture(t *testing.T, withCA bool) *egressFixture {
 // environment says. Each line is checked on its own.
 var progEgress = program{
 	"bash": `if timeout 3 bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d' 2>/dev/null; then echo raw connected; else echo raw refused; fi
-curl -sS --max-time 20 http://` + egressPlainHost + `/%[2]s || echo plain failed
+curl -sS --max-time 20 http://` + egressPlainHost + `/%[2]s || { echo plain failed
+  echo "diag lo $(cat /sys/class/net/lo/operstate 2>&1) listen $(grep -c ' 0100007F:0C38 00000000:0000 0A ' /proc/net/tcp)"
+  for p in /proc/[0-9]*; do printf '%%s:%%s ' "${p#/proc/}" "$(cat $p/comm 2>/dev/null)"; done; echo; }
 if [ -n "$SSL_CERT_FILE" ]; then
   curl -sS --max-time 20 https://` + egressSecureHost + `/%[2]s || echo secure failed
   echo "bundle $(grep -c 'BEGIN CERTIFICATE' "$SSL_CERT_FILE") system $(cat ` + executors.SystemCABundle + ` 2>/dev/null | grep -c 'BEGIN CERTIFICATE')"
