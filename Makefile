@@ -213,9 +213,10 @@ soak-faults:
 	exit $$rc
 
 ## soak-faults-ci: the short variant `make test` runs beside the Go tests:
-## about 2 minutes, every fault once, the report under .build/soak/ (the
-## committed docs/reliability.md is the full run's). Needs what `make test`
+## about 2 minutes, every fault once, with 3 workers where the full soak
+## has 6 (it shares the CPU with the Go tests), the report under
+## .build/soak/ (the committed docs/reliability.md is the full run's). Needs what `make test`
 ## has set up: root, the shared engine with the images (copied into the
 ## private one on first use), runsc.
 soak-faults-ci:
-	$(GO) run ./bench -faults 2m -faults-rounds 1 -faults-gap 3s -faults-warmup 10s -faults-ci -out .build/soak
+	$(GO) run ./bench -faults 2m -faults-rounds 1 -faults-gap 3s -faults-warmup 10s -faults-workers 3 -faults-ci -out .build/soak
