@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -178,7 +180,7 @@ func runOp(name, code string, timeoutS int, persistent bool, wantExec, wantOut s
 		_ = json.Unmarshal(a.Body, &out)
 		if wantOut != "" && !out.Success {
 			a.Err = fmt.Errorf("%s (exit %d, stdout %.60q)", runFailed, out.ExitCode, out.Stdout)
-		} else if wantExec != "" && out.SandboxType != wantExec {
+		} else if wantExec != "" && out.SandboxType != wantExec && !fellBack(ctx, g, s, a.RequestID, wantExec, out.SandboxType) {
 			a.Err = fmt.Errorf("ran in %q, not %q", out.SandboxType, wantExec)
 		} else if wantOut != "" && out.Stdout != wantOut {
 			a.Err = fmt.Errorf("stdout %.60q", out.Stdout)
@@ -338,4 +340,50 @@ func approverBot(ctx context.Context, g *soakGateway, prefix string) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// upgradeFallback is the shipped policy's isolation upgrade and its
+// fallback (config/data.json isolation_upgrade): a HIGH run goes to gVisor,
+// or to docker while gVisor is unavailable (after an engine restart, until
+// the gvisor probe sees runsc again), with the reason executor.fallback in
+// its decision: by policy, and never silently.
+var upgradeFallback = map[string]string{"gvisor": "docker"}
+
+// fellBack reports whether a run that wanted want and ran in got did so by
+// the policy's fallback: got is want's fallback and the run's audit record
+// (found through its session's records) carries executor.fallback.
+func fellBack(ctx context.Context, g *soakGateway, session, requestID, want, got string) bool {
+	if upgradeFallback[want] != got || requestID == "" {
+		return false
+	}
+	for cursor := 0; ; {
+		path := "/v1/audit?limit=1000&session_id=" + url.QueryEscape(session)
+		if cursor > 0 {
+			path += "&cursor=" + strconv.Itoa(cursor)
+		}
+		a := g.call(ctx, adminToken, "GET", path, "", nil, nil)
+		var page struct {
+			Records []struct {
+				RequestID string        `json:"request_id"`
+				Reasons   []auditReason `json:"reasons"`
+			} `json:"records"`
+			Next int64 `json:"next_cursor"`
+		}
+		if !a.ok() || json.Unmarshal(a.Body, &page) != nil {
+			return false
+		}
+		for _, r := range page.Records {
+			if r.RequestID == requestID {
+				return slices.ContainsFunc(r.Reasons, func(x auditReason) bool { return x.Code == "executor.fallback" })
+			}
+		}
+		if page.Next == 0 {
+			return false
+		}
+		cursor = int(page.Next)
+	}
+}
+
+type auditReason struct {
+	Code string `json:"code"`
 }

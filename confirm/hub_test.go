@@ -271,7 +271,13 @@ func TestSlowClientDoesNotDelayOthers(t *testing.T) {
 	// A hub that blocked on the slow client would hold every later event
 	// until the slow client's write timed out (WriteTimeout); the fast
 	// client must get each event far sooner than that.
-	th := newTestHub(t, HubOptions{SendBuffer: 16, WriteTimeout: 30 * time.Second})
+	// SendBuffer 48: the fast client's queue must ride out the test's
+	// bursts (80 requests, then 80 resolutions as their deadlines pass)
+	// while the fast client's goroutines wait for a CPU on a loaded
+	// machine (16 dropped it after 41 resolutions once, with every other
+	// package's tests running); the slow client still fills it long before
+	// the 80th request.
+	th := newTestHub(t, HubOptions{SendBuffer: 48, WriteTimeout: 30 * time.Second})
 	// The slow client never reads, with a tiny receive buffer: the kernel
 	// soon stops taking data for it, its writer blocks, its queue fills,
 	// and the hub drops it.
@@ -297,6 +303,7 @@ func TestSlowClientDoesNotDelayOthers(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
+		time.Sleep(2 * time.Millisecond) // a burst, not one instant
 		go func() {
 			defer wg.Done()
 			req := request(fmt.Sprintf("s%d", i), big+fmt.Sprint(i))
