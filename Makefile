@@ -33,34 +33,31 @@ export SANDGATE_ROOTFS_DIR
 ## cluster (scripts/postgres.sh: Debian's postgresql, installed if missing,
 ## initdb in a temporary directory, a Unix socket there and no TCP port),
 ## stopped and removed afterwards; its password is random per run and only
-## ever passed in the environment. The Go tests, the approval hub's tests
-## on PostgreSQL and the short fault soak (soak-faults-ci, issue 21) run at
-## the same time: the soak runs for a fixed two minutes on a private engine,
-## gateway and filesystems of its own (its leak and audit accounting count
-## only what is its own), so it costs the run its CPU, not its two minutes.
-## Its output is .build/soak/soak.log, printed when it ends; a failed check
-## (a leak, a missing audit record, an internal or unexplained error, an
-## engine recovery over 5 s) fails the run; its report is
-## .build/soak/reliability.md. The engine this run started is stopped
-## afterwards whatever the tests did, and the first failure's exit status
-## is kept. The recipe shell's pid is the engine lease's holder
-## (scripts/dockerd.sh).
+## ever passed in the environment. The approval hub's tests on PostgreSQL
+## run beside the Go tests. Last, once every Go test has finished, the
+## short fault soak (soak-faults-ci, issue 21): a failed check (a leak, a
+## missing audit record, an internal or unexplained error, an engine
+## recovery over 5 s) fails the run; its report is
+## .build/soak/reliability.md. It does not run beside the Go tests: tried
+## so on 2 cores (load 15-30), an aio run 13 s after the engine-restart
+## fault had ended got 503 executor_unavailable, which the soak counts as
+## unexplained, as it should on a machine it has to itself. The engine this run
+## started is stopped afterwards whatever the tests did, and the first
+## failure's exit status is kept. The recipe shell's pid is the engine
+## lease's holder (scripts/dockerd.sh).
 test: deps
-	@holder=$$$$; rc=0; soak=; pgdir=$$(mktemp -d -u /tmp/sandgate-pg.XXXXXX); mkdir -p .build/soak; \
+	@holder=$$$$; rc=0; pgdir=$$(mktemp -d -u /tmp/sandgate-pg.XXXXXX); \
 	$(MAKE) --no-print-directory gvisor && \
 	$(MAKE) --no-print-directory dockerd-start DOCKERD_HOLDER=$$holder && \
 	$(MAKE) --no-print-directory images && \
 	$(MAKE) --no-print-directory policy-check && \
-	{ SANDGATE_RUNTIME_ROOT=$(SANDGATE_ROOTFS_DIR)/runtime $(MAKE) --no-print-directory soak-faults-ci >.build/soak/soak.log 2>&1 & soak=$$!; } && \
 	pgdsn=$$(./scripts/postgres.sh start $$pgdir) && \
 	SANDGATE_TEST_POSTGRES_DSN="$$pgdsn" SANDGATE_REQUIRE_POSTGRES=1 \
 	SANDGATE_REQUIRE_DOCKER=1 SANDGATE_REQUIRE_GVISOR=1 SANDGATE_REQUIRE_BROWSER=1 SANDGATE_REQUIRE_ROOT=1 SANDGATE_REQUIRE_NPM_CLIENTS=1 \
 	SANDGATE_REQUIRE_RUNTIME_ROOT=1 SANDGATE_RUNTIME_ROOT=$(SANDGATE_ROOTFS_DIR)/runtime \
 		$(MAKE) --no-print-directory -j2 -Oline test-go test-go-postgres || rc=$$?; \
-	if [ -n "$$soak" ]; then \
-		wait $$soak || { s=$$?; [ $$rc -ne 0 ] || rc=$$s; }; \
-		echo "--- soak-faults-ci (.build/soak/soak.log)"; cat .build/soak/soak.log; \
-	fi; \
+	SANDGATE_RUNTIME_ROOT=$(SANDGATE_ROOTFS_DIR)/runtime $(MAKE) --no-print-directory soak-faults-ci || \
+		{ s=$$?; [ $$rc -ne 0 ] || rc=$$s; }; \
 	./scripts/postgres.sh stop $$pgdir || true; \
 	$(MAKE) --no-print-directory dockerd-stop DOCKERD_HOLDER=$$holder || true; \
 	exit $$rc
@@ -212,11 +209,10 @@ soak-faults:
 	./scripts/dockerd.sh stop $$holder || true; \
 	exit $$rc
 
-## soak-faults-ci: the short variant `make test` runs beside the Go tests:
-## about 2 minutes, every fault once, with 3 workers where the full soak
-## has 6 (it shares the CPU with the Go tests), the report under
-## .build/soak/ (the committed docs/reliability.md is the full run's). Needs what `make test`
+## soak-faults-ci: the short variant `make test` runs after the Go tests:
+## about 2 minutes, every fault once, the report under .build/soak/ (the
+## committed docs/reliability.md is the full run's). Needs what `make test`
 ## has set up: root, the shared engine with the images (copied into the
 ## private one on first use), runsc.
 soak-faults-ci:
-	$(GO) run ./bench -faults 2m -faults-rounds 1 -faults-gap 3s -faults-warmup 10s -faults-workers 3 -faults-ci -out .build/soak
+	$(GO) run ./bench -faults 2m -faults-rounds 1 -faults-gap 3s -faults-warmup 10s -faults-ci -out .build/soak

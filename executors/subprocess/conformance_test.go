@@ -44,13 +44,7 @@ func newTestExecutor(t *testing.T, mutate ...func(*Config)) *Executor {
 // second, served by the warm interpreter the first one left or by the
 // session's zygote, which the harness checks. In warm mode Python uses
 // warm interpreters too (zygotes off).
-//
-// It runs in parallel with TestRootlessConformance (the package's only
-// other parallel test), which waits on a child process for the same
-// suite: the two mostly wait on interpreters and timeouts, and the
-// allocation check of OutputFlood counts this process only.
 func TestConformance(t *testing.T) {
-	t.Parallel()
 	for _, mode := range []string{"cold", "warm", "zygote"} {
 		t.Run(mode, func(t *testing.T) {
 			if mode == "zygote" {

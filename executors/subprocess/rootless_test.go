@@ -26,7 +26,6 @@ func TestRootlessConformance(t *testing.T) {
 		t.Skip("this is the unprivileged run")
 	}
 	requireRoot(t)
-	t.Parallel() // with TestConformance: see there
 	if _, err := exec.Command("id", "-u", rootlessUser).Output(); err != nil {
 		out, err := exec.Command("useradd", "--system", "--user-group", "--no-create-home",
 			"--shell", "/usr/sbin/nologin", rootlessUser).CombinedOutput()
