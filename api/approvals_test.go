@@ -97,7 +97,7 @@ func newApprovalEnv(t *testing.T, o approvalOpts) *approvalEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := policy.New(ctx, policy.Options{FS: approvalPolicy(t)})
+	eng, err := policy.New(ctx, policy.Options{EvalTimeout: testEvalTimeout, FS: approvalPolicy(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

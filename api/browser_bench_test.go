@@ -43,7 +43,7 @@ func benchGateway(b *testing.B, allow ...string) *httptest.Server {
 	if err != nil {
 		b.Fatal(err)
 	}
-	eng, err := policy.New(ctx, policy.Options{})
+	eng, err := policy.New(ctx, policy.Options{EvalTimeout: testEvalTimeout})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -197,7 +197,7 @@ func newEgressE2E(t *testing.T, kind string, exec executors.Executor) *egressE2E
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := policy.New(ctx, policy.Options{FS: egressPolicy(t, kind, e.plainPort, e.tlsPort)})
+	eng, err := policy.New(ctx, policy.Options{EvalTimeout: testEvalTimeout, FS: egressPolicy(t, kind, e.plainPort, e.tlsPort)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -681,7 +681,7 @@ func newBenchServer(b *testing.B, durable bool) (*httptest.Server, string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	eng, err := policy.New(ctx, policy.Options{})
+	eng, err := policy.New(ctx, policy.Options{EvalTimeout: testEvalTimeout})
 	if err != nil {
 		b.Fatal(err)
 	}

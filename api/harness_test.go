@@ -88,7 +88,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := policy.New(ctx, policy.Options{FS: o.policyFS})
+	eng, err := policy.New(ctx, policy.Options{EvalTimeout: testEvalTimeout, FS: o.policyFS})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,3 +263,11 @@ func traversable(t testing.TB, dir string) {
 		}
 	}
 }
+
+// testEvalTimeout is the policy engine's evaluation bound in these tests.
+// The shipped 500 ms (policy.DefaultEvalTimeout) bounds a decision that
+// takes about half a millisecond; under -race, with every package's tests
+// on 2 cores, an evaluation once waited longer than that for a CPU and the
+// run was denied policy.timeout (TestKernelsEndToEnd in CI). What a
+// timeout does is the policy package's test (failclosed_test.go).
+const testEvalTimeout = 10 * time.Second

@@ -46,7 +46,7 @@ func newKernelEnv(t *testing.T) *approvalEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := policy.New(ctx, policy.Options{})
+	eng, err := policy.New(ctx, policy.Options{EvalTimeout: testEvalTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}

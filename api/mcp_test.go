@@ -33,7 +33,7 @@ func newMCPEnv(t *testing.T) *httptest.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := policy.New(ctx, policy.Options{})
+	eng, err := policy.New(ctx, policy.Options{EvalTimeout: testEvalTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}

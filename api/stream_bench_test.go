@@ -40,7 +40,7 @@ func streamBenchGateway(b *testing.B, backend string) *httptest.Server {
 	if err != nil {
 		b.Fatal(err)
 	}
-	eng, err := policy.New(ctx, policy.Options{FS: routedPolicy(b, backend)})
+	eng, err := policy.New(ctx, policy.Options{EvalTimeout: testEvalTimeout, FS: routedPolicy(b, backend)})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -103,7 +103,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := policy.New(ctx, policy.Options{FS: subprocessPolicy(t)})
+	eng, err := policy.New(ctx, policy.Options{EvalTimeout: testEvalTimeout, FS: subprocessPolicy(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,3 +317,11 @@ func (e *env) waitPending() confirm.View {
 	e.t.Fatal("no approval became pending")
 	return confirm.View{}
 }
+
+// testEvalTimeout is the policy engine's evaluation bound in these tests.
+// The shipped 500 ms (policy.DefaultEvalTimeout) bounds a decision that
+// takes about half a millisecond; under -race, with every package's tests
+// on 2 cores, an evaluation once waited longer than that for a CPU and the
+// run was denied policy.timeout (TestKernelsEndToEnd in CI). What a
+// timeout does is the policy package's test (failclosed_test.go).
+const testEvalTimeout = 10 * time.Second
