@@ -185,7 +185,9 @@ func (s sweep) owns(procs map[int]proc, p proc, byPID bool) bool {
 // kill SIGKILLs the sweep's victims until none is left (a fork racing the
 // scan is caught by the next round), for at most budget.
 func (s sweep) kill(budget time.Duration) {
-	if !s.recycled(listProcs()) {
+	// One /proc read, not a scan: the group kill must come at once, while
+	// the root still lives and its descendants are still found below it.
+	if p, ok := readProc(s.target.pid); !ok || p.start == s.target.start {
 		_ = process.KillGroup(s.target.pid)
 	}
 	deadline := time.Now().Add(budget)
