@@ -298,6 +298,11 @@ func runWorkers(ctx context.Context, g *soakGateway, rec *recorder, ops []loadOp
 					rest.RUnlock()
 					return // the soak's own end, not the gateway's doing
 				}
+				if ctx.Err() != nil {
+					// The follow-ups the soak's end cut (a spill's delete,
+					// "context canceled"): not the gateway's doing either.
+					a.Then = slices.DeleteFunc(a.Then, func(f followUp) bool { return f.A.Err != nil })
+				}
 				rec.addAnswer(op.name, session, t0, fault, a, streamed)
 				rest.RUnlock()
 			}
