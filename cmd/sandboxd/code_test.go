@@ -56,17 +56,28 @@ func TestCodeExecute(t *testing.T) {
 		}
 	})
 	t.Run("timeout kills the tree", func(t *testing.T) {
-		m := markers(2)
-		code := fmt.Sprintf("import subprocess, time\nsubprocess.Popen(['sleep', '%s'], start_new_session=True)\nprint('started', flush=True)\nsubprocess.run(['sleep', '%s'])", m[0], m[1])
-		start := time.Now()
 		// 3 s, not 1: the program must print before the timeout, and a
 		// python start-up that imports subprocess can take a second on a
-		// loaded 2-core machine.
-		d := ts.post("/v1/code/execute", map[string]any{"language": "python", "code": code, "timeout": 3}).envelope(t, true)
-		if d["status"] != "timeout" || !hasNull(d, "exit_code") || d["stdout"] != "started\n" || time.Since(start) > 8*time.Second {
-			t.Errorf("data %v after %v", d, time.Since(start))
+		// loaded 2-core machine. A run that had not printed when its 3 s
+		// ran out (it took longer still, once, with every package's tests
+		// on 2 cores) proves nothing about the kill: after checking that
+		// whatever it started is gone, it runs again, once, with 15 s.
+		for _, timeout := range []int{3, 15} {
+			m := markers(2)
+			code := fmt.Sprintf("import subprocess, time\nsubprocess.Popen(['sleep', '%s'], start_new_session=True)\nprint('started', flush=True)\nsubprocess.run(['sleep', '%s'])", m[0], m[1])
+			start := time.Now()
+			d := ts.post("/v1/code/execute", map[string]any{"language": "python", "code": code, "timeout": timeout}).envelope(t, true)
+			took := time.Since(start)
+			waitGone(t, m)
+			if d["stdout"] == "" && d["status"] == "timeout" && timeout == 3 {
+				t.Logf("the program had not started after %v; once more with 15 s", took)
+				continue
+			}
+			if d["status"] != "timeout" || !hasNull(d, "exit_code") || d["stdout"] != "started\n" || took > time.Duration(timeout+5)*time.Second {
+				t.Errorf("data %v after %v", d, took)
+			}
+			return
 		}
-		waitGone(t, m)
 	})
 	t.Run("cwd", func(t *testing.T) {
 		sub := filepath.Dir(ts.writeWS("d/x", ""))
