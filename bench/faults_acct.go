@@ -340,38 +340,61 @@ type auditCheck struct {
 	Cut         int      `json:"cut_in_flight"`
 }
 
-// auditRecords pages through the whole audit log (admin token).
-func auditRecords(ctx context.Context, g *soakGateway) (map[string]string, error) {
-	out := map[string]string{}
-	cursor := 0
-	for {
+// auditRecord is what the soak reads of one audit record.
+type auditRecord struct {
+	RequestID string `json:"request_id"`
+	Outcome   string `json:"outcome"`
+	Reasons   []struct {
+		Code string `json:"code"`
+	} `json:"reasons"`
+}
+
+// eachAuditRecord pages through the audit log (admin token), filtered by
+// query ("" or "session_id=..."), calling f on each record until f returns
+// false.
+func eachAuditRecord(ctx context.Context, g *soakGateway, query string, f func(auditRecord) bool) error {
+	for cursor := 0; ; {
 		path := "/v1/audit?limit=1000"
+		if query != "" {
+			path += "&" + query
+		}
 		if cursor > 0 {
 			path += "&cursor=" + strconv.Itoa(cursor)
 		}
 		a := g.call(ctx, adminToken, "GET", path, "", nil, nil)
 		if !a.ok() {
-			return nil, fmt.Errorf("audit query: %d %s %v", a.Status, a.Code, a.Err)
+			return fmt.Errorf("audit query: %d %s %v", a.Status, a.Code, a.Err)
 		}
 		var page struct {
-			Records []struct {
-				ID        int64  `json:"id"`
-				RequestID string `json:"request_id"`
-				Outcome   string `json:"outcome"`
-			} `json:"records"`
-			Next int64 `json:"next_cursor"`
+			Records []auditRecord `json:"records"`
+			Next    int64         `json:"next_cursor"`
 		}
 		if err := json.Unmarshal(a.Body, &page); err != nil {
-			return nil, err
+			return err
 		}
 		for _, r := range page.Records {
-			out[r.RequestID] = r.Outcome
+			if !f(r) {
+				return nil
+			}
 		}
 		if page.Next == 0 {
-			return out, nil
+			return nil
 		}
 		cursor = int(page.Next)
 	}
+}
+
+// auditRecords reads the whole audit log: each request id's outcome.
+func auditRecords(ctx context.Context, g *soakGateway) (map[string]string, error) {
+	out := map[string]string{}
+	err := eachAuditRecord(ctx, g, "", func(r auditRecord) bool {
+		out[r.RequestID] = r.Outcome
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // checkAudit matches every answered request against the audit log. An

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -361,34 +360,15 @@ func fellBack(ctx context.Context, g *soakGateway, session, requestID, want, got
 	if upgradeFallback[want] != got || requestID == "" {
 		return false
 	}
-	for cursor := 0; ; {
-		path := "/v1/audit?limit=1000&session_id=" + url.QueryEscape(session)
-		if cursor > 0 {
-			path += "&cursor=" + strconv.Itoa(cursor)
+	found := false
+	_ = eachAuditRecord(ctx, g, "session_id="+url.QueryEscape(session), func(r auditRecord) bool {
+		if r.RequestID != requestID {
+			return true
 		}
-		a := g.call(ctx, adminToken, "GET", path, "", nil, nil)
-		var page struct {
-			Records []struct {
-				RequestID string        `json:"request_id"`
-				Reasons   []auditReason `json:"reasons"`
-			} `json:"records"`
-			Next int64 `json:"next_cursor"`
+		for _, x := range r.Reasons {
+			found = found || x.Code == "executor.fallback"
 		}
-		if !a.ok() || json.Unmarshal(a.Body, &page) != nil {
-			return false
-		}
-		for _, r := range page.Records {
-			if r.RequestID == requestID {
-				return slices.ContainsFunc(r.Reasons, func(x auditReason) bool { return x.Code == "executor.fallback" })
-			}
-		}
-		if page.Next == 0 {
-			return false
-		}
-		cursor = int(page.Next)
-	}
-}
-
-type auditReason struct {
-	Code string `json:"code"`
+		return false
+	})
+	return found
 }

@@ -323,22 +323,20 @@ func (e *Executor) remove(id string) {
 func (e *Executor) removeNow(id string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(e.life), e.cfg.EngineTimeout)
 	defer cancel()
-	var err error
-	for _, pause := range removeConflictPauses {
-		_, err = e.cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	for try := 0; ; try++ {
+		_, err := e.cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 		if err == nil || cerrdefs.IsNotFound(err) {
 			return nil
 		}
-		if !cerrdefs.IsConflict(err) || ctx.Err() != nil {
+		if !cerrdefs.IsConflict(err) || ctx.Err() != nil || try == len(removeConflictPauses) {
 			return err
 		}
-		time.Sleep(pause)
+		time.Sleep(removeConflictPauses[try])
 	}
-	return err
 }
 
-// removeConflictPauses are removeNow's waits after a conflict, one per try.
-var removeConflictPauses = []time.Duration{50 * time.Millisecond, 200 * time.Millisecond, 500 * time.Millisecond, 0}
+// removeConflictPauses are removeNow's waits between tries after a conflict.
+var removeConflictPauses = []time.Duration{50 * time.Millisecond, 200 * time.Millisecond, 500 * time.Millisecond}
 
 func (e *Executor) retryLeftovers(ctx context.Context) {
 	e.mu.Lock()
