@@ -108,7 +108,7 @@ live_leases() {
 # directory is ever mounted into a container.
 daemon_config() {
   if [ -x "$RUNSC" ]; then
-    printf '{\n  "runtimes": {\n    "runsc": {"path": "%s", "runtimeArgs": ["--host-uds=open"]}\n  }\n}\n' "$RUNSC"
+    printf '{\n  "runtimes": {\n    "runsc": {"path": "%s", "runtimeArgs": ["--host-uds=open", "--network=none"]}\n  }\n}\n' "$RUNSC"
   else
     echo '{}'
   fi
@@ -132,12 +132,14 @@ engine_args() {
   fi
 }
 
-# has_runsc: the engine lists runsc, with --host-uds=open (an engine this
-# script registered runsc with before that flag gets it on the next start).
+# has_runsc: the engine lists runsc, with --host-uds=open and
+# --network=none (an engine this script registered runsc with before those
+# flags gets them on the next start).
 has_runsc() {
   local names
   names=$(docker -H "unix://$SOCK" info --format '{{range $name, $r := .Runtimes}}{{$name}} {{$r.Args}}{{"\n"}}{{end}}' 2>/dev/null) || return 1
-  grep -q '^runsc .*--host-uds=open' <<<"$names"
+  grep '^runsc ' <<<"$names" | grep -q -- '--host-uds=open' &&
+    grep '^runsc ' <<<"$names" | grep -q -- '--network=none'
 }
 
 # config_file_of PID DEFAULT prints the configuration file the dockerd

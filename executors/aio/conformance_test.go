@@ -87,11 +87,14 @@ func startFixture(t *testing.T, img string) *fixture {
 	if _, err := ensureSharedMount(state); err != nil {
 		t.Fatal(err)
 	}
-	ws, run := filepath.Join(state, "ws"), filepath.Join(state, "run")
-	for _, d := range []string{ws, run} {
+	ws, run, etc := filepath.Join(state, "ws"), filepath.Join(state, "run"), filepath.Join(state, stateEtc)
+	for _, d := range []string{ws, run, etc} {
 		if err := os.Mkdir(d, 0o700); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if err := executors.WriteNetworkFiles(etc); err != nil {
+		t.Fatal(err)
 	}
 	// A uid of its own: RLIMIT_NPROC, which enforces the process
 	// obligation, counts every task of the uid on the host, and other
@@ -127,6 +130,9 @@ func startFixture(t *testing.T, img string) *fixture {
 					{Type: mount.TypeBind, Source: ws, Target: workspaceMount, BindOptions: &mount.BindOptions{Propagation: mount.PropagationRSlave}},
 					{Type: mount.TypeBind, Source: run, Target: containerRun},
 				}
+				for name := range executors.NetworkFiles { // as the pool's (local.go)
+					hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: filepath.Join(etc, name), Target: "/etc/" + name, ReadOnly: true})
+				}
 			},
 		},
 		Started: true,
@@ -144,6 +150,7 @@ func startFixture(t *testing.T, img string) *fixture {
 		for _, p := range []string{filepath.Join(run, socketName), run, ws} {
 			_ = os.Remove(p)
 		}
+		_ = os.RemoveAll(etc)
 	})
 	c := NewUnixClient(filepath.Join(run, socketName), key)
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)

@@ -10,9 +10,11 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -44,6 +46,7 @@ const (
 	stateWS        = "ws"  // mount point of the session workspace (container: /workspace)
 	stateRun       = "run" // sandboxd's socket directory (container: /run/sandboxd)
 	stateKey       = "key"
+	stateEtc       = "etc" // /etc/hosts and /etc/resolv.conf (executors.NetworkFiles)
 	stateSession   = "session"
 	socketName     = "sandboxd.sock"
 	containerRun   = "/run/sandboxd"
@@ -275,11 +278,11 @@ func (b *localBackend) slotDir(slot string) string {
 	return filepath.Join(b.cfg.StateDir, slot)
 }
 
-// prepareState makes <state>/<slot>/{ws,run,egress} and the key file.
+// prepareState makes <state>/<slot>/{ws,run,egress,etc} and the key file.
 // egress/ is root's, 0755: sandboxd reaches the socket in it, and code in
 // the sandbox cannot replace what the gateway puts there.
 func (b *localBackend) prepareState(h *handle) error {
-	for _, d := range []string{h.dir, filepath.Join(h.dir, stateWS), filepath.Join(h.dir, stateRun), filepath.Join(h.dir, stateEgress)} {
+	for _, d := range []string{h.dir, filepath.Join(h.dir, stateWS), filepath.Join(h.dir, stateRun), filepath.Join(h.dir, stateEgress), filepath.Join(h.dir, stateEtc)} {
 		if err := os.Mkdir(d, 0o700); err != nil {
 			b.cleanState(h)
 			return fmt.Errorf("aio: state dir: %w", err)
@@ -290,6 +293,10 @@ func (b *localBackend) prepareState(h *handle) error {
 		return fmt.Errorf("aio: state dir: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(h.dir, stateKey), []byte(h.key), 0o600); err != nil {
+		b.cleanState(h)
+		return fmt.Errorf("aio: state dir: %w", err)
+	}
+	if err := executors.WriteNetworkFiles(filepath.Join(h.dir, stateEtc)); err != nil {
 		b.cleanState(h)
 		return fmt.Errorf("aio: state dir: %w", err)
 	}
@@ -352,6 +359,16 @@ func (b *localBackend) containerConfig(h *handle, labels map[string]string) (*co
 	cfg.Entrypoint = []string{sandboxdBinary}
 	cfg.Cmd = []string{"standby"}
 	hc.NetworkMode = "none"
+	// As the docker executor's (executors/docker netfiles.go): the
+	// engine's network setup skipped, lo alone (runc brings it up), and
+	// the sandboxes' own /etc/hosts and /etc/resolv.conf.
+	cfg.NetworkDisabled = true
+	for _, name := range slices.Sorted(maps.Keys(executors.NetworkFiles)) {
+		hc.Mounts = append(hc.Mounts, mount.Mount{
+			Type: mount.TypeBind, Source: filepath.Join(h.dir, stateEtc, name), Target: "/etc/" + name, ReadOnly: true,
+			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
+		})
+	}
 	hc.ReadonlyRootfs = true
 	hc.Mounts = append(hc.Mounts, mount.Mount{
 		Type: mount.TypeBind, Source: filepath.Join(h.dir, stateRun), Target: containerRun,
@@ -514,13 +531,18 @@ func (b *localBackend) gone(ctx context.Context, h *handle) bool {
 // cleanState removes the state directory's known entries, each with a
 // non-recursive remove.
 func (b *localBackend) cleanState(h *handle) {
-	for _, p := range []string{
+	var etc []string
+	for name := range executors.NetworkFiles {
+		etc = append(etc, filepath.Join(h.dir, stateEtc, name))
+	}
+	for _, p := range append(etc, []string{
 		filepath.Join(h.dir, stateRun, socketName), filepath.Join(h.dir, stateRun), filepath.Join(h.dir, stateWS),
 		filepath.Join(h.dir, stateEgress, executors.EgressSocketName), filepath.Join(h.dir, stateEgress, executors.EgressBundleName),
 		filepath.Join(h.dir, stateEgress, executors.EgressBundleName+".new"),
 		filepath.Join(h.dir, stateEgress),
+		filepath.Join(h.dir, stateEtc),
 		filepath.Join(h.dir, stateKey), filepath.Join(h.dir, stateSession), h.dir,
-	} {
+	}...) {
 		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			b.log.Warn("aio: state entry left behind", "path", p, "err", err.Error())
 		}

@@ -177,9 +177,10 @@ func (e *Executor) createOptions(s shape, labels map[string]string, eb *egressBo
 
 func (e *Executor) containerConfig(s shape, labels map[string]string) *container.Config {
 	return &container.Config{
-		Image:    s.image,
-		Hostname: executors.Hostname,
-		User:     strconv.Itoa(s.uid) + ":" + strconv.Itoa(s.gid),
+		Image:           s.image,
+		Hostname:        executors.Hostname,
+		NetworkDisabled: e.netOff.Load(), // netfiles.go
+		User:            strconv.Itoa(s.uid) + ":" + strconv.Itoa(s.gid),
 		// The attach stream carries the program text in and the output
 		// out; StdinOnce closes the container's stdin when the gateway
 		// closes its side.

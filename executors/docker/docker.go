@@ -57,6 +57,11 @@ type Executor struct {
 	// a sandbox with its own kernel connect to a host Unix socket (runsc
 	// --host-uds=open), which the egress bridge needs (checkRuntime).
 	hostUDS atomic.Bool
+	// netOff: containers are created with the engine's network setup
+	// skipped (netfiles.go): always under runc, under a runtime with its
+	// own kernel only when its registration gives it a loopback.
+	netOff   atomic.Bool
+	netFiles netFiles
 }
 
 // Interface guards.
@@ -101,6 +106,7 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 		prologue: executors.Prologue{Kind: executors.KindDocker, UID: cfg.SandboxUID, GID: cfg.SandboxGID,
 			Timeout: cfg.DefaultTimeout, Limits: cfg.Limits},
 	}
+	e.netOff.Store(!cfg.OwnKernel)
 	e.warm = newWarmPool(e)
 	e.kernels = newKernels(e)
 	if err := e.ping(ctx); err != nil {
@@ -172,6 +178,9 @@ func (e *Executor) checkRuntime(ctx context.Context) error {
 	}
 	rt, ok := info.Info.Runtimes[e.cfg.Runtime]
 	e.hostUDS.Store(ok && runtimeAllowsHostUDS(rt.Args))
+	if e.cfg.OwnKernel {
+		e.netOff.Store(ok && runtimeDisablesNetwork(rt.Args))
+	}
 	if !ok {
 		known := slices.Sorted(maps.Keys(info.Info.Runtimes))
 		return e.unavailable(fmt.Sprintf("the engine has no %q runtime (it has %s; scripts/dockerd.sh registers it, see the README)",
@@ -261,6 +270,7 @@ func (e *Executor) Close(ctx context.Context) error {
 	}
 	e.stopLife()
 	e.removeEgressRoot()
+	e.removeNetFiles()
 	e.mu.Lock()
 	if n := len(e.leftover); n > 0 {
 		e.log.Warn("containers left for the next start to reap", "count", n)

@@ -87,6 +87,10 @@ func (e *Executor) launch(ctx context.Context, sh shape, labels map[string]strin
 	labels[labelBoot] = e.boot
 	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.EngineTimeout)
 	defer cancel()
+	nf, err := e.netFilesMounts()
+	if err != nil {
+		return nil, err
+	}
 	var eb *egressBox
 	if sh.egress {
 		var err error
@@ -95,6 +99,7 @@ func (e *Executor) launch(ctx context.Context, sh shape, labels map[string]strin
 		}
 	}
 	opts := e.createOptions(sh, labels, eb)
+	opts.HostConfig.Mounts = append(opts.HostConfig.Mounts, nf...)
 	if adjust != nil {
 		adjust(&opts)
 	}

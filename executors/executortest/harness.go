@@ -54,7 +54,11 @@ type Harness struct {
 	DetachedEscape string
 	// DataStack says the backend runs on the runtime root filesystem
 	// (images/runtime), so the design doc's data stack (pandas, numpy,
-	// matplotlib with the Agg backend) must import and plot.
+	// matplotlib with the Agg backend) must import and plot, and its
+	// Fingerprint must match the golden file, which is that root's
+	// environment (a backend on the host's system directories, such as
+	// the subprocess executor under a plain go test, has the host's
+	// passwd, toolchain and directories).
 	DataStack bool
 	// FingerprintExceptions lists, by line prefix, what this backend's
 	// Fingerprint may show differently from the golden file, each with the
