@@ -11,6 +11,7 @@ import (
 	"github.com/moby/moby/api/types/mount"
 
 	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/executors/internal/ownerdir"
 )
 
 // A container has no network, so the engine's network machinery has
@@ -31,7 +32,10 @@ import (
 // was set up.
 
 // netFiles is the executor's directory of /etc files, made on first use
-// and made again if something removed it (a temporary-file cleaner).
+// and made again if something removed it (a temporary-file cleaner). Its
+// name is unpredictable and it is this process's: a path another user of
+// the temporary directory could make first would let them choose what
+// the engine bind-mounts into sandboxes.
 type netFiles struct {
 	mu  sync.Mutex
 	dir string
@@ -62,10 +66,9 @@ func (e *Executor) netFilesDir() (string, error) {
 		_ = os.RemoveAll(e.netFiles.dir)
 		e.netFiles.dir = ""
 	}
-	dir, err := os.MkdirTemp(e.cfg.EgressDir, "sandgate-"+string(e.cfg.Kind)+"-etc-")
-	if err == nil {
-		err = os.Chmod(dir, 0o755)
-	}
+	// Named by its owner, so that the next start removes it if this
+	// process dies without Close.
+	dir, err := ownerdir.Make(e.cfg.EgressDir, e.netFilesPrefix(), 0o755)
 	if err == nil {
 		err = executors.WriteNetworkFiles(dir)
 	}
@@ -78,6 +81,14 @@ func (e *Executor) netFilesDir() (string, error) {
 	e.netFiles.dir = dir
 	return dir, nil
 }
+
+// netFilesPrefix names the directories of this executor's kind.
+func (e *Executor) netFilesPrefix() string { return "sandgate-" + string(e.cfg.Kind) + "-etc-" }
+
+// removeStaleNetFiles removes the directories of gateways that died
+// without Close (New): the first container of this one may be long
+// in coming.
+func (e *Executor) removeStaleNetFiles() { ownerdir.RemoveStale(e.cfg.EgressDir, e.netFilesPrefix()) }
 
 // removeNetFiles removes the directory (Close).
 func (e *Executor) removeNetFiles() {

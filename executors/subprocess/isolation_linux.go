@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/executors/internal/ownerdir"
 )
 
 // Isolation names what the executor can enforce on this host.
@@ -119,18 +120,20 @@ func lockShared(dir string) (*os.File, error) {
 // root's identity.
 func (e *Executor) RootID() string { return e.rootID }
 
+// runDirPrefix names the executor's run directories in WarmDir.
+const runDirPrefix = "sandgate-subprocess-"
+
 // makeRunDir makes the executor's own directory (after removing those of
 // gateways that died without Close): stage/, the mount point
 // of every run's new root (each run mounts it in its own namespace, so
 // one directory serves all), and probe/, the probe's workspace.
 func (e *Executor) makeRunDir() error {
-	removeStaleRunDirs(e.cfg.WarmDir)
-	dir, err := os.MkdirTemp(e.cfg.WarmDir, runDirPrefix)
+	dir, err := ownerdir.Make(e.cfg.WarmDir, runDirPrefix, 0o711)
 	if err != nil {
 		return fmt.Errorf("run dir: %w", err)
 	}
 	e.runDir, e.stage = dir, filepath.Join(dir, "stage")
-	return errors.Join(writeOwner(dir), os.Chmod(dir, 0o711), os.Mkdir(e.stage, 0o700), os.Mkdir(filepath.Join(dir, "code"), 0o711),
+	return errors.Join(os.Mkdir(e.stage, 0o700), os.Mkdir(filepath.Join(dir, "code"), 0o711),
 		os.Mkdir(filepath.Join(dir, "probe"), 0o777), os.Chmod(filepath.Join(dir, "probe"), 0o777))
 }
 

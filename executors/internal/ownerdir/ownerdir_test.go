@@ -1,4 +1,4 @@
-package subprocess
+package ownerdir
 
 import (
 	"fmt"
@@ -8,11 +8,13 @@ import (
 	"testing"
 )
 
-// TestRemoveStaleRunDirs: the run directory of a gateway killed without
-// Close is removed when the next executor starts (issue 21's soak found
-// one more left in the temporary directory after every gateway SIGKILL);
-// a live owner's, and one without an owner file, are kept.
-func TestRemoveStaleRunDirs(t *testing.T) {
+const runDirPrefix = "sandgate-test-"
+
+// TestRemoveStale: the directory of a gateway killed without Close is
+// removed when the next executor starts (issue 21's soak found one more
+// left in the temporary directory after every gateway SIGKILL); a live
+// owner's, and one without an owner file, are kept.
+func TestRemoveStale(t *testing.T) {
 	dead := exec.Command("true")
 	if err := dead.Run(); err != nil {
 		t.Fatal(err)
@@ -50,7 +52,7 @@ func TestRemoveStaleRunDirs(t *testing.T) {
 	if err := os.Mkdir(other, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	removeStaleRunDirs(warm)
+	RemoveStale(warm, runDirPrefix)
 	for _, c := range cases {
 		_, err := os.Stat(dirs[c.name])
 		if kept := err == nil; kept != c.kept {
@@ -60,15 +62,15 @@ func TestRemoveStaleRunDirs(t *testing.T) {
 	if _, err := os.Stat(other); err != nil {
 		t.Errorf("a directory not named %s* was touched: %v", runDirPrefix, err)
 	}
-	// A new run directory names its owner, so the next start can tell.
-	own := filepath.Join(warm, runDirPrefix+"new")
-	if err := os.Mkdir(own, 0o700); err != nil {
+	// A new directory names its owner, so the next start can tell.
+	own, err := Make(warm, runDirPrefix, 0o711)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := writeOwner(own); err != nil {
-		t.Fatal(err)
+	if fi, err := os.Stat(own); err != nil || fi.Mode().Perm() != 0o711 {
+		t.Fatalf("Make: %v, %v", fi, err)
 	}
-	removeStaleRunDirs(warm)
+	RemoveStale(warm, runDirPrefix)
 	if _, err := os.Stat(own); err != nil {
 		t.Errorf("the live executor's own directory was removed: %v", err)
 	}
