@@ -208,8 +208,8 @@ func TestClientDeadline(t *testing.T) {
 func TestClientUnreachable(t *testing.T) {
 	c := NewUnixClient(filepath.Join(t.TempDir(), "none.sock"), "k")
 	_, err := run(context.Background(), c, localRun(executors.LangBash, "true", time.Second))
-	if !errors.Is(err, executors.ErrUnavailable) {
-		t.Errorf("err %v", err)
+	if !errors.Is(err, executors.ErrUnavailable) || !errors.Is(err, errNotDelivered) {
+		t.Errorf("err %v, want unavailable and not delivered", err)
 	}
 	var op *net.OpError
 	if !errors.As(err, &op) {

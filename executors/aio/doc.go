@@ -10,9 +10,11 @@
 // through POST /v1/bash/exec (in a bash session of their own, created and
 // closed around the run), python and javascript through POST
 // /v1/code/execute. The HTTP deadline of a run is its hard timeout plus
-// DefaultClientMargin; nothing is ever retried, so a run whose outcome is
-// unknown is reported (executor_unavailable) and its instance recycled,
-// never run twice. A route the server lacks (an image older than 1.9.3)
+// DefaultClientMargin; a run whose outcome is unknown is reported
+// (executor_unavailable) and its instance recycled, never run twice. The
+// one run done again is one the instance never received (the connection
+// to sandboxd was refused: its container died, or the engine restarted):
+// it runs once on a new instance (Executor.Execute). A route the server lacks (an image older than 1.9.3)
 // is a clean executor_unavailable naming the reason. Against sandboxd the
 // client also sends the x_sandgate extension, which returns the output's
 // exact bytes (JSON strings cannot carry invalid UTF-8), cuts it at the

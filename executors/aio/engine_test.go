@@ -12,6 +12,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/remote"
+	"github.com/moby/moby/client"
 
 	"github.com/sandgate/sandgate/executors"
 )
@@ -162,6 +163,39 @@ func TestEngineMaxUses(t *testing.T) {
 	res, _ := e.Execute(context.Background(), bashSpec("uses", ws, "wc -l < count.txt"))
 	if res.Stdout != "3\n" {
 		t.Errorf("count.txt has %q lines", res.Stdout)
+	}
+}
+
+// TestEngineDeadInstanceRunsOnANewOne: a session whose container died
+// between runs (an engine restart kills them all) gets its next run done
+// on a new instance, not a 503: the dead one never received it.
+func TestEngineDeadInstanceRunsOnANewOne(t *testing.T) {
+	e := newTestExecutor(t)
+	ws := newWorkspace(t)
+	if res, err := e.Execute(context.Background(), bashSpec("dies", ws, "echo kept > note.txt")); err != nil || res.ExitCode != 0 {
+		t.Fatalf("%+v %v", res, err)
+	}
+	info, ok := e.InstanceInfo("dies")
+	if !ok || info.Container == "" {
+		t.Fatalf("no instance: %+v", info)
+	}
+	cli, err := client.New(client.WithHostFromEnv())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	if _, err := cli.ContainerRemove(context.Background(), info.Container, client.ContainerRemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.Execute(context.Background(), bashSpec("dies", ws, "cat note.txt"))
+	if err != nil || res.Stdout != "kept\n" {
+		t.Fatalf("the run after the container died: %+v %v", res, err)
+	}
+	if now, _ := e.InstanceInfo("dies"); now.Container == info.Container {
+		t.Errorf("still on the dead container %s", now.Container)
+	}
+	if got := e.pool.creates.Load(); got != 2 {
+		t.Errorf("%d creates, want 2", got)
 	}
 }
 

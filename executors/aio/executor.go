@@ -86,30 +86,49 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 	if spec.SessionID == "" {
 		return executors.Result{}, errors.New("aio: a run needs a session id: the instance belongs to the session")
 	}
-	id := spec.RequestID
 	ws := Workspace{Dir: spec.WorkspaceDir, UID: spec.UID, GID: spec.GID}
-	l, err := e.acquire(ctx, spec.SessionID, ws)
-	if err != nil {
-		return executors.Result{}, err
-	}
-	if spec.Stateful {
-		res, err := e.cell(ctx, l, spec)
+	for attempt := 1; ; attempt++ {
+		l, err := e.acquire(ctx, spec.SessionID, ws)
+		if err != nil {
+			return executors.Result{}, err
+		}
+		if spec.Stateful {
+			return e.cell(ctx, l, spec)
+		}
+		res, err := e.runOn(ctx, l, spec)
+		// A run its instance never received (the connection to sandboxd
+		// was refused: the container died or the engine restarted since
+		// the last run) is run once more on a new instance instead of
+		// failing: nothing of it ran. Each session meets its dead instance
+		// this way after an engine restart, and failing each of those
+		// runs would also hold the executor down (manager: runs that keep
+		// failing while the probe passes).
+		if attempt == 1 && errors.Is(err, errNotDelivered) && ctx.Err() == nil {
+			e.cfg.Logger.Warn("aio: the instance was unreachable before the run; running it on a new one",
+				"session_id", spec.SessionID, "request_id", spec.RequestID, "err", err.Error())
+			continue
+		}
 		return res, err
 	}
+}
+
+// runOn runs spec on the leased instance and releases it, recycling it
+// when the run's outcome is unknown.
+func (e *Executor) runOn(ctx context.Context, l *lease, spec executors.Spec) (executors.Result, error) {
 	grant, endEgress, err := e.startEgress(ctx, l, spec)
 	if err != nil {
 		l.release(false)
 		return executors.Result{}, err
 	}
 	res, err := run(ctx, l.client(), runRequest{
-		dir: workspaceMount, id: id, lang: spec.Language, code: spec.Code, timeout: spec.Timeout, margin: DefaultClientMargin,
+		dir: workspaceMount, id: spec.RequestID, lang: spec.Language, code: spec.Code, timeout: spec.Timeout, margin: DefaultClientMargin,
 		limits: spec.Limits, extended: e.cfg.Network == NetworkNone, output: spec.Output, egress: grant,
 	})
 	endEgress()
 	broken := errors.Is(err, errUnknownOutcome)
 	l.release(broken)
 	if broken {
-		e.cfg.Logger.Warn("aio: run outcome unknown; instance recycled", "session_id", spec.SessionID, "request_id", id, "err", err.Error())
+		e.cfg.Logger.Warn("aio: run outcome unknown; instance recycled", "session_id", spec.SessionID, "request_id", spec.RequestID, "err", err.Error())
 		return executors.Result{}, unavailable("sandbox did not deliver the run's outcome", err)
 	}
 	return res, err

@@ -40,6 +40,11 @@ type runRequest struct {
 // client deadline): the instance's state is unknown and it is recycled.
 var errUnknownOutcome = errors.New("run outcome unknown")
 
+// errNotDelivered marks a run whose request never reached the sandbox
+// (the connection was refused): nothing of it ran. It comes with
+// errUnknownOutcome, since the instance is as broken.
+var errNotDelivered = errors.New("run not delivered")
+
 // run executes r on c: bash through /v1/bash/exec (a fresh bash session,
 // closed afterwards), python and javascript through /v1/code/execute. The
 // HTTP deadline is the hard timeout plus a margin; nothing is retried.
@@ -199,7 +204,7 @@ func classify(parent, cctx context.Context, err error) error {
 	case errors.Is(err, ErrUnauthorized):
 		return &executors.UnavailableError{Kind: executors.KindAIO, Reason: "the sandbox refused the API key", Err: err}
 	case isDialError(err):
-		return &executors.UnavailableError{Kind: executors.KindAIO, Reason: "sandbox unreachable", Err: fmt.Errorf("%w: %w", errUnknownOutcome, err)}
+		return &executors.UnavailableError{Kind: executors.KindAIO, Reason: "sandbox unreachable", Err: fmt.Errorf("%w: %w: %w", errUnknownOutcome, errNotDelivered, err)}
 	case cctx.Err() != nil:
 		return fmt.Errorf("aio: %w: no answer by the client deadline: %w", errUnknownOutcome, err)
 	}
