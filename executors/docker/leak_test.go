@@ -168,7 +168,10 @@ func TestLeaks(t *testing.T) {
 // sweep, while this gateway's own containers stay.
 func TestLateOrphanReaped(t *testing.T) {
 	prev := orphanResweeps
-	orphanResweeps = []time.Duration{100 * time.Millisecond, 300 * time.Millisecond}
+	// Shorter than the shipped ones, yet long enough for the test's two
+	// creates to land before the last sweep on a loaded machine (a
+	// 300 ms schedule missed them beside the fault soak, CI).
+	orphanResweeps = []time.Duration{time.Second, 4 * time.Second, 10 * time.Second}
 	t.Cleanup(func() { orphanResweeps = prev })
 	e := newTestExecutor(t)
 	if !e.reaped.Load() {
@@ -187,7 +190,7 @@ func TestLateOrphanReaped(t *testing.T) {
 		return res.ID
 	}
 	late, own := create("dead-predecessor"), create(e.boot)
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		left := instanceContainers(t, e.cfg.Instance)
 		if !slices.ContainsFunc(left, func(id string) bool { return strings.HasPrefix(late, id) }) {
 			if !slices.ContainsFunc(left, func(id string) bool { return strings.HasPrefix(own, id) }) {
