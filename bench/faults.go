@@ -497,7 +497,10 @@ func setupSoakEnv(ctx context.Context, o faultOpts) (*soakEnv, func(), error) {
 		return nil, cleanup, err
 	}
 	undo = append(undo, func() { _ = env.engine.stop(context.Background()) })
-	if err := env.engine.ensureImages(ctx, []string{"sandgate/runtime:latest", "sandgate/aio:latest"}); err != nil {
+	if err := env.engine.ensureImages(ctx, []string{"sandgate/runtime:latest", "sandgate/aio-base:latest"}); err != nil {
+		return nil, cleanup, err
+	}
+	if err := env.engine.layerAIO(ctx); err != nil {
 		return nil, cleanup, err
 	}
 	root, err := os.MkdirTemp("/var/tmp", "sgsoak")

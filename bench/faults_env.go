@@ -138,6 +138,20 @@ func (e privateEngine) ensureImages(ctx context.Context, images []string) error 
 	return nil
 }
 
+// layerAIO builds sandgate/aio in the private engine from the aio-base
+// copied there and this checkout's sandboxd (images/aio/layer.sh, which
+// builds nothing when its tag exists). Copying the shared engine's
+// sandgate/aio instead would move its whole 1.3 GB every time sandboxd
+// changes, where this adds one small layer.
+func (e privateEngine) layerAIO(ctx context.Context) error {
+	cmd := exec.CommandContext(ctx, "images/aio/layer.sh")
+	cmd.Env = append(os.Environ(), "DOCKER_HOST="+e.host())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("images/aio/layer.sh on the private engine: %w: %s", err, out)
+	}
+	return nil
+}
+
 // smallFS is a size-limited tmpfs, so that "disk full" is the kernel's
 // ENOSPC and not a simulation. fill takes every free byte with one file;
 // drain removes it.
