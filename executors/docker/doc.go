@@ -5,9 +5,14 @@
 //
 // # What a run gets
 //
-//   - NetworkMode none: the container has lo and nothing else, whatever
-//     Spec.Network says; a run granted network reaches the gateway's
-//     egress proxy through lo only (see "Network by policy");
+//   - a network namespace of its own with lo and nothing else, whatever
+//     Spec.Network says (NetworkDisabled, the engine's network setup
+//     skipped, where the runtime brings lo up itself; NetworkMode none
+//     otherwise; netfiles.go); a run granted network reaches the
+//     gateway's egress proxy through lo only (see "Network by policy");
+//   - the runtime root's /etc/hosts (localhost) and an empty
+//     /etc/resolv.conf, read-only, not the engine's (which name the
+//     host's resolver);
 //   - every capability dropped, no-new-privileges, the engine's default
 //     seccomp profile (and AppArmor profile where the host has AppArmor);
 //   - the session's own uid:gid (Spec.UID/GID, else Config.SandboxUID/GID),

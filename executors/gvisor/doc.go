@@ -24,6 +24,11 @@
 // the flag from the engine's runtime registration: without it
 // network_grant is false and runs granted network are refused, never run
 // without their proxy (TestNetworkGrant fails where gVisor is required).
+// scripts/dockerd.sh also registers runsc with --network=none: each
+// sandbox gets a loopback of its own in gVisor's netstack and nothing
+// else, so the executor skips the engine's network setup, as under runc
+// (docker netfiles.go). Registered without it, runs keep the engine's
+// NetworkMode none and are the same, only slower to start.
 //
 // # What differs from runc
 //
