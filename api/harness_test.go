@@ -21,6 +21,7 @@ import (
 	"github.com/sandgate/sandgate/confirm"
 	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/executors/subprocess"
+	"github.com/sandgate/sandgate/internal/policytest"
 	"github.com/sandgate/sandgate/manager"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/risk"
@@ -264,10 +265,4 @@ func traversable(t testing.TB, dir string) {
 	}
 }
 
-// testEvalTimeout is the policy engine's evaluation bound in these tests.
-// The shipped 500 ms (policy.DefaultEvalTimeout) bounds a decision that
-// takes about half a millisecond; under -race, with every package's tests
-// on 2 cores, an evaluation once waited longer than that for a CPU and the
-// run was denied policy.timeout (TestKernelsEndToEnd in CI). What a
-// timeout does is the policy package's test (failclosed_test.go).
-const testEvalTimeout = 10 * time.Second
+const testEvalTimeout = policytest.EvalTimeout // see there

@@ -10,6 +10,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/rego"
 
 	"github.com/sandgate/sandgate/executors/executortest"
+	"github.com/sandgate/sandgate/internal/policytest"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/risk"
 )
@@ -24,7 +25,7 @@ func BenchmarkAssessDecide(b *testing.B) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	eng, err := policy.New(ctx, policy.Options{})
+	eng, err := policy.New(ctx, policy.Options{EvalTimeout: policytest.EvalTimeout})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/internal/policytest"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/workspace"
 )
@@ -25,7 +26,7 @@ func gatewayHelper(dir string) {
 		os.Exit(2)
 	}
 	ctx := context.Background()
-	eng, err := policy.New(ctx, policy.Options{})
+	eng, err := policy.New(ctx, policy.Options{EvalTimeout: policytest.EvalTimeout})
 	if err != nil {
 		fail(err)
 	}

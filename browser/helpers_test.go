@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/internal/policytest"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/workspace"
 )
@@ -238,7 +239,7 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	t.Helper()
 	path := requireChromium(t)
 	ctx := context.Background()
-	eng, err := policy.New(ctx, policy.Options{})
+	eng, err := policy.New(ctx, policy.Options{EvalTimeout: policytest.EvalTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}

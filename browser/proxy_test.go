@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/internal/policytest"
 	"github.com/sandgate/sandgate/policy"
 )
 
@@ -46,7 +47,7 @@ func (f *flipDNS) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, 
 
 func newTestGuard(t *testing.T, dns Resolver, allow ...string) (*guard, *audit.Memory) {
 	t.Helper()
-	eng, err := policy.New(context.Background(), policy.Options{})
+	eng, err := policy.New(context.Background(), policy.Options{EvalTimeout: policytest.EvalTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}

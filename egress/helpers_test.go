@@ -28,6 +28,7 @@ import (
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/confirm"
+	"github.com/sandgate/sandgate/internal/policytest"
 	"github.com/sandgate/sandgate/policy"
 )
 
@@ -183,7 +184,7 @@ func newHarness(t testing.TB, rules []rule, opts ...option) *harness {
 		o(h)
 	}
 	var err error
-	if h.eng, err = policy.New(ctx, policy.Options{FS: h.fsys}); err != nil {
+	if h.eng, err = policy.New(ctx, policy.Options{EvalTimeout: policytest.EvalTimeout, FS: h.fsys}); err != nil {
 		t.Fatal(err)
 	}
 	if h.db, err = audit.Open(ctx, filepath.Join(t.TempDir(), "audit.db"), audit.Options{}); err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/sandgate/sandgate/egress"
 	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/executors/executortest"
+	"github.com/sandgate/sandgate/internal/policytest"
 	"github.com/sandgate/sandgate/manager"
 	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/risk"
@@ -35,7 +36,7 @@ const (
 
 // sharedEngine is the embedded default policy, compiled once per test binary.
 var sharedEngine = sync.OnceValues(func() (*policy.Engine, error) {
-	return policy.New(context.Background(), policy.Options{})
+	return policy.New(context.Background(), policy.Options{EvalTimeout: policytest.EvalTimeout})
 })
 
 func realPolicy(t *testing.T) *policy.Engine {

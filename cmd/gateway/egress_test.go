@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sandgate/sandgate/internal/policytest"
 	"github.com/sandgate/sandgate/policy"
 )
 
@@ -46,7 +47,7 @@ func TestEgressConfig(t *testing.T) {
 // sending requests without the credential. The CA is made in the data
 // directory only when a credential is bound.
 func TestEgressCredentialFromEnvironment(t *testing.T) {
-	eng, err := policy.New(context.Background(), policy.Options{})
+	eng, err := policy.New(context.Background(), policy.Options{EvalTimeout: policytest.EvalTimeout})
 	if err != nil {
 		t.Fatal(err)
 	}
