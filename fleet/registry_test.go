@@ -27,7 +27,10 @@ func open(t *testing.T, dsn, replica string) *audit.Postgres {
 // cleanly stopped one is not "expired" at all.
 func TestRegistry(t *testing.T) {
 	dsn := pgtest.Schema(t)
-	const lease = 400 * time.Millisecond
+	// a, which dies, has a lease no heartbeat misses on a loaded machine
+	// while it lives; b, the sweeper, a short one (it sweeps every half
+	// lease), whose lapses only make a sweep b to no effect.
+	const lease, sweeperLease = 1500 * time.Millisecond, 400 * time.Millisecond
 	a, err := fleet.Register(t.Context(), open(t, dsn, "a"), fleet.Options{Replica: "a", Lease: lease})
 	if err != nil {
 		t.Fatal(err)
@@ -35,7 +38,7 @@ func TestRegistry(t *testing.T) {
 	if _, err := fleet.Register(t.Context(), open(t, dsn, "a"), fleet.Options{Replica: "a", Lease: lease}); !errors.Is(err, fleet.ErrReplicaAlive) {
 		t.Fatalf("a second live 'a': %v, want ErrReplicaAlive", err)
 	}
-	b, err := fleet.Register(t.Context(), open(t, dsn, "b"), fleet.Options{Replica: "b", Lease: lease})
+	b, err := fleet.Register(t.Context(), open(t, dsn, "b"), fleet.Options{Replica: "b", Lease: sweeperLease})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,12 +51,12 @@ func TestRegistry(t *testing.T) {
 	})
 	defer b.Stop(context.Background())
 	a.Run(func(context.Context, string) error { return nil })
-	time.Sleep(2 * lease)
+	time.Sleep(lease + lease/2)
 	if calls.Load() != 0 {
 		t.Fatalf("a live replica was treated as expired: %v", expired.Load())
 	}
 	a.Kill() // dies: no heartbeat, row left behind
-	deadline := time.Now().Add(5 * lease)
+	deadline := time.Now().Add(4 * lease)
 	for calls.Load() == 0 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
