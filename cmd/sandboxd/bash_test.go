@@ -211,9 +211,14 @@ func TestRunExtension(t *testing.T) {
 		t.Errorf("spill_path %v", x["spill_path"])
 	}
 	b, err := os.ReadFile(spill)
-	// Both streams, in arrival order (two pipes: either may come first).
-	if err != nil || len(b) != 3000 || !strings.Contains(string(b[:8]), "\377\000ok") || !strings.Contains(string(b[:8]), "E") {
-		t.Errorf("spill file: %d bytes %q, %v", len(b), b[:min(6, len(b))], err)
+	// Both streams, in arrival order. They come through two pipes, so
+	// stderr's E may land anywhere among stdout's bytes (CI saw it after
+	// the first x's), or past the limit on a loaded machine; stdout's
+	// bytes are in order.
+	stdout := "\377\000ok" + strings.Repeat("x", 5000)
+	if err != nil || len(b) != 3000 || strings.Count(string(b), "E") > 1 ||
+		!strings.HasPrefix(stdout, strings.Replace(string(b), "E", "", 1)) {
+		t.Errorf("spill file: %d bytes %q, %v", len(b), b[:min(16, len(b))], err)
 	}
 	// Under the limit: no spill file, spill_path null.
 	d = ts.post("/v1/bash/exec", map[string]any{"command": "echo small", "x_sandgate": map[string]any{
