@@ -107,7 +107,7 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 			Timeout: cfg.DefaultTimeout, Limits: cfg.Limits},
 	}
 	e.netOff.Store(!cfg.OwnKernel)
-	e.removeStaleNetFiles()
+	e.removeStaleDirs()
 	e.warm = newWarmPool(e)
 	e.kernels = newKernels(e)
 	if err := e.ping(ctx); err != nil {

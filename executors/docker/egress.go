@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/executors/internal/ctrfile"
+	"github.com/sandgate/sandgate/executors/internal/ownerdir"
 	"github.com/sandgate/sandgate/executors/internal/unixsock"
 )
 
@@ -83,24 +84,25 @@ func (b *egressBox) mount() mount.Mount {
 }
 
 // egressRoot is the executor's directory of egress directories, made on
-// first use (0711: traversable, not listable) and removed by Close.
+// first use (0711: traversable, not listable) and removed by Close. It is
+// named by its owner (ownerdir), so that the next start removes it if
+// this process dies without Close (removeStaleDirs).
 func (e *Executor) egressRoot() (string, error) {
 	e.egress.mu.Lock()
 	defer e.egress.mu.Unlock()
 	if e.egress.root != "" {
 		return e.egress.root, nil
 	}
-	dir, err := os.MkdirTemp(e.cfg.EgressDir, "sandgate-"+string(e.cfg.Kind)+"-egress-")
+	dir, err := ownerdir.Make(e.cfg.EgressDir, e.egressPrefix(), 0o711)
 	if err != nil {
-		return "", fmt.Errorf("docker: egress root: %w", err)
-	}
-	if err := os.Chmod(dir, 0o711); err != nil {
-		os.RemoveAll(dir)
 		return "", fmt.Errorf("docker: egress root: %w", err)
 	}
 	e.egress.root = dir
 	return dir, nil
 }
+
+// egressPrefix names the egress roots of this executor's kind.
+func (e *Executor) egressPrefix() string { return "sandgate-" + string(e.cfg.Kind) + "-egress-" }
 
 // egressState is the executor's egress bookkeeping.
 type egressState struct {

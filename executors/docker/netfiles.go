@@ -85,10 +85,13 @@ func (e *Executor) netFilesDir() (string, error) {
 // netFilesPrefix names the directories of this executor's kind.
 func (e *Executor) netFilesPrefix() string { return "sandgate-" + string(e.cfg.Kind) + "-etc-" }
 
-// removeStaleNetFiles removes the directories of gateways that died
-// without Close (New): the first container of this one may be long
-// in coming.
-func (e *Executor) removeStaleNetFiles() { ownerdir.RemoveStale(e.cfg.EgressDir, e.netFilesPrefix()) }
+// removeStaleDirs removes the /etc files and egress directories of
+// gateways that died without Close (New): the first container of this
+// one may be long in coming.
+func (e *Executor) removeStaleDirs() {
+	ownerdir.RemoveStale(e.cfg.EgressDir, e.netFilesPrefix())
+	ownerdir.RemoveStale(e.cfg.EgressDir, e.egressPrefix())
+}
 
 // removeNetFiles removes the directory (Close).
 func (e *Executor) removeNetFiles() {
