@@ -83,7 +83,7 @@ func clampMB(mb, res int) int {
 // no live run: sandboxd itself, the browser, and whatever
 // else the sandbox keeps alive. A task belongs to a run when it is in the
 // run's process group or below its root, or carries the run's marker.
-func procBaseline(procs map[int]proc, uid int, runs []treeRoot, marker func(pid int) string) int {
+func procBaseline(procs map[int]proc, uid int, runs []treeRoot, marker func(pid int) (string, bool)) int {
 	live := make(map[string]bool, len(runs))
 	for _, r := range runs {
 		live[r.marker] = true
@@ -93,7 +93,7 @@ func procBaseline(procs map[int]proc, uid int, runs []treeRoot, marker func(pid 
 		if p.uid != uid || inRun(procs, pid, p, runs) {
 			continue
 		}
-		if m := marker(pid); m != "" && live[m] {
+		if m, _ := marker(pid); m != "" && live[m] {
 			continue
 		}
 		n += max(p.threads, 1)

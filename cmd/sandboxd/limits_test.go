@@ -27,7 +27,7 @@ func TestProcBaseline(t *testing.T) {
 	}
 	markers := map[int]string{20: "A", 21: "A", 22: "A", 23: "A", 30: "B", 40: "browser", 41: "browser"}
 	runs := []treeRoot{{pid: 20, marker: "A"}, {pid: 30, marker: "B"}}
-	marker := func(pid int) string { return markers[pid] }
+	marker := func(pid int) (string, bool) { return markers[pid], true }
 	if got, want := procBaseline(procs, uid, runs, marker), 9+30+12+1; got != want {
 		t.Errorf("baseline with runs A and B live = %d, want %d (sandboxd, browser, stray)", got, want)
 	}

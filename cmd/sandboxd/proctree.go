@@ -77,18 +77,28 @@ func listProcs() map[int]proc {
 	return out
 }
 
-// runMarker returns the value of markerEnv in pid's environment, or "".
-func runMarker(pid int) string {
+// runMarker returns the value of markerEnv in pid's environment ("" for
+// none). settled is false while the environment reads empty: a process in
+// the middle of execve shows none until the new program's is set up (the
+// kernel's environ read returns nothing while the new mm has no env_end),
+// nor does one that is exiting. A setsid'd child of a killed run, caught
+// in its exec of the program it detaches (a 1 in 12 chance for a tight
+// exec loop, measured), would otherwise seem not to be the run's, and the
+// sweep ended with it alive (CI).
+func runMarker(pid int) (m string, settled bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
 	if err != nil {
-		return ""
+		return "", true // gone, or not ours to read
+	}
+	if len(b) == 0 {
+		return "", false
 	}
 	for _, kv := range bytes.Split(b, []byte{0}) {
 		if v, ok := bytes.CutPrefix(kv, []byte(markerEnv+"=")); ok {
-			return string(v)
+			return string(v), true
 		}
 	}
-	return ""
+	return "", true
 }
 
 // descends reports whether pid has root among its ancestors (or is root).
@@ -126,22 +136,26 @@ type sweep struct {
 	self    int
 	uid     int
 	// marker reads a process's run marker (runMarker; replaced in tests).
-	marker func(pid int) string
+	marker func(pid int) (m string, settled bool)
 }
 
-// victims returns the pids the sweep kills now.
-func (s sweep) victims(procs map[int]proc) []int {
-	var out []int
+// victims returns the pids the sweep kills now. unsure is true when a
+// process that may be the run's could not be told yet (its environment
+// reads empty: it is exec'ing); the sweep is not over while one is.
+func (s sweep) victims(procs map[int]proc) (out []int, unsure bool) {
 	byPID := !s.recycled(procs)
 	for pid, p := range procs {
 		if pid == s.self || pid == 1 || descends(procs, s.self, pid) {
 			continue // sandboxd, the init and sandboxd's own ancestors
 		}
-		if s.owns(procs, p, byPID) {
+		switch s.owns(procs, p, byPID) {
+		case yes:
 			out = append(out, pid)
+		case maybe:
+			unsure = true
 		}
 	}
-	return out
+	return out, unsure
 }
 
 // recycled reports whether the target's pid now belongs to another
@@ -156,30 +170,55 @@ func (s sweep) recycled(procs map[int]proc) bool {
 	return ok && p.start != s.target.start
 }
 
-// owns reports whether p is the target run's. byPID allows the rules
-// that go by the root's pid (its group, its descendants).
-func (s sweep) owns(procs map[int]proc, p proc, byPID bool) bool {
+type verdict int
+
+const (
+	no verdict = iota
+	yes
+	maybe // started during the run, and its marker cannot be read yet
+)
+
+// owns tells whether p is the target run's. byPID allows the rules that
+// go by the root's pid (its group, its descendants).
+func (s sweep) owns(procs map[int]proc, p proc, byPID bool) verdict {
 	t := s.target
 	if byPID && (p.pgid == t.pid || descends(procs, p.pid, t.pid)) {
-		return true
+		return yes
 	}
 	read := s.marker
 	if read == nil {
 		read = runMarker
 	}
-	m := read(p.pid)
+	m, settled := read(p.pid)
 	if m != "" {
-		return m == t.marker
+		return verdictOf(m == t.marker)
 	}
-	if !s.orphans || p.start < t.start || p.uid != s.uid {
-		return false
+	if p.start < t.start || p.uid != s.uid || p.ppid == kthreadd || p.pid == kthreadd {
+		return no
 	}
 	for _, o := range s.others {
 		if p.pgid == o.pid || descends(procs, p.pid, o.pid) {
-			return false
+			return no
 		}
 	}
-	return true
+	switch {
+	case s.orphans:
+		return yes
+	case !settled:
+		return maybe
+	}
+	return no
+}
+
+// kthreadd is the parent of the kernel's threads, which have no
+// environment and may start at any time: never a run's.
+const kthreadd = 2
+
+func verdictOf(b bool) verdict {
+	if b {
+		return yes
+	}
+	return no
 }
 
 // kill SIGKILLs the sweep's victims until none is left (a fork racing the
@@ -192,8 +231,8 @@ func (s sweep) kill(budget time.Duration) {
 	}
 	deadline := time.Now().Add(budget)
 	for {
-		v := s.victims(listProcs())
-		if len(v) == 0 || time.Now().After(deadline) {
+		v, unsure := s.victims(listProcs())
+		if (len(v) == 0 && !unsure) || time.Now().After(deadline) {
 			return
 		}
 		for _, pid := range v {

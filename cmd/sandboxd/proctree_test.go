@@ -1,6 +1,7 @@
 package main
 
 import (
+	"maps"
 	"slices"
 	"testing"
 )
@@ -31,15 +32,15 @@ func TestSweepRules(t *testing.T) {
 		target: treeRoot{pid: 20, start: 50, marker: "run"},
 		others: []treeRoot{{pid: 30, start: 40, marker: "other"}, {pid: 40, start: 45, marker: "browser"}},
 		self:   10, uid: uid,
-		marker: func(pid int) string { return markers[pid] },
+		marker: func(pid int) (string, bool) { return markers[pid], true },
 	}
-	got := s.victims(procs)
+	got, _ := s.victims(procs)
 	slices.Sort(got)
 	if want := []int{20, 21, 22, 23}; !slices.Equal(got, want) {
 		t.Errorf("without the orphan rule: %v, want %v", got, want)
 	}
 	s.orphans = true
-	got = s.victims(procs)
+	got, _ = s.victims(procs)
 	slices.Sort(got)
 	if want := []int{20, 21, 22, 23, 24}; !slices.Equal(got, want) {
 		t.Errorf("with the orphan rule: %v, want %v", got, want)
@@ -65,9 +66,9 @@ func TestSweepSparesARecycledPID(t *testing.T) {
 	s := sweep{
 		target: treeRoot{pid: 20, start: 50, marker: "run"},
 		self:   10, uid: uid,
-		marker: func(pid int) string { return markers[pid] },
+		marker: func(pid int) (string, bool) { return markers[pid], true },
 	}
-	got := s.victims(procs)
+	got, _ := s.victims(procs)
 	slices.Sort(got)
 	if want := []int{23, 25}; !slices.Equal(got, want) {
 		t.Errorf("victims %v, want only the marked %v", got, want)
@@ -75,9 +76,58 @@ func TestSweepSparesARecycledPID(t *testing.T) {
 	// The same table with pid 20 still the run's root: its group and
 	// children are the run's.
 	procs[20] = proc{pid: 20, ppid: 10, pgid: 20, start: 50, uid: uid}
-	got = s.victims(procs)
+	got, _ = s.victims(procs)
 	slices.Sort(got)
 	if want := []int{20, 21, 23, 25, 26}; !slices.Equal(got, want) {
 		t.Errorf("victims with the root alive %v, want %v", got, want)
+	}
+}
+
+// TestSweepWaitsForAnExecingProcess: a process whose environment reads
+// empty (it is in execve, or exiting) cannot be told from its marker. One
+// that started during the run, outside every other tree, keeps the sweep
+// going until it can be (on the host, where the orphan rule is off); one
+// that started before the run, a kernel thread or another run's does not.
+func TestSweepWaitsForAnExecingProcess(t *testing.T) {
+	const uid = 1000
+	base := map[int]proc{
+		10: {pid: 10, ppid: 0, pgid: 10, start: 5, uid: uid},   // sandboxd
+		30: {pid: 30, ppid: 10, pgid: 30, start: 40, uid: uid}, // another live run
+	}
+	for _, tc := range []struct {
+		name    string
+		p       proc
+		settled bool
+		marker  string
+		unsure  bool
+		victims []int
+	}{
+		{"the run's setsid child exec'ing", proc{pid: 22, ppid: 1, pgid: 22, start: 52, uid: uid}, false, "", true, nil},
+		{"the same once its environment reads", proc{pid: 22, ppid: 1, pgid: 22, start: 52, uid: uid}, true, "run", false, []int{22}},
+		{"a process with no environment at all", proc{pid: 22, ppid: 1, pgid: 22, start: 52, uid: uid}, true, "", false, nil},
+		{"started before the run", proc{pid: 22, ppid: 1, pgid: 22, start: 45, uid: uid}, false, "", false, nil},
+		{"another uid's", proc{pid: 22, ppid: 1, pgid: 22, start: 52, uid: 2}, false, "", false, nil},
+		{"a kernel thread", proc{pid: 22, ppid: 2, pgid: 0, start: 52, uid: uid}, false, "", false, nil},
+		{"another run's child", proc{pid: 22, ppid: 30, pgid: 22, start: 52, uid: uid}, false, "", false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			procs := maps.Clone(base)
+			procs[tc.p.pid] = tc.p
+			s := sweep{
+				target: treeRoot{pid: 20, start: 50, marker: "run"}, // exited and reaped
+				others: []treeRoot{{pid: 30, start: 40, marker: "other"}},
+				self:   10, uid: uid,
+				marker: func(pid int) (string, bool) {
+					if pid == tc.p.pid {
+						return tc.marker, tc.settled
+					}
+					return "", true
+				},
+			}
+			got, unsure := s.victims(procs)
+			if !slices.Equal(got, tc.victims) || unsure != tc.unsure {
+				t.Errorf("victims %v unsure %v, want %v %v", got, unsure, tc.victims, tc.unsure)
+			}
+		})
 	}
 }
