@@ -1,9 +1,13 @@
 package main
 
 import (
+	"errors"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/sandgate/sandgate/executors/output"
 )
@@ -52,10 +56,41 @@ func inside(dir, p string) (string, bool) {
 	return rel, true
 }
 
-// pump copies r into the stream until EOF or error.
-func pump(r io.Reader, w io.Writer) {
+// pump copies r into the stream until EOF or error. When the job cuts
+// the pipe off (a read deadline: a detached child holds its other end
+// open), what is already in the pipe is still read, without waiting for
+// more: the program's last output, which a pump short of CPU had not read
+// by the cut, is the run's and is not dropped.
+func pump(r *os.File, w io.Writer) {
 	buf := make([]byte, 64<<10)
-	_, _ = io.CopyBuffer(w, r, buf)
+	_, err := io.CopyBuffer(w, r, buf)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		drain(r, w, buf)
+	}
+}
+
+// drainMax bounds drain's reads: a detached child that keeps writing
+// cannot hold the run open.
+const drainMax = 16
+
+// drain reads what the pipe r holds now, never waiting for more.
+func drain(r *os.File, w io.Writer, buf []byte) {
+	rc, err := r.SyscallConn()
+	if err != nil || r.SetReadDeadline(time.Time{}) != nil {
+		return
+	}
+	for range drainMax {
+		var n int
+		var rerr error
+		// f returns true: one non-blocking read (the pipe is in
+		// non-blocking mode), EAGAIN once it is empty.
+		if err := rc.Read(func(fd uintptr) bool { n, rerr = syscall.Read(int(fd), buf); return true }); err != nil || rerr != nil || n <= 0 {
+			return
+		}
+		if _, err := w.Write(buf[:n]); err != nil {
+			return
+		}
+	}
 }
 
 // middleTruncate keeps the head and tail of s around a marker when it is
