@@ -39,7 +39,9 @@ func (d *droppingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // A body too large to keep for a replay is answered 503 instead.
 func TestForwardOnDroppedConnection(t *testing.T) {
 	dsn := pgtest.Schema(t)
-	const lease = 2 * time.Second
+	// No lease is waited out here: a lease no heartbeat misses on a
+	// loaded machine, or b would adopt the session.
+	const lease = 10 * time.Second
 	a, b := startReplica(t, dsn, "a", lease), startReplica(t, dsn, "b", lease)
 	if st, _ := post(t, a.srv.URL, "s1", "own"); st != 200 {
 		t.Fatalf("on the owner: %d", st)
