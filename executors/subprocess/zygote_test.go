@@ -141,7 +141,7 @@ func TestZygoteTimeoutKillsTree(t *testing.T) {
 		if !res.TimedOut || res.ExitCode != executors.ExitCodeTimeout || res.Stdout != "spawned\n" {
 			t.Errorf("result %+v, want a timeout after the output", res)
 		}
-		if res.Duration < 2*time.Second || res.Duration > 4*time.Second {
+		if res.Duration < 2*time.Second || res.Duration > 10*time.Second { // the kill and drain, on a loaded machine
 			t.Errorf("duration %v, want the 2s timeout", res.Duration)
 		}
 	})
