@@ -102,28 +102,29 @@ func TestReleaseSessionAndClose(t *testing.T) {
 
 func TestActionsOfOneSessionAreSerialisedAndSessionsRunInParallel(t *testing.T) {
 	p := newPages(t)
-	slow := newSlow(t, 800*time.Millisecond)
+	slow := newSlow(t)
 	h := newHarness(t, harnessOpts{allow: []string{p.hostPort(), slow.hostPort()}})
 	for _, s := range []string{"par-a", "par-b", "ser"} { // warm: browsers started
 		h.must(s, ActionNavigate, map[string]any{"url": p.URL + "/"})
 	}
-	run := func(sessions ...string) time.Duration {
-		start := time.Now()
+	// Each page is answered once a second request is in (or after wait):
+	// the slow server counts how many it held at once, whatever the
+	// machine's load makes of the timings.
+	run := func(wait time.Duration, sessions ...string) int64 {
+		slow.maxConcurrent.Store(0)
+		slow.wait.Store(int64(wait))
 		var wg sync.WaitGroup
 		for _, s := range sessions {
 			wg.Go(func() { h.must(s, ActionNavigate, map[string]any{"url": slow.URL + "/"}) })
 		}
 		wg.Wait()
-		return time.Since(start)
+		return slow.maxConcurrent.Load()
 	}
-	if d := run("par-a", "par-b"); d >= 1500*time.Millisecond {
-		t.Errorf("two sessions took %s: not in parallel", d)
+	if m := run(20*time.Second, "par-a", "par-b"); m != 2 {
+		t.Errorf("two sessions' pages were requested %d at a time: not in parallel", m)
 	}
-	if d := run("ser", "ser"); d < 1600*time.Millisecond {
-		t.Errorf("two actions of one session took %s: not serialised", d)
-	}
-	if m := slow.maxConcurrent.Load(); m < 2 {
-		t.Errorf("the slow server never saw two requests at once (max %d)", m)
+	if m := run(800*time.Millisecond, "ser", "ser"); m != 1 {
+		t.Errorf("two actions of one session requested %d pages at a time: not serialised", m)
 	}
 }
 
@@ -244,12 +245,14 @@ func TestScreenshotSymlinkEscape(t *testing.T) {
 }
 
 // slowServer answers after a delay and records its peak concurrency.
+// slowServer holds each page until a second one is requested, or for
+// wait, and records the most it held at once.
 type slowServer struct {
 	*trap
-	maxConcurrent, cur atomic.Int64
+	maxConcurrent, cur, wait atomic.Int64
 }
 
-func newSlow(t *testing.T, d time.Duration) *slowServer {
+func newSlow(t *testing.T) *slowServer {
 	s := &slowServer{trap: newTrap(t)}
 	s.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/favicon.ico" {
@@ -264,7 +267,9 @@ func newSlow(t *testing.T, d time.Duration) *slowServer {
 				break
 			}
 		}
-		time.Sleep(d)
+		for deadline := time.Now().Add(time.Duration(s.wait.Load())); s.maxConcurrent.Load() < 2 && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
 		w.Write([]byte("<title>slow</title>slow"))
 	})
 	return s
