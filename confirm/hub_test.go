@@ -321,8 +321,11 @@ func TestSlowClientDoesNotDelayOthers(t *testing.T) {
 	}
 	fast.mu.Lock()
 	defer fast.mu.Unlock()
+	// 15 s: half the slow client's 30 s WriteTimeout, so an event held
+	// behind the slow client's blocked write still fails, with room for
+	// a fast client starved of CPU on a loaded machine.
 	for _, l := range fast.lat {
-		if l > 5*time.Second {
+		if l > 15*time.Second {
 			t.Fatalf("an event reached the fast client after %v", l)
 		}
 	}
@@ -511,7 +514,11 @@ func TestConfirmRefusesInconsistentCodeHash(t *testing.T) {
 }
 
 func TestKeepalivePings(t *testing.T) {
-	th := newTestHub(t, HubOptions{PingInterval: 50 * time.Millisecond})
+	// 1 s, not tens of milliseconds: the hub's read deadline is two
+	// intervals, renewed only by a pong, so a scheduling stall of about
+	// one interval on a loaded machine would close the socket. Only
+	// TestDeadClientIsDropped, where expiry is the point, uses a tiny one.
+	th := newTestHub(t, HubOptions{PingInterval: time.Second})
 	c, err := th.dialErr("p", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -525,14 +532,17 @@ func TestKeepalivePings(t *testing.T) {
 		return c.ws.WriteControl(websocket.PongMessage, nil, time.Now().Add(time.Second))
 	})
 	c.start(t)
+	// Three pings take three intervals, past the 2-interval read deadline
+	// set when the connection opened: only the pongs kept it open.
 	for range 3 {
 		select {
 		case <-pings:
-		case <-time.After(2 * time.Second):
+		case <-c.closed:
+			t.Fatal("connection closed although the client answered pings")
+		case <-time.After(5 * time.Second):
 			t.Fatal("no ping")
 		}
 	}
-	// Answering pongs keeps the connection past the 2-interval read deadline.
 	select {
 	case <-c.closed:
 		t.Fatal("connection closed although the client answered pings")

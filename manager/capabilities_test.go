@@ -137,7 +137,11 @@ func TestRunExecutorCapabilityErrorIs403(t *testing.T) {
 // runs' reason, so the policy denies runs to it (and /readyz says so)
 // instead of sending each one to fail; after the hold it is probed again.
 func TestRunUnavailableHeldWhenProbeDisagrees(t *testing.T) {
-	h := newHarness(t, hopts{cfg: manager.Config{AvailabilityTTL: time.Hour, UnavailableHold: 300 * time.Millisecond}})
+	// The hold must outlast the third run (risk check and policy
+	// evaluation, which have taken over 500 ms on a loaded machine) and
+	// the status check after it.
+	const hold = 3 * time.Second
+	h := newHarness(t, hopts{cfg: manager.Config{AvailabilityTTL: time.Hour, UnavailableHold: hold}})
 	fail := true
 	h.sub.ExecuteFunc = func(context.Context, executors.Spec) (executors.Result, error) {
 		if fail {
@@ -145,7 +149,11 @@ func TestRunUnavailableHeldWhenProbeDisagrees(t *testing.T) {
 		}
 		return executors.Result{Stdout: "hi\n"}, nil
 	}
+	var heldFrom time.Time // no later than the hold's start
 	for i := range 3 {
+		if i == 1 {
+			heldFrom = time.Now() // the second failed run starts the hold
+		}
 		_, err := h.m.Run(t.Context(), request("python", safePython))
 		if !errors.Is(err, manager.ErrExecutorUnavailable) {
 			t.Fatalf("request %d: %v, want ErrExecutorUnavailable", i, err)
@@ -162,7 +170,20 @@ func TestRunUnavailableHeldWhenProbeDisagrees(t *testing.T) {
 		t.Errorf("ExecutorStatus during the hold = %+v, want unavailable with the runs' reason", st)
 	}
 	fail = false
-	time.Sleep(350 * time.Millisecond)
+	// Wait for the hold to end: the status is cached (TTL an hour) until
+	// the hold expires, when the executor is probed again.
+	for deadline := time.Now().Add(hold + 20*time.Second); ; time.Sleep(20 * time.Millisecond) {
+		st := h.m.ExecutorStatus(t.Context())["subprocess"]
+		if st.Available {
+			if early := time.Now(); early.Before(heldFrom.Add(hold)) {
+				t.Fatalf("the hold ended after %v, want %v", early.Sub(heldFrom), hold)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still held %v after the hold began: %+v", time.Since(heldFrom), st)
+		}
+	}
 	if _, err := h.m.Run(t.Context(), request("python", safePython)); err != nil {
 		t.Fatalf("after the hold: %v", err)
 	}
