@@ -42,7 +42,7 @@ func TestClients(t *testing.T) {
 	for _, mode := range []string{"STRICT", "PERMISSIVE"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			g := startGateway(t, mode, "--config", sharedMachineConfig(t))
+			g := startGateway(t, mode, "--config", sharedMachineConfig(t, ""))
 			env := append(os.Environ(),
 				"SANDGATE_URL="+g.base, "SANDGATE_TOKEN="+g.agent, "SANDGATE_APPROVER_TOKEN="+g.approver,
 				"SANDGATE_MODE="+mode, "SANDGATE_REQUIRE_NPM_CLIENTS=1")
@@ -79,11 +79,14 @@ func TestClients(t *testing.T) {
 //     build on a machine busy with the rest of make test can take longer,
 //     and then fails closed (policy_denied), which is right in production
 //     and not what these suites examine.
-func sharedMachineConfig(t *testing.T) string {
+//
+// extra is more of the configuration (other top-level keys), or "".
+// Every test of this package that starts a gateway uses it.
+func sharedMachineConfig(t *testing.T, extra string) string {
 	t.Helper()
 	id := randomToken(t)[4:16]
 	cfg := fmt.Sprintf("policy:\n  eval_timeout: 10s\nexecutors:\n  docker:\n    instance: e2e-%[1]s-d\n"+
-		"  gvisor:\n    instance: e2e-%[1]s-g\n  aio:\n    instance: e2e-%[1]s-a\n", id)
+		"  gvisor:\n    instance: e2e-%[1]s-g\n  aio:\n    instance: e2e-%[1]s-a\n", id) + extra
 	path := filepath.Join(t.TempDir(), "instances.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

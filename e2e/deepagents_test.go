@@ -36,7 +36,7 @@ func TestDeepagentsBaseSandbox(t *testing.T) {
 	node, pinned := requireDeepagents(t)
 	for _, mode := range []string{"STRICT", "PERMISSIVE"} {
 		t.Run(mode, func(t *testing.T) {
-			g := startGateway(t, mode)
+			g := startGateway(t, mode, "--config", sharedMachineConfig(t, ""))
 			rep := runClient(t, node, g, "deepagents-"+strings.ToLower(mode))
 			if rep.Deepagents != pinned {
 				t.Fatalf("ran deepagents %s, the lockfile pins %s (run make npm-deps)", rep.Deepagents, pinned)

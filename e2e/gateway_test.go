@@ -92,9 +92,10 @@ type gatewayProc struct {
 var bannerRe = regexp.MustCompile(`^sandgate listening on (http://\S+)`)
 
 // startGateway starts the gateway in mode with its default configuration
-// otherwise (args may add flags, such as --config), waits until /readyz
-// answers 200, and stops it (SIGTERM, so it removes its own containers)
-// when the test ends.
+// otherwise (args may add flags, such as --config; the tests pass the
+// configuration of sharedMachineConfig), waits until /readyz answers 200,
+// and stops it (SIGTERM, so it removes its own containers) when the test
+// ends.
 func startGateway(t *testing.T, mode string, args ...string) *gatewayProc {
 	t.Helper()
 	bin := gatewayBinary(t)

@@ -46,13 +46,9 @@ func TestMCPClient(t *testing.T) {
 	}))
 	defer page.Close()
 	u, _ := url.Parse(page.URL)
-	cfg := filepath.Join(t.TempDir(), "gateway.yaml")
 	// The browser policy blocks loopback unless allow-listed: only this page.
 	// Progress every second, so that the approver's pause below shows a few.
-	conf := "browser:\n  allow_hosts: [" + u.Host + "]\nmcp:\n  progress_interval: 1s\n"
-	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg := sharedMachineConfig(t, "browser:\n  allow_hosts: ["+u.Host+"]\nmcp:\n  progress_interval: 1s\n")
 	g := startGateway(t, "STRICT", "--config", cfg)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()

@@ -31,10 +31,7 @@ func TestEgressFailsClosed(t *testing.T) {
 			default:
 				extra["sandgate/egress/egress.rego"] = header + tc.src
 			}
-			e, err := New(context.Background(), Options{FS: treeWith(t, extra)})
-			if err != nil {
-				t.Fatal(err)
-			}
+			e := newEngine(t, Options{FS: treeWith(t, extra)})
 			d := e.DecideEgress(context.Background(), in)
 			if d.Rule != tc.wantRule || (tc.src != "" && d.Action != ActionDeny) || d.PolicyRevision != e.Revision() {
 				t.Fatalf("decision %+v, want rule %s", d, tc.wantRule)

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/sandgate/sandgate/internal/policytest"
 )
 
 type decideCase struct {
@@ -98,8 +100,16 @@ func loadCases(t *testing.T) []decideCase {
 	return cases
 }
 
+// newEngine builds an engine for a test. Its evaluation budget defaults to
+// policytest.EvalTimeout, not the shipped 500 ms: under -race beside the
+// rest of make test an evaluation now and then waited longer than that for
+// a CPU and failed closed (policy.timeout). The timeout's own case
+// (failclosed_test.go) sets a bound of its own.
 func newEngine(t testing.TB, opts Options) *Engine {
 	t.Helper()
+	if opts.EvalTimeout == 0 {
+		opts.EvalTimeout = policytest.EvalTimeout
+	}
 	e, err := New(context.Background(), opts)
 	if err != nil {
 		t.Fatalf("New: %v", err)

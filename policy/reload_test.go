@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -144,8 +145,9 @@ func TestWatchReloadsOnChange(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	time.Sleep(50 * time.Millisecond) // let the watcher register its directories
-	// A new subdirectory, created after Watch started, is watched too.
+	waitWatching(t, e, filepath.Join(dir, "sandgate", "exec", "probe.rego"))
+	// A new subdirectory, created after Watch added its directories, is
+	// watched too.
 	writeFile(t, filepath.Join(dir, "sandgate", "admin", "ci.rego"), ciBashRule)
 	waitFor(t, 10*time.Second, func() bool {
 		return e.Decide(context.Background(), ciBashInput()).Action == ActionDeny
@@ -171,6 +173,28 @@ func TestWatchPollFallback(t *testing.T) {
 	waitFor(t, 10*time.Second, func() bool {
 		return e.Decide(context.Background(), ciBashInput()).Action == ActionDeny
 	})
+}
+
+// waitWatching returns once Watch has added its directories: until a
+// reload picks it up, it rewrites probe, a file of a watched directory,
+// with a comment that changes the revision. A write before the watches are
+// in place raises no event (and the poll may be an hour away); the first
+// write after them does. A reload means Watch is past adding its tree.
+func waitWatching(t *testing.T, e *Engine, probe string) {
+	t.Helper()
+	before := e.Revision()
+	deadline := time.Now().Add(20 * time.Second)
+	for i := 0; e.Revision() == before; i++ {
+		if time.Now().After(deadline) {
+			t.Fatal("the watcher reloaded none of the probe's writes")
+		}
+		writeFile(t, probe, fmt.Sprintf("package sandgate.exec\n\n# probe %d\n", i))
+		// The debounce (200 ms) and a reload, with room for a loaded
+		// machine before writing again.
+		for wait := time.Now().Add(time.Second); e.Revision() == before && time.Now().Before(wait); {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 }
 
 func waitFor(t *testing.T, limit time.Duration, cond func() bool) {

@@ -7,7 +7,18 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/sandgate/sandgate/internal/policytest"
 )
+
+// testPolicyYAML is the policy section of the configuration of every
+// gateway these tests start to serve requests: the evaluation budget of
+// the in-process tests (policytest.EvalTimeout) instead of the shipped
+// 500 ms, which a loaded machine (make test: -race, the fault soak, on 2
+// cores) now and then exceeded, and the request was then denied
+// policy.timeout (fail closed, right in production, and what the policy
+// package's failclosed_test.go examines, not these tests).
+var testPolicyYAML = "policy: {eval_timeout: " + policytest.EvalTimeout.String() + "}\n"
 
 // gatewayBinary is the gateway built once per test binary for the tests
 // that run it as a real process (crash, fleet, rootless), in a directory

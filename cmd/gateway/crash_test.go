@@ -31,15 +31,24 @@ func TestKillDuringRunLeavesInterruptedRecord(t *testing.T) {
 	for _, driver := range []string{"sqlite", "postgres"} {
 		t.Run(driver, func(t *testing.T) {
 			data := filepath.Join(dir, driver)
-			conf := filepath.Join(dir, driver+".yaml")
-			storage := "{driver: sqlite}"
-			if driver == "postgres" { // the restart waits out the killed process's lease
-				storage = "{driver: postgres, lease: 1s}"
+			// On postgres, the restart waits out the killed process's
+			// lease, kept short (1 s). The restart's own lease is longer:
+			// it waits for the old one up to twice its own (fleet.Register),
+			// and 2 s left a loaded machine little room.
+			conf, restartConf := filepath.Join(dir, driver+".yaml"), filepath.Join(dir, driver+"-restart.yaml")
+			writeConf := func(path, lease string) {
+				storage := "{driver: sqlite}"
+				if driver == "postgres" {
+					storage = "{driver: postgres, lease: " + lease + "}"
+				}
+				yaml := "executors: {docker: {enabled: false}, aio: {enabled: false}}\nbrowser: {enabled: false}\nstorage: " + storage + "\n" +
+					testPolicyYAML
+				if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+					t.Fatal(err)
+				}
 			}
-			yaml := "executors: {docker: {enabled: false}, aio: {enabled: false}}\nbrowser: {enabled: false}\nstorage: " + storage + "\n"
-			if err := os.WriteFile(conf, []byte(yaml), 0o600); err != nil {
-				t.Fatal(err)
-			}
+			writeConf(conf, "1s")
+			writeConf(restartConf, "10s")
 			env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "SANDGATE_AGENT_TOKEN=agent-crash-token-0123456",
 				"SANDGATE_ADMIN_TOKEN=admin-crash-token-0123456", "SANDGATE_REPLICA=crash-a"}
 			var tamper func(stmt string)
@@ -53,9 +62,9 @@ func TestKillDuringRunLeavesInterruptedRecord(t *testing.T) {
 			} else {
 				tamper = func(stmt string) { tamperSQLite(t, filepath.Join(data, "audit", "audit.db"), stmt) }
 			}
-			args := []string{"--config", conf, "--listen", "127.0.0.1:0", "--mode", "PERMISSIVE", "--data-dir", data}
-			start := func() (*exec.Cmd, string) {
-				cmd := exec.Command(bin, args...)
+			args := []string{"--listen", "127.0.0.1:0", "--mode", "PERMISSIVE", "--data-dir", data}
+			start := func(conf string) (*exec.Cmd, string) {
+				cmd := exec.Command(bin, append([]string{"--config", conf}, args...)...)
 				cmd.Env = env
 				base, logs := startAndWait(t, cmd)
 				t.Cleanup(func() {
@@ -65,7 +74,7 @@ func TestKillDuringRunLeavesInterruptedRecord(t *testing.T) {
 				})
 				return cmd, base
 			}
-			cmd, base := start()
+			cmd, base := start(conf)
 			go func() {
 				body := `{"code":"import time\ntime.sleep(20)\nprint('done')","language":"python"}`
 				req, _ := http.NewRequest("POST", base+"/v1/sessions/crash/run_code", strings.NewReader(body))
@@ -93,7 +102,7 @@ func TestKillDuringRunLeavesInterruptedRecord(t *testing.T) {
 			}
 			_ = cmd.Wait()
 
-			cmd, base = start()
+			cmd, base = start(restartConf)
 			recs := auditRecords(t, base)
 			if len(recs) != 1 || recs[0]["id"] != started["id"] || recs[0]["outcome"] != "interrupted" {
 				t.Fatalf("after the restart: %v, want record %v interrupted", recs, started["id"])
@@ -102,7 +111,7 @@ func TestKillDuringRunLeavesInterruptedRecord(t *testing.T) {
 			_ = cmd.Wait()
 
 			verify := func() (string, error) {
-				c := exec.Command(bin, append([]string{"audit", "verify"}, args...)...)
+				c := exec.Command(bin, append([]string{"audit", "verify", "--config", conf}, args...)...)
 				c.Env = env
 				out, err := c.CombinedOutput()
 				return string(out), err

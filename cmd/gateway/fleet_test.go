@@ -36,7 +36,8 @@ func TestFleetApprovalAcrossReplicas(t *testing.T) {
 	bin := gatewayBinary(t)
 	policyDir := approvalPolicyDir(t, filepath.Join(dir, "policy"))
 	conf := filepath.Join(dir, "fleet.yaml")
-	yaml := "executors: {docker: {enabled: false}, gvisor: {enabled: false}, aio: {enabled: false}}\nbrowser: {enabled: false}\nstorage: {driver: postgres}\n"
+	yaml := "executors: {docker: {enabled: false}, gvisor: {enabled: false}, aio: {enabled: false}}\nbrowser: {enabled: false}\nstorage: {driver: postgres}\n" +
+		testPolicyYAML
 	if err := os.WriteFile(conf, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -204,15 +205,24 @@ func TestFleetDeadReplicaApprovalsInterrupted(t *testing.T) {
 	}
 	bin := gatewayBinary(t)
 	policyDir := approvalPolicyDir(t, filepath.Join(dir, "policy"))
-	conf := filepath.Join(dir, "fleet.yaml")
-	const lease = time.Second
-	yaml := "executors: {docker: {enabled: false}, gvisor: {enabled: false}, aio: {enabled: false}}\nbrowser: {enabled: false}\nstorage: {driver: postgres, lease: 1s}\n"
-	if err := os.WriteFile(conf, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	// A, the replica killed, has a short lease so that it expires soon
+	// after the kill. B, the survivor, has a longer one of its own: with
+	// 1 s, B heartbeat every 333 ms, and a machine that held B up for
+	// 667 ms let B's lease lapse; B, no longer a member, then served A's
+	// session without claiming it, and its router gave up after 2 s. With
+	// 5 s, B's heartbeat may be 3.3 s late; B sweeps every 2.5 s (half its
+	// lease), so on an idle machine A's approval ends at most 1 + 2.5 s
+	// after the kill.
+	leases := map[string]time.Duration{"a": time.Second, "b": 5 * time.Second}
 	const agent, approver = "agent-fleet-token-0123456", "approver-fleet-token-012"
 	cmds, bases := map[string]*exec.Cmd{}, map[string]string{}
 	for _, r := range []string{"a", "b"} {
+		conf := filepath.Join(dir, "fleet-"+r+".yaml")
+		yaml := "executors: {docker: {enabled: false}, gvisor: {enabled: false}, aio: {enabled: false}}\nbrowser: {enabled: false}\n" +
+			"storage: {driver: postgres, lease: " + leases[r].String() + "}\n" + testPolicyYAML
+		if err := os.WriteFile(conf, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
 		cmd := exec.Command(bin, "--config", conf, "--listen", "127.0.0.1:0", "--mode", "PERMISSIVE",
 			"--data-dir", filepath.Join(dir, "data"), "--policy-dir", policyDir) // the fleet's shared storage
 		cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "SANDGATE_STORAGE_DSN=" + dsn, "SANDGATE_REPLICA=" + r,
@@ -289,11 +299,13 @@ func TestFleetDeadReplicaApprovalsInterrupted(t *testing.T) {
 	for {
 		_, v := get(bases["b"]+"/v1/approvals/"+id, approver)
 		if v["status"] == "interrupted" {
-			t.Logf("A's approval interrupted by B %v after the kill (lease %v)", time.Since(killed).Round(time.Millisecond), lease)
+			t.Logf("A's approval interrupted by B %v after the kill (A's lease %v, B sweeps every %v)",
+				time.Since(killed).Round(time.Millisecond), leases["a"], leases["b"]/2)
 			break
 		}
-		if time.Since(killed) > 4*lease {
-			t.Fatalf("A's approval after %v: %v, want interrupted within the lease", time.Since(killed), v)
+		// A's lease, then B's next sweep, with room for a loaded machine.
+		if limit := leases["a"] + leases["b"]/2 + 12*time.Second; time.Since(killed) > limit {
+			t.Fatalf("A's approval after %v: %v, want interrupted once A's lease expired (within %v)", time.Since(killed), v, limit)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -303,7 +315,7 @@ func TestFleetDeadReplicaApprovalsInterrupted(t *testing.T) {
 			t.Fatalf("A's session's next request, through B: %s, want 200 kept", got)
 		}
 		t.Logf("A's session served by B %v after the kill", time.Since(killed).Round(time.Millisecond))
-	case <-time.After(10 * lease):
+	case <-time.After(4 * leases["b"]): // B's router answers within twice its lease in any case
 		t.Fatal("A's session's next request through B did not return")
 	}
 	if owner := pgtest.QueryString(t, dsn, `SELECT replica FROM sessions WHERE key LIKE '%~held'`); owner != "b" {

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sandgate/sandgate/policy"
 )
 
 // syncBuf is a goroutine-safe buffer for the gateway's stdout and logs.
@@ -77,17 +79,31 @@ func TestGatewayStartsWithGeneratedTokens(t *testing.T) {
 	if !strings.Contains(stdout.String(), "(mode STRICT)") {
 		t.Fatalf("not STRICT by default: %q", stdout.String())
 	}
-	req, _ := http.NewRequest("POST", base+"/v1/sessions/first/run_code", strings.NewReader(`{"code":"print(6*7)","language":"python"}`))
-	req.Header.Set("Authorization", "Bearer "+tokens["agent"])
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// This gateway has no configuration, so its policy evaluation budget
+	// is the shipped 500 ms, which a loaded machine (make test: -race, the
+	// fault soak, on 2 cores) now and then exceeds: the request is then
+	// denied policy.timeout (fail closed). Such a denial, and only it, is
+	// retried, a few times; the run must still succeed.
+	var status int
 	var out map[string]any
-	_ = json.NewDecoder(res.Body).Decode(&out)
-	res.Body.Close()
-	if res.StatusCode != 200 || out["stdout"] != "42\n" {
-		t.Fatalf("run_code: %d %v", res.StatusCode, out)
+	for attempt := 1; ; attempt++ {
+		req, _ := http.NewRequest("POST", base+"/v1/sessions/first/run_code", strings.NewReader(`{"code":"print(6*7)","language":"python"}`))
+		req.Header.Set("Authorization", "Bearer "+tokens["agent"])
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = nil
+		_ = json.NewDecoder(res.Body).Decode(&out)
+		res.Body.Close()
+		status = res.StatusCode
+		if attempt == 3 || !policyTimedOut(status, out) {
+			break
+		}
+		t.Logf("run_code attempt %d denied policy.timeout (a loaded machine); retrying", attempt)
+	}
+	if status != 200 || out["stdout"] != "42\n" {
+		t.Fatalf("run_code: %d %v", status, out)
 	}
 	cancel()
 	select {
@@ -113,4 +129,16 @@ func TestRefusesPublicListenWithoutTokens(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "without configured tokens") {
 		t.Fatalf("err %v", err)
 	}
+}
+
+// policyTimedOut reports whether a response is the policy's fail-closed
+// denial for an evaluation that ran out of time (policy.timeout alone).
+func policyTimedOut(status int, body map[string]any) bool {
+	e, _ := body["error"].(map[string]any)
+	reasons, _ := e["reasons"].([]any)
+	if status != http.StatusForbidden || len(reasons) != 1 {
+		return false
+	}
+	r, _ := reasons[0].(map[string]any)
+	return r["code"] == policy.ReasonTimeout
 }

@@ -41,7 +41,8 @@ func TestGatewayAsNonRootUser(t *testing.T) {
 	bin := gatewayBinary(t)
 	data := filepath.Join(dir, "data")
 	cfg := filepath.Join(dir, "config.yaml")
-	yaml := "executors:\n  subprocess:\n    enabled: true\n    root_dir: \"" + os.Getenv("SANDGATE_RUNTIME_ROOT") + "\"\n  docker:\n    enabled: false\n  aio:\n    enabled: false\n"
+	yaml := "executors:\n  subprocess:\n    enabled: true\n    root_dir: \"" + os.Getenv("SANDGATE_RUNTIME_ROOT") + "\"\n  docker:\n    enabled: false\n  aio:\n    enabled: false\n" +
+		testPolicyYAML
 	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}

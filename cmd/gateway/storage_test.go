@@ -27,7 +27,8 @@ func TestGatewayOnPostgres(t *testing.T) {
 		}
 	}
 	conf := filepath.Join(tmp, "gateway.yaml")
-	yaml := "log: {level: debug}\nexecutors: {docker: {enabled: false}, aio: {enabled: false}}\nbrowser: {enabled: false}\nstorage: {driver: postgres}\n"
+	yaml := "log: {level: debug}\nexecutors: {docker: {enabled: false}, aio: {enabled: false}}\nbrowser: {enabled: false}\nstorage: {driver: postgres}\n" +
+		testPolicyYAML
 	if err := os.WriteFile(conf, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -53,7 +53,7 @@ auth:
 tenants:
   overrides:
     team-b: {max_sessions: 5}
-`, hex.EncodeToString(sum[:]), adminSecret, jwks)
+`, hex.EncodeToString(sum[:]), adminSecret, jwks) + testPolicyYAML
 	if err := os.WriteFile(conf, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
