@@ -188,21 +188,28 @@ func TestKernelsEndToEnd(t *testing.T) {
 			}
 		})
 		t.Run("CellOutputStreams", func(t *testing.T) {
+			// The cell prints 'first', then waits (at most 30 s) for the
+			// file the client creates in the workspace once it has
+			// received 'first': a cell that prints 'second' streamed
+			// 'first' while it ran, however slow the delivery.
+			const gate = "cell-gate"
+			code := "import os, time\nprint('first', flush=True)\ndeadline = time.monotonic() + 30\n" +
+				"while not os.path.exists('/workspace/" + gate + "') and time.monotonic() < deadline:\n    time.sleep(0.05)\n" +
+				"print('second' if os.path.exists('/workspace/" + gate + "') else 'gate timeout')\n'done'"
+			gated := false
 			s := e.stream(t, t.Context(), "/v1/sessions/k-rich/run_code", map[string]any{"language": "python", "stateful": true,
-				"timeout_s": 120, "code": "import time\nprint('first', flush=True)\ntime.sleep(1.5)\nprint('second')\n'done'"}, nil)
+				"timeout_s": 120, "code": code}, func(ev map[string]any) bool {
+				if data, _ := ev["data"].(string); !gated && ev["event"] == "stdout" && strings.HasPrefix(data, "first") {
+					gated = true
+					if _, err := e.ws.Write(t.Context(), agentKey("k-rich"), gate, workspace.WriteCreate, strings.NewReader("")); err != nil {
+						t.Errorf("open the gate: %v", err)
+					}
+				}
+				return false
+			})
 			body := s.exitBody(t)
 			if got := s.text(t, "stdout"); got != "first\nsecond\n" || body["stdout"] != got {
-				t.Fatalf("streamed %q, body %v", got, body)
-			}
-			first, exit := -1, len(s.events)-1
-			for i, ev := range s.events {
-				if ev["event"] == "stdout" && strings.HasPrefix(ev["data"].(string), "first") {
-					first = i
-					break
-				}
-			}
-			if first < 0 || s.at[exit].Sub(s.at[first]) < time.Second {
-				t.Fatalf("'first' did not arrive while the cell ran: %v", s.names())
+				t.Fatalf("streamed %q, body %v: want 'second' (the cell saw the client had 'first' while it ran)", got, body)
 			}
 			if res, _ := body["results"].([]any); len(res) != 1 || obj(res[0])["text/plain"] != "'done'" {
 				t.Fatalf("exit body results %v", body["results"])

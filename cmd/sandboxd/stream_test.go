@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -82,25 +84,40 @@ func (s streamed) text(stream string) string {
 }
 
 // TestStreamedRun: with x_sandgate.stream, a synchronous run answers one
-// event per line: line 1 arrives while the program still sleeps, the
-// chunks are numbered in order and add up to the result, and the last
-// line is the envelope the call answers without streaming.
+// event per line: line 1 arrives while the program still runs (it waits,
+// at most 20 s, for the file the test creates once it has line 1, and
+// says "gate timeout" if it gives up), the chunks are numbered in order
+// and add up to the result, and the last line is the envelope the call
+// answers without streaming.
 func TestStreamedRun(t *testing.T) {
 	ts := newTestServer(t)
 	ext := map[string]any{"stream": true, "output_limit": 1000}
 	for _, tc := range []struct {
 		name, path string
-		body       map[string]any
-		stdout     func(data map[string]any) any
+		body       func(gate string) map[string]any
 	}{
-		{name: "code", path: "/v1/code/execute",
-			body: map[string]any{"language": "python", "x_sandgate": ext,
-				"code": "import sys, time\nprint('line 1', flush=True)\ntime.sleep(1.5)\nprint('oops', file=sys.stderr, flush=True)\nprint('line 2')"}},
-		{name: "bash", path: "/v1/bash/exec",
-			body: map[string]any{"command": "echo 'line 1'; sleep 1.5; echo oops >&2; echo 'line 2'", "x_sandgate": ext}},
+		{name: "code", path: "/v1/code/execute", body: func(gate string) map[string]any {
+			return map[string]any{"language": "python", "x_sandgate": ext,
+				"code": fmt.Sprintf("import os, sys, time\nprint('line 1', flush=True)\ndeadline = time.monotonic() + 20\n"+
+					"while not os.path.exists(%[1]q) and time.monotonic() < deadline:\n    time.sleep(0.05)\n"+
+					"print('oops' if os.path.exists(%[1]q) else 'gate timeout', file=sys.stderr, flush=True)\nprint('line 2')", gate)}
+		}},
+		{name: "bash", path: "/v1/bash/exec", body: func(gate string) map[string]any {
+			return map[string]any{"x_sandgate": ext,
+				"command": fmt.Sprintf("echo 'line 1'; while [ ! -e %[1]q ] && (( SECONDS < 20 )); do sleep 0.05; done; "+
+					"if [ -e %[1]q ]; then echo oops >&2; else echo 'gate timeout' >&2; fi; echo 'line 2'", gate)}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := ts.stream(t.Context(), tc.path, tc.body, nil)
+			gate := filepath.Join(ts.ws, "gate-"+tc.name)
+			s := ts.stream(t.Context(), tc.path, tc.body(gate), func(ev aiowire.StreamEvent) bool {
+				if strings.HasPrefix(string(ev.Data), "line 1") {
+					if err := os.WriteFile(gate, nil, 0o644); err != nil {
+						t.Errorf("open the gate: %v", err)
+					}
+				}
+				return false
+			})
 			if s.status != http.StatusOK || s.contentType != aiowire.StreamMediaType || s.result == nil {
 				t.Fatalf("status %d content type %q result %v", s.status, s.contentType, s.result)
 			}
@@ -108,8 +125,8 @@ func TestStreamedRun(t *testing.T) {
 			if len(s.chunks) == 0 || !strings.HasPrefix(string(s.chunks[0].Data), "line 1") || s.chunks[0].Stream != "stdout" {
 				t.Fatalf("first chunk %+v", s.chunks)
 			}
-			if early := s.resultAt.Sub(s.chunkAt[0]); early < time.Second {
-				t.Errorf("line 1 came %v before the result, want more than 1s", early)
+			if strings.Contains(s.text("stderr"), "gate timeout") {
+				t.Fatalf("the program waited 20s for the test to receive line 1 and gave up: line 1 was not streamed while it ran")
 			}
 			for i, c := range s.chunks {
 				if c.Seq != uint64(i+1) {

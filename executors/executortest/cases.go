@@ -132,7 +132,8 @@ func (s *suite) testTimeoutKillsTree(t *testing.T, lang string) {
 }
 
 // testCancelKillsTree: cancelling ctx (the client went away) kills the
-// tree like a timeout and Execute returns promptly.
+// tree like a timeout and Execute returns promptly, long before the
+// run's timeout.
 func (s *suite) testCancelKillsTree(t *testing.T, lang string) {
 	m := NewMarkers(3)
 	r := s.newRun(t, lang, progTree.get(t, lang, m[0], m[1], m[2]))
@@ -155,8 +156,11 @@ func (s *suite) testCancelKillsTree(t *testing.T, lang string) {
 	if err != nil && !errors.Is(err, context.Canceled) {
 		t.Errorf("Execute after cancel: %v, want nil or context.Canceled", err)
 	}
-	if d := returned.Sub(cancelled); d > 3*time.Second {
-		t.Errorf("Execute returned %v after cancel", d)
+	// Well within the run's own minute: the cancel, not the timeout,
+	// ended it. Ending a container run takes API calls (the kill, the
+	// stream's drain, maybe the kill grace), slow on a loaded engine.
+	if d := returned.Sub(cancelled); d > 15*time.Second {
+		t.Errorf("Execute returned %v after cancel, want at most 15s (the run's timeout is %v)", d, r.spec.Timeout)
 	}
 	s.checkTreeGone(t, m, seen)
 }

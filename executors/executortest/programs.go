@@ -141,12 +141,3 @@ func TreeProgram(t *testing.T, lang string, m []string) string {
 	t.Helper()
 	return progTree.get(t, lang, m[0], m[1], m[2])
 }
-
-// progLines prints "line 1", waits 1.5 s, then "line 2" on stderr and
-// "line 3": a run whose first line must reach a streaming caller long
-// before the run ends.
-var progLines = program{
-	"python":     "import sys, time\nprint('line 1', flush=True)\ntime.sleep(1.5)\nprint('line 2', file=sys.stderr, flush=True)\nprint('line 3', flush=True)\n",
-	"bash":       "echo 'line 1'\nsleep 1.5\necho 'line 2' >&2\necho 'line 3'\n",
-	"javascript": "console.log('line 1');\nsetTimeout(() => { console.error('line 2'); console.log('line 3'); }, 1500);\n",
-}
