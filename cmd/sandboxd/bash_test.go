@@ -306,10 +306,31 @@ func waitGone(t *testing.T, m []string) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("processes still alive: %v", left)
+			t.Fatalf("processes still alive: %v\n%s", left, describeProcs(left))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// describeProcs tells, for a failed waitGone, what the kill sweep saw of
+// each process left: its stat line and whether its environment carries a
+// run marker.
+func describeProcs(markers []string) string {
+	var b strings.Builder
+	for _, m := range markers {
+		for _, pid := range executortest.ProcessesMatching(m) {
+			stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+			env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+			run := ""
+			for _, kv := range strings.Split(string(env), "\x00") {
+				if v, ok := strings.CutPrefix(kv, markerEnv+"="); ok {
+					run = v
+				}
+			}
+			fmt.Fprintf(&b, "%s: %s environ %d bytes (%v) run %q\n", m, strings.TrimSpace(string(stat)), len(env), err, run)
+		}
+	}
+	return b.String()
 }
 
 // TestRunLimits: per-run rlimits reach the program, set by prlimit before

@@ -185,6 +185,12 @@ func (s sweep) owns(procs map[int]proc, p proc, byPID bool) verdict {
 	if byPID && (p.pgid == t.pid || descends(procs, p.pid, t.pid)) {
 		return yes
 	}
+	if p.start < t.start {
+		// Older than the run's root: not the run's, whatever its
+		// environment says (a scan reads no environment of the
+		// host's older processes, which are most of them).
+		return no
+	}
 	read := s.marker
 	if read == nil {
 		read = runMarker
@@ -193,7 +199,7 @@ func (s sweep) owns(procs map[int]proc, p proc, byPID bool) verdict {
 	if m != "" {
 		return verdictOf(m == t.marker)
 	}
-	if p.start < t.start || p.uid != s.uid || p.ppid == kthreadd || p.pid == kthreadd {
+	if p.uid != s.uid || p.ppid == kthreadd || p.pid == kthreadd {
 		return no
 	}
 	for _, o := range s.others {
@@ -232,11 +238,14 @@ func (s sweep) kill(budget time.Duration) {
 	deadline := time.Now().Add(budget)
 	for {
 		v, unsure := s.victims(listProcs())
-		if (len(v) == 0 && !unsure) || time.Now().After(deadline) {
-			return
-		}
+		// What a scan found is killed even when the scan ran past the
+		// budget: on a loaded host one scan can take that long, and
+		// giving up first left the run's detached processes alive (CI).
 		for _, pid := range v {
 			_ = syscall.Kill(pid, syscall.SIGKILL) // ESRCH: already gone
+		}
+		if (len(v) == 0 && !unsure) || time.Now().After(deadline) {
+			return
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -2,8 +2,12 @@ package main
 
 import (
 	"maps"
+	"os"
+	"os/exec"
 	"slices"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestSweepRules checks which processes one run's kill reaches, on a
@@ -129,5 +133,43 @@ func TestSweepWaitsForAnExecingProcess(t *testing.T) {
 				t.Errorf("victims %v unsure %v, want %v %v", got, unsure, tc.victims, tc.unsure)
 			}
 		})
+	}
+}
+
+// TestSweepKillsWhatItFoundPastTheBudget: a scan that ends after the
+// sweep's budget (one scan of a loaded host's /proc can take that long)
+// still kills what it found; the run's detached process does not outlive
+// the sweep.
+func TestSweepKillsWhatItFoundPastTheBudget(t *testing.T) {
+	cmd := exec.Command("sleep", "1000")
+	cmd.Env = []string{markerEnv + "=run-past-budget"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-done })
+	var p proc
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var ok bool
+		if p, ok = readProc(cmd.Process.Pid); ok {
+			if m, _ := runMarker(p.pid); m == "run-past-budget" {
+				break // exec'd: its environment reads
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the process never showed its marker")
+		}
+	}
+	// The run's root is gone (a pid no process has), and the budget is
+	// spent before the first scan ends.
+	s := sweep{target: treeRoot{pid: 1 << 30, start: p.start, marker: "run-past-budget"}, self: os.Getpid(), uid: os.Geteuid()}
+	s.kill(0)
+	select {
+	case err := <-done:
+		done <- err // for the cleanup
+	case <-time.After(10 * time.Second):
+		t.Fatal("the run's detached process outlived the sweep")
 	}
 }
