@@ -249,12 +249,29 @@ func (k *faultKit) soak(ctx context.Context, o faultOpts, run *faultRun, t0 time
 	bots.Wait()
 	// Accounting with the gateway up and nothing in flight.
 	run.LeaksFinal = settleLeaks(ctx, k.env, k.gw, "end, gateway running", true)
-	a, err := checkAudit(ctx, k.gw, k.rec.snapshot())
+	a, err := settleAudit(ctx, k.gw, k.rec.snapshot())
 	if err != nil {
 		return err
 	}
 	run.Audit = a
 	return ctx.Err()
+}
+
+// settleAudit is checkAudit once no record is left started, or after 30 s.
+// Stopping the workload cuts the requests in flight, unlike the pauses
+// between faults, which wait for them: their runs are being cancelled
+// (killed, or their approvals withdrawn) when the workload stops, and
+// their records complete moments later (CI read two still started). A
+// record that stays started for 30 s is the gateway's fault.
+func settleAudit(ctx context.Context, g *soakGateway, recs []opRecord) (auditCheck, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		a, err := checkAudit(ctx, g, recs)
+		if err != nil || len(a.Unfinished) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			return a, err
+		}
+		sleepCtx(ctx, 250*time.Millisecond)
+	}
 }
 
 func minCount(count map[string]int, faults []fault) int {
