@@ -83,6 +83,10 @@ func newBrowser(t *testing.T) *chrome {
 	}
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(path),
+		// Its own TMPDIR, where Chromium keeps its singleton socket: a
+		// browser killed at the end (its graceful close timed out) left
+		// an org.chromium.Chromium.* directory in /tmp.
+		chromedp.Env("TMPDIR=" + t.TempDir()),
 		chromedp.Headless,
 		chromedp.NoSandbox,
 		chromedp.DisableGPU,

@@ -305,7 +305,10 @@ func startStandIn(t *testing.T) *standIn {
 		"--disable-background-networking", "--disable-component-update", "--disable-sync",
 		"--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0", "--user-data-dir="+dir,
 		"--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1", "about:blank")
-	cmd.Env = []string{"HOME=" + dir, "PATH=/usr/bin:/bin", "TMPDIR=" + os.TempDir()}
+	// A TMPDIR of its own (short: Chromium's singleton socket lives
+	// there), or every run leaves an org.chromium.Chromium.* in /tmp.
+	tmp := t.TempDir()
+	cmd.Env = []string{"HOME=" + dir, "PATH=/usr/bin:/bin", "TMPDIR=" + tmp}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

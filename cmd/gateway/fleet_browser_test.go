@@ -35,7 +35,7 @@ func approvePage(t *testing.T, base, approverToken, id, reason string) {
 	}
 	actx, acancel := chromedp.NewExecAllocator(context.Background(), chromedp.ExecPath(path), chromedp.Headless,
 		chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
-		chromedp.UserDataDir(t.TempDir()), chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.UserDataDir(t.TempDir()), chromedp.Env("TMPDIR="+t.TempDir()), chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-extensions", true))
 	defer acancel()
 	bctx, bcancel := chromedp.NewContext(actx)
