@@ -871,7 +871,9 @@ func TestApprovalSlowApproverDoesNotDelayOthers(t *testing.T) {
 		}
 	}
 	mu.Lock()
-	if worst > 5*time.Second {
+	// Half the slow approver's 30 s write timeout: a hub that waited on it
+	// shows, a loaded machine's scheduling does not.
+	if worst > 15*time.Second {
 		t.Errorf("an event reached the fast approver after %v", worst)
 	}
 	mu.Unlock()
