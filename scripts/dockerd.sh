@@ -214,6 +214,9 @@ start() {
       echo "dockerd: no engine answers and starting one needs root" >&2
       exit 1
     fi
+    # A dockerd that died (or was stopped by other means) may have left
+    # mounts the new one would trip over.
+    root_in_use || unmount_residue
     local extra
     mapfile -t extra < <(engine_args)
     # setsid: the engine must outlive this shell and make's job control.
@@ -269,8 +272,46 @@ stop() {
   if alive "$pid"; then
     echo "dockerd: pid $pid did not exit in 60s; killing it" >&2
     kill -KILL "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do
+      alive "$pid" || break
+      sleep 0.2
+    done
   fi
+  alive "$pid" || unmount_residue
   rm -f "$STATE_DIR/dockerd.pid"
+}
+
+# unmount_residue unmounts what a stopped dockerd left mounted below its
+# data root. Docker 20.10 mounts a container's root file system while it
+# creates the container; stopped in between (make soak-faults' engine
+# restart does that), it leaves the mount behind, and the next dockerd can
+# never remove that container ("unlinkat .../merged: device or resource
+# busy"): the container stays, "removing", for good. Once dockerd is gone
+# nothing of its own may be mounted there.
+# root_in_use reports whether a dockerd on this data root runs (one not
+# started by this script, say): its mounts are not residue.
+root_in_use() {
+  local root=${DATA_ROOT:-/var/lib/docker} c cmd
+  for c in /proc/[0-9]*/comm; do
+    [ "$(cat "$c" 2>/dev/null)" = dockerd ] || continue
+    cmd=$(tr '\0' ' ' <"${c%/comm}/cmdline" 2>/dev/null) || continue
+    case "$cmd" in
+      *"--data-root=$root "* | *"--data-root $root "*) return 0 ;;
+      *--data-root*) ;;
+      *) [ "$root" = /var/lib/docker ] && return 0 ;;
+    esac
+  done
+  return 1
+}
+
+unmount_residue() {
+  local root=${DATA_ROOT:-/var/lib/docker} m n=0
+  while read -r m; do
+    umount -l "$m" 2>/dev/null && n=$((n + 1))
+  done < <(awk -v r="$root/" 'index($5, r) == 1 { print $5 }' /proc/self/mountinfo | sort -r)
+  if [ "$n" -gt 0 ]; then
+    echo "dockerd: unmounted $n file systems the engine left below $root"
+  fi
 }
 
 status() {
