@@ -76,7 +76,10 @@ func (b *browser) ensure(ctx context.Context) (int, error) {
 	cmd := exec.Command(b.cfg.Chromium, b.flags(dataDir)...)
 	cmd.Dir = dataDir
 	marker := "browser-" + newID()
-	cmd.Env = b.jobs.env(map[string]string{"HOME": dataDir, "XDG_CONFIG_HOME": dataDir, "XDG_CACHE_HOME": dataDir}, "", marker)
+	// TMPDIR too: Chromium keeps its singleton socket in a directory of
+	// its own there, which a killed Chromium leaves behind (on the host,
+	// one in /tmp per sandboxd test browser).
+	cmd.Env = b.jobs.env(map[string]string{"HOME": dataDir, "XDG_CONFIG_HOME": dataDir, "XDG_CACHE_HOME": dataDir, "TMPDIR": dataDir}, "", marker)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	tail := &tailBuffer{max: 4096}
 	cmd.Stderr = tail
