@@ -320,14 +320,8 @@ func describeProcs(markers []string) string {
 	for _, m := range markers {
 		for _, pid := range executortest.ProcessesMatching(m) {
 			stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-			env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-			run := ""
-			for _, kv := range strings.Split(string(env), "\x00") {
-				if v, ok := strings.CutPrefix(kv, markerEnv+"="); ok {
-					run = v
-				}
-			}
-			fmt.Fprintf(&b, "%s: %s environ %d bytes (%v) run %q\n", m, strings.TrimSpace(string(stat)), len(env), err, run)
+			run, settled := runMarker(pid)
+			fmt.Fprintf(&b, "%s: %s run %q (environment read: %v)\n", m, strings.TrimSpace(string(stat)), run, settled)
 		}
 	}
 	return b.String()

@@ -196,8 +196,11 @@ func (s sweep) owns(procs map[int]proc, p proc, byPID bool) verdict {
 		read = runMarker
 	}
 	m, settled := read(p.pid)
-	if m != "" {
-		return verdictOf(m == t.marker)
+	switch {
+	case m == t.marker:
+		return yes
+	case m != "":
+		return no // another run's, or the browser's
 	}
 	if p.uid != s.uid || p.ppid == kthreadd || p.pid == kthreadd {
 		return no
@@ -219,13 +222,6 @@ func (s sweep) owns(procs map[int]proc, p proc, byPID bool) verdict {
 // kthreadd is the parent of the kernel's threads, which have no
 // environment and may start at any time: never a run's.
 const kthreadd = 2
-
-func verdictOf(b bool) verdict {
-	if b {
-		return yes
-	}
-	return no
-}
 
 // kill SIGKILLs the sweep's victims until none is left (a fork racing the
 // scan is caught by the next round), for at most budget.

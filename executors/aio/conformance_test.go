@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/executors/executortest"
+	"github.com/sandgate/sandgate/executors/internal/etcmount"
 )
 
 // TestConformancePool runs the conformance suite against the executor as
@@ -130,9 +131,7 @@ func startFixture(t *testing.T, img string) *fixture {
 					{Type: mount.TypeBind, Source: ws, Target: workspaceMount, BindOptions: &mount.BindOptions{Propagation: mount.PropagationRSlave}},
 					{Type: mount.TypeBind, Source: run, Target: containerRun},
 				}
-				for name := range executors.NetworkFiles { // as the pool's (local.go)
-					hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: filepath.Join(etc, name), Target: "/etc/" + name, ReadOnly: true})
-				}
+				hc.Mounts = append(hc.Mounts, etcmount.Mounts(etc)...) // as the pool's (local.go)
 			},
 		},
 		Started: true,

@@ -10,11 +10,9 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,6 +24,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/executors/internal/etcmount"
 )
 
 // Labels on every container of the pool, following the docker executor's
@@ -363,12 +362,7 @@ func (b *localBackend) containerConfig(h *handle, labels map[string]string) (*co
 	// engine's network setup skipped, lo alone (runc brings it up), and
 	// the sandboxes' own /etc/hosts and /etc/resolv.conf.
 	cfg.NetworkDisabled = true
-	for _, name := range slices.Sorted(maps.Keys(executors.NetworkFiles)) {
-		hc.Mounts = append(hc.Mounts, mount.Mount{
-			Type: mount.TypeBind, Source: filepath.Join(h.dir, stateEtc, name), Target: "/etc/" + name, ReadOnly: true,
-			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
-		})
-	}
+	hc.Mounts = append(hc.Mounts, etcmount.Mounts(filepath.Join(h.dir, stateEtc))...)
 	hc.ReadonlyRootfs = true
 	hc.Mounts = append(hc.Mounts, mount.Mount{
 		Type: mount.TypeBind, Source: filepath.Join(h.dir, stateRun), Target: containerRun,

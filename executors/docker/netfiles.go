@@ -2,15 +2,14 @@ package docker
 
 import (
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 
 	"github.com/moby/moby/api/types/mount"
 
 	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/executors/internal/etcmount"
 	"github.com/sandgate/sandgate/executors/internal/ownerdir"
 )
 
@@ -48,12 +47,7 @@ func (e *Executor) netFilesMounts() ([]mount.Mount, error) {
 	if err != nil {
 		return nil, err
 	}
-	var ms []mount.Mount
-	for _, name := range slices.Sorted(maps.Keys(executors.NetworkFiles)) {
-		ms = append(ms, mount.Mount{Type: mount.TypeBind, Source: filepath.Join(dir, name), Target: "/etc/" + name,
-			ReadOnly: true, BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate}})
-	}
-	return ms, nil
+	return etcmount.Mounts(dir), nil
 }
 
 func (e *Executor) netFilesDir() (string, error) {
