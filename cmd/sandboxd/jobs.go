@@ -304,9 +304,19 @@ func (t *jobTable) signal(j *job, sig syscall.Signal) {
 func (t *jobTable) sweep(j *job) sweep { return t.sweepTree(j.root) }
 
 // sweepTree describes the kill of root's tree, sparing every other live
-// job and registered tree.
+// job and registered tree: those of the moment of each scan (othersOf), so
+// that a run started while the sweep goes on is spared too.
 func (t *jobTable) sweepTree(root treeRoot) sweep {
+	return sweep{target: root, others: t.othersOf(root), live: func() []treeRoot { return t.othersOf(root) },
+		orphans: t.cfg.Contained, self: os.Getpid(), uid: os.Geteuid()}
+}
+
+// othersOf is every live job's and registered tree's root but root. A run
+// is registered under t.mu as it starts (start), so a process a scan
+// lists belongs to a run othersOf, called after the listing, includes.
+func (t *jobTable) othersOf(root treeRoot) []treeRoot {
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	others := make([]treeRoot, 0, len(t.live)+len(t.trees))
 	for _, o := range t.live {
 		if o.root.pid != root.pid {
@@ -318,8 +328,7 @@ func (t *jobTable) sweepTree(root treeRoot) sweep {
 			others = append(others, o)
 		}
 	}
-	t.mu.Unlock()
-	return sweep{target: root, others: others, orphans: t.cfg.Contained, self: os.Getpid(), uid: os.Geteuid()}
+	return others
 }
 
 // killAll kills every live job (shutdown).

@@ -129,6 +129,11 @@ type sweep struct {
 	// others are the trees of the other live runs and of the browser: never
 	// killed by this sweep.
 	others []treeRoot
+	// live, when set, gives others afresh for each scan of kill, read
+	// after the scan's listing: a run that started while the sweep went
+	// on (its root mid-exec reads no marker) was otherwise an orphan of
+	// the target's to the orphan rule, and killed.
+	live func() []treeRoot
 	// orphans enables the rule for processes that left the tree and
 	// cleared the marker: any process that started during the run, is not
 	// sandboxd or one of its ancestors, and belongs to no other tree.
@@ -233,7 +238,11 @@ func (s sweep) kill(budget time.Duration) {
 	}
 	deadline := time.Now().Add(budget)
 	for {
-		v, unsure := s.victims(listProcs())
+		procs := listProcs()
+		if s.live != nil {
+			s.others = s.live()
+		}
+		v, unsure := s.victims(procs)
 		// What a scan found is killed even when the scan ran past the
 		// budget: on a loaded host one scan can take that long, and
 		// giving up first left the run's detached processes alive (CI).

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"maps"
 	"os"
 	"os/exec"
@@ -171,5 +172,59 @@ func TestSweepKillsWhatItFoundPastTheBudget(t *testing.T) {
 		done <- err // for the cleanup
 	case <-time.After(10 * time.Second):
 		t.Fatal("the run's detached process outlived the sweep")
+	}
+}
+
+// TestSweepSparesARunStartedDuringIt: with the orphan rule (a contained
+// sandboxd), a run that starts while another run's kill sweep goes on is
+// not taken for that run's orphan: the sweep reads the live runs afresh
+// for each scan. Its root, caught mid-exec, shows no marker (here: none
+// at all), so only the live runs tell it apart.
+func TestSweepSparesARunStartedDuringIt(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("SANDGATE_REQUIRE_ROOT") == "1" {
+			t.Fatal("SANDGATE_REQUIRE_ROOT=1 but not running as root")
+		}
+		t.Skip("needs root: the processes run as a uid of their own, so the orphan rule can touch nothing else")
+	}
+	const uid = 64_321
+	start := func() *exec.Cmd {
+		cmd := exec.Command("sleep", "1000")
+		cmd.Env = []string{} // no marker, as mid-exec
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
+		return cmd
+	}
+	orphan := start() // the target's: it cleared its marker and left the tree
+	p, ok := readProc(orphan.Process.Pid)
+	if !ok {
+		t.Fatal("no /proc entry for the orphan")
+	}
+	var newRun *exec.Cmd
+	s := sweep{target: treeRoot{pid: 1 << 30, start: p.start, marker: "target"}, orphans: true,
+		self: os.Getpid(), uid: uid}
+	// The new run starts once the sweep is under way, and is live from
+	// then on, as jobTable.start registers it.
+	s.live = func() []treeRoot {
+		if newRun == nil {
+			newRun = start()
+			return nil
+		}
+		return []treeRoot{{pid: newRun.Process.Pid, marker: "new-run"}}
+	}
+	s.kill(5 * time.Second)
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", orphan.Process.Pid)); err == nil {
+		if q, ok := readProc(orphan.Process.Pid); ok && q.start == p.start {
+			t.Error("the target's orphan outlived the sweep")
+		}
+	}
+	if newRun == nil {
+		t.Fatal("the sweep never read the live runs")
+	}
+	if q, ok := readProc(newRun.Process.Pid); !ok || q.uid != uid {
+		t.Error("the run started during the sweep was killed as the target's orphan")
 	}
 }
