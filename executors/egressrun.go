@@ -149,12 +149,13 @@ const EgressSocketName = "proxy.sock"
 // network never runs without its proxy. socat is one of the run's
 // processes and forks one per connection.
 //
-// A shell loop starts socat again whenever it exits. In CI a container's
-// socat was gone in the middle of a run three times in eleven runs under
-// load, once after it had served the run's first connections, and the
-// run's next connection was refused; the cause was not found (a fork that
-// fails at the run's process limit ends socat's listener, for one). The
-// loop is one more process of the run's while it is granted network.
+// A shell loop starts socat again whenever it exits (a fork that fails
+// at the run's process limit ends socat's listener, for one). The loop
+// is one more process of the run's while it is granted network. The
+// container runs where CI found nothing listening on 127.0.0.1:3128 were
+// the docker boot script skipping EgressForwarderReady (it tested "$2"
+// after replacing its arguments): the program started before socat had
+// bound.
 var EgressForwarderStart = `command -v socat >/dev/null 2>&1 || { echo "sandgate: no socat in the sandbox (the egress forwarder)" >&2; exit 125; }
 ( while :; do socat TCP-LISTEN:` + strconv.Itoa(EgressPort) + `,bind=127.0.0.1,reuseaddr,fork UNIX-CONNECT:` + EgressDir + "/" + EgressSocketName + `; sleep 0.1; done ) </dev/null >/dev/null 2>&1 &
 `

@@ -23,9 +23,16 @@ import (
 // forwarder (executors.EgressForwarderStart) started before the script
 // waits for its program, so a warm container has it running, and its
 // readiness check before the program runs.
+//
+// The start keeps $2 in egress_grant: by the readiness check the script
+// has replaced its positional parameters with the interpreter's argv
+// (set -- python3 -I -u), so "$2" there is an interpreter flag. Testing
+// "$2" again skipped the check in every run, and a run whose socat had
+// not bound yet found nothing on 127.0.0.1:3128 (seen in CI: "plain
+// failed", then the next request went through).
 var (
-	egressScriptStart = "if [ \"$2\" = egress ]; then\n" + executors.EgressForwarderStart + "fi\n"
-	egressScriptReady = "if [ \"$2\" = egress ]; then\n" + executors.EgressForwarderReady + "fi\n"
+	egressScriptStart = "egress_grant=$2\nif [ \"$egress_grant\" = egress ]; then\n" + executors.EgressForwarderStart + "fi\n"
+	egressScriptReady = "if [ \"$egress_grant\" = egress ]; then\n" + executors.EgressForwarderReady + "fi\n"
 )
 
 // egressBox is one container's end of the bridge: a host directory of
