@@ -83,16 +83,12 @@ func (b *browser) ensure(ctx context.Context) (int, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	tail := &tailBuffer{max: 4096}
 	cmd.Stderr = tail
-	if err := cmd.Start(); err != nil {
+	root, drop, err := b.jobs.startTree(cmd, marker)
+	if err != nil {
 		_ = os.RemoveAll(dataDir)
 		return 0, fmt.Errorf("start %s: %w", b.cfg.Chromium, err)
 	}
-	root := treeRoot{pid: cmd.Process.Pid, marker: marker}
-	if p, ok := readProc(root.pid); ok {
-		root.start = p.start
-	}
 	exited := make(chan struct{})
-	drop := b.jobs.addTree(root)
 	go func() {
 		_ = cmd.Wait()
 		drop()

@@ -96,16 +96,36 @@ func newJobTable(cfg config) *jobTable {
 	return &jobTable{cfg: cfg, live: make(map[string]*job), trees: make(map[int]treeRoot)}
 }
 
-// addTree registers a long-lived tree; the returned func removes it.
-func (t *jobTable) addTree(root treeRoot) func() {
+// startTree starts cmd, a long-lived tree (the browser, a kernel) whose
+// environment carries marker, and registers it under t.mu, as start does
+// for a run: a sweep's scan that lists the new root mid-exec, before its
+// marker is readable, finds it among the others (othersOf waits for the
+// lock) and spares it. Registered after the start instead, such a root
+// could be taken for the sweeping run's orphan. The returned func removes
+// the registration.
+func (t *jobTable) startTree(cmd *exec.Cmd, marker string) (treeRoot, func(), error) {
 	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := cmd.Start(); err != nil {
+		return treeRoot{}, nil, err
+	}
+	root := rootOf(cmd.Process.Pid, marker)
 	t.trees[root.pid] = root
-	t.mu.Unlock()
-	return func() {
+	return root, func() {
 		t.mu.Lock()
 		delete(t.trees, root.pid)
 		t.mu.Unlock()
+	}, nil
+}
+
+// rootOf is the root of a tree just started: its pid, its start time
+// (so a reused pid is not taken for it) and its run marker.
+func rootOf(pid int, marker string) treeRoot {
+	root := treeRoot{pid: pid, marker: marker}
+	if p, ok := readProc(pid); ok {
+		root.start = p.start
 	}
+	return root
 }
 
 func newID() string {
@@ -199,10 +219,7 @@ func (t *jobTable) start(spec jobSpec) (*job, error) {
 	t.mu.Lock()
 	err := cmd.Start()
 	if err == nil {
-		j.root = treeRoot{pid: cmd.Process.Pid, marker: id}
-		if p, ok := readProc(cmd.Process.Pid); ok {
-			j.root.start = p.start
-		}
+		j.root = rootOf(cmd.Process.Pid, id)
 		t.live[id] = j
 	}
 	t.mu.Unlock()

@@ -120,7 +120,7 @@ func (t *kernelTable) start(ctx context.Context, lim *runLimits) (*kproc, error)
 		return nil, err
 	}
 	cmd.Stdin, cmd.Stdout = inR, outW
-	err = cmd.Start()
+	root, stop, err := t.s.jobs.startTree(cmd, id)
 	_ = inR.Close()
 	_ = outW.Close()
 	if err != nil {
@@ -128,11 +128,7 @@ func (t *kernelTable) start(ctx context.Context, lim *runLimits) (*kproc, error)
 		_ = outR.Close()
 		return nil, fmt.Errorf("start kernel driver: %w", err)
 	}
-	root := treeRoot{pid: cmd.Process.Pid, marker: id}
-	if p, ok := readProc(root.pid); ok {
-		root.start = p.start
-	}
-	k := &kproc{conn: kernel.New(inW, outR), root: root, done: make(chan struct{}), stop: t.s.jobs.addTree(root)}
+	k := &kproc{conn: kernel.New(inW, outR), root: root, done: make(chan struct{}), stop: stop}
 	go func() {
 		_ = cmd.Wait()
 		_ = inW.Close()

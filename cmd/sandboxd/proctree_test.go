@@ -228,3 +228,33 @@ func TestSweepSparesARunStartedDuringIt(t *testing.T) {
 		t.Error("the run started during the sweep was killed as the target's orphan")
 	}
 }
+
+// TestStartTreeRegistersIt: a long-lived tree (the browser, a kernel) is
+// among every run's others from the moment startTree returns until its
+// drop, so no run's sweep kills it; a start that fails registers nothing.
+func TestStartTreeRegistersIt(t *testing.T) {
+	jobs := newJobTable(config{})
+	if _, _, err := jobs.startTree(exec.Command("/nonexistent/chromium"), "browser-x"); err == nil {
+		t.Fatal("a start of a missing program succeeded")
+	}
+	if others := jobs.othersOf(treeRoot{pid: 1 << 30}); len(others) != 0 {
+		t.Fatalf("a failed start left %v registered", others)
+	}
+	cmd := exec.Command("sleep", "1000")
+	root, drop, err := jobs.startTree(cmd, "browser-y")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	p, ok := readProc(cmd.Process.Pid)
+	if !ok || root != (treeRoot{pid: cmd.Process.Pid, start: p.start, marker: "browser-y"}) {
+		t.Fatalf("root %+v, want pid %d, start %d, marker browser-y", root, cmd.Process.Pid, p.start)
+	}
+	if others := jobs.othersOf(treeRoot{pid: 1 << 30}); len(others) != 1 || others[0] != root {
+		t.Fatalf("others of a run after the start: %v, want [%v]", others, root)
+	}
+	drop()
+	if others := jobs.othersOf(treeRoot{pid: 1 << 30}); len(others) != 0 {
+		t.Fatalf("others after the drop: %v", others)
+	}
+}
