@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sandgate/sandgate/internal/procfs"
 )
 
 // leakCount is one reading of everything the gateway could leave behind,
@@ -247,20 +248,11 @@ func readProcs() procTable {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		s, err := procfs.ReadStat(pid)
 		if err != nil {
 			continue
 		}
-		i, j := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
-		if i < 0 || j < i {
-			continue
-		}
-		f := strings.Fields(string(b[j+1:]))
-		if len(f) < 2 {
-			continue
-		}
-		t.parent[pid], _ = strconv.Atoi(f[1])
-		t.comm[pid] = string(b[i+1 : j])
+		t.parent[pid], t.comm[pid] = s.PPID, s.Comm
 		t.uid[pid] = procUID(pid)
 	}
 	return t

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sandgate/sandgate/internal/procfs"
 )
 
 // deniedCommand is an execute the policy denies outright (risk CRITICAL):
@@ -264,21 +266,9 @@ func descendants(pid int) int {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
+		if s, err := procfs.ReadStat(p); err == nil {
+			parent[p] = s.PPID
 		}
-		// pid (comm) state ppid ...: comm may hold spaces, so cut at the last ')'.
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) < 2 {
-			continue
-		}
-		pp, _ := strconv.Atoi(f[1])
-		parent[p] = pp
 	}
 	n := 0
 	for p := range parent {

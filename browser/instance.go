@@ -1,7 +1,6 @@
 package browser
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -22,6 +21,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/remote"
 
+	"github.com/sandgate/sandgate/internal/procfs"
 	"github.com/sandgate/sandgate/policy"
 )
 
@@ -104,13 +104,8 @@ func (in *instance) responsive() bool {
 	if in.pid <= 0 {
 		return true
 	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(in.pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	// pid (comm) state ...: the state follows the last ')'.
-	i := bytes.LastIndexByte(b, ')')
-	return i > 0 && i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X'
+	s, err := procfs.ReadStat(in.pid)
+	return err == nil && !s.Gone()
 }
 
 // startExternal launches a headless Chromium for the session, pinned to a

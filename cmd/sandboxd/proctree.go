@@ -2,13 +2,14 @@ package main
 
 import (
 	"bytes"
-	"github.com/sandgate/sandgate/executors/process"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sandgate/sandgate/executors/process"
+	"github.com/sandgate/sandgate/internal/procfs"
 )
 
 // markerEnv is the variable every process of one run inherits. It lets the
@@ -28,37 +29,19 @@ type proc struct {
 // readProc parses /proc/<pid>/stat. ok is false for processes that are
 // gone or unreadable.
 func readProc(pid int) (p proc, ok bool) {
-	dir := "/proc/" + strconv.Itoa(pid)
-	b, err := os.ReadFile(dir + "/stat")
+	s, err := procfs.ReadStat(pid)
 	if err != nil {
 		return p, false
 	}
-	// The command name may contain spaces and parentheses: the fields
-	// start after the last ')'.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return p, false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	// f[0] is the state (field 3); ppid, pgrp, session follow;
-	// num_threads is field 20 (f[17]) and starttime field 22 (f[19]).
-	if len(f) < 20 {
-		return p, false
-	}
-	p.pid = pid
-	p.ppid, _ = strconv.Atoi(f[1])
-	p.pgid, _ = strconv.Atoi(f[2])
-	p.sid, _ = strconv.Atoi(f[3])
-	p.threads, _ = strconv.Atoi(f[17])
-	p.start, _ = strconv.ParseUint(f[19], 10, 64)
-	fi, err := os.Stat(dir)
+	p = proc{pid: pid, ppid: s.PPID, pgid: s.PGID, sid: s.SID, threads: s.Threads, start: s.Start}
+	fi, err := os.Stat("/proc/" + strconv.Itoa(pid))
 	if err != nil {
 		return p, false
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		p.uid = int(st.Uid)
 	}
-	return p, f[0] != "Z"
+	return p, !s.Gone()
 }
 
 // listProcs returns every live process this /proc shows.

@@ -8,13 +8,13 @@
 package ownerdir
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
+
+	"github.com/sandgate/sandgate/internal/procfs"
 )
 
 // ownerFile, in a directory, names the process that made it: its
@@ -77,19 +77,6 @@ func RemoveStale(parent, prefix string) {
 
 // procStart is the start time of process pid, in clock ticks since boot.
 func procStart(pid int) (uint64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	// pid (comm) state ppid ...: comm may hold spaces; field 22 is the
-	// 20th after the closing parenthesis.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 20 {
-		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	return strconv.ParseUint(f[19], 10, 64)
+	s, err := procfs.ReadStat(pid)
+	return s.Start, err
 }
