@@ -3,6 +3,7 @@ package subprocess
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -26,7 +27,15 @@ func TestMain(m *testing.M) {
 	case "gateway-warm":
 		os.Exit(helperGatewayWarm())
 	}
-	os.Exit(m.Run())
+	flag.Parse()
+	if os.Geteuid() == 0 && os.Getenv(rootlessChildEnv) == "" && selected("TestRootlessConformance") {
+		started.run = startRootless()
+	}
+	code := m.Run()
+	if r := takeRootless(); r != nil {
+		r.stop()
+	}
+	os.Exit(code)
 }
 
 const helperEnv = "SANDGATE_SUBPROCESS_TEST_HELPER"
