@@ -106,12 +106,16 @@ npm-deps:
 ## test-go: every package's tests with -race. TEST_P packages run at once
 ## (go test's -p, default GOMAXPROCS): each package spends much of its
 ## time waiting on containers, interpreters and loopback peers, so on a
-## 2-core machine four packages in flight keep both cores busy where two
-## would not. The packages that take longest start first (TEST_FIRST, then
-## the rest of ./... once each): go test starts packages in the order it is
-## given them, and a long package started last is the whole run's tail
-## (81 s of 498 on 2 cores).
-TEST_P ?= 4
+## 2-core machine several packages in flight keep both cores busy where
+## two would not. Five, because five packages take 3 to 5 minutes each
+## under this load (subprocess, docker, gvisor, aio, api): with four
+## slots the fifth started only when a slot freed and ran alone at the
+## end (CI 24: 415 s with 4, CI 25: 364 s with 5; the cores are busy
+## throughout with 5). The packages that take longest start first
+## (TEST_FIRST, then the rest of ./... once each): go test starts
+## packages in the order it is given them, and a long package started
+## last is the whole run's tail (81 s of 498 on 2 cores).
+TEST_P ?= 5
 TEST_FIRST ?= ./executors/subprocess ./executors/docker ./executors/gvisor ./executors/aio ./api ./e2e ./browser
 test-go:
 	$(GO) test -race -count=1 -p $(TEST_P) -timeout 30m $(TEST_FIRST) ./...
