@@ -87,6 +87,14 @@ func (w *approvalWatch) run() {
 			w.prog.send(w.ctx, time.Since(start).Seconds(), total, resolvedMessage(o))
 			return
 		case <-w.quit:
+			// A denial ends the call right after its decision, so both
+			// may be ready here, and select picks one at random: the
+			// decision is still told before the result.
+			select {
+			case o := <-w.onResolved:
+				w.prog.send(w.ctx, time.Since(start).Seconds(), total, resolvedMessage(o))
+			default:
+			}
 			return
 		case <-w.ctx.Done():
 			return
