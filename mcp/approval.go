@@ -32,6 +32,11 @@ type approvalWatch struct {
 	stopOnce   sync.Once
 }
 
+// testHookWatching runs once the watch has told the client it waits, as
+// it starts waiting for the decision: a test holds it there until the
+// call has ended, so that the decision and the end are both ready.
+var testHookWatching = func(*approvalWatch) {}
+
 func (s *Server) watchApproval(ctx context.Context, c *call, prog *progress) *approvalWatch {
 	w := &approvalWatch{s: s, c: c, ctx: ctx, prog: prog,
 		onPending: make(chan manager.ApprovalPending, 1), onResolved: make(chan confirm.Outcome, 1),
@@ -77,6 +82,7 @@ func (w *approvalWatch) run() {
 	endElicit := w.elicit(p, page)
 	defer endElicit()
 	w.prog.send(w.ctx, 0, total, waitingMessage(p, page, p.Deadline))
+	testHookWatching(w)
 	tick := time.NewTicker(w.s.cfg.ProgressInterval)
 	defer tick.Stop()
 	for {

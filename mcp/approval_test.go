@@ -194,3 +194,37 @@ func TestApprovalRefusals(t *testing.T) {
 		t.Errorf("a call without a progress token got %d notifications, %d elicitations", len(after), len(elicits))
 	}
 }
+
+// TestDenialToldWhenTheCallEndsWithIt: a denial ends the call right after
+// its decision. Held until the call has ended, the watch finds both the
+// decision and the end ready, and must still send "denied by" before the
+// result (select picks at random between ready cases, so a watch that
+// did not look for the decision at the end missed it half the time).
+func TestDenialToldWhenTheCallEndsWithIt(t *testing.T) {
+	testHookWatching = func(w *approvalWatch) { <-w.quit }
+	t.Cleanup(func() { testHookWatching = func(*approvalWatch) {} })
+	e := newEnv(t, envOpts{})
+	for i := range 8 {
+		probe := &clientProbe{}
+		cs := e.connect(agentTok, probe.options(false))
+		ch := callAsync(t, cs, "run_code", map[string]any{"code": highRisk})
+		pending := e.waitPending()
+		if _, err := e.hub.Decide(t.Context(), pending.ID, confirm.Approver{Name: "bob"}, confirm.Decision{Decision: "deny"}); err != nil {
+			t.Fatal(err)
+		}
+		if body := errorOf(t, await(t, ch)); body.Code != "approval_denied" {
+			t.Fatalf("call %d: %+v", i, body)
+		}
+		want := "approval " + pending.ID + ": denied by bob"
+		prog, _, _ := probe.snapshot()
+		for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); prog, _, _ = probe.snapshot() {
+			if len(prog) > 0 && prog[len(prog)-1].Message == want {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if len(prog) == 0 || prog[len(prog)-1].Message != want {
+			t.Fatalf("call %d: last progress of %d is not %q", i, len(prog), want)
+		}
+	}
+}
