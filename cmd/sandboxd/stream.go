@@ -24,6 +24,11 @@ type relay struct {
 	enc *json.Encoder
 	rc  *http.ResponseController
 	err error // the first write error: the caller is gone
+	// seq numbers the events this answer sends, 1, 2, … across both
+	// streams. The collector's own numbers skip where the queue merged
+	// chunks for a slow reader, and a reader takes a gap for a lost event
+	// (the gateway's and the aio executor's streams number theirs so too).
+	seq uint64
 }
 
 // newRelay returns a relay when x asks for a streamed answer, else nil.
@@ -71,7 +76,8 @@ func (rl *relay) send() {
 	chunks := rl.q.Take()
 	for _, c := range chunks {
 		if rl.err == nil {
-			rl.err = rl.enc.Encode(aiowire.StreamEvent{Seq: c.Seq, Stream: c.Stream.String(), Data: c.Data})
+			rl.seq++
+			rl.err = rl.enc.Encode(aiowire.StreamEvent{Seq: rl.seq, Stream: c.Stream.String(), Data: c.Data})
 		}
 	}
 	if len(chunks) > 0 && rl.err == nil {

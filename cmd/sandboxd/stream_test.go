@@ -8,14 +8,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sandgate/sandgate/executors/aio/aiowire"
 	"github.com/sandgate/sandgate/executors/executortest"
+	"github.com/sandgate/sandgate/executors/output"
 )
 
 // streamed is a streamed answer as a client sees it.
@@ -211,5 +214,37 @@ func TestStreamCallerGone(t *testing.T) {
 				t.Fatalf("processes still alive after the caller left: %v", left)
 			}
 		})
+	}
+}
+
+// TestRelayNumbersWhatItSends: chunks the queue merged for a slow reader
+// leave gaps in the collector's numbers (a merged chunk keeps its first
+// part's); the answer numbers the events it sends 1, 2, … all the same,
+// so a reader never takes a merge for a lost event.
+func TestRelayNumbersWhatItSends(t *testing.T) {
+	rec := httptest.NewRecorder()
+	rl := newRelay(&runExtension{Stream: true})
+	rl.enc, rl.rc = json.NewEncoder(rec), http.NewResponseController(rec)
+	tap := rl.tap()
+	for _, c := range []output.Chunk{
+		{Seq: 1, Stream: output.Stdout, Data: []byte("a")},
+		{Seq: 2, Stream: output.Stdout, Data: []byte("b")}, // joins seq 1: nothing was taken yet
+		{Seq: 3, Stream: output.Stderr, Data: []byte("e")},
+	} {
+		tap(c)
+	}
+	rl.send()
+	tap(output.Chunk{Seq: 4, Stream: output.Stdout, Data: []byte("c")})
+	rl.send()
+	var got []string
+	for dec := json.NewDecoder(rec.Body); dec.More(); {
+		var ev aiowire.StreamEvent
+		if err := dec.Decode(&ev); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%d %s %s", ev.Seq, ev.Stream, ev.Data))
+	}
+	if want := []string{"1 stdout ab", "2 stderr e", "3 stdout c"}; !slices.Equal(got, want) {
+		t.Errorf("events %q, want %q", got, want)
 	}
 }

@@ -55,7 +55,9 @@ const StreamMediaType = "application/x-ndjson"
 
 // StreamEvent is one line of a streamed answer: a chunk of output (Seq,
 // Stream, Data), as the server's output collector kept it (within
-// output_limit, in arrival order across both streams), or, on the last
+// output_limit, in arrival order across both streams, numbered 1, 2, …
+// across both; a reader that falls behind gets fewer, larger chunks),
+// or, on the last
 // line, Result: the envelope the call answers without streaming, whose
 // x_sandgate part stays the authoritative output. An answer that ends
 // without a Result line is a run whose outcome is unknown.
