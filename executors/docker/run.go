@@ -85,6 +85,8 @@ func (e *Executor) prepare(ctx context.Context, sh shape, labels map[string]stri
 // kernel.go).
 func (e *Executor) launch(ctx context.Context, sh shape, labels map[string]string, adjust func(*client.ContainerCreateOptions)) (*box, error) {
 	labels[labelBoot] = e.boot
+	nonce := newCreateNonce()
+	labels[labelCreate] = nonce
 	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.EngineTimeout)
 	defer cancel()
 	nf, err := e.netFilesMounts()
@@ -108,6 +110,7 @@ func (e *Executor) launch(ctx context.Context, sh shape, labels map[string]strin
 		if eb != nil {
 			eb.close()
 		}
+		e.sweepUnconfirmed(nonce)
 		return nil, e.engineError(ctx, "create", err)
 	}
 	b := &box{id: created.ID, shape: sh, egress: eb}
