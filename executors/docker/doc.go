@@ -196,6 +196,9 @@
 //   - A container orphaned by a gateway crash runs on (without network,
 //     within its limits) until the next start with the same instance reaps
 //     it.
+//   - A create whose answer is lost (the engine stopped mid-call) may
+//     still have made its container: it is found by its create's label
+//     once the engine answers again, within seconds (unconfirmed.go).
 //   - The program can forge its own exit status with a trailer of its own
 //     at the very end of stderr; it can only report a status it could have
 //     exited with anyway.
