@@ -3,6 +3,7 @@ package docker
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -85,7 +86,7 @@ func (e *Executor) prepare(ctx context.Context, sh shape, labels map[string]stri
 // kernel.go).
 func (e *Executor) launch(ctx context.Context, sh shape, labels map[string]string, adjust func(*client.ContainerCreateOptions)) (*box, error) {
 	labels[labelBoot] = e.boot
-	nonce := newCreateNonce()
+	nonce := rand.Text() // labelCreate: finds this create's container if its answer is lost
 	labels[labelCreate] = nonce
 	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.EngineTimeout)
 	defer cancel()

@@ -2,8 +2,6 @@ package docker
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"time"
 
 	"github.com/moby/moby/client"
@@ -28,13 +26,6 @@ var (
 	unconfirmedRetry  = 2 * time.Second
 	unconfirmedSettle = 5 * time.Second
 )
-
-// newCreateNonce is a fresh labelCreate value.
-func newCreateNonce() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
 
 // sweepUnconfirmed removes, in the background, the container of the
 // failed create call labelled nonce, if the engine made one.
