@@ -40,7 +40,8 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if status == http.StatusUnauthorized && w.Header().Get("WWW-Authenticate") == "" {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sandgate"`)
 	}
-	if body.Error.Code == errcode.PoolExhausted || body.Error.Code == errcode.ReplicaUnavailable {
+	if body.Error.Code == errcode.PoolExhausted || body.Error.Code == errcode.ReplicaUnavailable ||
+		body.Error.Code == errcode.SessionUnavailable {
 		w.Header().Set("Retry-After", "1") // busy, not broken: worth a retry
 	}
 	var limited *manager.RateLimitedError

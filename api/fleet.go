@@ -21,8 +21,6 @@ type Fleet interface {
 	// it. A non-nil error is the answer (nothing was written). A
 	// forwarded request is never forwarded again.
 	Route(w http.ResponseWriter, r *http.Request, key, requestID string, forwarded bool) (bool, error)
-	// Release forgets this replica's ownership of a deleted session.
-	Release(ctx context.Context, key string) error
 }
 
 func forwarded(ctx context.Context) bool {
@@ -59,21 +57,6 @@ func (s *Server) routed(h handlerFunc) handlerFunc {
 			return nil
 		}
 		return h(w, r)
-	}
-}
-
-// releaseSession forgets this replica's ownership of a deleted session.
-// A failure only leaves a row behind that the next claim takes over.
-func (s *Server) releaseSession(r *http.Request) {
-	if s.deps.Fleet == nil {
-		return
-	}
-	ref, err := s.deps.Manager.ResolveSession(principal(r), r.PathValue("id"))
-	if err != nil {
-		return
-	}
-	if err := s.deps.Fleet.Release(r.Context(), ref.Key); err != nil {
-		s.log.WarnContext(r.Context(), "release a deleted session in the registry", "err", err)
 	}
 }
 

@@ -19,9 +19,13 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	labels, err := labelQuery(r)
+	if err != nil {
+		return err
+	}
 	q := r.URL.Query()
 	page, err := s.deps.Manager.ListSessions(r.Context(), principal(r),
-		manager.SessionQuery{Tenant: q.Get("tenant"), Cursor: q.Get("cursor"), Limit: limit})
+		manager.SessionQuery{Tenant: q.Get("tenant"), Cursor: q.Get("cursor"), Limit: limit, Labels: labels})
 	if err != nil {
 		return err
 	}
@@ -43,7 +47,6 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request) error {
 	if err := s.deps.Manager.DeleteSession(r.Context(), principal(r), r.PathValue("id"), purge); err != nil {
 		return err
 	}
-	s.releaseSession(r)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

@@ -394,6 +394,11 @@ func TestOpenAPIResponses(t *testing.T) {
 
 	e.do("GET", "/v1/sessions", agentTok, nil)
 	e.do("GET", "/v1/sessions/s1", agentTok, nil)
+	e.do("POST", "/v1/sessions", agentTok, map[string]any{"id": "s2", "labels": map[string]string{"team": "a"}, "timeout_s": 300})
+	e.do("POST", "/v1/sessions", agentTok, map[string]any{"id": "s2"})      // 409
+	e.do("POST", "/v1/sessions", agentTok, map[string]any{"timeout_s": -1}) // 400
+	e.do("PATCH", "/v1/sessions/s2", agentTok, map[string]any{"timeout_s": 600})
+	e.do("GET", "/v1/sessions?label=team=a", agentTok, nil)
 	e.do("GET", "/v1/audit?limit=5", adminTok, nil)
 
 	call := e.runAsync("s2", highRisk)

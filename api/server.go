@@ -124,6 +124,8 @@ func (s *Server) routes() {
 	s.handleSession("POST /v1/sessions/{id}/execute", agent, s.execute)
 	s.handleSession("POST /v1/sessions/{id}/kernel/restart", agent, s.restartKernel)
 	s.handle("GET /v1/sessions", agentOrAdmin, s.listSessions)
+	s.handle("POST /v1/sessions", agent, s.createSession)
+	s.handleSession("PATCH /v1/sessions/{id}", agentOrAdmin, s.patchSession)
 	s.handleSession("GET /v1/sessions/{id}", agentOrAdmin, s.getSession)
 	s.handleSession("DELETE /v1/sessions/{id}", agentOrAdmin, s.deleteSession)
 

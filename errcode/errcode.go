@@ -73,6 +73,12 @@ const (
 	// that replica failed while answering a forwarded request (it may
 	// have run: its audit record says).
 	ReplicaUnavailable Code = "replica_unavailable"
+	// SessionUnavailable is 503 with Retry-After (issue 27): the replica
+	// that serves the session holds a live lease but does not answer, or
+	// the session registry cannot be read. Nothing ran, and no second
+	// copy of the session was started; the same request succeeds once
+	// the replica answers or its lease lapses and the session is adopted.
+	SessionUnavailable Code = "session_unavailable"
 	// InsufficientStorage is 507: the filesystem holding the workspaces
 	// is full (ENOSPC, issue 21). Not quota_exceeded: no limit of the
 	// client's was reached, the operator's disk was; the same request
@@ -107,6 +113,7 @@ var statuses = map[Code]int{
 	BrowserTimeout:      http.StatusGatewayTimeout,
 	NavigationFailed:    http.StatusBadGateway,
 	ReplicaUnavailable:  http.StatusServiceUnavailable,
+	SessionUnavailable:  http.StatusServiceUnavailable,
 }
 
 // Status is the HTTP status of c; unknown codes are 500.

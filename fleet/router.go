@@ -31,11 +31,11 @@ type Router struct {
 
 // Errors a routed request may end with.
 var (
-	errUnreachable = errcode.New(errcode.ReplicaUnavailable,
+	errUnreachable = errcode.New(errcode.SessionUnavailable,
 		"the replica serving this session does not answer and still holds its lease; retry shortly")
 	errForward  = errcode.New(errcode.ReplicaUnavailable, "the replica serving this session failed while answering")
 	errMoved    = errcode.New(errcode.ReplicaUnavailable, "this session moved to another replica; retry")
-	errRegistry = errcode.New(errcode.ReplicaUnavailable, "the session registry is unreachable")
+	errRegistry = errcode.New(errcode.SessionUnavailable, "the session registry is unreachable")
 )
 
 // NewRouter builds the Router of reg's replica.

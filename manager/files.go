@@ -73,11 +73,19 @@ func (m *Manager) fileOp(ctx context.Context, kind string, req FileRequest, op f
 					return err
 				}
 			}
-			return op(rec, ref.Key)
+			sess, owner, err := m.open(ctx, ref, OpenOptions{FrontEnd: frontEndOf(ctx), peek: kind != KindFileWrite && kind != KindFileEdit})
+			if err == nil && !owner.Local {
+				err = ErrSessionElsewhere
+			}
+			if err != nil {
+				return err
+			}
+			if err := op(rec, ref.Key); err != nil {
+				return err
+			}
+			sess.touch()
+			return nil
 		})
-	}
-	if err == nil {
-		m.sessions.touch(ref.Key)
 	}
 	if code, _, _ := errcode.Of(err); code == errcode.Internal && ctx.Err() != nil {
 		// The client went away (or the gateway is shutting down) mid-way.

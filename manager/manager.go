@@ -46,6 +46,12 @@ type Config struct {
 	// unavailable, although its probe passes, is held unavailable before
 	// it is probed again; default 10 s.
 	UnavailableHold time.Duration
+	// Replica names this process in session records when no Placement is
+	// wired; default "local", as the audit log names it.
+	Replica string
+	// ReapInterval is how often sessions are checked for expiry; default
+	// 1 s.
+	ReapInterval time.Duration
 }
 
 func (c *Config) applyDefaults() {
@@ -63,6 +69,12 @@ func (c *Config) applyDefaults() {
 	}
 	if c.UnavailableHold <= 0 {
 		c.UnavailableHold = 10 * time.Second
+	}
+	if c.Replica == "" {
+		c.Replica = audit.DefaultReplica
+	}
+	if c.ReapInterval <= 0 {
+		c.ReapInterval = time.Second
 	}
 }
 
@@ -88,6 +100,14 @@ type Deps struct {
 	// Resources are other per-session state (a browser, a pool instance)
 	// that DELETE /v1/sessions/{id} releases and GET shows.
 	Resources []SessionResource
+	// Sessions is the database session records live in (Start opens it);
+	// nil keeps them in memory.
+	Sessions SessionDB
+	// Placement is the fleet's session registry; nil serves every
+	// session here.
+	Placement Placement
+	// Events keeps and delivers lifecycle events; nil drops them.
+	Events EventSink
 }
 
 // EgressService gives one run its way to the egress proxy, bound to the
@@ -99,7 +119,11 @@ type EgressService interface {
 // SessionResource is per-session state outside the executors, wired
 // explicitly in main. Either function may be nil.
 type SessionResource struct {
-	Name     string
+	Name string
+	// Durable resources outlive this process (a DeerFlow sandbox's
+	// registration in the store): a shutdown leaves them, and only
+	// delete or expiry releases them.
+	Durable  bool
 	Release  func(ctx context.Context, sessionID string) error
 	Describe func(sessionID string) (any, bool)
 }
@@ -112,8 +136,17 @@ type Manager struct {
 	validator *validator.Validate
 	execs     map[string]executors.Executor
 	avail     *availability
-	sessions  *sessions
+	table     *sessionTable
+	store     *sessionStore // nil before Start
 	quotas    *quotas
+	// events feeds the EventSink (publish) until Close closes
+	// stopEvents; eventsDone closes once what was queued is handed on.
+	events     chan Event
+	stopEvents chan struct{}
+	eventsDone chan struct{}
+	// stopReap ends the expiry loop Start began; reapDone closes after.
+	stopReap context.CancelFunc
+	reapDone chan struct{}
 }
 
 // New checks the wiring and builds a Manager.
@@ -150,12 +183,17 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Manager{
+	m := &Manager{
 		cfg: cfg, deps: deps, log: log, validator: newValidator(), execs: execs,
-		avail:    newAvailability(deps.Executors, cfg.AvailabilityTTL, cfg.UnavailableHold),
-		sessions: newSessions(),
-		quotas:   newQuotas(cfg.Quotas),
-	}, nil
+		avail:  newAvailability(deps.Executors, cfg.AvailabilityTTL, cfg.UnavailableHold),
+		table:  newSessionTable(),
+		quotas: newQuotas(cfg.Quotas),
+	}
+	if deps.Events != nil {
+		m.events, m.stopEvents, m.eventsDone = make(chan Event, eventQueue), make(chan struct{}), make(chan struct{})
+		go m.publish()
+	}
+	return m, nil
 }
 
 // Mode is the security mode the manager reports to the policy.
@@ -167,11 +205,19 @@ func (m *Manager) Executors() []executors.Executor { return m.deps.Executors }
 // Close releases executor resources (warm containers, pools).
 func (m *Manager) Close(ctx context.Context) error {
 	m.avail.wait()
-	var errs []error
+	if m.stopReap != nil {
+		m.stopReap()
+		<-m.reapDone
+	}
+	errs := []error{m.shutdownSessions(ctx)}
 	for _, e := range m.deps.Executors {
 		if c, ok := e.(executors.Closer); ok {
 			errs = append(errs, c.Close(ctx))
 		}
+	}
+	if m.events != nil {
+		close(m.stopEvents)
+		<-m.eventsDone
 	}
 	return errors.Join(errs...)
 }

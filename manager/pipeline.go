@@ -107,7 +107,13 @@ type Evaluation struct {
 func (m *Manager) Run(ctx context.Context, req RunRequest) (res *RunResult, err error) {
 	start := time.Now()
 	rec := newRecord(req)
-	defer func() { m.finish(ctx, rec, res, err, start) }()
+	started := false
+	defer func() {
+		m.finish(ctx, rec, res, err, start)
+		if started {
+			m.emit(ctx, "run.finished", req.ref, runEventData(rec, rec.Outcome))
+		}
+	}()
 
 	if err := m.validate(&req); err != nil { // 1 validate
 		return nil, err
@@ -118,6 +124,10 @@ func (m *Manager) Run(ctx context.Context, req RunRequest) (res *RunResult, err 
 	rec.Tenant, rec.SessionID = req.ref.Tenant, req.ref.ID
 	release, err := m.admit(ctx, req.ref, opRun) // 1 the tenant's quotas
 	defer release()
+	if err != nil {
+		return nil, err
+	}
+	sess, err := m.local(ctx, req.ref) // 1 the session, served here
 	if err != nil {
 		return nil, err
 	}
@@ -153,12 +163,15 @@ func (m *Manager) Run(ctx context.Context, req RunRequest) (res *RunResult, err 
 	if err := m.auditAhead(ctx, rec, exec); err != nil { // 6 write ahead, so a crash cannot erase the run
 		return out, err
 	}
-	result, err := m.execute(ctx, exec, spec, decision) // 6 execute
+	started = true
+	m.emit(ctx, "run.started", req.ref, runEventData(rec, ""))
+	result, err := m.execute(ctx, sess, exec, spec, decision) // 6 execute
 	if err != nil {
 		recordDenial(rec, err)
 		return out, err
 	}
 	out.Result, out.SandboxType = result, string(exec.Kind())
+	m.held(ctx, sess, exec, result)
 	if result.Cell != nil && result.Cell.KernelRestarted {
 		setDetail(rec, "kernel_restarted", "true")
 	}
@@ -389,13 +402,13 @@ func recordDenial(rec *audit.Record, err error) {
 	}
 }
 
-func (m *Manager) execute(ctx context.Context, exec executors.Executor, spec executors.Spec, d policy.Decision) (executors.Result, error) {
+func (m *Manager) execute(ctx context.Context, sess *Session, exec executors.Executor, spec executors.Spec, d policy.Decision) (executors.Result, error) {
 	dir, err := m.deps.Workspaces.Ensure(ctx, spec.SessionID)
 	if err != nil {
 		return executors.Result{}, err
 	}
-	m.sessions.begin(spec.SessionID)
-	defer m.sessions.end(spec.SessionID, string(exec.Kind()))
+	sess.begin()
+	defer sess.end(string(exec.Kind()))
 	spec.WorkspaceDir, spec.UID, spec.GID = dir.Path, dir.UID, dir.GID
 	start := time.Now()
 	res, err := exec.Execute(ctx, spec)

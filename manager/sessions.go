@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"sync"
 	"time"
 
 	"github.com/sandgate/sandgate/audit"
@@ -14,100 +13,94 @@ import (
 )
 
 // SessionInfo is what GET /v1/sessions shows. Existence comes from the
-// workspace on disk (so sessions survive a restart); activity counters are
-// kept in memory since the last start.
+// workspace on disk (so sessions survive a restart) or the session's
+// record; activity counters are kept in memory by the replica that serves
+// it, since it took the session.
 type SessionInfo struct {
 	// ID is the session's name within its tenant; QualifiedID
 	// (tenant~name) names it across tenants, as admins need to.
 	ID          string    `json:"id"`
 	Tenant      string    `json:"tenant"`
 	QualifiedID string    `json:"qualified_id"`
+	State       string    `json:"state"`
 	CreatedAt   time.Time `json:"created_at"`
 	// LastActiveAt is the last run's start or end, or the last successful
 	// file operation, whichever is later.
-	LastActiveAt time.Time `json:"last_active_at,omitzero"`
-	Runs         int       `json:"runs"`
-	Running      int       `json:"running"`
-	LastExecutor string    `json:"last_executor,omitempty"`
+	LastActiveAt time.Time         `json:"last_active_at,omitzero"`
+	ExpiresAt    time.Time         `json:"expires_at,omitzero"`
+	IdleTimeoutS int64             `json:"idle_timeout_s,omitempty"`
+	Labels       map[string]string `json:"labels"`
+	Metadata     map[string]string `json:"metadata,omitempty"`
+	FrontEnd     string            `json:"front_end,omitempty"`
+	Client       string            `json:"client,omitempty"`
+	Runs         int               `json:"runs"`
+	Running      int               `json:"running"`
+	LastExecutor string            `json:"last_executor,omitempty"`
+	// Placement is where the session's state lives.
+	Placement *SessionPlacement `json:"placement,omitempty"`
+	// Moved says the session moved to this replica (its replica died, or
+	// restarted) and what was lost with the old one.
+	Moved *SessionMove `json:"moved,omitempty"`
 	// Resources describes live per-session state (e.g. "aio": the pool
 	// instance, "browser": the live backend).
 	Resources map[string]any `json:"resources,omitempty"`
 }
 
+// SessionPlacement is a session's placement as GET shows it.
+type SessionPlacement struct {
+	Replica string `json:"replica"`
+	// Held is what holds state for the session there: "kernel",
+	// "browser", "executor:<kind>".
+	Held []string `json:"held"`
+}
+
+// SessionMove describes a session's last move.
+type SessionMove struct {
+	From string    `json:"from"`
+	At   time.Time `json:"at"`
+	// Lost is what held state on the replica it left: a kernel's
+	// variables, a browser's pages, warm processes. Workspace files are
+	// never lost.
+	Lost []string `json:"lost"`
+}
+
 func infoOf(w workspace.Info) SessionInfo {
 	// A workspace from before tenants has no tenant: "~name" names it.
-	return SessionInfo{ID: w.Name, Tenant: w.Tenant, QualifiedID: w.Tenant + workspace.KeySep + w.Name, CreatedAt: w.Created}
+	return SessionInfo{ID: w.Name, Tenant: w.Tenant, QualifiedID: w.Tenant + workspace.KeySep + w.Name,
+		CreatedAt: w.Created, State: StateActive, Labels: map[string]string{}}
 }
 
-type sessionStats struct {
-	lastActive   time.Time
-	runs         int
-	running      int
-	lastExecutor string
-}
-
-// sessions holds per-session activity counters.
-type sessions struct {
-	mu    sync.Mutex
-	stats map[string]*sessionStats
-}
-
-func newSessions() *sessions { return &sessions{stats: make(map[string]*sessionStats)} }
-
-// statsLocked returns id's counters, creating them. Called with mu held.
-func (s *sessions) statsLocked(id string) *sessionStats {
-	st, ok := s.stats[id]
-	if !ok {
-		st = &sessionStats{}
-		s.stats[id] = st
+// fillRecord adds what a session's record says to info.
+func fillRecord(info *SessionInfo, r sessionRecord) {
+	info.State, info.Labels, info.Metadata = r.State, nonNilMap(r.Labels), r.Metadata
+	info.FrontEnd, info.Client, info.ExpiresAt = r.FrontEnd, r.Client, r.ExpiresAt
+	info.IdleTimeoutS = int64(r.IdleTimeout / time.Second)
+	if !r.CreatedAt.IsZero() {
+		info.CreatedAt = r.CreatedAt
 	}
-	return st
-}
-
-func (s *sessions) begin(id string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.statsLocked(id)
-	st.running++
-	st.lastActive = time.Now()
-}
-
-func (s *sessions) end(id, executor string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if st, ok := s.stats[id]; ok {
-		st.running--
-		st.runs++
-		st.lastExecutor = executor
-		st.lastActive = time.Now()
+	if r.Replica != "" {
+		info.Placement = &SessionPlacement{Replica: r.Replica, Held: nonNilSlice(r.Held)}
+	}
+	if r.MovedFrom != "" {
+		info.Moved = &SessionMove{From: r.MovedFrom, At: r.MovedAt, Lost: nonNilSlice(r.Lost)}
 	}
 }
 
-// touch records activity other than a run (a file operation): it moves
-// LastActiveAt and counts nothing, so an agent that only edits files keeps
-// its session looking alive to whoever reaps idle sessions.
-func (s *sessions) touch(id string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.statsLocked(id).lastActive = time.Now()
-}
-
-func (s *sessions) fill(info *SessionInfo) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// fill adds what this replica knows of a session it serves to info.
+func (t *sessionTable) fill(info *SessionInfo, now time.Time) {
 	key := info.ID // a workspace from before tenants
 	if info.Tenant != "" {
 		key = workspace.Key(info.Tenant, info.ID)
 	}
-	if st, ok := s.stats[key]; ok {
-		info.LastActiveAt, info.Runs, info.Running, info.LastExecutor = st.lastActive, st.runs, st.running, st.lastExecutor
+	s, ok := t.cached(key)
+	if !ok {
+		return
 	}
-}
-
-func (s *sessions) forget(id string) {
+	fillRecord(info, s.snapshot())
 	s.mu.Lock()
-	delete(s.stats, id)
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	info.LastActiveAt, info.Runs, info.Running, info.LastExecutor = s.lastActive, s.runs, s.running, s.lastExecutor
+	info.State = s.state(now)
 }
 
 // SessionPage is one page of sessions, ordered by tenant and name.
@@ -123,6 +116,9 @@ type SessionQuery struct {
 	// sees its own tenant's; naming another is not_found. An admin sees
 	// every tenant's when it is empty.
 	Tenant string
+	// Labels keeps the sessions that carry every one of these labels
+	// (GET /v1/sessions?label=k=v).
+	Labels map[string]string
 	// Cursor is a previous page's NextCursor: the qualified id of the last
 	// session it held.
 	Cursor string
@@ -147,7 +143,7 @@ func (m *Manager) ListSessions(ctx context.Context, p Principal, q SessionQuery)
 		m.refused(ctx, KindSessionList, p, own, err)
 		return SessionPage{}, err
 	}
-	all, err := m.visibleSessions(ctx, p, q.Tenant)
+	all, recs, err := m.visibleSessions(ctx, p, q.Tenant)
 	if err != nil {
 		return SessionPage{}, err
 	}
@@ -165,36 +161,77 @@ func (m *Manager) ListSessions(ctx context.Context, p Principal, q SessionQuery)
 	}
 	start := sort.Search(len(all), func(i int) bool { return q.Cursor == "" || after.Less(all[i]) })
 	page := SessionPage{Sessions: []SessionInfo{}}
+	now := time.Now()
 	for _, w := range all[start:] {
+		info := infoOf(w)
+		if r, ok := recs[workspace.Key(w.Tenant, w.Name)]; ok {
+			fillRecord(&info, r)
+		}
+		m.table.fill(&info, now)
+		if !hasLabels(info.Labels, q.Labels) {
+			continue
+		}
 		if len(page.Sessions) == q.Limit {
 			page.NextCursor = page.Sessions[q.Limit-1].QualifiedID
 			break
 		}
-		info := infoOf(w)
-		m.sessions.fill(&info)
 		page.Sessions = append(page.Sessions, info)
 	}
 	return page, nil
 }
 
-// visibleSessions is every workspace p may list, in List's order.
-func (m *Manager) visibleSessions(ctx context.Context, p Principal, tenant string) ([]workspace.Info, error) {
-	if p.Tenant == "" {
-		return nil, errNoTenant
+func hasLabels(have, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := have[k]; !ok || got != v {
+			return false
+		}
 	}
+	return true
+}
+
+// visibleSessions is every session p may list, in List's order: each
+// workspace, and each record without one yet (created, nothing written),
+// with the records by key.
+func (m *Manager) visibleSessions(ctx context.Context, p Principal, tenant string) ([]workspace.Info, map[string]sessionRecord, error) {
+	if p.Tenant == "" {
+		return nil, nil, errNoTenant
+	}
+	var ws []workspace.Info
+	var err error
 	switch {
 	case p.Role == RoleAdmin && tenant == "":
-		return m.deps.Workspaces.List(ctx)
+		ws, err = m.deps.Workspaces.List(ctx)
 	case p.Role == RoleAdmin:
-		return m.deps.Workspaces.ListTenant(ctx, tenant)
+		ws, err = m.deps.Workspaces.ListTenant(ctx, tenant)
 	case tenant == "" || tenant == p.Tenant:
-		return m.deps.Workspaces.ListTenant(ctx, p.Tenant)
+		tenant = p.Tenant
+		ws, err = m.deps.Workspaces.ListTenant(ctx, p.Tenant)
+	default:
+		return nil, nil, fmt.Errorf("%w: tenant %s", ErrNotFound, tenant)
 	}
-	return nil, fmt.Errorf("%w: tenant %s", ErrNotFound, tenant)
+	if err != nil {
+		return nil, nil, err
+	}
+	recs, err := m.store.list(ctx, tenant)
+	if err != nil {
+		return nil, nil, err
+	}
+	seen := map[string]bool{}
+	for _, w := range ws {
+		seen[workspace.Key(w.Tenant, w.Name)] = true
+	}
+	for key, r := range recs {
+		if !seen[key] && r.Tenant != "" {
+			ws = append(ws, workspace.Info{Tenant: r.Tenant, Name: r.Name, Created: r.CreatedAt})
+		}
+	}
+	sort.Slice(ws, func(i, j int) bool { return ws[i].Less(ws[j]) })
+	return ws, recs, nil
 }
 
 // Session describes one of the caller's sessions (any session, for an
-// admin).
+// admin). The front end forwards a request for a session another replica
+// serves there, so this is the serving replica's view.
 func (m *Manager) Session(ctx context.Context, p Principal, id string) (SessionInfo, error) {
 	ref, err := m.ResolveSession(p, id)
 	if err != nil {
@@ -204,12 +241,10 @@ func (m *Manager) Session(ctx context.Context, p Principal, id string) (SessionI
 		m.refused(ctx, KindSessionGet, p, ref, err)
 		return SessionInfo{}, err
 	}
-	w, err := m.deps.Workspaces.Get(ctx, ref.Key)
+	info, err := m.describe(ctx, ref)
 	if err != nil {
 		return SessionInfo{}, err
 	}
-	info := infoOf(w)
-	m.sessions.fill(&info)
 	for _, r := range m.deps.Resources {
 		if r.Describe == nil {
 			continue
@@ -221,6 +256,30 @@ func (m *Manager) Session(ctx context.Context, p Principal, id string) (SessionI
 			info.Resources[r.Name] = v
 		}
 	}
+	return info, nil
+}
+
+// describe is ref's SessionInfo: from its workspace, its record and this
+// replica's counters. A session with neither workspace nor record is
+// not_found.
+func (m *Manager) describe(ctx context.Context, ref SessionRef) (SessionInfo, error) {
+	w, werr := m.deps.Workspaces.Get(ctx, ref.Key)
+	rec, found, err := m.store.load(ctx, ref.Key)
+	if err != nil {
+		return SessionInfo{}, err
+	}
+	_, cached := m.table.cached(ref.Key)
+	if werr != nil && !found && !cached {
+		return SessionInfo{}, werr
+	}
+	if werr != nil {
+		w = workspace.Info{Tenant: ref.Tenant, Name: ref.ID, Created: rec.CreatedAt}
+	}
+	info := infoOf(w)
+	if found {
+		fillRecord(&info, rec)
+	}
+	m.table.fill(&info, time.Now())
 	return info, nil
 }
 
@@ -241,15 +300,31 @@ func (m *Manager) DeleteSession(ctx context.Context, p Principal, id string, pur
 		return err
 	}
 	rec.Tenant, rec.SessionID = ref.Tenant, ref.ID
-	return m.admitted(ctx, m.rateRef(p, ref), opRead, func() error { return m.deleteSession(ctx, ref, purge) })
+	return m.admitted(ctx, m.rateRef(p, ref), opRead, func() error {
+		return m.release(ctx, ref, releaseDelete, purge)
+	})
 }
 
-func (m *Manager) deleteSession(ctx context.Context, ref SessionRef, purge bool) error {
+// Why a session's resources are released.
+const (
+	releaseDelete   = "deleted"
+	releaseExpired  = "expired"
+	releaseShutdown = "shutdown"
+)
+
+// release is the one path that lets go of what a session holds: its
+// browser and other resources, each executor's state for it (warm
+// processes, kernels, pool instances, egress sockets), and its place in
+// the fleet. Delete, expiry and shutdown all come here. A deleted
+// session's record goes; an expired one's stays, in state expired, so
+// that its clients are told it expired; at shutdown the record stays as
+// it is and says what was held (the next start marks it lost).
+func (m *Manager) release(ctx context.Context, ref SessionRef, why string, purge bool) error {
 	var errs []error
 	// Resources first: a browser attached to the session's sandbox must let
 	// go before the sandbox itself is released.
 	for _, r := range m.deps.Resources {
-		if r.Release != nil {
+		if r.Release != nil && !(r.Durable && why == releaseShutdown) {
 			errs = append(errs, r.Release(ctx, ref.Key))
 		}
 	}
@@ -258,9 +333,45 @@ func (m *Manager) deleteSession(ctx context.Context, ref SessionRef, purge bool)
 			errs = append(errs, r.ReleaseSession(ctx, ref.Key))
 		}
 	}
-	m.sessions.forget(ref.Key)
+	if why == releaseShutdown {
+		return errors.Join(errs...)
+	}
+	errs = append(errs, m.settle(ctx, ref, why))
 	if purge {
 		errs = append(errs, m.deps.Workspaces.Remove(ctx, ref.Key))
+	}
+	m.emit(ctx, "session."+why, ref, nil)
+	return errors.Join(errs...)
+}
+
+// settle ends ref's record after its release: gone when deleted, marked
+// expired (holding nothing) when it expired; and its fleet ownership.
+func (m *Manager) settle(ctx context.Context, ref SessionRef, why string) error {
+	var errs []error
+	s, cached := m.table.cached(ref.Key)
+	m.table.drop(ref.Key)
+	switch why {
+	case releaseDelete:
+		errs = append(errs, m.store.remove(ctx, ref.Key))
+	case releaseExpired:
+		var r sessionRecord
+		if cached {
+			r = s.snapshot()
+		} else if loaded, ok, err := m.store.load(ctx, ref.Key); err != nil || !ok {
+			return err
+		} else {
+			r = loaded
+		}
+		r.State, r.Held = StateExpired, nil
+		errs = append(errs, m.store.save(ctx, r))
+		if cached {
+			s.mu.Lock()
+			s.rec.State, s.rec.Held = StateExpired, nil
+			s.mu.Unlock()
+		}
+	}
+	if m.deps.Placement != nil {
+		errs = append(errs, m.deps.Placement.Release(ctx, ref.Key))
 	}
 	return errors.Join(errs...)
 }

@@ -136,11 +136,19 @@ func (m *Manager) AdmitSession(ctx context.Context, p Principal, id, kind string
 		return SessionRef{}, func() {}, err
 	}
 	release, err := m.admit(ctx, ref, opCreate)
+	var s *Session
+	if err == nil {
+		s, err = m.local(ctx, ref)
+	}
 	if err != nil {
 		release()
 		m.refused(ctx, kind, p, ref, err)
 		return SessionRef{}, func() {}, err
 	}
+	if strings.HasPrefix(kind, "browser.") {
+		m.hold(ctx, s, HeldBrowser)
+	}
+	s.touch()
 	return ref, release, nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/confirm"
 	"github.com/sandgate/sandgate/fleet"
+	"github.com/sandgate/sandgate/manager"
 )
 
 // openStorage opens the database storage.driver names: the embedded SQLite
@@ -184,3 +185,23 @@ func (gw *gateway) approvalPeer() confirm.Peer {
 		return v, nil
 	}
 }
+
+// placement is the manager's view of the fleet's session registry (nil
+// on sqlite: every session is served here).
+func (gw *gateway) placement() manager.Placement {
+	if gw.replicas == nil {
+		return nil
+	}
+	return registryPlacement{gw.replicas}
+}
+
+type registryPlacement struct{ reg *fleet.Registry }
+
+func (p registryPlacement) Claim(ctx context.Context, key string) (manager.Owner, error) {
+	o, err := p.reg.Claim(ctx, key)
+	return manager.Owner{Local: o.Local, Replica: o.Replica, URL: o.URL, AdoptedFrom: o.AdoptedFrom}, err
+}
+
+func (p registryPlacement) Release(ctx context.Context, key string) error { return p.reg.Release(ctx, key) }
+
+func (p registryPlacement) Name() string { return p.reg.Name() }

@@ -159,15 +159,19 @@ func build(ctx context.Context, cfg Config, getenv func(string) string, stdout, 
 	deps := manager.Deps{
 		Assessor: assessor, Policy: gw.policy, Confirm: confirmer, Executors: execs, Workspaces: workspaces,
 		Audit: runAudit, Metrics: metrics, Logger: gw.log, Resources: gw.resources(),
+		Sessions: gw.audit, Placement: gw.placement(),
 	}
 	if gw.egress != nil { // a nil *Service in the interface would not read as "no proxy"
 		deps.Egress = gw.egress
 	}
 	gw.manager, err = manager.New(manager.Config{
 		Mode: cfg.Mode, MaxCodeBytes: cfg.Limits.MaxCodeBytes, DefaultTimeout: cfg.Limits.DefaultTimeout,
-		ApprovalTimeout: cfg.Approval.Timeout, Quotas: quotas,
+		ApprovalTimeout: cfg.Approval.Timeout, Quotas: quotas, Replica: replicaName(cfg.Storage),
 	}, deps)
 	if err != nil {
+		return nil, err
+	}
+	if err := gw.manager.Start(ctx); err != nil {
 		return nil, err
 	}
 	mcpServer, err := gw.mcpServer()

@@ -1,0 +1,296 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/executors"
+)
+
+// Event is one lifecycle event (DESIGN.md §13): session.*, run.*,
+// approval.*, egress.denied. Data carries digests and outcomes, never
+// code.
+type Event struct {
+	Type      string
+	Tenant    string
+	SessionID string
+	Data      map[string]any
+}
+
+// EventSink keeps and delivers lifecycle events (package events, wired in
+// main); nil drops them.
+type EventSink interface {
+	Publish(ctx context.Context, e Event) error
+}
+
+// eventQueue bounds the events waiting for the sink. Events are handed
+// to the sink by one goroutine, in order, off the request's path: a run
+// does not wait for the event log's commit. A full queue blocks the
+// emitter for at most eventWait before the event is dropped and logged.
+const (
+	eventQueue = 4096
+	eventWait  = time.Second
+)
+
+// emit hands an event to the sink.
+func (m *Manager) emit(ctx context.Context, typ string, ref SessionRef, data map[string]any) {
+	if m.deps.Events == nil {
+		return
+	}
+	e := Event{Type: typ, Tenant: ref.Tenant, SessionID: ref.ID, Data: data}
+	select {
+	case m.events <- e:
+		return
+	default:
+	}
+	t := time.NewTimer(eventWait)
+	defer t.Stop()
+	select {
+	case m.events <- e:
+	case <-t.C:
+		m.log.ErrorContext(ctx, "lifecycle event dropped: the event log is not keeping up", "type", typ, "session_id", ref.ID)
+	}
+}
+
+// publish hands queued events to the sink until Close, and then what is
+// still queued. An event emitted after Close waits eventWait and is
+// dropped, logged.
+func (m *Manager) publish() {
+	defer close(m.eventsDone)
+	for {
+		select {
+		case e := <-m.events:
+			m.publishOne(e)
+		case <-m.stopEvents:
+			for {
+				select {
+				case e := <-m.events:
+					m.publishOne(e)
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+func (m *Manager) publishOne(e Event) {
+	ctx, cancel := context.WithTimeout(context.Background(), auditWriteTimeout)
+	defer cancel()
+	if err := m.deps.Events.Publish(ctx, e); err != nil {
+		m.log.Error("lifecycle event not kept", "type", e.Type, "session_id", e.SessionID, "err", err)
+	}
+}
+
+// runEventData is what run.* events say of a run: its request, digest,
+// decision and outcome.
+func runEventData(rec *audit.Record, outcome string) map[string]any {
+	d := map[string]any{"request_id": rec.RequestID, "kind": rec.Kind, "language": rec.Language,
+		"code_sha256": rec.CodeSHA256, "action": rec.Action, "executor": rec.Executor}
+	if outcome != "" {
+		d["outcome"] = outcome
+		if rec.ExitCode != nil {
+			d["exit_code"] = *rec.ExitCode
+		}
+		d["duration_ms"] = rec.DurationMS
+	}
+	return d
+}
+
+// held records what a run left holding state for its session: its
+// kernel, or its executor's per-session state. A stateful run whose
+// kernel started afresh although the session had one on a process that
+// is gone says so (kernel_restarted), once.
+func (m *Manager) held(ctx context.Context, s *Session, exec executors.Executor, res executors.Result) {
+	if res.Cell != nil {
+		if !res.Cell.KernelRestarted && m.tell(ctx, s, HeldKernel) {
+			res.Cell.KernelRestarted = true
+		}
+		m.hold(ctx, s, HeldKernel)
+	}
+	if _, ok := exec.(executors.SessionReleaser); ok {
+		m.hold(ctx, s, heldExecutor(string(exec.Kind())))
+	}
+}
+
+// Start loads what this replica served before it stopped, marks what its
+// processes held as lost (none of them is alive: the session moved
+// nowhere, but its kernel, browser and warm processes are gone), and
+// starts the expiry of sessions whose TTL or idle timeout passes. Without
+// Start, sessions live in memory only and never expire.
+func (m *Manager) Start(ctx context.Context) error {
+	if m.deps.Sessions == nil {
+		return errors.New("manager: Start needs Deps.Sessions")
+	}
+	store, err := openSessionStore(ctx, m.deps.Sessions)
+	if err != nil {
+		return err
+	}
+	n, err := store.orphaned(ctx, m.replica())
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		m.log.WarnContext(ctx, "sessions this replica served before it stopped lost their process state",
+			"sessions", n, "replica", m.replica())
+	}
+	m.store = store
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	m.stopReap = cancel
+	m.reapDone = make(chan struct{})
+	go m.reap(rctx)
+	return nil
+}
+
+// reap expires sessions every Config.ReapInterval.
+func (m *Manager) reap(ctx context.Context) {
+	defer close(m.reapDone)
+	t := time.NewTicker(m.cfg.ReapInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			m.expireDue(ctx, now)
+		}
+	}
+}
+
+// expireDue releases every session served here whose TTL passed, or that
+// has had no request for its idle timeout, through the one release path.
+func (m *Manager) expireDue(ctx context.Context, now time.Time) {
+	recs, err := m.store.list(ctx, "")
+	if err != nil {
+		m.log.WarnContext(ctx, "session expiry: list sessions", "err", err)
+		return
+	}
+	for _, r := range recs {
+		if r.State != StateActive || (r.Replica != m.replica() && r.Replica != "") {
+			continue
+		}
+		last := r.CreatedAt
+		if s, ok := m.table.cached(r.Key); ok {
+			s.mu.Lock()
+			busy := s.running > 0
+			last = s.lastActive
+			s.mu.Unlock()
+			if busy {
+				continue // a run in flight ends first (its own timeout bounds it)
+			}
+		}
+		ttl := !r.ExpiresAt.IsZero() && now.After(r.ExpiresAt)
+		idle := r.IdleTimeout > 0 && now.Sub(last) > r.IdleTimeout
+		if !ttl && !idle {
+			continue
+		}
+		ref := SessionRef{Tenant: r.Tenant, ID: r.Name, Key: r.Key}
+		m.log.InfoContext(ctx, "session expired", "session_id", r.Name, "tenant", r.Tenant, "ttl", ttl, "idle", idle)
+		if err := m.release(ctx, ref, releaseExpired, false); err != nil {
+			m.log.WarnContext(ctx, "session expiry: release", "session_id", r.Name, "err", err)
+		}
+		m.recordExpiry(ctx, ref, ttl)
+	}
+}
+
+// KindSessionExpire is the audit kind of a session's expiry.
+const KindSessionExpire = "session.expire"
+
+func (m *Manager) recordExpiry(ctx context.Context, ref SessionRef, ttl bool) {
+	rec := &audit.Record{Kind: KindSessionExpire, Tenant: ref.Tenant, SessionID: ref.ID, Principal: "system:expiry"}
+	setDetail(rec, "ttl", strconv.FormatBool(ttl))
+	m.record(ctx, rec, audit.OutcomeOK, nil, time.Now())
+}
+
+// SessionPatch changes a session's timeouts (PATCH /v1/sessions/{id}).
+type SessionPatch struct {
+	// TimeoutS sets the TTL to end that many seconds from now, as E2B's
+	// setTimeout does; nil leaves it.
+	TimeoutS *int
+	// IdleTimeoutS sets the idle timeout; 0 removes it; nil leaves it.
+	IdleTimeoutS *int
+	// Labels replace the session's labels; nil leaves them.
+	Labels map[string]string
+}
+
+// PatchSession changes one of the caller's sessions.
+func (m *Manager) PatchSession(ctx context.Context, p Principal, id string, patch SessionPatch) (SessionInfo, error) {
+	ref, err := m.ResolveSession(p, id)
+	if err != nil {
+		return SessionInfo{}, err
+	}
+	if err := m.admitted(ctx, m.rateRef(p, ref), opRead, func() error { return nil }); err != nil {
+		return SessionInfo{}, err
+	}
+	s, err := m.local(WithSessionPeek(ctx), ref)
+	if err != nil {
+		return SessionInfo{}, err
+	}
+	if _, kept := m.table.cached(ref.Key); !kept {
+		return SessionInfo{}, errSessionNotFound
+	}
+	s.mu.Lock()
+	if patch.TimeoutS != nil {
+		s.rec.ExpiresAt = time.Now().Add(time.Duration(*patch.TimeoutS) * time.Second)
+	}
+	if patch.IdleTimeoutS != nil {
+		s.rec.IdleTimeout = time.Duration(*patch.IdleTimeoutS) * time.Second
+	}
+	if patch.Labels != nil {
+		s.rec.Labels = patch.Labels
+	}
+	rec := s.rec
+	rec.Held = slices.Clone(rec.Held)
+	s.mu.Unlock()
+	if err := m.store.save(ctx, rec); err != nil {
+		return SessionInfo{}, err
+	}
+	m.emit(ctx, "session.updated", ref, map[string]any{"expires_at": rec.ExpiresAt})
+	return m.describe(ctx, ref)
+}
+
+// CreateSession creates a session explicitly (POST /v1/sessions): id must
+// not name a live session of the caller's tenant.
+func (m *Manager) CreateSession(ctx context.Context, p Principal, id string, o OpenOptions) (SessionInfo, Owner, error) {
+	o.Create = true
+	ref, err := m.ResolveSession(p, id)
+	if err != nil {
+		return SessionInfo{}, Owner{}, err
+	}
+	release, err := m.admit(ctx, ref, opCreate)
+	defer release()
+	if err != nil {
+		return SessionInfo{}, Owner{}, err
+	}
+	_, owner, err := m.open(ctx, ref, o)
+	if err != nil || !owner.Local {
+		return SessionInfo{}, owner, err
+	}
+	if _, err := m.deps.Workspaces.Ensure(ctx, ref.Key); err != nil {
+		return SessionInfo{}, owner, err
+	}
+	info, err := m.describe(ctx, ref)
+	return info, owner, err
+}
+
+type peekKey struct{}
+
+// WithSessionPeek makes the manager open sessions without creating
+// them.
+func WithSessionPeek(ctx context.Context) context.Context {
+	return context.WithValue(ctx, peekKey{}, true)
+}
+
+// Shutdown releases the state every session served here holds (the
+// gateway is stopping), leaving their records to say what they held.
+func (m *Manager) shutdownSessions(ctx context.Context) error {
+	var errs []error
+	for _, s := range m.table.all() {
+		errs = append(errs, m.release(ctx, s.Ref(), releaseShutdown, false))
+	}
+	return errors.Join(errs...)
+}
