@@ -41,6 +41,8 @@ type BrowserDecision struct {
 	Action         string   `json:"action"`
 	Reasons        []Reason `json:"reasons"`
 	PolicyRevision string   `json:"policy_revision"`
+	// DecisionID is as in Decision.
+	DecisionID string `json:"decision_id,omitempty"`
 }
 
 // Allowed reports whether the request may proceed.
@@ -71,13 +73,21 @@ func strings2any(ss []string) []any {
 
 // DecideBrowser evaluates data.sandgate.browser.decision. Like Decide it
 // never errors: every failure, and a tree without the browser package, is a
-// deny.
+// deny. It is logged like Decide.
 func (e *Engine) DecideBrowser(ctx context.Context, in BrowserInput) BrowserDecision {
 	c := e.cur.Load()
+	input := in.Map()
+	d := e.decideBrowser(ctx, c, input)
+	d.DecisionID = newDecisionID()
+	e.logDecision(logEvent{id: d.DecisionID, path: browserLogPath, input: input, result: d, c: c})
+	return d
+}
+
+func (e *Engine) decideBrowser(ctx context.Context, c *compiled, input map[string]any) BrowserDecision {
 	if c == nil {
 		return BrowserDecision{Action: ActionDeny, Reasons: []Reason{{Code: ReasonNotLoaded, Message: "no policy is loaded"}}}
 	}
-	v, failed := e.eval(ctx, c, c.browser, rego.EvalInput(in.Map()))
+	v, failed := e.eval(ctx, c, c.browser, rego.EvalInput(input))
 	if failed != nil {
 		return BrowserDecision{Action: ActionDeny, Reasons: failed.Reasons, PolicyRevision: c.revision}
 	}

@@ -41,6 +41,8 @@ type EgressDecision struct {
 	Rule           string   `json:"rule"`
 	Reasons        []Reason `json:"reasons"`
 	PolicyRevision string   `json:"policy_revision"`
+	// DecisionID is as in Decision.
+	DecisionID string `json:"decision_id,omitempty"`
 }
 
 // Allowed reports whether the connection may proceed without approval.
@@ -58,13 +60,21 @@ func (in EgressInput) Map() map[string]any {
 
 // DecideEgress evaluates data.sandgate.egress.decision. Like Decide it
 // never errors: every failure, and a tree without the egress package, is a
-// deny.
+// deny. It is logged like Decide.
 func (e *Engine) DecideEgress(ctx context.Context, in EgressInput) EgressDecision {
 	c := e.cur.Load()
+	input := in.Map()
+	d := e.decideEgress(ctx, c, input)
+	d.DecisionID = newDecisionID()
+	e.logDecision(logEvent{id: d.DecisionID, path: egressLogPath, input: input, result: d, c: c})
+	return d
+}
+
+func (e *Engine) decideEgress(ctx context.Context, c *compiled, input map[string]any) EgressDecision {
 	if c == nil {
 		return EgressDecision{Action: ActionDeny, Rule: ReasonNotLoaded, Reasons: []Reason{{Code: ReasonNotLoaded, Message: "no policy is loaded"}}}
 	}
-	v, failed := e.eval(ctx, c, c.egress, rego.EvalInput(in.Map()))
+	v, failed := e.eval(ctx, c, c.egress, rego.EvalInput(input))
 	if failed != nil {
 		return EgressDecision{Action: ActionDeny, Rule: failed.Reasons[0].Code, Reasons: failed.Reasons, PolicyRevision: c.revision}
 	}

@@ -31,6 +31,27 @@ type Options struct {
 	// EvalTimeout bounds each evaluation; zero means DefaultEvalTimeout.
 	EvalTimeout time.Duration
 	Logger      *slog.Logger
+
+	// Source is where the policy comes from: SourceFolder (or empty, the
+	// default: Dir, FS or the embedded tree, as before) or SourceBundle
+	// (OPA bundle services; Dir and FS are then ignored).
+	Source string
+	// OPAConfig is OPA's own configuration document, JSON or YAML, as
+	// `opa run --config-file` reads it: services, keys, bundles (with
+	// signing, polling, persist), decision_logs, status, labels. Empty
+	// with SourceFolder means no OPA plugin runs, which is the default
+	// behaviour. With SourceFolder it may configure decision_logs and
+	// status but not bundles; SourceBundle requires bundles.
+	OPAConfig []byte
+	// PersistDir is OPA's persistence_directory: where a bundle with
+	// `persist: true` is kept, so a restart with the bundle server down
+	// starts on the last activated bundle. Empty: OPAConfig's
+	// persistence_directory, else OPA's default (.opa in the working
+	// directory).
+	PersistDir string
+	// InstanceID is OPA's instance id: labels.id in status reports and
+	// decision logs. Empty: a random one per process.
+	InstanceID string
 }
 
 // Status is what GET /v1/policy shows.
@@ -45,6 +66,17 @@ type Status struct {
 	LastErrorAt  time.Time `json:"last_error_at,omitzero"`
 	Reloads      uint64    `json:"reloads"`
 	ReloadErrors uint64    `json:"reload_errors"`
+	// Bundles is OPA's report of every configured bundle (source bundle):
+	// the active revision, the last request, download and activation, and
+	// the error of the last refused bundle (code bundle_error), as OPA's
+	// status API shows them.
+	Bundles map[string]BundleStatus `json:"bundles,omitempty"`
+	// Plugins is the state of each OPA plugin that runs (bundle,
+	// decision_logs, status, discovery): OK, NOT_READY, WARN or ERROR.
+	Plugins map[string]string `json:"plugins,omitempty"`
+	// DecisionLogs counts decisions handed to OPA's decision-log plugin
+	// and those it could not take; absent when decision logs are off.
+	DecisionLogs *DecisionLogStats `json:"decision_logs,omitempty"`
 }
 
 // Engine holds the prepared policy. Decide is safe for concurrent use;
@@ -53,7 +85,9 @@ type Status struct {
 type Engine struct {
 	fsys        fs.FS
 	source      string
-	dir         string // set only for a disk directory, the one thing Watch can watch
+	sourceKind  string      // SourceFolder or SourceBundle
+	opa         *opaRuntime // nil when OPAConfig is empty
+	dir         string      // set only for a disk directory, the one thing Watch can watch
 	evalTimeout time.Duration
 	log         *slog.Logger
 	schemas     *ast.SchemaSet
@@ -73,8 +107,12 @@ type Engine struct {
 // New loads and prepares the policy. A policy that does not load is an error
 // here: refusing to start is the visible, fail-closed choice.
 func New(ctx context.Context, opts Options) (*Engine, error) {
-	e := &Engine{evalTimeout: opts.EvalTimeout, log: opts.Logger}
+	e := &Engine{evalTimeout: opts.EvalTimeout, log: opts.Logger, sourceKind: SourceFolder}
 	switch {
+	case opts.Source == SourceBundle:
+		e.sourceKind, e.source = SourceBundle, "bundle"
+	case opts.Source != "" && opts.Source != SourceFolder:
+		return nil, fmt.Errorf("%w: unknown policy source %q", ErrConfig, opts.Source)
 	case opts.Dir != "":
 		if _, err := os.Stat(opts.Dir); err != nil {
 			return nil, fmt.Errorf("policy dir: %w", err)
@@ -95,12 +133,42 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	if e.schemas, err = loadSchemas(); err != nil {
 		return nil, fmt.Errorf("policy schemas: %w", err)
 	}
+	if e.sourceKind == SourceBundle {
+		// No revision is in force until a bundle activates (a persisted
+		// one activates inside startOPA): until then every decision is a
+		// deny (policy.not_loaded) and Status has no revision, so /readyz
+		// says not ready.
+		if err := e.startOPA(ctx, opts); err != nil {
+			return nil, err
+		}
+		return e, nil
+	}
 	c, err := compileTree(ctx, e.fsys, e.schemas)
 	if err != nil {
 		return nil, err
 	}
 	e.cur.Store(c)
+	if len(opts.OPAConfig) > 0 {
+		if err := e.startOPA(ctx, opts); err != nil {
+			return nil, err
+		}
+		if err := e.opa.mirror(ctx, c, e.schemas); err != nil {
+			e.opa.stop(ctx)
+			return nil, err
+		}
+	}
 	return e, nil
+}
+
+// Close stops OPA's plugins, if any run: decision logs still buffered and
+// the last status report are uploaded first, within ctx (or ten seconds
+// when ctx has no deadline). The engine still decides afterwards, without
+// logging. Close is for shutdown, after the last request.
+func (e *Engine) Close(ctx context.Context) error {
+	if e.opa != nil {
+		e.opa.stop(ctx)
+	}
+	return nil
 }
 
 // Reload re-reads and re-prepares the policy tree. On failure the last good
@@ -112,24 +180,54 @@ func (e *Engine) Reload(ctx context.Context) (Status, error) {
 }
 
 func (e *Engine) reloadLocked(ctx context.Context) (Status, error) {
+	if e.sourceKind == SourceBundle {
+		return e.statusLocked(), ErrBundleReload
+	}
 	c, err := compileTree(ctx, e.fsys, e.schemas)
+	if err == nil && e.opa != nil {
+		err = e.opa.mirror(ctx, c, e.schemas)
+	}
 	if err != nil {
 		e.reloadErrors++
 		e.lastErr, e.lastErrAt = err, time.Now()
 		e.log.Error("policy reload rejected; last good revision stays in force",
-			"revision", e.cur.Load().revision, "err", err)
+			"revision", e.revisionLocked(), "err", err)
 		return e.statusLocked(), err
 	}
+	e.swapLocked(c)
+	e.lastFailRev = ""
+	return e.statusLocked(), nil
+}
+
+// ErrBundleReload is Reload's answer when the policy comes from bundles:
+// OPA's bundle plugin polls the server, and a reload on demand would race
+// it.
+var ErrBundleReload = errors.New("policy: the policy comes from bundles; the bundle plugin polls for new revisions")
+
+// swapLocked puts c in force and tells the OnReload listeners when the
+// revision changed.
+func (e *Engine) swapLocked(c *compiled) {
 	prev := e.cur.Swap(c)
 	e.reloads++
-	e.lastErr, e.lastErrAt, e.lastFailRev = nil, time.Time{}, ""
-	if prev.revision != c.revision {
-		e.log.Info("policy reloaded", "revision", c.revision, "previous", prev.revision, "files", len(c.files))
+	e.lastErr, e.lastErrAt = nil, time.Time{}
+	prevRev := ""
+	if prev != nil {
+		prevRev = prev.revision
+	}
+	if prevRev != c.revision {
+		e.log.Info("policy reloaded", "revision", c.revision, "previous", prevRev, "files", len(c.files))
 		for _, fn := range e.onReload {
 			fn(c.revision)
 		}
 	}
-	return e.statusLocked(), nil
+}
+
+// revisionLocked is the revision in force, "" before the first.
+func (e *Engine) revisionLocked() string {
+	if c := e.cur.Load(); c != nil {
+		return c.revision
+	}
+	return ""
 }
 
 // OnReload registers fn to be called after every reload that changes the
@@ -151,43 +249,65 @@ func (e *Engine) Status() Status {
 }
 
 func (e *Engine) statusLocked() Status {
-	c := e.cur.Load()
-	s := Status{
-		Revision: c.revision, Source: e.source, Files: append([]string(nil), c.files...),
-		LoadedAt: c.loadedAt, LastErrorAt: e.lastErrAt, Reloads: e.reloads, ReloadErrors: e.reloadErrors,
+	s := Status{Source: e.source, LastErrorAt: e.lastErrAt, Reloads: e.reloads, ReloadErrors: e.reloadErrors}
+	if c := e.cur.Load(); c != nil {
+		s.Revision, s.Files, s.LoadedAt = c.revision, append([]string(nil), c.files...), c.loadedAt
 	}
 	if e.lastErr != nil {
 		s.LastError = e.lastErr.Error()
 	}
+	if e.opa != nil {
+		s.Bundles = e.opa.bundleStatuses()
+		s.Plugins = e.opa.pluginStates()
+		if e.opa.logger != nil {
+			st := e.opa.logger.stats()
+			s.DecisionLogs = &st
+		}
+	}
 	return s
 }
 
-// Revision is the content hash of the policy in force.
-func (e *Engine) Revision() string { return e.cur.Load().revision }
+// Revision is the content hash of the policy in force, "" while a bundle
+// source has activated none.
+func (e *Engine) Revision() string {
+	if c := e.cur.Load(); c != nil {
+		return c.revision
+	}
+	return ""
+}
 
 // Decide evaluates the decision for in. It never returns an error: every
-// failure is a deny with a reason code naming it (fail closed).
+// failure is a deny with a reason code naming it (fail closed). Every
+// decision has a fresh DecisionID, and goes to the decision log when one
+// is configured.
 func (e *Engine) Decide(ctx context.Context, in Input) Decision {
 	c := e.cur.Load()
+	input, d := e.decide(ctx, c, in)
+	d.DecisionID = newDecisionID()
+	e.logDecision(logEvent{id: d.DecisionID, path: execLogPath, inputAST: input, result: d, c: c})
+	return d
+}
+
+func (e *Engine) decide(ctx context.Context, c *compiled, in Input) (ast.Value, Decision) {
 	if c == nil {
-		return deny("", ReasonNotLoaded, "no policy is loaded")
+		return nil, deny("", ReasonNotLoaded, "no policy is loaded")
 	}
 	input, err := in.value(&e.executors)
 	if err != nil {
 		e.log.Error("policy input", "err", err)
-		return deny(c.revision, ReasonEvalError, "policy evaluation failed")
+		return nil, deny(c.revision, ReasonEvalError, "policy evaluation failed")
 	}
 	v, failed := e.eval(ctx, c, c.exec, rego.EvalParsedInput(input))
 	if failed != nil {
-		return *failed
+		return input, *failed
 	}
 	d, err := parseDecision(v)
 	if err != nil {
 		e.log.Error("policy decision rejected", "revision", c.revision, "err", err)
-		return deny(c.revision, ReasonInvalidDecision, "the policy produced an invalid decision")
+		return input, deny(c.revision, ReasonInvalidDecision, "the policy produced an invalid decision")
 	}
 	d.PolicyRevision = c.revision
-	return d
+	return input, d
 }
 
 // eval runs one prepared query under the evaluation bound. It returns the

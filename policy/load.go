@@ -46,6 +46,15 @@ type compiled struct {
 	revision string
 	files    []string
 	loadedAt time.Time
+	// bundles is the manifest revision of each OPA bundle the revision
+	// was built from (empty for a folder): decision logs carry it.
+	bundles map[string]string
+	// modules, sources and data are what was compiled, kept so a folder's
+	// policy can be mirrored into OPA's plugin manager (its decision-log
+	// mask rules live there). sources is empty for bundles.
+	modules map[string]*ast.Module
+	sources map[string][]byte
+	data    map[string]any
 }
 
 // policyFile is one file of the tree, read once and used for both the
@@ -192,6 +201,25 @@ func compileTree(ctx context.Context, fsys fs.FS, schemas *ast.SchemaSet) (*comp
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidPolicy, err)
 	}
+	c, err := compileParsed(ctx, modules, data, schemas)
+	if err != nil {
+		return nil, err
+	}
+	c.revision = revisionOf(files)
+	c.sources = make(map[string][]byte, len(files))
+	for _, f := range files {
+		c.files = append(c.files, f.path)
+		if strings.HasSuffix(f.path, ".rego") {
+			c.sources[f.path] = f.content
+		}
+	}
+	return c, nil
+}
+
+// compileParsed checks and prepares parsed modules over data, wherever they
+// came from (a folder or an OPA bundle). The caller sets the revision and
+// the file list.
+func compileParsed(ctx context.Context, modules map[string]*ast.Module, data map[string]any, schemas *ast.SchemaSet) (*compiled, error) {
 	if !definesRule(modules, "sandgate.exec", "decision") {
 		return nil, fmt.Errorf("%w: no rule %s", ErrInvalidPolicy, ExecQuery)
 	}
@@ -214,22 +242,19 @@ func compileTree(ctx context.Context, fsys fs.FS, schemas *ast.SchemaSet) (*comp
 		}
 		return pq, nil
 	}
-	c := &compiled{revision: revisionOf(files), loadedAt: time.Now()}
-	var err2 error
-	if c.exec, err2 = prepare(ExecQuery); err2 != nil {
-		return nil, err2
+	c := &compiled{loadedAt: time.Now(), modules: modules, data: data}
+	var err error
+	if c.exec, err = prepare(ExecQuery); err != nil {
+		return nil, err
 	}
 	// A tree without sandgate.browser still loads: its browser decisions
 	// are undefined, which Decide turns into deny.
-	if c.browser, err2 = prepare(BrowserQuery); err2 != nil {
-		return nil, err2
+	if c.browser, err = prepare(BrowserQuery); err != nil {
+		return nil, err
 	}
 	// Likewise without sandgate.egress: every connection is denied.
-	if c.egress, err2 = prepare(EgressQuery); err2 != nil {
-		return nil, err2
-	}
-	for _, f := range files {
-		c.files = append(c.files, f.path)
+	if c.egress, err = prepare(EgressQuery); err != nil {
+		return nil, err
 	}
 	return c, nil
 }

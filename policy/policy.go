@@ -51,6 +51,10 @@ type Decision struct {
 	Reasons        []Reason    `json:"reasons"`
 	Obligations    Obligations `json:"obligations"`
 	PolicyRevision string      `json:"policy_revision"`
+	// DecisionID names this one decision, as OPA's decision_id does: the
+	// decision-log event carries it, and the audit record should too, so
+	// the two join.
+	DecisionID string `json:"decision_id,omitempty"`
 }
 
 // Reason explains a decision with a stable code and a human message.

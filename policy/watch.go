@@ -94,7 +94,7 @@ func (e *Engine) reloadIfChanged(ctx context.Context) {
 	rev := revisionOf(files)
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if rev == e.cur.Load().revision || rev == e.lastFailRev {
+	if rev == e.revisionLocked() || rev == e.lastFailRev {
 		return
 	}
 	if _, err := e.reloadLocked(ctx); err != nil {
