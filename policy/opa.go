@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -58,6 +59,8 @@ type opaRuntime struct {
 
 	mu      sync.Mutex
 	bundles map[string]bundleplugin.Status
+	// stopping: downloads cancelled by Close are not refusals.
+	stopping atomic.Bool
 
 	logger *decisionLogger // nil without a decision_logs section
 }
@@ -171,6 +174,9 @@ func (e *Engine) startOPA(ctx context.Context, opts Options) error {
 // current.
 func (e *Engine) onBundleStatus(st map[string]*bundleplugin.Status) {
 	r := e.opa
+	if r.stopping.Load() {
+		return
+	}
 	var failed []string
 	r.mu.Lock()
 	for name, s := range st {
@@ -191,7 +197,7 @@ func (e *Engine) onBundleStatus(st map[string]*bundleplugin.Status) {
 	if e.lastErr == nil || e.lastErr.Error() != msg {
 		e.reloadErrors++
 		e.lastErr, e.lastErrAt = errors.New(msg), time.Now()
-		e.log.Error("policy bundle refused; last good revision stays in force",
+		e.log.Error("policy bundle not activated; last good revision stays in force",
 			"revision", e.revisionLocked(), "err", e.lastErr)
 	}
 }
@@ -426,6 +432,7 @@ func (r *opaRuntime) mirror(ctx context.Context, c *compiled, schemas *ast.Schem
 // stop flushes decision logs and the last status report, then stops the
 // plugins.
 func (r *opaRuntime) stop(ctx context.Context) {
+	r.stopping.Store(true)
 	if r.logger != nil {
 		r.logger.close(ctx)
 	}
