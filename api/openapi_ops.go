@@ -184,7 +184,9 @@ func mcpOperations() []op {
 				ok: 200, okBody: sch("ProtectedResourceMetadata", nil)})
 		}
 	}
-	return out
+	return append(out, op{method: "POST", path: mcpForwardPath, id: "mcpForwardedCall", tag: "mcp", roles: rolesAgent,
+		summary: "Replica to replica: a tool call forwarded to the replica serving its session (signed with the fleet key; 404 otherwise)",
+		ok:      200, okMedia: "application/x-ndjson", errs: []int{400, 401, 403, 404}})
 }
 
 func deerflowOperations() []op {

@@ -29,6 +29,9 @@ type stubMCP struct{}
 func (stubMCP) ServeMCP(http.ResponseWriter, *http.Request, manager.Principal) error { return nil }
 func (stubMCP) ServeMetadata(http.ResponseWriter, *http.Request)                     {}
 func (stubMCP) MetadataURL(*http.Request) string                                     { return "" }
+func (stubMCP) ServeForwarded(http.ResponseWriter, *http.Request, manager.Principal, string) error {
+	return nil
+}
 
 // docOps returns the document's operations as "METHOD /path" keys.
 func docOps(t *testing.T) map[string]op {

@@ -19,6 +19,9 @@ type MCPServer interface {
 	ServeMetadata(w http.ResponseWriter, r *http.Request)
 	// MetadataURL is the metadata's absolute URL as r sees the gateway.
 	MetadataURL(r *http.Request) string
+	// ServeForwarded runs a tool call another replica forwarded (a
+	// verified hop), authenticated as p from the client's credential.
+	ServeForwarded(w http.ResponseWriter, r *http.Request, p manager.Principal, requestID string) error
 }
 
 // Paths of the MCP endpoint. The metadata lives where RFC 9728 §3.1 puts
@@ -28,6 +31,7 @@ const (
 	mcpPath         = "/mcp"
 	mcpMetadataPath = "/.well-known/oauth-protected-resource/mcp"
 	rootMetadata    = "/.well-known/oauth-protected-resource"
+	mcpForwardPath  = "/v1/fleet/mcp/call"
 )
 
 func (s *Server) mcpRoutes() {
@@ -45,6 +49,12 @@ func (s *Server) mcpRoutes() {
 		}
 		return err
 	}))
+	s.handle("POST "+mcpForwardPath, []Role{RoleAgent}, func(w http.ResponseWriter, r *http.Request) error {
+		if !forwarded(r.Context()) {
+			return errNotFound // only a replica of the fleet, with a verified hop, calls it
+		}
+		return s.deps.MCP.ServeForwarded(w, r, principal(r), requestID(r.Context()))
+	})
 	meta := http.HandlerFunc(s.deps.MCP.ServeMetadata)
 	for _, p := range []string{mcpMetadataPath, rootMetadata} {
 		s.mount("GET "+p, meta)

@@ -401,3 +401,22 @@ func (s *Session) state(now time.Time) string {
 	}
 	return s.rec.State
 }
+
+// Where resolves id for p and returns the replica that serves it, taking
+// it for this one when no live replica does: what a front end that
+// forwards whole calls (MCP) asks before it runs one here.
+func (m *Manager) Where(ctx context.Context, p Principal, id string) (Owner, error) {
+	ref, err := m.ResolveSession(p, id)
+	if err != nil {
+		return Owner{}, err
+	}
+	if m.deps.Placement == nil {
+		return Owner{Local: true}, nil
+	}
+	owner, err := m.deps.Placement.Claim(ctx, ref.Key)
+	if err != nil {
+		m.log.WarnContext(ctx, "session registry unreachable", "err", err)
+		return Owner{}, fmt.Errorf("%w: %w", errPlacement, err)
+	}
+	return owner, nil
+}

@@ -301,6 +301,13 @@ func (m *Manager) DeleteSession(ctx context.Context, p Principal, id string, pur
 	}
 	rec.Tenant, rec.SessionID = ref.Tenant, ref.ID
 	return m.admitted(ctx, m.rateRef(p, ref), opRead, func() error {
+		// Its state is where it is served: a delete reaching another
+		// replica is forwarded by its front end, never half-done here.
+		if owner, err := m.Where(ctx, p, id); err != nil {
+			return err
+		} else if !owner.Local {
+			return ErrSessionElsewhere
+		}
 		return m.release(ctx, ref, releaseDelete, purge)
 	})
 }

@@ -23,25 +23,33 @@ import (
 // lines, cut; progress: the bytes so far). The final result stays the
 // whole output under the usual caps, so nothing else changes.
 type progress struct {
-	ss    *sdk.ServerSession
-	token any
+	notify func(ctx context.Context, p *sdk.ProgressNotificationParams) error
+	token  any
 
 	mu   sync.Mutex
 	last float64
 	sent bool
 }
 
-func newProgress(req *sdk.CallToolRequest) *progress {
+func newProgress(c *call) *progress {
 	p := &progress{}
-	if req != nil && req.Params != nil {
+	if c.fwd != nil {
+		// Forwarded: the replica holding the MCP session relays these.
+		if c.fwd.progress {
+			p.token, p.notify = "forwarded", c.fwd.notify
+		}
+		return p
+	}
+	req := c.req
+	if req != nil && req.Params != nil && req.Session != nil {
 		p.token = req.Params.GetProgressToken()
-		p.ss = req.Session
+		p.notify = req.Session.NotifyProgress
 	}
 	return p
 }
 
 // enabled reports whether the client asked for progress.
-func (p *progress) enabled() bool { return p.token != nil && p.ss != nil }
+func (p *progress) enabled() bool { return p.token != nil && p.notify != nil }
 
 // send notifies value (raised above the last one sent when it is not)
 // out of total (0: unknown) with msg. Errors are dropped: a client that
@@ -59,5 +67,5 @@ func (p *progress) send(ctx context.Context, value, total float64, msg string) {
 		total = value
 	}
 	p.mu.Unlock()
-	_ = p.ss.NotifyProgress(ctx, &sdk.ProgressNotificationParams{ProgressToken: p.token, Progress: value, Total: total, Message: msg})
+	_ = p.notify(ctx, &sdk.ProgressNotificationParams{ProgressToken: p.token, Progress: value, Total: total, Message: msg})
 }

@@ -2,6 +2,7 @@ package mcp
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -78,6 +79,9 @@ type Deps struct {
 	// Browser is the router behind the browser tool; nil answers it with
 	// executor_unavailable, as the HTTP endpoint does.
 	Browser *browser.Manager
+	// Fleet forwards a tool call to the replica that serves its session
+	// (forward.go); nil serves every call here.
+	Fleet Fleet
 	Logger  *slog.Logger
 }
 
@@ -92,6 +96,9 @@ type Server struct {
 
 	sdk     *sdk.Server
 	handler http.Handler
+	// tools are the tools' handlers by name, for calls another replica
+	// forwards (ServeForwarded).
+	tools map[string]func(ctx context.Context, c *call, raw json.RawMessage) *sdk.CallToolResult
 
 	mu       sync.Mutex
 	sessions map[string]*session // by MCP session id
@@ -107,6 +114,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, errors.New("mcp: no manager")
 	}
 	s := &Server{cfg: cfg, deps: deps, log: deps.Logger, sessions: map[string]*session{},
+		tools: map[string]func(context.Context, *call, json.RawMessage) *sdk.CallToolResult{},
 		origins: map[string]bool{}, hosts: map[string]bool{}}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)

@@ -23,6 +23,9 @@ type call struct {
 	req       *sdk.CallToolRequest
 	principal manager.Principal
 	requestID string
+	// fwd is set on a call another replica forwarded here (forward.go):
+	// its MCP session lives there.
+	fwd *forwarded
 }
 
 // session is the sandgate session the call works in: the one its
@@ -31,7 +34,18 @@ func (c *call) session(arg string) string {
 	if arg != "" {
 		return arg
 	}
+	if c.fwd != nil {
+		return c.fwd.ownSession
+	}
 	return c.s.touch(c.req.Session, c.principal)
+}
+
+// ownSession is the derived session of the call's MCP session.
+func (c *call) ownSession() string {
+	if c.fwd != nil {
+		return c.fwd.ownSession
+	}
+	return derivedSessionID(c.req.Session.ID())
 }
 
 // reply is a handler's rendering of its output for a model: a text, and
@@ -71,6 +85,22 @@ func addTool[In, Out any](s *Server, t *sdk.Tool, tweak func(*jsonschema.Schema)
 		panic(fmt.Sprintf("mcp: tool %s: input schema: %v", t.Name, err))
 	}
 	t.InputSchema, t.OutputSchema = in, mustSchema[Out]()
+	invoke := func(ctx context.Context, c *call, raw json.RawMessage) *sdk.CallToolResult {
+		var v In
+		if err := decodeArgs(raw, in, resolved, &v); err != nil {
+			return s.errorResult(ctx, c, err)
+		}
+		out, r, err := h(ctx, c, v)
+		if err != nil {
+			return s.errorResult(ctx, c, err)
+		}
+		res, err := okResult(out, r)
+		if err != nil {
+			return s.errorResult(ctx, c, err)
+		}
+		return res
+	}
+	s.tools[t.Name] = invoke
 	s.sdk.AddTool(t, func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 		c := &call{s: s, req: req, requestID: newRequestID()}
 		if s.isClosed() {
@@ -81,15 +111,10 @@ func addTool[In, Out any](s *Server, t *sdk.Tool, tweak func(*jsonschema.Schema)
 			return s.errorResult(ctx, c, errNoPrincipal), nil
 		}
 		c.principal = p
-		var v In
-		if err := decodeArgs(req.Params.Arguments, in, resolved, &v); err != nil {
-			return s.errorResult(ctx, c, err), nil
+		if res, ok := s.forwardElsewhere(ctx, c); ok {
+			return res, nil
 		}
-		out, r, err := h(ctx, c, v)
-		if err != nil {
-			return s.errorResult(ctx, c, err), nil
-		}
-		return okResult(out, r)
+		return invoke(ctx, c, req.Params.Arguments), nil
 	})
 }
 

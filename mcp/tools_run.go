@@ -127,8 +127,8 @@ func (s *Server) execute(ctx context.Context, c *call, in executeInput) (runOutp
 // the output hook that reports the program's output while it runs. Both
 // share the call's progress, so its values keep increasing.
 func (s *Server) run(ctx context.Context, c *call, req manager.RunRequest) (runOutput, error) {
-	req.RequestID, req.Principal, req.Via = c.requestID, c.principal, via(c.req)
-	prog := newProgress(c.req)
+	req.RequestID, req.Principal, req.Via = c.requestID, c.principal, c.via()
+	prog := newProgress(c)
 	w := s.watchApproval(ctx, c, prog)
 	req.OnApprovalPending, req.OnApprovalResolved = w.pending, w.resolved
 	ow := watchOutput(ctx, prog, outputInterval)
@@ -150,7 +150,15 @@ func (s *Server) run(ctx context.Context, c *call, req manager.RunRequest) (runO
 }
 
 // via is how the approval page names the channel: MCP, and the client's
-// own name and version as it announced them (cut, and shown as text).
+// own name and version as it announced them (cut, and shown as text). A
+// forwarded call's is what the replica holding its MCP session saw.
+func (c *call) via() string {
+	if c.fwd != nil {
+		return c.fwd.via
+	}
+	return via(c.req)
+}
+
 func via(req *sdk.CallToolRequest) string {
 	v := "MCP"
 	if req == nil || req.Session == nil {

@@ -46,7 +46,7 @@ func (s *Server) addSessionTool() {
 
 func (s *Server) sessionInfo(ctx context.Context, c *call, in sessionInfoInput) (sessionInfoOutput, reply, error) {
 	// Not c.session: describing the session does not make it used.
-	own := derivedSessionID(c.req.Session.ID())
+	own := c.ownSession()
 	id := in.SessionID
 	if id == "" {
 		id = own

@@ -428,6 +428,15 @@ func (gw *gateway) resources() []manager.SessionResource {
 	return out
 }
 
+// mcpFleet forwards MCP tool calls to the replica serving their session
+// (postgres); nil on sqlite. The interface is nil, not a nil pointer.
+func (gw *gateway) mcpFleet() mcp.Fleet {
+	if gw.router == nil {
+		return nil
+	}
+	return gw.router
+}
+
 // mcpServer builds the MCP endpoint on the manager and the browser router,
 // or returns nil (no route) when it is disabled. The interface is nil, not
 // a nil pointer, so api leaves /mcp unmounted.
@@ -439,7 +448,7 @@ func (gw *gateway) mcpServer() (api.MCPServer, error) {
 	s, err := mcp.New(mcp.Config{
 		PublicURL: m.PublicURL, AllowedHosts: m.AllowedHosts, AllowedOrigins: m.AllowedOrigins,
 		SessionTimeout: m.SessionTimeout, ProgressInterval: m.ProgressInterval, PurgeOnClose: m.PurgeOnClose,
-	}, mcp.Deps{Manager: gw.manager, Browser: gw.browser, Logger: gw.log})
+	}, mcp.Deps{Manager: gw.manager, Browser: gw.browser, Logger: gw.log, Fleet: gw.mcpFleet()})
 	if err != nil {
 		return nil, err
 	}

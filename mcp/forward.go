@@ -1,0 +1,187 @@
+package mcp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"sync"
+
+	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandgate/sandgate/errcode"
+	"github.com/sandgate/sandgate/manager"
+)
+
+// Tool calls across a fleet (DESIGN.md §13). An MCP session lives on the
+// replica its client connected to, but the sandgate session a tool call
+// works in may be served by another: its kernel, warm processes and
+// browser are there. Such a call is forwarded whole, at the tool-call
+// level, to the replica that serves the session, which runs it through
+// the same tool handler and streams back each progress notification and
+// then the result; this replica relays them to its client. The owner
+// authenticates the call again from the client's own credential, which
+// the forward carries, as a forwarded REST request is.
+
+// Fleet sends a forwarded tool call to another replica (package fleet,
+// wired in main); nil serves every call here.
+type Fleet interface {
+	// CallTool posts body to ForwardPath on the replica at url, signed as
+	// a hop of the fleet and authenticated by authorization, and hands
+	// each line of the answer to line.
+	CallTool(ctx context.Context, url, authorization, requestID string, body []byte, line func([]byte)) error
+}
+
+// ForwardPath is where a replica takes tool calls another forwards.
+const ForwardPath = "/v1/fleet/mcp/call"
+
+// forwarded is what a forwarded call brings of the MCP session it came
+// from.
+type forwarded struct {
+	via        string
+	ownSession string
+	progress   bool
+	notify     func(ctx context.Context, p *sdk.ProgressNotificationParams) error
+}
+
+// forwardBody is a forwarded call.
+type forwardBody struct {
+	Tool       string          `json:"tool"`
+	Arguments  json.RawMessage `json:"arguments"`
+	Via        string          `json:"via"`
+	OwnSession string          `json:"own_session"`
+	Progress   bool            `json:"progress"`
+	BaseURL    string          `json:"base_url"`
+}
+
+// forwardLine is one line of a forwarded call's answer: a progress
+// notification, or the result (the last line).
+type forwardLine struct {
+	Progress *sdk.ProgressNotificationParams `json:"progress,omitempty"`
+	Result   *sdk.CallToolResult             `json:"result,omitempty"`
+}
+
+var errForward = errcode.New(errcode.SessionUnavailable,
+	"the replica serving this session failed while answering; retry shortly")
+
+// forwardElsewhere forwards c to the replica that serves its session,
+// when that is another one, and returns that replica's result.
+func (s *Server) forwardElsewhere(ctx context.Context, c *call) (*sdk.CallToolResult, bool) {
+	if s.deps.Fleet == nil {
+		return nil, false
+	}
+	session, args, err := withSession(c)
+	if err != nil {
+		return nil, false // the tool refuses the arguments itself
+	}
+	owner, err := s.deps.Manager.Where(ctx, c.principal, session)
+	if err != nil {
+		return s.errorResult(ctx, c, err), true
+	}
+	if owner.Local {
+		return nil, false
+	}
+	body, _ := json.Marshal(forwardBody{Tool: c.req.Params.Name, Arguments: args, Via: via(c.req),
+		OwnSession: c.ownSession(), Progress: c.req.Params.GetProgressToken() != nil, BaseURL: baseURLOf(c.req.Extra)})
+	prog := newProgress(c)
+	var res *sdk.CallToolResult
+	err = s.deps.Fleet.CallTool(ctx, owner.URL, c.req.Extra.Header.Get("Authorization"), c.requestID, body, func(b []byte) {
+		var l forwardLine
+		if json.Unmarshal(b, &l) != nil {
+			return
+		}
+		if l.Progress != nil {
+			prog.send(ctx, l.Progress.Progress, l.Progress.Total, l.Progress.Message)
+		}
+		if l.Result != nil {
+			res = l.Result
+		}
+	})
+	if err == nil && res == nil {
+		err = errors.New("mcp: the forwarded call's answer had no result")
+	}
+	if err != nil {
+		s.log.WarnContext(ctx, "mcp: forwarded tool call failed", "request_id", c.requestID, "owner", owner.Replica, "err", err)
+		if code, _, _ := errcode.Of(err); code != errcode.Internal {
+			return s.errorResult(ctx, c, err), true
+		}
+		return s.errorResult(ctx, c, errForward), true
+	}
+	return res, true
+}
+
+// withSession returns the session c works in and its arguments with
+// session_id set to it, so that the replica it is forwarded to (which
+// holds no MCP session for it) works in the same one. session_info's
+// arguments are left as they are: its answer says whether the session is
+// the MCP session's own, which the forward carries (own_session).
+func withSession(c *call) (string, json.RawMessage, error) {
+	m := map[string]json.RawMessage{}
+	raw := c.req.Params.Arguments
+	if t := bytes.TrimSpace(raw); len(t) > 0 && !bytes.Equal(t, []byte("null")) {
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return "", nil, err
+		}
+	}
+	var id string
+	if v, ok := m["session_id"]; ok {
+		if err := json.Unmarshal(v, &id); err != nil {
+			return "", nil, err
+		}
+	}
+	switch {
+	case id != "":
+	case c.req.Params.Name == "session_info":
+		return c.ownSession(), raw, nil
+	default:
+		id = c.session("")
+		m["session_id"], _ = json.Marshal(id)
+	}
+	out, err := json.Marshal(m)
+	return id, out, err
+}
+
+// ServeForwarded runs a tool call another replica of the fleet forwarded
+// (api checks the hop and authenticates p from the client's credential),
+// streaming progress notifications and then the result as NDJSON.
+func (s *Server) ServeForwarded(w http.ResponseWriter, r *http.Request, p manager.Principal, requestID string) error {
+	var body forwardBody
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 8<<20)).Decode(&body); err != nil {
+		return errcode.New(errcode.InvalidRequest, "a forwarded tool call is a JSON object")
+	}
+	invoke, ok := s.tools[body.Tool]
+	if !ok {
+		return errcode.New(errcode.NotFound, "no such tool")
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	var mu sync.Mutex
+	enc := json.NewEncoder(w)
+	flush := http.NewResponseController(w)
+	write := func(l forwardLine) {
+		mu.Lock()
+		defer mu.Unlock()
+		_ = enc.Encode(l)
+		_ = flush.Flush()
+	}
+	req := &sdk.CallToolRequest{
+		Params: &sdk.CallToolParamsRaw{Name: body.Tool, Arguments: body.Arguments},
+		Extra: &sdk.RequestExtra{Header: r.Header, TokenInfo: &sdkauth.TokenInfo{UserID: userID(p),
+			Extra: map[string]any{extraPrincipal: p, extraBaseURL: body.BaseURL}}},
+	}
+	c := &call{s: s, req: req, principal: p, requestID: requestID, fwd: &forwarded{
+		via: body.Via, ownSession: body.OwnSession, progress: body.Progress,
+		notify: func(_ context.Context, n *sdk.ProgressNotificationParams) error {
+			write(forwardLine{Progress: n})
+			return nil
+		},
+	}}
+	if s.isClosed() {
+		write(forwardLine{Result: s.errorResult(r.Context(), c, errClosing)})
+		return nil
+	}
+	write(forwardLine{Result: invoke(r.Context(), c, body.Arguments)})
+	return nil
+}
