@@ -24,7 +24,7 @@ func parseDecision(v any) (Decision, error) {
 	}
 	for k := range obj {
 		switch k {
-		case "action", "executor", "reasons", "obligations", "policy_revision":
+		case "action", "executor", "reasons", "obligations", "policy_revision", "would_be":
 		default:
 			return Decision{}, fmt.Errorf("%w: unexpected field %q", errBadDecision, k)
 		}
@@ -48,6 +48,19 @@ func parseDecision(v any) (Decision, error) {
 	}
 	if d.Reasons, err = reasons(obj["reasons"]); err != nil {
 		return Decision{}, err
+	}
+	if v, ok := obj["would_be"]; ok {
+		if d.WouldBe, ok = v.(string); !ok {
+			return Decision{}, fmt.Errorf("%w: would_be must be a string", errBadDecision)
+		}
+		switch d.WouldBe {
+		case ActionAllow, ActionRequireApproval, ActionDeny:
+		default:
+			return Decision{}, fmt.Errorf("%w: unknown would_be action %q", errBadDecision, d.WouldBe)
+		}
+		if d.WouldBe == d.Action {
+			d.WouldBe = ""
+		}
 	}
 	if d.Obligations, err = obligations(obj["obligations"]); err != nil {
 		return Decision{}, err
@@ -85,9 +98,30 @@ func reasons(v any) ([]Reason, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, Reason{Code: code, Message: msg})
+		mode, err := enforcementOf(obj)
+		if err != nil {
+			return nil, err
+		}
+		// Other fields of a reason are ignored, as they always were.
+		out = append(out, Reason{Code: code, Message: msg, Enforcement: mode})
 	}
 	return out, nil
+}
+
+// enforcementOf is a reason's optional enforcement mode, "" for enforce.
+func enforcementOf(obj map[string]any) (string, error) {
+	v, ok := obj["enforcement"]
+	if !ok {
+		return "", nil
+	}
+	switch mode, _ := v.(string); mode {
+	case EnforcementEnforce:
+		return "", nil
+	case EnforcementDryrun, EnforcementWarn:
+		return mode, nil
+	default:
+		return "", fmt.Errorf("%w: unknown enforcement %v", errBadDecision, v)
+	}
 }
 
 func obligations(v any) (Obligations, error) {

@@ -55,12 +55,36 @@ type Decision struct {
 	// decision-log event carries it, and the audit record should too, so
 	// the two join.
 	DecisionID string `json:"decision_id,omitempty"`
+	// WouldBe is the action the decision would have had if its dryrun and
+	// warn reasons were enforced; empty when that is Action. The audit
+	// record and the decision log show it.
+	WouldBe string `json:"would_be,omitempty"`
 }
+
+// Enforcement modes of a reason (Reason.Enforcement), on the model of
+// Gatekeeper's enforcementAction.
+const (
+	// EnforcementEnforce is the default: the reason decides.
+	EnforcementEnforce = "enforce"
+	// EnforcementDryrun: the reason does not decide; the decision
+	// records what it would have been (Decision.WouldBe).
+	EnforcementDryrun = "dryrun"
+	// EnforcementWarn: as dryrun, and the agent is told (Warnings).
+	EnforcementWarn = "warn"
+)
 
 // Reason explains a decision with a stable code and a human message.
 type Reason struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// Enforcement is empty (enforce), EnforcementDryrun or
+	// EnforcementWarn: a reason that did not decide.
+	Enforcement string `json:"enforcement,omitempty"`
+}
+
+// Enforced reports whether r decided (its mode is enforce).
+func (r Reason) Enforced() bool {
+	return r.Enforcement == "" || r.Enforcement == EnforcementEnforce
 }
 
 // Obligations are limits the policy attaches to an allowed run. Executors
@@ -76,6 +100,18 @@ type Obligations struct {
 
 // Allowed reports whether the request may run without approval.
 func (d Decision) Allowed() bool { return d.Action == ActionAllow }
+
+// Warnings are the reasons in warn mode: what the agent is told about
+// rules that would have stopped it.
+func (d Decision) Warnings() []Reason {
+	var out []Reason
+	for _, r := range d.Reasons {
+		if r.Enforcement == EnforcementWarn {
+			out = append(out, r)
+		}
+	}
+	return out
+}
 
 // OnlyReason reports whether every reason of d has the given code (and there
 // is at least one).

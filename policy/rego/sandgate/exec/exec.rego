@@ -20,18 +20,72 @@ default decision := {
 	"obligations": {"network": false, "timeout_s": 0, "memory_mb": 0, "max_procs": 0},
 }
 
-decision := _decision("deny", deny_reasons) if {
-	count(deny_reasons) > 0
-} else := _decision("require_approval", approval_reasons | route_reasons) if {
-	count(approval_reasons) > 0
+decision := _decision("deny", enforced_deny) if {
+	count(enforced_deny) > 0
+} else := _decision("require_approval", enforced_approval | route_reasons) if {
+	count(enforced_approval) > 0
 } else := _decision("allow", route_reasons)
 
-_decision(action, reasons) := {
+# The decision document; relaxed reasons (dryrun, warn) are listed beside
+# the enforced ones, and would_be names the action they would have led to
+# when it differs. Without relaxed reasons it is the document it always
+# was, at the cost it always had.
+_decision(action, reasons) := object.union(_document(action, reasons | relaxed_reasons), {"would_be": would_be}) if {
+	count(relaxed_reasons) > 0
+	would_be != action
+} else := _document(action, reasons | relaxed_reasons) if {
+	count(relaxed_reasons) > 0
+} else := _document(action, reasons)
+
+_document(action, reasons) := {
 	"action": action,
 	"executor": chosen_executor,
 	"reasons": sort(reasons),
 	"obligations": obligations,
 }
+
+# Enforcement modes, on the model of Gatekeeper's enforcementAction. A
+# reason is "enforce" (the default), "dryrun" (it does not decide; the
+# decision records what it would have been) or "warn" (likewise, and the
+# agent is told). data.sandgate.config.enforcement.rules[code] sets a
+# mode per reason code, .tenants[tenant] per tenant; when both apply, the
+# stricter wins, and a mode this policy does not know is enforce. Reasons
+# about the executor itself are always enforced: no run can go to an
+# executor that is missing or cannot hold it (executor.fallback only
+# informs).
+always_enforced := {"executor_unavailable", "executor.capability_missing", "executor.fallback", "mode.unknown", "risk.unknown_level"}
+
+mode_rank := {"dryrun": 0, "warn": 1, "enforce": 2}
+
+enforcement(code) := "enforce" if {
+	code in always_enforced
+} else := mode if {
+	modes := {m | m := config.enforcement.rules[code]} | {m |
+		m := config.enforcement.tenants[object.get(input.principal, "tenant", "")]
+	}
+	some mode in modes
+	every other in modes {
+		mode_rank[mode] >= mode_rank[other]
+	}
+} else := "enforce"
+
+enforced_deny := deny_reasons if {
+	not config.enforcement
+} else := {r | some r in deny_reasons; not r.enforcement}
+
+enforced_approval := approval_reasons if {
+	not config.enforcement
+} else := {r | some r in approval_reasons; not r.enforcement}
+
+default relaxed_reasons := set()
+
+relaxed_reasons := {r | some r in (deny_reasons | approval_reasons); r.enforcement} if config.enforcement
+
+would_be := "deny" if {
+	count(deny_reasons) > 0
+} else := "require_approval" if {
+	count(approval_reasons) > 0
+} else := "allow"
 
 # SAFE counts only with the allowlist proof; anything else claiming SAFE is
 # treated as LOW (hints may only escalate).
@@ -105,7 +159,13 @@ obligations := {
 	"max_procs": object.get(config.limits.max_procs, chosen_executor, config.limits.default_max_procs),
 }
 
-reason(code, message) := {"code": code, "message": message}
+# reason carries its enforcement mode only when it is not "enforce", so a
+# policy without modes produces the decision documents it always did.
+reason(code, message) := {"code": code, "message": message, "enforcement": mode} if {
+	config.enforcement
+	mode := enforcement(code)
+	mode != "enforce"
+} else := {"code": code, "message": message}
 
 # A run gets network (through the egress proxy only, DESIGN.md §9) when its
 # mode is in config.egress.network_modes, or when an egress rule other

@@ -392,3 +392,45 @@ test_stateful_cells_get_no_network if {
 	d.action == "allow"
 	d.obligations.network == false
 }
+
+# Enforcement modes: a dryrun rule lets the run through and records the
+# would-be decision; warn does the same and tags the reason for the agent.
+test_dryrun_rule_allows_and_records_would_be if {
+	d := exec.decision with input as mk("STRICT", "CRITICAL", false)
+		with data.sandgate.config.enforcement.rules as {"risk.critical": "dryrun"}
+	d.action == "allow"
+	d.executor == "gvisor"
+	d.would_be == "deny"
+	d.reasons == [{"code": "risk.critical", "message": "risk level CRITICAL is denied in STRICT mode", "enforcement": "dryrun"}]
+}
+
+test_warn_tenant_allows_approval_with_warning if {
+	inp := json.patch(mk("STRICT", "HIGH", false), [{"op": "add", "path": "/principal/tenant", "value": "acme"}])
+	d := exec.decision with input as inp
+		with data.sandgate.config.enforcement.tenants as {"acme": "warn"}
+	d.action == "allow"
+	d.would_be == "require_approval"
+	[r.enforcement | some r in d.reasons] == ["warn"]
+}
+
+test_stricter_mode_wins if {
+	inp := json.patch(mk("STRICT", "CRITICAL", false), [{"op": "add", "path": "/principal/tenant", "value": "acme"}])
+	d := exec.decision with input as inp
+		with data.sandgate.config.enforcement as {"rules": {"risk.critical": "dryrun"}, "tenants": {"acme": "enforce"}}
+	d.action == "deny"
+	not d.would_be
+}
+
+test_executor_reasons_are_always_enforced if {
+	inp := with_executor(mk("STRICT", "LOW", false), "docker", {"available": false, "reason": "down", "capabilities": full_caps})
+	d := exec.decision with input as inp
+		with data.sandgate.config.enforcement.rules as {"executor_unavailable": "dryrun"}
+	d.action == "deny"
+	codes(d) == ["executor_unavailable"]
+}
+
+test_no_modes_no_would_be if {
+	d := exec.decision with input as mk("STRICT", "CRITICAL", false)
+	d.action == "deny"
+	not d.would_be
+}
