@@ -16,6 +16,7 @@ import (
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/browser"
 	"github.com/sandgate/sandgate/confirm"
+	"github.com/sandgate/sandgate/events"
 	"github.com/sandgate/sandgate/manager"
 	"github.com/sandgate/sandgate/policy"
 )
@@ -75,6 +76,9 @@ type Deps struct {
 	// DeerFlow is the DeerFlow provisioner's registry behind /deerflow;
 	// nil leaves those routes unmounted.
 	DeerFlow *DeerFlow
+	// Events is the lifecycle event log behind /v1/events; nil leaves
+	// those routes unmounted.
+	Events *events.Log
 	// Fleet routes session requests to the replica owning the session;
 	// nil serves every session here (one process).
 	Fleet Fleet
@@ -137,6 +141,7 @@ func (s *Server) routes() {
 	s.approvalRoutes()
 	s.browserRoutes()
 	s.mcpRoutes()
+	s.eventRoutes()
 	s.deerflowRoutes()
 
 	// Metrics name executors, policy revisions and rates: admin only.

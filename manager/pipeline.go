@@ -254,6 +254,10 @@ func (m *Manager) confirm(ctx context.Context, req RunRequest, out *RunResult) e
 	cctx, cancel := context.WithDeadline(ctx, creq.Deadline.Add(approvalGrace))
 	defer cancel()
 	outcome, err := m.deps.Confirm.Confirm(cctx, creq)
+	if err == nil && outcome.ApprovalID != "" {
+		m.emit(ctx, "approval.resolved", req.ref, map[string]any{"approval_id": outcome.ApprovalID, "request_id": req.RequestID,
+			"status": outcome.Status, "decided_by": outcome.DecidedBy})
+	}
 	if err == nil && req.OnApprovalResolved != nil {
 		req.OnApprovalResolved(outcome)
 	}
@@ -305,18 +309,23 @@ func (m *Manager) confirmRequest(req RunRequest, out *RunResult) confirm.Request
 		Reasons: reasons, Executor: out.Decision.Executor, PolicyRevision: out.Decision.PolicyRevision,
 		Principal: req.Principal.Name,
 		Context:   cctx,
-		Deadline:  deadline, Via: req.Via, Published: published(req, out, deadline),
+		Deadline:  deadline, Via: req.Via, Published: m.published(req, out, deadline),
 	}
 }
 
-// published adapts req's OnApprovalPending to confirm.Request.Published.
-func published(req RunRequest, out *RunResult, deadline time.Time) func(string) {
-	if req.OnApprovalPending == nil {
+// published adapts req's OnApprovalPending to confirm.Request.Published,
+// and tells the event log (approval.requested).
+func (m *Manager) published(req RunRequest, out *RunResult, deadline time.Time) func(string) {
+	if req.OnApprovalPending == nil && m.deps.Events == nil {
 		return nil
 	}
 	return func(id string) {
-		req.OnApprovalPending(ApprovalPending{ID: id, RiskLevel: out.Risk.Level.String(), Patterns: out.Risk.Patterns,
-			Reasons: out.Decision.Reasons, Deadline: deadline})
+		m.emit(context.Background(), "approval.requested", req.ref, map[string]any{"approval_id": id, "request_id": req.RequestID,
+			"code_sha256": policy.SHA256Hex([]byte(req.Code)), "risk_level": out.Risk.Level.String(), "deadline": deadline})
+		if req.OnApprovalPending != nil {
+			req.OnApprovalPending(ApprovalPending{ID: id, RiskLevel: out.Risk.Level.String(), Patterns: out.Risk.Patterns,
+				Reasons: out.Decision.Reasons, Deadline: deadline})
+		}
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/sandgate/sandgate/events"
 	"github.com/sandgate/sandgate/executors/aio"
 	"github.com/sandgate/sandgate/executors/subprocess"
 	"github.com/sandgate/sandgate/fleet"
@@ -43,8 +44,11 @@ type Config struct {
 	Egress    EgressConfig    `yaml:"egress"`
 	Auth      AuthConfig      `yaml:"auth"`
 	Tenants   TenantsConfig   `yaml:"tenants"`
-	Server    ServerConfig    `yaml:"server"`
-	Log       LogConfig       `yaml:"log"`
+	// Events is the lifecycle event log: retention, and the webhooks
+	// (Standard Webhooks signatures) it delivers to (package events).
+	Events events.Config `yaml:"events"`
+	Server ServerConfig  `yaml:"server"`
+	Log    LogConfig     `yaml:"log"`
 }
 
 // PolicyConfig selects the Rego tree.
@@ -385,6 +389,9 @@ func (c Config) Validate() error {
 	}
 	if c.DataDir == "" {
 		add("data_dir is required")
+	}
+	if err := c.Events.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Approval.AutoApprove && c.Mode != "PERMISSIVE" {
 		add("approval.auto_approve is allowed only in PERMISSIVE mode")

@@ -202,6 +202,8 @@ func (p registryPlacement) Claim(ctx context.Context, key string) (manager.Owner
 	return manager.Owner{Local: o.Local, Replica: o.Replica, URL: o.URL, AdoptedFrom: o.AdoptedFrom}, err
 }
 
-func (p registryPlacement) Release(ctx context.Context, key string) error { return p.reg.Release(ctx, key) }
+func (p registryPlacement) Release(ctx context.Context, key string) error {
+	return p.reg.Release(ctx, key)
+}
 
 func (p registryPlacement) Name() string { return p.reg.Name() }

@@ -26,6 +26,7 @@ import (
 	"github.com/sandgate/sandgate/browser"
 	"github.com/sandgate/sandgate/confirm"
 	"github.com/sandgate/sandgate/egress"
+	"github.com/sandgate/sandgate/events"
 	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/executors/aio"
 	"github.com/sandgate/sandgate/executors/docker"
@@ -60,6 +61,7 @@ type gateway struct {
 	mcp       *mcp.Server     // nil when disabled
 	deerflow  *api.DeerFlow   // nil when disabled
 	egress    *egress.Service // nil when disabled
+	events    *events.Log
 	// baseCancel ends every request context; called when the shutdown
 	// deadline passes so running executions are killed, not abandoned.
 	baseCancel context.CancelFunc
@@ -105,6 +107,9 @@ func build(ctx context.Context, cfg Config, getenv func(string) string, stdout, 
 		return nil, err
 	}
 	if err := gw.joinFleet(ctx); err != nil {
+		return nil, err
+	}
+	if err := gw.openEvents(ctx); err != nil {
 		return nil, err
 	}
 	if gw.router, err = gw.sessionRouter(ctx); err != nil {
@@ -159,7 +164,7 @@ func build(ctx context.Context, cfg Config, getenv func(string) string, stdout, 
 	deps := manager.Deps{
 		Assessor: assessor, Policy: gw.policy, Confirm: confirmer, Executors: execs, Workspaces: workspaces,
 		Audit: runAudit, Metrics: metrics, Logger: gw.log, Resources: gw.resources(),
-		Sessions: gw.audit, Placement: gw.placement(),
+		Sessions: gw.audit, Placement: gw.placement(), Events: eventSink{gw.events},
 	}
 	if gw.egress != nil { // a nil *Service in the interface would not read as "no proxy"
 		deps.Egress = gw.egress
@@ -181,6 +186,7 @@ func build(ctx context.Context, cfg Config, getenv func(string) string, stdout, 
 	apiDeps := api.Deps{
 		Manager: gw.manager, Policy: gw.policy, Audit: runAudit, Auth: auth, Gatherer: reg, Logger: gw.log,
 		Approvals: gw.hub, Browser: gw.browser, MCP: mcpServer, Database: gw.audit, DeerFlow: gw.deerflow,
+		Events: gw.events,
 	}
 	if gw.router != nil {
 		apiDeps.Fleet = gw.router
@@ -387,7 +393,7 @@ func (gw *gateway) egressProxy(confirmer confirm.Service, reg prometheus.Registe
 		MaxTunnelsPerSession: e.MaxTunnelsPerSession, TLSPorts: e.TLSPorts, Credentials: creds,
 		CADir: filepath.Join(gw.cfg.DataDir, "egress"),
 	}, egress.Deps{
-		Policy: gw.policy, Confirm: confirmer, Audit: gw.audit, Metrics: egress.NewMetrics(reg), Logger: gw.log,
+		Policy: gw.policy, Confirm: confirmer, Audit: egressEvents{gw.audit, gw.events}, Metrics: egress.NewMetrics(reg), Logger: gw.log,
 		Resolver: egress.StaticResolver(hosts, net.DefaultResolver),
 	})
 	if err != nil {
@@ -589,6 +595,9 @@ func (gw *gateway) closeStores() {
 	cancel()
 	if gw.later != nil {
 		gw.later.Drain()
+	}
+	if gw.events != nil {
+		_ = gw.events.Close()
 	}
 	if gw.audit != nil {
 		_ = gw.audit.Close()
