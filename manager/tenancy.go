@@ -136,8 +136,12 @@ func (m *Manager) AdmitSession(ctx context.Context, p Principal, id, kind string
 		return SessionRef{}, func() {}, err
 	}
 	release, err := m.admit(ctx, ref, opCreate)
+	// A browser action holds state where the session is served: it must
+	// be served here. Other kinds (a DeerFlow sandbox's registration) are
+	// served by any replica.
+	browser := strings.HasPrefix(kind, "browser.")
 	var s *Session
-	if err == nil {
+	if err == nil && browser {
 		s, err = m.local(ctx, ref)
 	}
 	if err != nil {
@@ -145,10 +149,10 @@ func (m *Manager) AdmitSession(ctx context.Context, p Principal, id, kind string
 		m.refused(ctx, kind, p, ref, err)
 		return SessionRef{}, func() {}, err
 	}
-	if strings.HasPrefix(kind, "browser.") {
+	if browser {
 		m.hold(ctx, s, HeldBrowser)
+		s.touch()
 	}
-	s.touch()
 	return ref, release, nil
 }
 
