@@ -79,6 +79,7 @@ func (e *Engine) DecideBrowser(ctx context.Context, in BrowserInput) BrowserDeci
 	input := in.Map()
 	d := e.decideBrowser(ctx, c, input)
 	d.DecisionID = newDecisionID()
+	e.shadowBrowser(ctx, input, d)
 	e.logDecision(logEvent{id: d.DecisionID, path: browserLogPath, input: input, result: d, c: c})
 	return d
 }

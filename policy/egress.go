@@ -66,6 +66,7 @@ func (e *Engine) DecideEgress(ctx context.Context, in EgressInput) EgressDecisio
 	input := in.Map()
 	d := e.decideEgress(ctx, c, input)
 	d.DecisionID = newDecisionID()
+	e.shadowEgress(ctx, input, d)
 	e.logDecision(logEvent{id: d.DecisionID, path: egressLogPath, input: input, result: d, c: c})
 	return d
 }

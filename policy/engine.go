@@ -52,6 +52,14 @@ type Options struct {
 	// InstanceID is OPA's instance id: labels.id in status reports and
 	// decision logs. Empty: a random one per process.
 	InstanceID string
+
+	// ShadowDir is a candidate policy folder evaluated beside the active
+	// policy on every decision and never enforced; ShadowStatus counts and
+	// lists where it disagrees. It is loaded once, at New (restart or a
+	// new Engine to change it). ShadowFS is the same for tests, ignored
+	// when ShadowDir is set.
+	ShadowDir string
+	ShadowFS  fs.FS
 }
 
 // Status is what GET /v1/policy shows.
@@ -87,6 +95,7 @@ type Engine struct {
 	source      string
 	sourceKind  string      // SourceFolder or SourceBundle
 	opa         *opaRuntime // nil when OPAConfig is empty
+	shadow      *shadow     // nil without a candidate policy
 	dir         string      // set only for a disk directory, the one thing Watch can watch
 	evalTimeout time.Duration
 	log         *slog.Logger
@@ -132,6 +141,11 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	var err error
 	if e.schemas, err = loadSchemas(); err != nil {
 		return nil, fmt.Errorf("policy schemas: %w", err)
+	}
+	if opts.ShadowDir != "" || opts.ShadowFS != nil {
+		if err := e.loadShadow(ctx, opts.ShadowDir, opts.ShadowFS); err != nil {
+			return nil, err
+		}
 	}
 	if e.sourceKind == SourceBundle {
 		// No revision is in force until a bundle activates (a persisted
@@ -284,6 +298,7 @@ func (e *Engine) Decide(ctx context.Context, in Input) Decision {
 	c := e.cur.Load()
 	input, d := e.decide(ctx, c, in)
 	d.DecisionID = newDecisionID()
+	e.shadowExec(ctx, input, d)
 	e.logDecision(logEvent{id: d.DecisionID, path: execLogPath, inputAST: input, result: d, c: c})
 	return d
 }
@@ -297,17 +312,23 @@ func (e *Engine) decide(ctx context.Context, c *compiled, in Input) (ast.Value, 
 		e.log.Error("policy input", "err", err)
 		return nil, deny(c.revision, ReasonEvalError, "policy evaluation failed")
 	}
+	return input, e.decideValue(ctx, c, input)
+}
+
+// decideValue evaluates c's exec decision for an input already in OPA's
+// form (the shadow policy reuses the active policy's).
+func (e *Engine) decideValue(ctx context.Context, c *compiled, input ast.Value) Decision {
 	v, failed := e.eval(ctx, c, c.exec, rego.EvalParsedInput(input))
 	if failed != nil {
-		return input, *failed
+		return *failed
 	}
 	d, err := parseDecision(v)
 	if err != nil {
 		e.log.Error("policy decision rejected", "revision", c.revision, "err", err)
-		return input, deny(c.revision, ReasonInvalidDecision, "the policy produced an invalid decision")
+		return deny(c.revision, ReasonInvalidDecision, "the policy produced an invalid decision")
 	}
 	d.PolicyRevision = c.revision
-	return input, d
+	return d
 }
 
 // eval runs one prepared query under the evaluation bound. It returns the
