@@ -171,3 +171,35 @@ func TestBundleNotYetActiveDenies(t *testing.T) {
 		t.Fatal("Reload of a bundle source succeeded")
 	}
 }
+
+// TestBundleRolloutReachesThreeReplicas: three engines on one bundle
+// server all activate it, and a new revision reaches all three within the
+// polling window.
+func TestBundleRolloutReachesThreeReplicas(t *testing.T) {
+	key := newSigningKey(t)
+	srv := newOPAServer(t)
+	srv.publish(buildBundle(t, "rev-1", key.private, nil))
+	cfg := srv.config(key, false)
+	replicas := []*Engine{bundleEngine(t, cfg, t.TempDir()), bundleEngine(t, cfg, t.TempDir()), bundleEngine(t, cfg, t.TempDir())}
+	all := func(rev string) func() bool {
+		return func() bool {
+			for _, e := range replicas {
+				if bundleRevision(e) != rev {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	waitUntil(t, pollWindow, "rev-1 on every replica", all("rev-1"))
+	start := time.Now()
+	srv.publish(buildBundle(t, "rev-2", key.private, ciRule))
+	waitUntil(t, pollWindow, "rev-2 on every replica", all("rev-2"))
+	t.Logf("rev-2 on all three after %v", time.Since(start))
+	want := replicas[0].Revision()
+	for i, e := range replicas {
+		if e.Revision() != want {
+			t.Fatalf("replica %d serves %s, replica 0 %s", i, e.Revision(), want)
+		}
+	}
+}
