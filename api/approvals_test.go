@@ -25,6 +25,7 @@ import (
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/confirm"
+	"github.com/sandgate/sandgate/deerflow"
 	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/executors/subprocess"
 	"github.com/sandgate/sandgate/manager"
@@ -51,9 +52,10 @@ type approvalOpts struct {
 	timeout time.Duration // the manager's approval timeout
 	dataDir string
 	hub     confirm.HubOptions
-	// deerflow, when set, mounts the DeerFlow provisioner and makes it a
-	// session resource (as main wires it).
-	deerflow *DeerFlow
+	// deerflow, when set, mounts the AIO/DeerFlow front end with this
+	// configuration, its registry in the env's audit database and a
+	// durable session resource (as main wires it).
+	deerflow *deerflow.Config
 	// log receives the API's log (none when nil).
 	log *slog.Logger
 	// wrap, when set, wraps the server's handler (a response capture).
@@ -112,8 +114,12 @@ func newApprovalEnv(t *testing.T, o approvalOpts) *approvalEnv {
 	}
 	reg := prometheus.NewRegistry()
 	var resources []manager.SessionResource
+	var sandboxes *deerflow.Registry
 	if o.deerflow != nil {
-		resources = append(resources, manager.SessionResource{Name: "deerflow", Release: o.deerflow.Release})
+		if sandboxes, err = deerflow.OpenRegistry(ctx, st); err != nil {
+			t.Fatal(err)
+		}
+		resources = append(resources, manager.SessionResource{Name: "deerflow", Durable: true, Release: sandboxes.Release})
 	}
 	mgr, err := manager.New(manager.Config{Mode: "PERMISSIVE", ApprovalTimeout: o.timeout}, manager.Deps{
 		Assessor: risk.NewAssessor(nil, nil), Policy: eng, Confirm: hub,
@@ -130,8 +136,14 @@ func newApprovalEnv(t *testing.T, o approvalOpts) *approvalEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var df DeerFlowServer // nil unless mounted: not a nil *deerflow.Server
+	if o.deerflow != nil {
+		if df, err = deerflow.New(*o.deerflow, deerflow.Deps{Manager: mgr, Registry: sandboxes, Audit: st, Logger: o.log}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	h := New(Config{}, Deps{Manager: mgr, Policy: eng, Audit: st, Auth: auth, Gatherer: reg, Approvals: hub,
-		DeerFlow: o.deerflow, Logger: o.log})
+		DeerFlow: df, Logger: o.log})
 	var handler http.Handler = h
 	if o.wrap != nil {
 		handler = o.wrap(h, h)

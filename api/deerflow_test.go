@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sandgate/sandgate/deerflow"
 )
 
 // dfProvisioner is a client of the provisioner written to DeerFlow's
@@ -153,7 +155,7 @@ func newDeerFlowEnv(t *testing.T) *deerflowEnv {
 	buf := &syncBuffer{}
 	log := slog.New(slog.NewJSONHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	c := &capture{}
-	e := newApprovalEnv(t, approvalOpts{deerflow: NewDeerFlow(DeerFlowConfig{}), log: log, wrap: c.wrap})
+	e := newApprovalEnv(t, approvalOpts{deerflow: &deerflow.Config{}, log: log, wrap: c.wrap})
 	return &deerflowEnv{approvalEnv: e, log: buf, capture: c,
 		prov: dfProvisioner{t: t, url: e.srv.URL + "/deerflow", apiKey: agentTok}}
 }
@@ -202,7 +204,7 @@ func TestDeerFlowProvisionerFlow(t *testing.T) {
 	t.Run("audit", func(t *testing.T) {
 		kinds := map[string]bool{}
 		for _, rec := range e.auditRecords(session) {
-			if rec.Kind == kindSandboxCreate {
+			if rec.Kind == deerflow.KindSandboxCreate {
 				if rec.Principal != "agent:a" || rec.Detail["sandbox_id"] != "sbx-a" || rec.Detail["thread_id"] != "t1" {
 					t.Errorf("creation record %+v", rec)
 				}
@@ -214,7 +216,7 @@ func TestDeerFlowProvisionerFlow(t *testing.T) {
 			}
 			kinds[rec.Kind] = true
 		}
-		for _, k := range []string{kindSandboxCreate, "execute", "file.write", "file.get", "file.list", "file.glob", "file.grep", "file.edit"} {
+		for _, k := range []string{deerflow.KindSandboxCreate, "execute", "file.write", "file.get", "file.list", "file.glob", "file.grep", "file.edit"} {
 			if !kinds[k] {
 				t.Errorf("no %s record naming session %s (have %v)", k, session, kinds)
 			}
@@ -236,7 +238,7 @@ func TestDeerFlowProvisionerFlow(t *testing.T) {
 	if g := e.prov.get("sbx-a"); g.status != 404 || g.str("detail") == "" {
 		t.Fatalf("get after DELETE: %d %s", g.status, g.raw)
 	}
-	if strings.Contains(e.log.String(), capPrefix) {
+	if strings.Contains(e.log.String(), "sgdf_") {
 		t.Fatalf("a capability reached the log:\n%s", e.log.String())
 	}
 	if !strings.Contains(e.log.String(), "deerflow sandbox created") {

@@ -53,13 +53,19 @@ const (
 )
 
 // schemaRef is a named body schema: name is its components.schemas key,
-// and v a value of the Go type it is inferred from (nil: any JSON).
+// and v a value of the Go type it is inferred from (nil: any JSON). A
+// front end's schema (fe) takes its value from the mounted front end's
+// Schemas, by name.
 type schemaRef struct {
 	name string
 	v    any
+	fe   bool
 }
 
 func sch(name string, v any) *schemaRef { return &schemaRef{name: name, v: v} }
+
+// fsch is a mounted front end's wire shape (DeerFlowServer.Schemas).
+func fsch(name string) *schemaRef { return &schemaRef{name: name, fe: true} }
 
 // param is a query parameter.
 type param struct {
@@ -85,6 +91,9 @@ type op struct {
 	alt          []altResp  // other documented non-error answers
 	errs         []int      // error statuses
 	errBody      errShape
+	// frontEnd: a mounted front end's operation (fsch bodies), in the
+	// document only when that front end is mounted.
+	frontEnd bool
 }
 
 // altResp is a documented answer besides the success and the errors.
@@ -94,13 +103,25 @@ type altResp struct {
 	desc   string
 }
 
-var (
-	openAPIOnce = sync.OnceValues(buildOpenAPI)
-	pathParam   = regexp.MustCompile(`\{([a-z_]+)\}`)
-)
+var pathParam = regexp.MustCompile(`\{([a-z_]+)\}`)
+
+// openAPICache is the server's document, built once: it describes the
+// routes this server mounts, the front ends' among them.
+type openAPICache struct {
+	once sync.Once
+	doc  []byte
+	err  error
+}
 
 func (s *Server) openAPI(w http.ResponseWriter, _ *http.Request) error {
-	doc, err := openAPIOnce()
+	s.openAPIDoc.once.Do(func() {
+		var fe map[string]any
+		if s.deps.DeerFlow != nil {
+			fe = s.deps.DeerFlow.Schemas()
+		}
+		s.openAPIDoc.doc, s.openAPIDoc.err = buildOpenAPI(fe)
+	})
+	doc, err := s.openAPIDoc.doc, s.openAPIDoc.err
 	if err != nil {
 		return err
 	}
@@ -110,9 +131,10 @@ func (s *Server) openAPI(w http.ResponseWriter, _ *http.Request) error {
 	return nil
 }
 
-// buildOpenAPI renders the document.
-func buildOpenAPI() ([]byte, error) {
-	d, err := openAPIDocument()
+// buildOpenAPI renders the document, with the operations of the front end
+// whose wire shapes fe holds (none when nil).
+func buildOpenAPI(fe map[string]any) ([]byte, error) {
+	d, err := openAPIDocument(fe)
 	if err != nil {
 		return nil, err
 	}
@@ -134,8 +156,8 @@ type openAPIComponents struct {
 	SecuritySchemes map[string]any                `json:"securitySchemes"`
 }
 
-func openAPIDocument() (*openAPIDoc, error) {
-	b := &docBuilder{schemas: map[string]*jsonschema.Schema{}}
+func openAPIDocument(fe map[string]any) (*openAPIDoc, error) {
+	b := &docBuilder{schemas: map[string]*jsonschema.Schema{}, fe: fe}
 	d := &openAPIDoc{
 		OpenAPI: "3.1.0",
 		Info: map[string]any{
@@ -154,6 +176,9 @@ func openAPIDocument() (*openAPIDoc, error) {
 	}
 	tags := map[string]bool{}
 	for _, o := range operations() {
+		if o.frontEnd && fe == nil {
+			continue
+		}
 		item, err := b.operation(o)
 		if err != nil {
 			return nil, fmt.Errorf("openapi %s %s: %w", o.method, o.path, err)
@@ -179,13 +204,21 @@ func openAPIDocument() (*openAPIDoc, error) {
 // docBuilder infers and names the schemas.
 type docBuilder struct {
 	schemas map[string]*jsonschema.Schema
+	fe      map[string]any // the front end's wire shapes, for fsch
 	err     error
 }
 
 // ref adds r's schema to the components (once) and returns a reference.
 func (b *docBuilder) ref(r *schemaRef) map[string]any {
 	if _, ok := b.schemas[r.name]; !ok {
-		s, err := inferSchema(r.v)
+		v := r.v
+		if r.fe {
+			var ok bool
+			if v, ok = b.fe[r.name]; !ok && b.err == nil {
+				b.err = fmt.Errorf("schema %s: the front end has none", r.name)
+			}
+		}
+		s, err := inferSchema(v)
 		if err != nil && b.err == nil {
 			b.err = fmt.Errorf("schema %s: %w", r.name, err)
 		}
@@ -264,7 +297,7 @@ func (b *docBuilder) responses(o op) map[string]any {
 	switch {
 	case o.okBody != nil && o.orFileError:
 		content[mediaJSON] = map[string]any{"schema": map[string]any{"oneOf": []any{
-			b.ref(o.okBody), b.ref(sch("AIOFileFailure", aioResponse[aioFileError]{}))}}}
+			b.ref(o.okBody), b.ref(fsch("AIOFileFailure"))}}}
 	case o.okBody != nil:
 		content[mediaJSON] = map[string]any{"schema": b.ref(o.okBody)}
 	}
@@ -301,9 +334,9 @@ func (b *docBuilder) errorRef(shape errShape) map[string]any {
 	var r *schemaRef
 	switch shape {
 	case errDeerFlow:
-		r = sch("DeerFlowError", dfErrorBody{})
+		r = fsch("DeerFlowError")
 	case errAIO:
-		r = sch("AIOError", aioErrorBody{})
+		r = fsch("AIOError")
 	default:
 		r = sch("Error", errorBody{})
 	}

@@ -199,62 +199,71 @@ func mcpOperations() []op {
 		ok:      200, okMedia: "application/x-ndjson", errs: []int{400, 401, 403, 404}})
 }
 
+// deerflowPrefix is where the AIO/DeerFlow front end's routes live.
+const deerflowPrefix = "/deerflow"
+
+// deerflowOperations are the DeerFlow provisioner's. Their bodies are the
+// front end's wire shapes (DeerFlowServer.Schemas), named here by fsch;
+// the document has them when the front end is mounted.
 func deerflowOperations() []op {
 	base := deerflowPrefix + "/api/sandboxes"
-	view := sch("DeerFlowSandbox", dfSandboxView{})
-	return []op{
+	view := fsch("DeerFlowSandbox")
+	return frontEnd([]op{
 		{method: "POST", path: base, id: "deerflowCreateSandbox", tag: "deerflow", roles: rolesAgent, auth: authProvisioner,
 			summary: "DeerFlow provisioner: the sandbox of (user_id, thread_id), idempotent; sandbox_url serves the AIO API",
-			body:    sch("DeerFlowCreateRequest", dfCreateBody{}), ok: 200, okBody: view, errs: errsDF, errBody: errDeerFlow},
+			body:    fsch("DeerFlowCreateRequest"), ok: 200, okBody: view, errs: errsDF, errBody: errDeerFlow},
 		{method: "GET", path: base, id: "deerflowListSandboxes", tag: "deerflow", roles: rolesAgent, auth: authProvisioner,
-			summary: "The tenant's sandboxes", ok: 200, okBody: sch("DeerFlowSandboxList", dfListResponse{}), errs: errsDF, errBody: errDeerFlow},
+			summary: "The tenant's sandboxes", ok: 200, okBody: fsch("DeerFlowSandboxList"), errs: errsDF, errBody: errDeerFlow},
 		{method: "GET", path: base + "/{sandbox_id}", id: "deerflowGetSandbox", tag: "deerflow", roles: rolesAgent, auth: authProvisioner,
 			summary: "One sandbox", ok: 200, okBody: view, errs: errsDF, errBody: errDeerFlow},
 		{method: "DELETE", path: base + "/{sandbox_id}", id: "deerflowDeleteSandbox", tag: "deerflow", roles: rolesAgent, auth: authProvisioner,
 			summary: "Kill the sandbox URL and release its session; purge=true also deletes the workspace",
-			query:   []param{q("purge", "boolean", "")}, ok: 200, okBody: sch("DeerFlowDeleted", dfDeleteResponse{}), errs: errsDF, errBody: errDeerFlow},
-	}
+			query:   []param{q("purge", "boolean", "")}, ok: 200, okBody: fsch("DeerFlowDeleted"), errs: errsDF, errBody: errDeerFlow},
+	})
 }
 
 // aioOperations are the AIO API subset at a sandbox URL; the capability in
 // the path is the credential.
 func aioOperations() []op {
 	base := deerflowPrefix + "/sandboxes/{sandbox_id}/{capability}"
-	file := func(p, id, summary string, body, data *schemaRef) op {
+	file := func(p, id, summary, schema string) op {
 		return op{method: "POST", path: base + p, id: id, tag: "aio", auth: authCapability, summary: summary +
 			"; a workspace refusal is 200 with success false and an AIOFileError in data",
-			body: body, ok: 200, okBody: data, orFileError: true, errs: errsAIOFile, errBody: errAIO}
+			body: fsch(schema + "Request"), ok: 200, okBody: fsch(schema + "Response"), orFileError: true,
+			errs: errsAIOFile, errBody: errAIO}
 	}
-	return []op{
+	return frontEnd([]op{
 		{method: "GET", path: base + "/v1/sandbox", id: "aioSandbox", tag: "aio", auth: authCapability,
-			summary: "Sandbox context and readiness (home_dir)", ok: 200, okBody: sch("AIOSandboxInfo", aioSandboxInfo{}),
+			summary: "Sandbox context and readiness (home_dir)", ok: 200, okBody: fsch("AIOSandboxInfo"),
 			errs: errsAIOFile, errBody: errAIO},
 		{method: "POST", path: base + "/v1/shell/exec", id: "aioShellExec", tag: "aio", auth: authCapability,
 			summary: "Run a command as an execute (risk, policy, approval, audit); synchronous",
-			body:    sch("AIOShellExecRequest", aioShellExecBody{}), ok: 200, okBody: sch("AIOShellExecResponse", aioResponse[aioShellResult]{}),
+			body:    fsch("AIOShellExecRequest"), ok: 200, okBody: fsch("AIOShellExecResponse"),
 			errs: errsAIORun, errBody: errAIO},
 		{method: "POST", path: base + "/v1/shell/sessions/create", id: "aioShellCreate", tag: "aio", auth: authCapability,
-			summary: "A shell session name (commands keep no shell state)", body: sch("AIOShellSessionRequest", aioShellSessionBody{}),
-			ok: 200, okBody: sch("AIOShellSessionResponse", aioResponse[aioShellSession]{}), errs: errsAIOFile, errBody: errAIO},
+			summary: "A shell session name (commands keep no shell state)", body: fsch("AIOShellSessionRequest"),
+			ok: 200, okBody: fsch("AIOShellSessionResponse"), errs: errsAIOFile, errBody: errAIO},
 		{method: "DELETE", path: base + "/v1/shell/sessions/{shell_id}", id: "aioShellDelete", tag: "aio", auth: authCapability,
-			summary: "Forget a shell session name", ok: 200, okBody: sch("AIOShellSessionResponse", aioResponse[aioShellSession]{}),
+			summary: "Forget a shell session name", ok: 200, okBody: fsch("AIOShellSessionResponse"),
 			errs: errsAIOFile, errBody: errAIO},
-		file("/v1/file/read", "aioFileRead", "Lines [start_line, end_line) of a text file",
-			sch("AIOFileReadRequest", aioFileReadBody{}), sch("AIOFileReadResponse", aioResponse[aioFileRead]{})),
-		file("/v1/file/write", "aioFileWrite", "Write a file (utf-8 or base64)",
-			sch("AIOFileWriteRequest", aioFileWriteBody{}), sch("AIOFileWriteResponse", aioResponse[aioFileWrite]{})),
-		file("/v1/file/list", "aioFileList", "List a directory",
-			sch("AIOFileListRequest", aioFileListBody{}), sch("AIOFileListResponse", aioResponse[aioFileList]{})),
-		file("/v1/file/find", "aioFileFind", "Files matching a glob",
-			sch("AIOFileFindRequest", aioFileFindBody{}), sch("AIOFileFindResponse", aioResponse[aioFileFind]{})),
-		file("/v1/file/search", "aioFileSearch", "A regular expression over one file's lines",
-			sch("AIOFileSearchRequest", aioFileSearchBody{}), sch("AIOFileSearchResponse", aioResponse[aioFileSearch]{})),
-		file("/v1/file/grep", "aioFileGrep", "Search files under a path",
-			sch("AIOFileGrepRequest", aioFileGrepBody{}), sch("AIOFileGrepResponse", aioResponse[aioFileGrep]{})),
-		file("/v1/file/replace", "aioFileReplace", "Replace every occurrence of a string",
-			sch("AIOFileReplaceRequest", aioFileReplaceBody{}), sch("AIOFileReplaceResponse", aioResponse[aioFileReplace]{})),
+		file("/v1/file/read", "aioFileRead", "Lines [start_line, end_line) of a text file", "AIOFileRead"),
+		file("/v1/file/write", "aioFileWrite", "Write a file (utf-8 or base64)", "AIOFileWrite"),
+		file("/v1/file/list", "aioFileList", "List a directory", "AIOFileList"),
+		file("/v1/file/find", "aioFileFind", "Files matching a glob", "AIOFileFind"),
+		file("/v1/file/search", "aioFileSearch", "A regular expression over one file's lines", "AIOFileSearch"),
+		file("/v1/file/grep", "aioFileGrep", "Search files under a path", "AIOFileGrep"),
+		file("/v1/file/replace", "aioFileReplace", "Replace every occurrence of a string", "AIOFileReplace"),
 		{method: "GET", path: base + "/v1/file/download", id: "aioFileDownload", tag: "aio", auth: authCapability,
 			summary: "A file's bytes", query: []param{qreq("path", "string", "")}, ok: 200, okMedia: mediaBinary,
 			errs: errsAIOFile, errBody: errAIO},
+	})
+}
+
+// frontEnd marks ops as a mounted front end's (DeerFlowServer): in the
+// document only when it is mounted.
+func frontEnd(ops []op) []op {
+	for i := range ops {
+		ops[i].frontEnd = true
 	}
+	return ops
 }

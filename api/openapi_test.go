@@ -20,6 +20,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sandgate/sandgate/deerflow"
 	"github.com/sandgate/sandgate/manager"
 )
 
@@ -31,6 +32,18 @@ func (stubMCP) ServeMetadata(http.ResponseWriter, *http.Request)                
 func (stubMCP) MetadataURL(*http.Request) string                                     { return "" }
 func (stubMCP) ServeForwarded(http.ResponseWriter, *http.Request, manager.Principal, string) error {
 	return nil
+}
+
+// wiredDeerFlow is the AIO/DeerFlow front end as an approval env wires
+// it (on its manager and audit database), so that its real routes are
+// registered.
+func wiredDeerFlow(t *testing.T) DeerFlowServer {
+	var df DeerFlowServer
+	newApprovalEnv(t, approvalOpts{deerflow: &deerflow.Config{}, wrap: func(s *Server, h http.Handler) http.Handler {
+		df = s.deps.DeerFlow
+		return h
+	}})
+	return df
 }
 
 // docOps returns the document's operations as "METHOD /path" keys.
@@ -61,7 +74,7 @@ func routeKey(pattern string) (method, path string) {
 // every optional part registers are the same set of operations. A route
 // added without its entry in operations() fails here.
 func TestOpenAPIMatchesRoutes(t *testing.T) {
-	s := New(Config{}, Deps{MCP: stubMCP{}, DeerFlow: NewDeerFlow(DeerFlowConfig{}), Gatherer: prometheus.NewRegistry()})
+	s := New(Config{}, Deps{MCP: stubMCP{}, DeerFlow: wiredDeerFlow(t), Gatherer: prometheus.NewRegistry()})
 	doc := docOps(t)
 	covered := map[string]bool{}
 	for _, p := range s.patterns {

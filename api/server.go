@@ -73,9 +73,9 @@ type Deps struct {
 	// Database is the audit and approvals database /readyz pings; nil
 	// leaves it out.
 	Database Pinger
-	// DeerFlow is the DeerFlow provisioner's registry behind /deerflow;
+	// DeerFlow is the AIO/DeerFlow front end mounted under /deerflow;
 	// nil leaves those routes unmounted.
-	DeerFlow *DeerFlow
+	DeerFlow DeerFlowServer
 	// Events is the lifecycle event log behind /v1/events; nil leaves
 	// those routes unmounted.
 	Events *events.Log
@@ -98,6 +98,8 @@ type Server struct {
 	// patterns are the mux patterns registered, in order: what the OpenAPI
 	// drift test holds the document against.
 	patterns []string
+	// openAPIDoc is GET /v1/openapi.json's document, built on first use.
+	openAPIDoc openAPICache
 }
 
 // New builds the handler with every route of this version.

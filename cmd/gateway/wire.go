@@ -25,6 +25,7 @@ import (
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/browser"
 	"github.com/sandgate/sandgate/confirm"
+	"github.com/sandgate/sandgate/deerflow"
 	"github.com/sandgate/sandgate/egress"
 	"github.com/sandgate/sandgate/events"
 	"github.com/sandgate/sandgate/executors"
@@ -58,9 +59,9 @@ type gateway struct {
 	leaveOnce sync.Once
 	aio       *aio.Executor
 	browser   *browser.Manager
-	mcp       *mcp.Server     // nil when disabled
-	deerflow  *api.DeerFlow   // nil when disabled
-	egress    *egress.Service // nil when disabled
+	mcp       *mcp.Server        // nil when disabled
+	deerflow  *deerflow.Registry // nil when disabled
+	egress    *egress.Service    // nil when disabled
 	events    *events.Log
 	// baseCancel ends every request context; called when the shutdown
 	// deadline passes so running executions are killed, not abandoned.
@@ -152,7 +153,11 @@ func build(ctx context.Context, cfg Config, getenv func(string) string, stdout, 
 	}
 	gw.watchFleet()
 	if cfg.DeerFlow.Enabled {
-		gw.deerflow = api.NewDeerFlow(api.DeerFlowConfig{PublicURL: cfg.DeerFlow.PublicURL})
+		// The DeerFlow sandboxes live in the gateway's database, shared
+		// by a fleet's replicas like approvals and session records.
+		if gw.deerflow, err = deerflow.OpenRegistry(ctx, gw.audit); err != nil {
+			return nil, err
+		}
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -183,9 +188,13 @@ func build(ctx context.Context, cfg Config, getenv func(string) string, stdout, 
 	if err != nil {
 		return nil, err
 	}
+	deerflowServer, err := gw.deerflowServer(runAudit)
+	if err != nil {
+		return nil, err
+	}
 	apiDeps := api.Deps{
 		Manager: gw.manager, Policy: gw.policy, Audit: runAudit, Auth: auth, Gatherer: reg, Logger: gw.log,
-		Approvals: gw.hub, Browser: gw.browser, MCP: mcpServer, Database: gw.audit, DeerFlow: gw.deerflow,
+		Approvals: gw.hub, Browser: gw.browser, MCP: mcpServer, Database: gw.audit, DeerFlow: deerflowServer,
 		Events: gw.events,
 	}
 	if gw.router != nil {
@@ -409,8 +418,9 @@ func (gw *gateway) egressProxy(confirmer confirm.Service, reg prometheus.Registe
 func (gw *gateway) resources() []manager.SessionResource {
 	var out []manager.SessionResource
 	if gw.deerflow != nil {
-		// Deleting a session kills its DeerFlow sandbox URLs.
-		out = append(out, manager.SessionResource{Name: "deerflow", Release: gw.deerflow.Release})
+		// Deleting or expiring a session kills its DeerFlow sandbox URLs;
+		// a shutdown leaves them, in the store.
+		out = append(out, manager.SessionResource{Name: "deerflow", Durable: true, Release: gw.deerflow.Release})
 	}
 	if gw.egress != nil {
 		// A deleted session's "allow for this session" answers go with it.
@@ -441,6 +451,20 @@ func (gw *gateway) mcpFleet() mcp.Fleet {
 		return nil
 	}
 	return gw.router
+}
+
+// deerflowServer builds the AIO/DeerFlow front end on the manager and the
+// sandbox registry, or returns nil (no routes) when it is disabled. The
+// interface is nil, not a nil pointer, so api leaves /deerflow unmounted.
+func (gw *gateway) deerflowServer(runAudit audit.Store) (api.DeerFlowServer, error) {
+	if gw.deerflow == nil {
+		return nil, nil
+	}
+	deps := deerflow.Deps{Manager: gw.manager, Registry: gw.deerflow, Audit: runAudit, Logger: gw.log}
+	if gw.router != nil { // a nil *Router in the interface would not read as "one process"
+		deps.Fleet = gw.router
+	}
+	return deerflow.New(deerflow.Config{PublicURL: gw.cfg.DeerFlow.PublicURL}, deps)
 }
 
 // mcpServer builds the MCP endpoint on the manager and the browser router,

@@ -1,4 +1,4 @@
-package api
+package deerflow
 
 import (
 	"bytes"
@@ -26,30 +26,12 @@ var (
 	errSandboxGone = errcode.New(errcode.NotFound, "no such sandbox: it was deleted, or the URL is wrong")
 	// errCapabilityScope is a valid capability sent for another sandbox.
 	errCapabilityScope = errcode.New(errcode.Forbidden, "this capability belongs to another sandbox")
-	errAsyncMode       = &fieldErr{field: manager.FieldError{Field: "async_mode", Code: "unsupported",
-		Message: "sandgate runs shell commands synchronously"}}
+	errAsyncMode       = invalidField("async_mode", "unsupported", "sandgate runs shell commands synchronously")
 )
-
-// aioRoutes are the AIO API subset under each sandbox's capability URL.
-func (s *Server) aioRoutes() {
-	base := deerflowPrefix + "/sandboxes/{sandbox_id}/{capability}"
-	s.mount("GET "+base+"/v1/sandbox", s.aio(s.aioSandbox))
-	s.mount("POST "+base+"/v1/shell/exec", s.aio(s.aioShellExec))
-	s.mount("POST "+base+"/v1/shell/sessions/create", s.aio(s.aioShellCreate))
-	s.mount("DELETE "+base+"/v1/shell/sessions/{shell_id}", s.aio(s.aioShellDelete))
-	s.mount("POST "+base+"/v1/file/read", s.aio(s.aioFileRead))
-	s.mount("POST "+base+"/v1/file/write", s.aio(s.aioFileWrite))
-	s.mount("POST "+base+"/v1/file/list", s.aio(s.aioFileList))
-	s.mount("POST "+base+"/v1/file/find", s.aio(s.aioFileFind))
-	s.mount("POST "+base+"/v1/file/search", s.aio(s.aioFileSearch))
-	s.mount("POST "+base+"/v1/file/grep", s.aio(s.aioFileGrep))
-	s.mount("POST "+base+"/v1/file/replace", s.aio(s.aioFileReplace))
-	s.mount("GET "+base+"/v1/file/download", s.aio(s.aioFileDownload))
-}
 
 // aioCall is one AIO call on a sandbox, as its owner.
 type aioCall struct {
-	sb *dfSandbox
+	sb *sandbox
 	p  manager.Principal
 }
 
@@ -62,25 +44,31 @@ func (s *Server) aio(h aioHandler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		err := s.aioServe(w, r, h)
 		if err != nil {
-			status, body := s.errorResponse(r, err)
-			writeJSON(w, status, aioErrorBody{Message: body.Error.Message, Error: body.Error})
+			status, d := s.errorOf(w, r, err)
+			writeJSON(w, status, aioErrorBody{Message: d.Message, Error: d})
 		}
 	})
 }
 
+// aioServe finds the capability's sandbox in the store, whichever replica
+// minted it, and serves the call on the replica serving the sandbox's
+// session: here, or forwarded to the live replica that serves it.
 func (s *Server) aioServe(w http.ResponseWriter, r *http.Request, h aioHandler) error {
-	if s.deps.DeerFlow == nil {
-		return errNotFound
+	sb, ok, err := s.deps.Registry.byCapability(r.Context(), r.PathValue("capability"))
+	if err != nil {
+		return err
 	}
-	sb, ok := s.deps.DeerFlow.byCapability(r.PathValue("capability"))
 	if !ok {
 		return errSandboxGone
 	}
-	if sb.key.id != r.PathValue("sandbox_id") {
+	if sb.id != r.PathValue("sandbox_id") {
 		return errCapabilityScope
 	}
-	p := manager.Principal{Role: string(RoleAgent), Name: sb.owner.Name + "@deerflow:" + sb.key.id, Tenant: sb.owner.Tenant}
-	return h(w, r, aioCall{sb: sb, p: p})
+	if handled, err := s.route(w, r, sb.sessionKey); handled || err != nil {
+		return err
+	}
+	p := manager.Principal{Role: roleAgent, Name: sb.ownerName + "@deerflow:" + sb.id, Tenant: sb.tenant}
+	return h(w, r.WithContext(manager.WithFrontEnd(r.Context(), frontEnd)), aioCall{sb: sb, p: p})
 }
 
 func writeAIO[T any](w http.ResponseWriter, data T) {
@@ -119,14 +107,14 @@ func (a aioPath) show(display string) string {
 }
 
 func (c aioCall) fileReq(r *http.Request, p aioPath) manager.FileRequest {
-	return manager.FileRequest{RequestID: requestID(r.Context()), Principal: c.p, SessionID: c.sb.session, Path: p.ws}
+	return manager.FileRequest{RequestID: manager.RequestIDFrom(r.Context()), Principal: c.p, SessionID: c.sb.session, Path: p.ws}
 }
 
 // fileFailure answers the workspace's refusals of a file call as AIO 1.9
 // does expected filesystem failures: 200, success false, the error in
 // data. Anything else (denied, rate-limited, internal) stays an HTTP error.
 func fileFailure(w http.ResponseWriter, op string, p aioPath, err error) error {
-	if errors.As(err, new(*fieldErr)) || errors.As(err, new(*manager.ValidationError)) {
+	if errors.As(err, new(*manager.ValidationError)) {
 		return err // a malformed request, not a filesystem failure
 	}
 	code, _, msg := errcode.Of(err)
@@ -195,13 +183,13 @@ func (s *Server) aioShellExec(w http.ResponseWriter, r *http.Request, c aioCall)
 		timeout = int(math.Min(math.Ceil(*body.HardTimeout), 3600))
 	}
 	res, err := s.deps.Manager.Run(r.Context(), manager.RunRequest{
-		RequestID: requestID(r.Context()), Kind: manager.KindExecute, Principal: c.p, SessionID: c.sb.session,
-		Language: "bash", Code: command, TimeoutS: timeout, Via: "DeerFlow sandbox " + c.sb.key.id,
+		RequestID: manager.RequestIDFrom(r.Context()), Kind: manager.KindExecute, Principal: c.p, SessionID: c.sb.session,
+		Language: "bash", Code: command, TimeoutS: timeout, Via: "DeerFlow sandbox " + c.sb.id,
 	})
 	if err != nil {
 		return err
 	}
-	writeAIO(w, shellResult(body, res, requestID(r.Context())))
+	writeAIO(w, shellResult(body, res, manager.RequestIDFrom(r.Context())))
 	return nil
 }
 
@@ -246,7 +234,7 @@ func (s *Server) aioShellCreate(w http.ResponseWriter, r *http.Request, _ aioCal
 			return err
 		}
 	}
-	id := requestID(r.Context())
+	id := manager.RequestIDFrom(r.Context())
 	if body.ID != nil && *body.ID != "" {
 		id = *body.ID
 	}
@@ -306,7 +294,7 @@ func (s *Server) aioFileWrite(w http.ResponseWriter, r *http.Request, c aioCall)
 		return err
 	}
 	if body.Content == nil {
-		return &fieldErr{field: manager.FieldError{Field: "content", Code: "required", Message: "is required"}}
+		return invalidField("content", "required", "is required")
 	}
 	data := []byte(*body.Content)
 	switch body.Encoding {
@@ -314,10 +302,10 @@ func (s *Server) aioFileWrite(w http.ResponseWriter, r *http.Request, c aioCall)
 	case "base64":
 		var err error
 		if data, err = base64.StdEncoding.DecodeString(*body.Content); err != nil {
-			return &fieldErr{field: fieldErrorOf("content", "is not valid base64")}
+			return invalidField("content", "invalid", "is not valid base64")
 		}
 	default:
-		return &fieldErr{field: fieldErrorOf("encoding", "must be utf-8, base64 or raw")}
+		return invalidField("encoding", "invalid", "must be utf-8, base64 or raw")
 	}
 	if body.LeadingNewline {
 		data = append([]byte("\n"), data...)
@@ -449,7 +437,7 @@ func (s *Server) aioFileGrep(w http.ResponseWriter, r *http.Request, c aioCall) 
 		return err
 	}
 	if len(body.Include) > 1 {
-		return &fieldErr{field: fieldErrorOf("include", "at most one glob")}
+		return invalidField("include", "invalid", "at most one glob")
 	}
 	q := workspace.GrepQuery{Pattern: body.Pattern, Literal: body.FixedStrings}
 	if body.CaseInsensitive {
@@ -500,7 +488,7 @@ func (s *Server) aioFileReplace(w http.ResponseWriter, r *http.Request, c aioCal
 func (s *Server) aioFileDownload(w http.ResponseWriter, r *http.Request, c aioCall) error {
 	raw := r.URL.Query().Get("path")
 	if raw == "" {
-		return &fieldErr{field: manager.FieldError{Field: "path", Code: "required", Message: "is required"}}
+		return invalidField("path", "required", "is required")
 	}
 	p := resolveAIOPath(raw)
 	return s.deps.Manager.GetFile(r.Context(), c.fileReq(r, p), func(rf *workspace.RawFile) (int64, error) {
@@ -513,4 +501,32 @@ func (s *Server) aioFileDownload(w http.ResponseWriter, r *http.Request, c aioCa
 		http.ServeContent(cw, r, "", rf.ModTime, rf.File)
 		return cw.n, nil
 	})
+}
+
+// shownPath is a workspace path as the workspace displays it
+// (/workspace/...), or "" when it is not one.
+func shownPath(p string) string {
+	rel, err := workspace.ResolvePath(p)
+	if err != nil {
+		return ""
+	}
+	return workspace.DisplayPath(rel)
+}
+
+// countingWriter counts the bytes of a download, for its audit record.
+type countingWriter struct {
+	http.ResponseWriter
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.ResponseWriter.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func (c *countingWriter) ReadFrom(src io.Reader) (int64, error) {
+	n, err := io.Copy(c.ResponseWriter, src)
+	c.n += n
+	return n, err
 }

@@ -1,6 +1,8 @@
-package api
+package deerflow
 
 import (
+	"github.com/sandgate/sandgate/confirm"
+	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/risk"
 )
 
@@ -204,4 +206,37 @@ type aioSandboxSystem struct {
 	HomeDir   string `json:"home_dir"`
 	Workspace string `json:"workspace"`
 	SessionID string `json:"session_id"`
+}
+
+// decisionView and approvalView are the policy's decision and the
+// approval as the REST API's run responses show them.
+type decisionView struct {
+	Action         string             `json:"action"`
+	Executor       string             `json:"executor"`
+	Reasons        []policy.Reason    `json:"reasons"`
+	Obligations    policy.Obligations `json:"obligations"`
+	PolicyRevision string             `json:"policy_revision"`
+}
+
+type approvalView struct {
+	ID        string `json:"id"`
+	Status    string `json:"status"`
+	DecidedBy string `json:"decided_by,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+}
+
+func viewDecision(d policy.Decision) decisionView {
+	reasons := d.Reasons
+	if reasons == nil {
+		reasons = []policy.Reason{}
+	}
+	return decisionView{Action: d.Action, Executor: d.Executor, Reasons: reasons,
+		Obligations: d.Obligations, PolicyRevision: d.PolicyRevision}
+}
+
+func viewApproval(o *confirm.Outcome) *approvalView {
+	if o == nil {
+		return nil
+	}
+	return &approvalView{ID: o.ApprovalID, Status: o.Status, DecidedBy: o.DecidedBy, Reason: o.Reason}
 }
