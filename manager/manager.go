@@ -138,6 +138,7 @@ type Manager struct {
 	avail     *availability
 	table     *sessionTable
 	store     *sessionStore // nil before Start
+	started   time.Time     // when Start ran
 	quotas    *quotas
 	// events feeds the EventSink (publish) until Close closes
 	// stopEvents; eventsDone closes once what was queued is handed on.

@@ -138,7 +138,7 @@ func (m *Manager) Start(ctx context.Context) error {
 		m.log.WarnContext(ctx, "sessions this replica served before it stopped lost their process state",
 			"sessions", n, "replica", m.replica())
 	}
-	m.store = store
+	m.store, m.started = store, time.Now()
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	m.stopReap = cancel
 	m.reapDone = make(chan struct{})
@@ -164,16 +164,19 @@ func (m *Manager) reap(ctx context.Context) {
 // expireDue releases every session served here whose TTL passed, or that
 // has had no request for its idle timeout, through the one release path.
 func (m *Manager) expireDue(ctx context.Context, now time.Time) {
-	recs, err := m.store.list(ctx, "")
+	recs, err := m.store.expirable(ctx, m.replica())
 	if err != nil {
 		m.log.WarnContext(ctx, "session expiry: list sessions", "err", err)
 		return
 	}
 	for _, r := range recs {
-		if r.State != StateActive || (r.Replica != m.replica() && r.Replica != "") {
-			continue
-		}
+		// Activity is kept in memory: a session this process has not
+		// served yet counts as active since its creation or since this
+		// process started, whichever is later.
 		last := r.CreatedAt
+		if last.Before(m.started) {
+			last = m.started
+		}
 		if s, ok := m.table.cached(r.Key); ok {
 			s.mu.Lock()
 			busy := s.running > 0

@@ -37,7 +37,7 @@ const sessionComponent = "sessions"
 var sessionMigrations = []audit.Migration{{
 	Version:  1,
 	Name:     "create session records",
-	SQL:      strings.ReplaceAll(sessionRecordsV1, "BIGINT", "INTEGER") + " STRICT;",
+	SQL:      strings.Replace(strings.ReplaceAll(sessionRecordsV1, "BIGINT", "INTEGER"), ");", ") STRICT;", 1) + ";",
 	Postgres: sessionRecordsV1 + ";",
 }}
 
@@ -59,7 +59,9 @@ const sessionRecordsV1 = `CREATE TABLE session_records (
 	told           TEXT NOT NULL DEFAULT '[]',
 	moved_from     TEXT NOT NULL DEFAULT '',
 	moved_at       TEXT NOT NULL DEFAULT ''
-)`
+);
+CREATE INDEX session_records_tenant ON session_records (tenant);
+CREATE INDEX session_records_replica ON session_records (replica, state)`
 
 // sessionStore reads and writes session records. A nil *sessionStore
 // keeps nothing (a manager wired without a database, in unit tests): the
@@ -213,6 +215,29 @@ func (s *sessionStore) list(ctx context.Context, tenant string) (map[string]sess
 			return nil, fmt.Errorf("manager: list session records: %w", err)
 		}
 		out[r.Key] = r
+	}
+	return out, rows.Err()
+}
+
+// expirable reads the active records replica serves that have a TTL or
+// an idle timeout: what the expiry loop looks at.
+func (s *sessionStore) expirable(ctx context.Context, replica string) ([]sessionRecord, error) {
+	if s == nil {
+		return nil, nil
+	}
+	rows, err := s.db.DB().QueryContext(ctx, s.db.Rebind(`SELECT `+recordColumns+` FROM session_records
+	WHERE replica = ? AND state = 'active' AND (expires_at <> '' OR idle_timeout_ms > 0)`), replica)
+	if err != nil {
+		return nil, fmt.Errorf("manager: list expirable sessions: %w", err)
+	}
+	defer rows.Close()
+	var out []sessionRecord
+	for rows.Next() {
+		r, err := scanRecord(rows)
+		if err != nil {
+			return nil, fmt.Errorf("manager: list expirable sessions: %w", err)
+		}
+		out = append(out, r)
 	}
 	return out, rows.Err()
 }
