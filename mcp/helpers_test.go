@@ -64,6 +64,9 @@ type envOpts struct {
 	approvalTimeout time.Duration
 	cfg             Config
 	browser         func(eng *policy.Engine, st audit.Store, ws *workspace.Workspaces) *browser.Manager
+	// placement and fleet make the env a replica of a fleet (forward_test.go).
+	placement manager.Placement
+	fleet     Fleet
 }
 
 // recorder collects strings from several goroutines.
@@ -128,12 +131,13 @@ func newEnv(t *testing.T, o envOpts) *env {
 			e.released.add(id)
 			return nil
 		}}},
+		Placement: o.placement,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	o.cfg.ProgressInterval = max(o.cfg.ProgressInterval, 200*time.Millisecond)
-	e.mcp, err = New(o.cfg, Deps{Manager: e.mgr, Browser: bm})
+	e.mcp, err = New(o.cfg, Deps{Manager: e.mgr, Browser: bm, Fleet: o.fleet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,6 +150,17 @@ func newEnv(t *testing.T, o envOpts) *env {
 		}
 		if err := e.mcp.ServeMCP(w, r, p); err != nil {
 			w.WriteHeader(http.StatusForbidden)
+		}
+	})
+	// What api serves to a replica with a verified hop.
+	mux.HandleFunc("POST "+ForwardPath, func(w http.ResponseWriter, r *http.Request) {
+		p, ok := testPrincipals[bearer(r)]
+		if !ok {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		if err := e.mcp.ServeForwarded(w, r, p, r.Header.Get("X-Test-Request-Id")); err != nil {
+			w.WriteHeader(http.StatusBadRequest)
 		}
 	})
 	e.srv = httptest.NewServer(mux)
