@@ -81,8 +81,8 @@ type Deps struct {
 	Browser *browser.Manager
 	// Fleet forwards a tool call to the replica that serves its session
 	// (forward.go); nil serves every call here.
-	Fleet Fleet
-	Logger  *slog.Logger
+	Fleet  Fleet
+	Logger *slog.Logger
 }
 
 // Server is the MCP server. It is safe for concurrent use.
@@ -114,7 +114,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		return nil, errors.New("mcp: no manager")
 	}
 	s := &Server{cfg: cfg, deps: deps, log: deps.Logger, sessions: map[string]*session{},
-		tools: map[string]func(context.Context, *call, json.RawMessage) *sdk.CallToolResult{},
+		tools:   map[string]func(context.Context, *call, json.RawMessage) *sdk.CallToolResult{},
 		origins: map[string]bool{}, hosts: map[string]bool{}}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
