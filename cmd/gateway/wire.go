@@ -57,12 +57,15 @@ type gateway struct {
 	router   *fleet.Router   // nil on sqlite
 	// leaveOnce: the grace after leaving the fleet is waited once.
 	leaveOnce sync.Once
-	aio       *aio.Executor
-	browser   *browser.Manager
-	mcp       *mcp.Server        // nil when disabled
-	deerflow  *deerflow.Registry // nil when disabled
-	egress    *egress.Service    // nil when disabled
-	events    *events.Log
+	// execs are the executors built, released by releaseBuilt when the
+	// start-up fails after them.
+	execs    []executors.Executor
+	aio      *aio.Executor
+	browser  *browser.Manager
+	mcp      *mcp.Server        // nil when disabled
+	deerflow *deerflow.Registry // nil when disabled
+	egress   *egress.Service    // nil when disabled
+	events   *events.Log
 	// baseCancel ends every request context; called when the shutdown
 	// deadline passes so running executions are killed, not abandoned.
 	baseCancel context.CancelFunc
@@ -90,6 +93,7 @@ func build(ctx context.Context, cfg Config, getenv func(string) string, stdout, 
 	gw := &gateway{cfg: cfg, log: newLogger(cfg.Log.Level, stderr), stdout: stdout}
 	defer func() {
 		if err != nil {
+			gw.releaseBuilt()
 			gw.closeStores()
 		}
 	}()
@@ -144,6 +148,7 @@ func build(ctx context.Context, cfg Config, getenv func(string) string, stdout, 
 	if err != nil {
 		return nil, err
 	}
+	gw.execs = execs
 	if err := gw.browsers(workspaces); err != nil {
 		return nil, err
 	}
@@ -255,8 +260,13 @@ func (gw *gateway) assessor() (*risk.Assessor, error) {
 	return risk.NewAssessor(rules, gw.log), nil
 }
 
-func (gw *gateway) executors(ctx context.Context, ws *workspace.Workspaces) ([]executors.Executor, error) {
+func (gw *gateway) executors(ctx context.Context, ws *workspace.Workspaces) (_ []executors.Executor, err error) {
 	var out []executors.Executor
+	defer func() {
+		if err != nil {
+			closeExecutors(out, gw.log)
+		}
+	}()
 	if sp := gw.cfg.Executors.Subprocess; sp.Enabled {
 		e, err := subprocess.New(ctx, subprocessConfig(sp, gw.log))
 		if err != nil {
@@ -300,6 +310,37 @@ func (gw *gateway) executors(ctx context.Context, ws *workspace.Workspaces) ([]e
 		}
 	}
 	return out, nil
+}
+
+// releaseBuilt releases what a start-up that failed half-way had built:
+// the manager's sessions and executors (warm and pooled containers, aio
+// instances), or the executors alone when the manager was not built.
+func (gw *gateway) releaseBuilt() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if gw.browser != nil {
+		_ = gw.browser.Close(ctx)
+	}
+	if gw.manager != nil {
+		if err := gw.manager.Close(ctx); err != nil {
+			gw.log.Warn("release after a failed start", "err", err)
+		}
+		return
+	}
+	closeExecutors(gw.execs, gw.log)
+}
+
+// closeExecutors closes each executor that holds resources.
+func closeExecutors(execs []executors.Executor, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, e := range execs {
+		if c, ok := e.(executors.Closer); ok {
+			if err := c.Close(ctx); err != nil {
+				log.Warn("release an executor after a failed start", "executor", e.Kind(), "err", err)
+			}
+		}
+	}
 }
 
 // subprocessConfig is the subprocess executor's Config for the gateway's
