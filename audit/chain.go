@@ -39,6 +39,7 @@ type chainRow struct {
 	Action, PolicyRevision                                                    string
 	Approval                                                                  sql.NullString
 	Path, Replica                                                             string
+	DecisionID, WouldBe                                                       string
 
 	Outcome, ErrorCode     string
 	ExitCode               sql.NullInt64
@@ -64,6 +65,7 @@ func rowOf(rec *Record, cols jsonColumns, t, replica string) chainRow {
 		PolicyRevision: rec.PolicyRevision, Approval: ns(cols.approval), Path: rec.Path, Replica: replica,
 		Outcome: rec.Outcome, ErrorCode: rec.ErrorCode, DurationMS: rec.DurationMS, HTTPStatus: int64(rec.HTTPStatus),
 		Executor: rec.Executor, Reasons: ns(cols.reasons), Bytes: rec.Bytes, Detail: ns(cols.detail),
+		DecisionID: rec.DecisionID, WouldBe: rec.WouldBe,
 	}
 	if rec.ExitCode != nil {
 		r.ExitCode = sql.NullInt64{Int64: int64(*rec.ExitCode), Valid: true}
@@ -78,7 +80,11 @@ func nullable(s sql.NullString) *string {
 	return &s.String
 }
 
-// headerHash is the record's link in its chain.
+// headerHash is the record's link in its chain. DecisionID and WouldBe
+// came later (audit migration 4): they are hashed only when set, so a
+// record written before them (both empty) hashes as it always did and
+// old chains still verify, while blanking either in a record that had it
+// breaks the link.
 func (r *chainRow) headerHash(prev string) string {
 	h := struct {
 		RequestID, Time, Kind, Tenant, SessionID, Principal, Language, CodeSHA256 string
@@ -88,8 +94,11 @@ func (r *chainRow) headerHash(prev string) string {
 		Action, PolicyRevision                                                    string
 		Approval                                                                  *string
 		Path, Replica                                                             string
+		DecisionID                                                                string `json:",omitempty"`
+		WouldBe                                                                   string `json:",omitempty"`
 	}{r.RequestID, r.Time, r.Kind, r.Tenant, r.SessionID, r.Principal, r.Language, r.CodeSHA256, r.CodeBytes,
-		r.RiskLevel, nullable(r.RiskPatterns), r.Action, r.PolicyRevision, nullable(r.Approval), r.Path, r.Replica}
+		r.RiskLevel, nullable(r.RiskPatterns), r.Action, r.PolicyRevision, nullable(r.Approval), r.Path, r.Replica,
+		r.DecisionID, r.WouldBe}
 	return digest(prev, h)
 }
 
@@ -130,14 +139,14 @@ func (r *chainRow) seal(prev string) {
 const chainColumns = `id, request_id, time, kind, tenant, session_id, principal, language, code_sha256, code_bytes,
 	risk_level, risk_patterns, action, policy_revision, approval, path, replica,
 	outcome, error_code, exit_code, duration_ms, http_status, executor, reasons, bytes, detail,
-	prev_hash, hash, completion_hash`
+	prev_hash, hash, completion_hash, decision_id, would_be`
 
 func scanChainRow(sc interface{ Scan(...any) error }) (chainRow, error) {
 	var r chainRow
 	err := sc.Scan(&r.ID, &r.RequestID, &r.Time, &r.Kind, &r.Tenant, &r.SessionID, &r.Principal, &r.Language,
 		&r.CodeSHA256, &r.CodeBytes, &r.RiskLevel, &r.RiskPatterns, &r.Action, &r.PolicyRevision, &r.Approval,
 		&r.Path, &r.Replica, &r.Outcome, &r.ErrorCode, &r.ExitCode, &r.DurationMS, &r.HTTPStatus, &r.Executor,
-		&r.Reasons, &r.Bytes, &r.Detail, &r.PrevHash, &r.Hash, &r.CompletionHash)
+		&r.Reasons, &r.Bytes, &r.Detail, &r.PrevHash, &r.Hash, &r.CompletionHash, &r.DecisionID, &r.WouldBe)
 	return r, err
 }
 
@@ -222,7 +231,7 @@ func checkLink(r *chainRow, prev string, chained bool) string {
 	case r.PrevHash != prev:
 		return "prev_hash does not match the previous record's hash (a record was removed, inserted or reordered)"
 	case r.headerHash(prev) != r.Hash:
-		return "hash does not match the record's contents (request, principal, decision or approval edited)"
+		return "hash does not match the record's contents (request, principal, decision, decision_id or approval edited)"
 	case r.completionHash(r.Hash) != r.CompletionHash:
 		return "completion_hash does not match the record's outcome fields (outcome, exit code or duration edited)"
 	}

@@ -86,7 +86,7 @@ func fullRecord() audit.Record {
 		RiskPatterns:   []string{"py.subprocess", "py.socket"},
 		Action:         "require_approval",
 		Executor:       "docker",
-		Reasons:        []audit.Reason{{Code: "risk.high", Message: "high risk needs approval"}},
+		Reasons:        []audit.Reason{{Code: "risk.high", Message: "high risk needs approval"}, {Code: "risk.critical", Message: "critical", Enforcement: "dryrun"}},
 		PolicyRevision: "sha256:abc",
 		Approval:       &audit.Approval{ID: "apr-1", Status: "approved", DecidedBy: "approver:alice", Reason: "looks fine"},
 		Outcome:        audit.OutcomeFailed,
@@ -97,6 +97,8 @@ func fullRecord() audit.Record {
 		Path:           "/workspace/out.txt",
 		Bytes:          4096,
 		Detail:         map[string]string{"host": "example.org"},
+		DecisionID:     "4b1c0f6e-3f0a-4d7e-9c43-2f3d1f9f8a11",
+		WouldBe:        "deny",
 	}
 }
 

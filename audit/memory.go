@@ -83,6 +83,7 @@ func (q Query) matches(r *Record) bool {
 	return (q.Tenant == "" || r.Tenant == q.Tenant) &&
 		(q.SessionID == "" || r.SessionID == q.SessionID) &&
 		(q.Kind == "" || r.Kind == q.Kind) &&
+		(q.DecisionID == "" || r.DecisionID == q.DecisionID) &&
 		(q.Before <= 0 || r.ID < q.Before) &&
 		(q.Since.IsZero() || !r.Time.Before(q.Since))
 }

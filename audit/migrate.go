@@ -140,6 +140,35 @@ BEGIN
 	SELECT RAISE(ABORT, 'audit records are append-only');
 END;`,
 	},
+	{
+		// Policy decisions join OPA's decision log (issue 32): the
+		// decision's decision_id and the action its dryrun and warn
+		// reasons would have led to. Both are header fields (chain.go,
+		// hashed only when set, so older records verify as before), so
+		// completing a started record may not change them.
+		Version:  4,
+		Name:     "add decision_id and would_be",
+		Postgres: pgRecordsV4,
+		SQL: `
+ALTER TABLE records ADD COLUMN decision_id TEXT NOT NULL DEFAULT '';
+ALTER TABLE records ADD COLUMN would_be TEXT NOT NULL DEFAULT '';
+CREATE INDEX records_decision_id ON records (decision_id) WHERE decision_id <> '';
+DROP TRIGGER records_no_update;
+CREATE TRIGGER records_no_update BEFORE UPDATE ON records
+WHEN OLD.outcome <> 'started' OR NEW.outcome = 'started'
+  OR NEW.id IS NOT OLD.id OR NEW.request_id IS NOT OLD.request_id OR NEW.time IS NOT OLD.time
+  OR NEW.kind IS NOT OLD.kind OR NEW.tenant IS NOT OLD.tenant OR NEW.session_id IS NOT OLD.session_id
+  OR NEW.principal IS NOT OLD.principal OR NEW.language IS NOT OLD.language
+  OR NEW.code_sha256 IS NOT OLD.code_sha256 OR NEW.code_bytes IS NOT OLD.code_bytes
+  OR NEW.risk_level IS NOT OLD.risk_level OR NEW.risk_patterns IS NOT OLD.risk_patterns
+  OR NEW.action IS NOT OLD.action OR NEW.policy_revision IS NOT OLD.policy_revision
+  OR NEW.approval IS NOT OLD.approval OR NEW.path IS NOT OLD.path OR NEW.replica IS NOT OLD.replica
+  OR NEW.prev_hash IS NOT OLD.prev_hash OR NEW.hash IS NOT OLD.hash
+  OR NEW.decision_id IS NOT OLD.decision_id OR NEW.would_be IS NOT OLD.would_be
+BEGIN
+	SELECT RAISE(ABORT, 'audit records are append-only');
+END;`,
+	},
 }
 
 // Migrate brings component's tables up to date by applying, in order, the

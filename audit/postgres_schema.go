@@ -80,6 +80,28 @@ DROP TRIGGER records_no_update_delete ON records;
 CREATE TRIGGER records_no_update_delete BEFORE UPDATE OR DELETE ON records
 	FOR EACH ROW EXECUTE FUNCTION records_complete_only();`
 
+// pgRecordsV4: decision_id and would_be; see auditMigrations. The
+// completion guard is the V3 function with the two columns added.
+const pgRecordsV4 = `
+ALTER TABLE records ADD COLUMN decision_id TEXT NOT NULL DEFAULT '';
+ALTER TABLE records ADD COLUMN would_be TEXT NOT NULL DEFAULT '';
+CREATE INDEX records_decision_id ON records (decision_id) WHERE decision_id <> '';
+CREATE OR REPLACE FUNCTION records_complete_only() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF TG_OP = 'DELETE' OR OLD.outcome <> 'started' OR NEW.outcome = 'started'
+	   OR (NEW.id, NEW.request_id, NEW.time, NEW.kind, NEW.tenant, NEW.session_id, NEW.principal, NEW.language,
+	       NEW.code_sha256, NEW.code_bytes, NEW.risk_level, NEW.risk_patterns, NEW.action, NEW.policy_revision,
+	       NEW.approval, NEW.path, NEW.replica, NEW.prev_hash, NEW.hash, NEW.decision_id, NEW.would_be)
+	   IS DISTINCT FROM
+	      (OLD.id, OLD.request_id, OLD.time, OLD.kind, OLD.tenant, OLD.session_id, OLD.principal, OLD.language,
+	       OLD.code_sha256, OLD.code_bytes, OLD.risk_level, OLD.risk_patterns, OLD.action, OLD.policy_revision,
+	       OLD.approval, OLD.path, OLD.replica, OLD.prev_hash, OLD.hash, OLD.decision_id, OLD.would_be) THEN
+		RAISE EXCEPTION 'audit records are append-only';
+	END IF;
+	RETURN NEW;
+END
+$$;`
+
 const pgSchemaMigrationsDDL = `CREATE TABLE IF NOT EXISTS schema_migrations (
 	component  TEXT    NOT NULL,
 	version    INTEGER NOT NULL,

@@ -75,12 +75,24 @@ type Record struct {
 	Path           string            `json:"path,omitempty"`  // workspace path for file operations (/workspace/...)
 	Bytes          int64             `json:"bytes,omitempty"` // bytes read or written by file operations
 	Detail         map[string]string `json:"detail,omitempty"`
+	// DecisionID is the policy decision's decision_id: OPA's decision log
+	// names the same decision with it, so the chained audit and the
+	// decision log join on it. Empty for a record no decision was made
+	// for, and in records written before it was kept.
+	DecisionID string `json:"decision_id,omitempty"`
+	// WouldBe is the action the decision would have had if its dryrun and
+	// warn reasons were enforced (policy.Decision.WouldBe); empty when
+	// that is Action.
+	WouldBe string `json:"would_be,omitempty"`
 }
 
 // Reason is one policy reason, as in the decision document.
 type Reason struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// Enforcement is the reason's mode when it did not decide: dryrun or
+	// warn (policy.Reason.Enforcement); empty for an enforced reason.
+	Enforcement string `json:"enforcement,omitempty"`
 }
 
 // Approval is the human approval attached to a request, if one was asked for.
@@ -98,6 +110,9 @@ type Query struct {
 	Tenant    string
 	SessionID string
 	Kind      string
+	// DecisionID selects the record of one policy decision (the
+	// decision_id of a decision-log event or a shadow disagreement).
+	DecisionID string
 	// Limit is the page size: 0 or less means DefaultQueryLimit, values above
 	// the store's maximum are clamped to it.
 	Limit int

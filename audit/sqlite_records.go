@@ -17,13 +17,13 @@ func formatTime(t time.Time) string { return t.UTC().Format(timeLayout) }
 
 const recordColumns = `id, request_id, time, kind, tenant, session_id, principal, language, code_sha256,
 	code_bytes, risk_level, risk_patterns, action, executor, reasons, policy_revision, approval,
-	outcome, error_code, exit_code, duration_ms, http_status, path, bytes, detail`
+	outcome, error_code, exit_code, duration_ms, http_status, path, bytes, detail, decision_id, would_be`
 
 const insertSQL = `INSERT INTO records (request_id, time, kind, tenant, session_id, principal, language,
 	code_sha256, code_bytes, risk_level, risk_patterns, action, executor, reasons, policy_revision,
 	approval, outcome, error_code, exit_code, duration_ms, http_status, path, bytes, detail,
-	replica, prev_hash, hash, completion_hash)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	replica, prev_hash, hash, completion_hash, decision_id, would_be)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 // Append stores rec as a new record and sets rec.ID and, when it is zero,
 // rec.Time. A store-assigned time is taken by the writer as it inserts the
@@ -172,6 +172,10 @@ func buildSelect(q Query) (string, []any) {
 		where = append(where, "kind = ?")
 		args = append(args, q.Kind)
 	}
+	if q.DecisionID != "" {
+		where = append(where, "decision_id = ?")
+		args = append(args, q.DecisionID)
+	}
 	if q.Before > 0 {
 		where = append(where, "id < ?")
 		args = append(args, q.Before)
@@ -200,7 +204,7 @@ func scanRecord(rows *sql.Rows) (Record, error) {
 	err := rows.Scan(&r.ID, &r.RequestID, &tm, &r.Kind, &r.Tenant, &r.SessionID, &r.Principal, &r.Language,
 		&r.CodeSHA256, &r.CodeBytes, &r.RiskLevel, &riskPatterns, &r.Action, &r.Executor, &reasons,
 		&r.PolicyRevision, &approval, &r.Outcome, &r.ErrorCode, &exit, &r.DurationMS, &r.HTTPStatus,
-		&r.Path, &r.Bytes, &dtl)
+		&r.Path, &r.Bytes, &dtl, &r.DecisionID, &r.WouldBe)
 	if err != nil {
 		return r, err
 	}

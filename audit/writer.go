@@ -162,7 +162,7 @@ func rowArgs(r *chainRow) []any {
 		r.CodeSHA256, r.CodeBytes, r.RiskLevel, null(r.RiskPatterns), r.Action, r.Executor,
 		null(r.Reasons), r.PolicyRevision, null(r.Approval), r.Outcome, r.ErrorCode, exit,
 		r.DurationMS, r.HTTPStatus, r.Path, r.Bytes, null(r.Detail),
-		r.Replica, r.PrevHash, r.Hash, r.CompletionHash}
+		r.Replica, r.PrevHash, r.Hash, r.CompletionHash, r.DecisionID, r.WouldBe}
 }
 
 // stamp returns the record's time: the caller's, in UTC, or now. The writer
