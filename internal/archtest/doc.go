@@ -1,4 +1,5 @@
 // Package archtest holds the test that keeps imports flowing the one way
-// DESIGN.md §1 draws: cmd → api → manager → (risk, policy, confirm,
-// executors/*, workspace, browser, audit). It has no non-test code.
+// DESIGN.md §1 draws: cmd → front ends (api, mcp, deerflow; none imports
+// another) → manager → (risk, policy, confirm, executors/*, workspace,
+// browser, audit). It has no non-test code.
 package archtest

@@ -21,14 +21,14 @@ type rule struct {
 
 var leaves = []string{"errcode/...", "risk/...", "policy/...", "confirm/...", "executors/...", "workspace/...", "browser/...", "audit/..."}
 
+// frontEnds are the front ends (DESIGN.md §1, §14): each a thin adapter
+// over the manager, side by side. api mounts the others on its listener
+// through interfaces, and none imports another.
+var frontEnds = []string{"api/...", "mcp/...", "deerflow/..."}
+
 func rules() []rule {
 	rs := []rule{
-		{"api/...", "cmd/...", "cmd is the top: nothing imports main packages"},
-		{"manager/...", "api/...", "the manager is driven by api, never the reverse"},
 		{"manager/...", "cmd/...", "wiring happens in main only"},
-		{"mcp/...", "api/...", "api mounts the MCP server through an interface; mcp sits beside api, on the manager"},
-		{"mcp/...", "cmd/...", "cmd is the top: nothing imports main packages"},
-		{"manager/...", "mcp/...", "the manager is driven by api and mcp, never the reverse"},
 		{"executors/...", "policy/...", "executors run what was decided; they never decide"},
 		{"executors/...", "risk/...", "executors run what was decided; they never decide"},
 		{"executors/...", "confirm/...", "executors never ask for approval"},
@@ -36,8 +36,18 @@ func rules() []rule {
 		{"policy/...", "risk/...", "policy sees risk only as input the manager builds"},
 		{"policy/...", "executors/...", "policy names executors as strings; it never runs them"},
 	}
+	for _, fe := range frontEnds {
+		rs = append(rs,
+			rule{fe, "cmd/...", "cmd is the top: nothing imports main packages"},
+			rule{"manager/...", fe, "the manager is driven by the front ends, never the reverse"})
+		for _, other := range frontEnds {
+			if other != fe {
+				rs = append(rs, rule{fe, other, "front ends never import one another: api mounts the others through interfaces, each sits on the manager"})
+			}
+		}
+	}
 	for _, leaf := range leaves {
-		for _, upper := range []string{"manager/...", "api/...", "mcp/...", "cmd/..."} {
+		for _, upper := range append([]string{"manager/...", "cmd/..."}, frontEnds...) {
 			rs = append(rs, rule{leaf, upper, "imports flow cmd → api → manager → leaves"})
 		}
 	}
@@ -136,6 +146,18 @@ func TestRulesCatchViolations(t *testing.T) {
 		{"confirm", "mcp", true},
 		{"mcp", "manager", false},
 		{"cmd/gateway", "mcp", false},
+		{"api", "mcp", true},
+		{"deerflow", "api", true},
+		{"api", "deerflow", true},
+		{"mcp", "deerflow", true},
+		{"deerflow", "mcp", true},
+		{"deerflow", "cmd/gateway", true},
+		{"manager", "deerflow", true},
+		{"audit", "deerflow", true},
+		{"workspace", "deerflow", true},
+		{"deerflow", "manager", false},
+		{"deerflow", "audit", false},
+		{"cmd/gateway", "deerflow", false},
 	}
 	for _, c := range cases {
 		graph := map[string][]string{module + c.from: {module + c.to, "fmt"}}
