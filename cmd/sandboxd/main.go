@@ -10,7 +10,7 @@
 //
 // The AIO calls of agent frameworks (DeerFlow's /v1/shell/exec and
 // /v1/file/*) are not served here: the gateway serves them itself at a
-// DeerFlow sandbox URL (api/handlers_aio.go), where shell/exec is an
+// DeerFlow sandbox URL (package deerflow), where shell/exec is an
 // execute through the policy pipeline and the file calls are the workspace
 // API, so that no call reaches a sandbox around risk, policy, approval and
 // audit.
