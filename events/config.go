@@ -99,10 +99,13 @@ func (w Webhook) LogValue() slog.Value {
 		slog.Any("types", w.Types))
 }
 
-// String is the webhook without its secret.
+// String is the webhook without its secret or the URL's credentials.
 func (w Webhook) String() string {
 	return fmt.Sprintf("webhook{tenant=%q url=%q types=%v}", w.Tenant, RedactURL(w.URL), w.Types)
 }
+
+// GoString keeps %#v from printing the secret.
+func (w Webhook) GoString() string { return w.String() }
 
 // RedactURL returns u without userinfo, query or fragment: what the
 // delivery log and the log lines show of an endpoint. A string that does
