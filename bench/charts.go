@@ -106,6 +106,7 @@ func drawCharts(dir string, rep *report, sk *soakResult) error {
 		all = append(all, rep.Policy.abResult)
 	}
 	all = append(all, rep.Files...)
+	all = append(all, rep.Sessions.abResults()...)
 	for _, r := range all {
 		var labels []string
 		var lats [][]float64
@@ -144,6 +145,9 @@ func drawCharts(dir string, rep *report, sk *soakResult) error {
 		if err := save(p, filepath.Join(dir, "latency-mixed.svg"), 16*vg.Centimeter, 10*vg.Centimeter); err != nil {
 			return err
 		}
+	}
+	if err := sessionsCharts(dir, rep.Sessions); err != nil {
+		return err
 	}
 	if sk != nil {
 		return soakChart(filepath.Join(dir, "soak.svg"), sk)

@@ -16,7 +16,10 @@
 // directly; policy evaluation vs OPA's trivial allow; 64 KiB workspace
 // reads and writes vs os.ReadFile/os.WriteFile; a mixed agent workload at
 // several concurrencies; the same workload on one gateway (SQLite), one
-// PostgreSQL replica and three behind a round-robin client (fleet).
+// PostgreSQL replica and three behind a round-robin client (fleet);
+// issue 27's sessions: a request through a non-owner replica vs the owner,
+// the manager's session open vs a SQLite point write and read, and a
+// run's run.finished webhook vs the run's own round trip (sessions).
 package main
 
 import (
@@ -50,6 +53,9 @@ type opts struct {
 	policyN     int
 	egressN     int
 	filesN      int
+	forwardN    int
+	openN       int
+	eventsN     int
 	mixedDur    time.Duration
 	think       time.Duration
 	image       string
@@ -70,10 +76,13 @@ func main() {
 	flag.IntVar(&o.policyN, "policy-n", 3000, "samples per side of the policy scenario")
 	flag.IntVar(&o.egressN, "egress-n", 20, "downloads per side of the egress scenario (its setup side takes 20× as many)")
 	flag.IntVar(&o.filesN, "files-n", 1000, "samples per side of each file scenario")
+	flag.IntVar(&o.forwardN, "forward-n", 1000, "samples per side of the forwarding GET (sessions; the forwarded execute takes a quarter as many)")
+	flag.IntVar(&o.openN, "open-n", 2000, "samples per side of the session open scenario (sessions)")
+	flag.IntVar(&o.eventsN, "events-n", 300, "runs whose run.finished webhook is timed (sessions; issue 27 wants at least 200)")
 	flag.DurationVar(&o.mixedDur, "mixed-duration", 30*time.Second, "duration of each mixed workload level")
 	flag.DurationVar(&o.think, "docker-think", time.Second, "untimed pause before each paced warm Docker run (an agent's model call)")
 	flag.StringVar(&o.image, "image", "sandgate/runtime:latest", "image of the docker run baseline")
-	only := flag.String("only", "", "comma-separated scenarios to run (subprocess,rootcost,docker,gvisor,kernel,aio,policy,files,mixed,fleet,egress); empty: all")
+	only := flag.String("only", "", "comma-separated scenarios to run (subprocess,rootcost,docker,gvisor,kernel,aio,policy,files,mixed,fleet,egress,sessions; sessions-forward, sessions-open or sessions-events for one part of sessions); empty: all")
 	out := flag.String("out", "", "write the report under this docs directory (performance.md, perf/)")
 	readme := flag.String("readme", "", "README whose perf:begin/perf:end block gets the headline figures")
 	render := flag.String("render", "", "only re-render the report under this docs directory from its JSON")
@@ -200,6 +209,7 @@ type report struct {
 	Mixed        []mixedResult     `json:"mixed,omitempty"`
 	RootCost     *rootCostResult   `json:"root_cost,omitempty"`
 	Fleet        *fleetResult      `json:"fleet,omitempty"`
+	Sessions     *sessionsResult   `json:"sessions,omitempty"`
 	Unavailable  map[string]string `json:"unavailable,omitempty"`
 	GatewayRSSMB float64           `json:"gateway_rss_mb_end"`
 }
@@ -308,6 +318,7 @@ func run(ctx context.Context, o opts, out, readme, jsonOut string) error {
 			rep.Fleet = &r
 		}
 	}
+	rep.Sessions = runSessions(ctx, o, fail)
 	if gw != nil {
 		rep.GatewayRSSMB = gw.rssMB()
 		fmt.Printf("gateway at the end: RSS %.1f MB, %d goroutines (%d at start)\n", rep.GatewayRSSMB, gw.goroutines(), startGoroutines)

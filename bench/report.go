@@ -253,6 +253,9 @@ func headlines(rep *report, sk *soakResult) headline {
 	} else {
 		add(target{Name: "mixed workload: zero errors other than intended denials", Missing: true, Reason: unavailable(rep, "mixed")})
 	}
+	// sessions (issue 27)
+	ts, ls := sessionsTargets(rep)
+	h.targets, h.lines = append(h.targets, ts...), append(h.lines, ls...)
 	// soak
 	if sk != nil {
 		var bad []string
@@ -411,6 +414,7 @@ func markdown(rep *report, sk *soakResult, h headline) string {
 			p("Cross-replica approval release, end to end (target p99 ≤ 100 ms): a streamed `run_code` held on one replica, approved through another's `POST /v1/approvals/{id}/decision`, timed from sending the decision to the `approval_resolved` event in the first replica's response: p50 %s, p99 %s (n=%d).\n\n", ms(rl.P50), ms(rl.P99), rl.N)
 		}
 	}
+	p("%s", sessionsMarkdown(rep.Sessions))
 	p("## Soak\n\n")
 	if sk == nil {
 		p("No soak recorded yet: `make soak` (10 minutes by default) runs the mixed workload and writes perf/soak.json and perf/soak.svg.\n")
