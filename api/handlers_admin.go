@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -12,7 +13,10 @@ import (
 	"github.com/sandgate/sandgate/policy"
 )
 
-var errPolicyRejected = errcode.New(errcode.InvalidRequest, "the policy was rejected; the last good revision stays in force")
+var (
+	errPolicyRejected = errcode.New(errcode.InvalidRequest, "the policy was rejected; the last good revision stays in force")
+	errBundleReload   = errcode.New(errcode.Conflict, "the policy comes from bundles; OPA's bundle plugin polls for new revisions")
+)
 
 func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) error {
 	limit, err := intParam(r, "limit", 100)
@@ -70,9 +74,13 @@ func (s *Server) getPolicy(w http.ResponseWriter, r *http.Request) error {
 
 // reloadPolicy answers 200 with the new status, or 400 with the compile
 // error as a reason: the caller is the administrator who wrote the policy,
-// and the same text is shown by GET /v1/policy.
+// and the same text is shown by GET /v1/policy. A policy from bundles is
+// not reloaded on demand (OPA's bundle plugin polls): 409.
 func (s *Server) reloadPolicy(w http.ResponseWriter, r *http.Request) error {
 	st, err := s.deps.Policy.Reload(r.Context())
+	if errors.Is(err, policy.ErrBundleReload) {
+		return errBundleReload
+	}
 	if err != nil {
 		body := errorBody{Error: errorDetail{Code: errcode.InvalidRequest, Message: errPolicyRejected.Message,
 			Reasons:   []policy.Reason{{Code: "policy.invalid", Message: st.LastError}},
@@ -84,7 +92,7 @@ func (s *Server) reloadPolicy(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// listAudit is GET /v1/audit?tenant=&session_id=&kind=&limit=&cursor=,
+// listAudit is GET /v1/audit?tenant=&session_id=&kind=&decision_id=&limit=&cursor=,
 // newest first. A session's records are those of tenant and session_id
 // together: the same name under two tenants is two sessions.
 func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) error {
@@ -98,7 +106,7 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) error {
 	}
 	q := r.URL.Query()
 	page, err := s.deps.Audit.Query(r.Context(), audit.Query{
-		Tenant: q.Get("tenant"), SessionID: q.Get("session_id"), Kind: q.Get("kind"),
+		Tenant: q.Get("tenant"), SessionID: q.Get("session_id"), Kind: q.Get("kind"), DecisionID: q.Get("decision_id"),
 		Limit: limit, Before: int64(cursor),
 	})
 	if err != nil {
@@ -125,8 +133,10 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) error {
 	return nil
 }
 
-// readyz is ready when the policy is loaded, every wired executor is
-// available and the database answers. Each executor shows what the policy decides on: its status,
+// readyz is ready when the policy is loaded (a bundle source: once a
+// bundle has activated), every wired executor is available and the
+// database answers. It shows the revision in force, so a fleet's rollout
+// can be followed replica by replica. Each executor shows what the policy decides on: its status,
 // the executor's own short reason when it is unavailable (never a wrapped
 // internal error: this endpoint is unauthenticated) and its capabilities,
 // so a gateway that cannot enforce an obligation says so here instead of
@@ -134,7 +144,8 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) error {
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 	defer cancel()
-	ready := s.deps.Policy.Status().Revision != ""
+	pst := s.deps.Policy.Status()
+	ready := pst.Revision != ""
 	execs := map[string]readyExecutor{}
 	for kind, st := range s.deps.Manager.ExecutorStatus(ctx) {
 		execs[kind] = readyExecutor{Status: "ok", ExecutorStatus: st}
@@ -144,7 +155,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 			s.log.WarnContext(ctx, "executor not ready", "executor", kind, "reason", st.Reason)
 		}
 	}
-	body := readyResponse{Executors: execs}
+	body := readyResponse{Executors: execs, Policy: readyPolicyOf(pst)}
 	if s.deps.Database != nil {
 		// Audit records and approvals live there: without it every
 		// request would fail closed, so the gateway is not ready.
@@ -174,6 +185,7 @@ type healthResponse struct {
 // readyResponse is GET /readyz; Database is absent when none is wired.
 type readyResponse struct {
 	Ready     bool                     `json:"ready"`
+	Policy    readyPolicy              `json:"policy"`
 	Executors map[string]readyExecutor `json:"executors"`
 	Database  string                   `json:"database,omitempty"`
 }

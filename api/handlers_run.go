@@ -41,6 +41,15 @@ type decisionView struct {
 	Reasons        []policy.Reason    `json:"reasons"`
 	Obligations    policy.Obligations `json:"obligations"`
 	PolicyRevision string             `json:"policy_revision"`
+	// DecisionID names the decision in the audit record and the policy
+	// decision log.
+	DecisionID string `json:"decision_id,omitempty"`
+	// WouldBe is the action had the reasons in dryrun or warn mode (their
+	// enforcement field) been enforced; absent when that is action.
+	WouldBe string `json:"would_be,omitempty"`
+	// Warnings are the reasons in warn mode: rules that would have held
+	// or refused this request, which the agent is told about.
+	Warnings []policy.Reason `json:"warnings,omitempty"`
 }
 
 type approvalView struct {
@@ -208,7 +217,8 @@ func viewDecision(d policy.Decision) decisionView {
 		reasons = []policy.Reason{}
 	}
 	return decisionView{Action: d.Action, Executor: d.Executor, Reasons: reasons,
-		Obligations: d.Obligations, PolicyRevision: d.PolicyRevision}
+		Obligations: d.Obligations, PolicyRevision: d.PolicyRevision,
+		DecisionID: d.DecisionID, WouldBe: d.WouldBe, Warnings: d.Warnings()}
 }
 
 func viewApproval(o *confirm.Outcome) *approvalView {

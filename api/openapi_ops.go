@@ -6,6 +6,7 @@ import (
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/confirm"
 	"github.com/sandgate/sandgate/manager"
+	"github.com/sandgate/sandgate/policy"
 )
 
 // Error statuses the operations document, by family.
@@ -94,11 +95,15 @@ func coreOperations() []op {
 		{method: "GET", path: "/v1/policy", id: "getPolicy", tag: "policy", roles: rolesAdmin,
 			summary: "The policy in force, the mode and the executors", ok: 200, okBody: sch("PolicyStatus", policyView{}), errs: errsAdmin},
 		{method: "POST", path: "/v1/policy/reload", id: "reloadPolicy", tag: "policy", roles: rolesAdmin,
-			summary: "Reload the policy; a policy that fails to compile is a 400 and the last good one stays",
-			ok:      200, okBody: sch("PolicyStatus", policyView{}), errs: errsAdmin},
+			summary: "Reload the policy; a policy that fails to compile is a 400 and the last good one stays; a policy from bundles is a 409 (OPA's bundle plugin polls)",
+			ok:      200, okBody: sch("PolicyStatus", policyView{}), errs: []int{400, 401, 403, 409, 500}},
+		{method: "GET", path: "/v1/policy/shadow", id: "getShadowPolicy", tag: "policy", roles: rolesAdmin,
+			summary: "The shadow policy: evaluations and disagreements with the active one by path, the latest disagreements with their decision_id and input digest; 404 without one",
+			ok:      200, okBody: sch("ShadowStatus", policy.ShadowStatus{}), errs: []int{401, 403, 404, 500}},
 		{method: "GET", path: "/v1/audit", id: "listAudit", tag: "audit", roles: rolesAdmin,
 			summary: "Audit records, newest first",
 			query: []param{q("tenant", "string", ""), q("session_id", "string", ""), q("kind", "string", ""),
+				q("decision_id", "string", "the record of one policy decision (a decision-log event's decision_id)"),
 				q("limit", "integer", "default 100"), q("cursor", "integer", "next_cursor of the previous page")},
 			ok: 200, okBody: sch("AuditPage", audit.Page{}), errs: errsAdmin},
 		{method: "GET", path: "/metrics", id: "metrics", tag: "operations", roles: rolesAdmin,

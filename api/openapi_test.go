@@ -384,6 +384,7 @@ func TestOpenAPIResponses(t *testing.T) {
 	e.do("GET", "/metrics", adminTok, nil)
 	e.do("GET", "/v1/policy", adminTok, nil)
 	e.do("POST", "/v1/policy/reload", adminTok, nil)
+	e.do("GET", "/v1/policy/shadow", adminTok, nil)
 	e.do("GET", "/v1/sessions", "", nil) // 401
 
 	e.do("POST", "/v1/sessions/s1/run_code", agentTok, runCode("print(1)", "python"))

@@ -29,6 +29,8 @@ const DefaultMaxBodyBytes = 2 << 20
 type PolicyAdmin interface {
 	Status() policy.Status
 	Reload(ctx context.Context) (policy.Status, error)
+	// ShadowStatus is the candidate policy's record; false without one.
+	ShadowStatus() (policy.ShadowStatus, bool)
 }
 
 // Config tunes the HTTP layer. Zero values take the defaults in New.
@@ -137,6 +139,7 @@ func (s *Server) routes() {
 
 	s.handle("GET /v1/policy", admin, s.getPolicy)
 	s.handle("POST /v1/policy/reload", admin, s.reloadPolicy)
+	s.handle("GET /v1/policy/shadow", admin, s.getShadow)
 	s.handle("POST /v1/policy/evaluate", agentOrAdmin, s.evaluate)
 	s.handle("GET /v1/audit", admin, s.listAudit)
 	s.fileRoutes()

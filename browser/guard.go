@@ -353,7 +353,7 @@ func (g *guard) record(t target, layer string, v verdict) {
 	rec := &audit.Record{
 		Kind: KindRequest, SessionID: g.sessionID,
 		Action: v.decision.Action, Executor: "browser." + g.backend, Reasons: auditReasons(v.decision.Reasons),
-		PolicyRevision: v.decision.PolicyRevision, Outcome: audit.OutcomeOK,
+		PolicyRevision: v.decision.PolicyRevision, DecisionID: v.decision.DecisionID, Outcome: audit.OutcomeOK,
 		Detail: map[string]string{"layer": layer, "backend": g.backend, "scheme": t.scheme},
 	}
 	if !v.decision.Allowed() {

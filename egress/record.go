@@ -82,7 +82,7 @@ func (h *Handle) finish(r *connRecord) {
 	rec := &audit.Record{
 		RequestID: h.b.RequestID, Kind: KindEgress, Tenant: h.b.Tenant, SessionID: h.b.SessionID,
 		Principal: h.b.Principal, RiskLevel: h.b.Risk, Action: r.action, Reasons: r.reasons,
-		PolicyRevision: r.pol.PolicyRevision, Approval: r.approval, Outcome: r.outcome,
+		PolicyRevision: r.pol.PolicyRevision, DecisionID: r.pol.DecisionID, Approval: r.approval, Outcome: r.outcome,
 		DurationMS: time.Since(r.start).Milliseconds(), Bytes: r.up.Load() + r.down.Load(),
 		Detail: map[string]string{
 			"host": r.t.host, "port": strconv.Itoa(r.t.port), "scheme": r.t.scheme, "rule": r.rule,

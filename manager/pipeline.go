@@ -405,8 +405,8 @@ func recordDenial(rec *audit.Record, err error) {
 		return
 	}
 	for _, r := range de.Reasons {
-		if !slices.Contains(rec.Reasons, audit.Reason{Code: r.Code, Message: r.Message}) {
-			rec.Reasons = append(rec.Reasons, audit.Reason{Code: r.Code, Message: r.Message})
+		if ar := (audit.Reason{Code: r.Code, Message: r.Message, Enforcement: r.Enforcement}); !slices.Contains(rec.Reasons, ar) {
+			rec.Reasons = append(rec.Reasons, ar)
 		}
 	}
 }
@@ -476,10 +476,14 @@ func newRecord(req RunRequest) *audit.Record {
 	return rec
 }
 
+// recordDecision puts d in rec: the action and executor, the reasons with
+// their enforcement modes, the revision, the decision_id that joins the
+// record to the decision log, and the would-be action of a dryrun or warn.
 func recordDecision(rec *audit.Record, d policy.Decision) {
 	rec.Action, rec.Executor, rec.PolicyRevision = d.Action, d.Executor, d.PolicyRevision
+	rec.DecisionID, rec.WouldBe = d.DecisionID, d.WouldBe
 	for _, r := range d.Reasons {
-		rec.Reasons = append(rec.Reasons, audit.Reason{Code: r.Code, Message: r.Message})
+		rec.Reasons = append(rec.Reasons, audit.Reason{Code: r.Code, Message: r.Message, Enforcement: r.Enforcement})
 	}
 }
 

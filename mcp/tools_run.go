@@ -74,6 +74,9 @@ type decisionView struct {
 	Executor       string          `json:"executor"`
 	Reasons        []policy.Reason `json:"reasons"`
 	PolicyRevision string          `json:"policy_revision"`
+	DecisionID     string          `json:"decision_id,omitempty" jsonschema:"names the decision in the audit record and the policy decision log"`
+	WouldBe        string          `json:"would_be,omitempty" jsonschema:"the action had the reasons in dryrun or warn mode been enforced"`
+	Warnings       []policy.Reason `json:"warnings,omitempty" jsonschema:"reasons in warn mode: rules that would have held or refused this request"`
 }
 
 type approvalView struct {
@@ -203,7 +206,8 @@ func viewDecision(d policy.Decision) decisionView {
 	if reasons == nil {
 		reasons = []policy.Reason{}
 	}
-	return decisionView{Action: d.Action, Executor: d.Executor, Reasons: reasons, PolicyRevision: d.PolicyRevision}
+	return decisionView{Action: d.Action, Executor: d.Executor, Reasons: reasons, PolicyRevision: d.PolicyRevision,
+		DecisionID: d.DecisionID, WouldBe: d.WouldBe, Warnings: d.Warnings()}
 }
 
 func viewApproval(o *confirm.Outcome) *approvalView {
@@ -259,6 +263,9 @@ func statusLine(o runOutput) string {
 	}
 	if o.KernelRestarted {
 		s += " · kernel restarted (earlier state is gone)"
+	}
+	for _, w := range o.Decision.Warnings {
+		s += fmt.Sprintf(" · policy warning %s: %s (would be %s)", w.Code, w.Message, o.Decision.WouldBe)
 	}
 	if o.Truncated {
 		s += " · output truncated"

@@ -59,6 +59,29 @@ type PolicyConfig struct {
 	EvalTimeout time.Duration `yaml:"eval_timeout"`
 	// WatchPoll is the content-hash poll that backs up file events.
 	WatchPoll time.Duration `yaml:"watch_poll"`
+
+	// Source is "folder" (the default: dir, or the embedded policy, hot
+	// reloaded) or "bundle" (OPA bundle services, configured by the
+	// bundles section of opa_config and kept current by OPA's bundle
+	// plugin; dir must then be empty).
+	Source string `yaml:"source"`
+	// OPAConfig is OPA's own configuration, as `opa run --config-file`
+	// reads it: services, keys, bundles, decision_logs, status, labels.
+	// Either the path of a YAML or JSON file, or the document inline. It
+	// holds credentials (service tokens, signing keys) and is never logged.
+	// With source folder it may configure decision_logs and status only.
+	OPAConfig OPAConfig `yaml:"opa_config"`
+	// PersistDir is where OPA keeps the last activated bundle of a bundle
+	// configured with persist: true, so a restart with the bundle server
+	// down starts on it. Default: data_dir/opa.
+	PersistDir string `yaml:"persist_dir"`
+	// InstanceID is labels.id in OPA's status reports and decision logs.
+	// Default: the replica name (storage.replica).
+	InstanceID string `yaml:"instance_id"`
+	// ShadowDir is a candidate policy folder evaluated beside the active
+	// policy on every decision and never enforced: GET /v1/policy/shadow
+	// and the sandgate_policy_shadow_* metrics show where it disagrees.
+	ShadowDir string `yaml:"shadow_dir"`
 }
 
 // RiskConfig points at optional admin rules (expr).
@@ -393,6 +416,7 @@ func (c Config) Validate() error {
 	if err := c.Events.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, c.Policy.validate()...)
 	if c.Approval.AutoApprove && c.Mode != "PERMISSIVE" {
 		add("approval.auto_approve is allowed only in PERMISSIVE mode")
 	}

@@ -137,7 +137,11 @@ func build(ctx context.Context, cfg Config, getenv func(string) string, stdout, 
 			return nil, err
 		}
 	}
-	if gw.policy, err = policy.New(ctx, policy.Options{Dir: cfg.Policy.Dir, EvalTimeout: cfg.Policy.EvalTimeout, Logger: gw.log}); err != nil {
+	popts, err := policyOptions(cfg, gw.log)
+	if err != nil {
+		return nil, err
+	}
+	if gw.policy, err = policy.New(ctx, popts); err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
 	assessor, err := gw.assessor()
@@ -165,7 +169,8 @@ func build(ctx context.Context, cfg Config, getenv func(string) string, stdout, 
 		}
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		newPolicyCollector(gw.policy))
 	if err := gw.egressProxy(confirmer, reg, getenv); err != nil {
 		return nil, err
 	}
@@ -661,6 +666,9 @@ func (gw *gateway) closeStores() {
 	if gw.later != nil {
 		gw.later.Drain()
 	}
+	// After the last decision: OPA's plugins upload the decision logs
+	// they still buffer and the last status report.
+	gw.closePolicy()
 	if gw.events != nil {
 		_ = gw.events.Close()
 	}
