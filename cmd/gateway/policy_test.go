@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/open-policy-agent/opa/v1/compile"
+
 	"github.com/sandgate/sandgate/policy"
 )
 
@@ -426,5 +428,131 @@ func TestPolicyConfig(t *testing.T) {
 	}
 	if _, err = load("policy: {opa_config: [1, 2]}\n"); err == nil || !strings.Contains(err.Error(), "want a file path or a mapping") {
 		t.Errorf("opa_config list: %v", err)
+	}
+}
+
+// buildTestBundle is `opa build -b DIR --revision REV` through OPA's
+// compile package (the CLI's build command): an unsigned bundle.
+func buildTestBundle(t *testing.T, dir, revision string) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	c := compile.New().WithAsBundle(true).WithFS(os.DirFS(dir)).WithPaths(".").WithOutput(&out).WithRevision(revision)
+	if err := c.Build(context.Background()); err != nil {
+		t.Fatalf("opa build: %v", err)
+	}
+	return out.Bytes()
+}
+
+// TestPolicyFromBundle: a gateway with policy.source bundle activates the
+// bundle a loopback service serves, shows its revision in /readyz,
+// GET /v1/policy and the metrics, answers a reload 409, and keeps the
+// last good revision when the next bundle does not compile, saying so in
+// /readyz without the compile text.
+func TestPolicyFromBundle(t *testing.T) {
+	tmp := t.TempDir()
+	chmodTraversable(t, tmp)
+	good, bad := filepath.Join(tmp, "good"), filepath.Join(tmp, "bad")
+	writePolicyTree(t, good, nil)
+	writePolicyTree(t, bad, map[string]string{"sandgate/exec/broken.rego": "package sandgate.exec\n\nbroken if input.request.no_such_field == 1\n"})
+	for _, d := range []string{good, bad} { // an administrator's bundle leaves the tests out
+		_ = filepath.WalkDir(d, func(p string, _ os.DirEntry, _ error) error {
+			if strings.HasSuffix(p, "_test.rego") {
+				return os.Remove(p)
+			}
+			return nil
+		})
+	}
+	var mu sync.Mutex
+	served := buildTestBundle(t, good, "rev-1")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		b := served
+		mu.Unlock()
+		if r.URL.Path != "/bundles/sandgate.tar.gz" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/gzip")
+		_, _ = w.Write(b)
+	}))
+	defer srv.Close()
+	g := startPolicyGateway(t, tmp, fmt.Sprintf(`executors: {docker: {enabled: false}, gvisor: {enabled: false}, aio: {enabled: false}}
+browser: {enabled: false}
+auth:
+  tokens:
+    - {name: a, role: agent, tenant: team-a, token: %s}
+    - {name: ops, role: admin, token: %s}
+storage: {replica: replica-1}
+policy:
+  eval_timeout: 10s
+  source: bundle
+  opa_config:
+    services: {hub: {url: %s}}
+    bundles:
+      sandgate: {service: hub, resource: bundles/sandgate.tar.gz, persist: true, polling: {min_delay_seconds: 1, max_delay_seconds: 1}}
+`, agentA, adminSecret, srv.URL))
+
+	ready := func() (int, map[string]any, string) {
+		st, out, raw := g.call("GET", "/readyz", "", "")
+		p, _ := out["policy"].(map[string]any)
+		return st, p, raw
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	var p map[string]any
+	for {
+		var st int
+		var raw string
+		st, p, raw = ready()
+		if st == 200 && p["bundles"] != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("readyz never ready on the bundle: %d %s", st, raw)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	b := p["bundles"].(map[string]any)["sandgate"].(map[string]any)
+	rev, _ := p["revision"].(string)
+	if b["active_revision"] != "rev-1" || p["source"] != "bundle" || rev == "" {
+		t.Fatalf("readyz policy: %v", p)
+	}
+	if st, out, raw := g.call("POST", "/v1/sessions/s/run_code", agentA, `{"code":"print(6*7)","language":"python"}`); st != 200 || out["stdout"] != "42\n" {
+		t.Fatalf("run on the bundle's policy: %d %s", st, raw)
+	}
+	if st, out, raw := g.call("POST", "/v1/policy/reload", adminSecret, ""); st != 409 || out["error"].(map[string]any)["code"] != "conflict" {
+		t.Fatalf("reload of a bundle source: %d %s", st, raw)
+	}
+	_, _, metrics := g.call("GET", "/metrics", adminSecret, "")
+	for _, want := range []string{`sandgate_policy_bundle_info{bundle="sandgate",revision="rev-1"} 1`, `sandgate_policy_bundle_error{bundle="sandgate"} 0`,
+		fmt.Sprintf(`sandgate_policy_info{revision=%q,source="bundle"} 1`, rev)} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(tmp, "data", "opa", "bundles", "sandgate")); err != nil {
+		t.Errorf("the bundle is not persisted under data_dir/opa: %v", err)
+	}
+
+	mu.Lock()
+	served = buildTestBundle(t, bad, "rev-2")
+	mu.Unlock()
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		st, p, raw := ready()
+		b := p["bundles"].(map[string]any)["sandgate"].(map[string]any)
+		if b["code"] == "bundle_error" {
+			if st != 200 || b["active_revision"] != "rev-1" || p["revision"] != rev || p["last_error"] == nil ||
+				strings.Contains(raw, "no_such_field") || strings.Contains(raw, "broken.rego") {
+				t.Fatalf("readyz after a refused bundle: %d %s", st, raw)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the broken bundle was never refused: %s", raw)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, out, raw := g.call("GET", "/v1/policy", adminSecret, ""); !strings.Contains(fmt.Sprint(out["last_error"]), "no_such_field") {
+		t.Fatalf("GET /v1/policy does not say why: %s", raw)
 	}
 }
