@@ -25,10 +25,14 @@ func main() {
 }
 
 // run is main without the process globals, so tests can start a gateway.
-// `gateway audit verify` checks the audit hash chains instead of serving.
+// `gateway audit verify` checks the audit hash chains instead of serving;
+// `gateway policy test|check|diff` are the policy administrators' tools.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) >= 2 && args[0] == "audit" && args[1] == "verify" {
 		return runAuditVerify(ctx, args[2:], getenv, stdout, stderr)
+	}
+	if len(args) >= 1 && args[0] == "policy" {
+		return runPolicy(ctx, args[1:], getenv, stdout, stderr)
 	}
 	cfg, err := loadConfig(args, getenv, stderr)
 	if err != nil {
