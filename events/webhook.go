@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -201,10 +202,21 @@ func (l *Log) deliverOne(ctx context.Context, ep *endpoint, ev Event) error {
 			return fmt.Errorf("record attempt on event %d: %w", ev.ID, err)
 		}
 		if a.delivered {
+			if n > 1 {
+				l.log.Info("webhook delivered after failed attempts", "endpoint", ep.display, "event_id", ev.ID,
+					"webhook_id", id, "attempts", n)
+			}
 			return nil
 		}
-		l.log.Warn("webhook delivery failed; retrying", "endpoint", ep.display, "event_id", ev.ID, "webhook_id", id,
-			"attempt", n, "status", status, "err", errText, "retry_in", wait.Round(time.Millisecond))
+		// The first failure of an event is a warning; the retries of an
+		// outage are debug lines (the delivery log counts them), so
+		// that a receiver down for a day does not flood the log.
+		level := slog.LevelDebug
+		if n == 1 {
+			level = slog.LevelWarn
+		}
+		l.log.Log(ctx, level, "webhook delivery failed; retrying", "endpoint", ep.display, "event_id", ev.ID,
+			"webhook_id", id, "attempt", n, "status", status, "err", errText, "retry_in", wait.Round(time.Millisecond))
 		if err := l.waitRenewing(ctx, ep, wait); err != nil {
 			return err
 		}

@@ -465,10 +465,7 @@ func TestFailover(t *testing.T) {
 
 	publish(t, a, "acme", events.SessionCreated, 1)
 	rcv.waitAccepted(t, []int64{1}, 10*time.Second)
-	ds, err := b.Deliveries(context.Background(), events.DeliveryQuery{})
-	if err != nil || len(ds) != 1 {
-		t.Fatalf("deliveries %+v, %v", ds, err)
-	}
+	ds := waitDelivered(t, b, 1)
 	holder, survivor := a, b
 	if ds[0].Replica == "b" {
 		holder, survivor = b, a
@@ -487,9 +484,26 @@ func TestFailover(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	rcv.check(t, want)
 	survivorName := map[bool]string{true: "a", false: "b"}[survivor == a]
-	ds, err = survivor.Deliveries(context.Background(), events.DeliveryQuery{EventID: want[len(want)-1]})
-	if err != nil || len(ds) != 1 || ds[0].Replica != survivorName {
-		t.Errorf("the last event was delivered by %+v (%v), want replica %s", ds, err, survivorName)
+	if ds := waitDelivered(t, survivor, want[len(want)-1]); ds[0].Replica != survivorName {
+		t.Errorf("the last event was delivered by %+v, want replica %s", ds, survivorName)
+	}
+}
+
+// waitDelivered waits until the delivery of event id is recorded as
+// delivered (the record commits just after the receiver answered).
+func waitDelivered(t testing.TB, l *events.Log, id int64) []events.Delivery {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		ds, err := l.Deliveries(context.Background(), events.DeliveryQuery{EventID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ds) == 1 && ds[0].DeliveredAt != nil {
+			return ds
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("event %d: deliveries %+v, want one delivered", id, ds)
+		}
 	}
 }
 
