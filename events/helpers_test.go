@@ -168,6 +168,7 @@ func verifySignature(secret string, h http.Header, body []byte, now time.Time) e
 // request is one request that reached a receiver.
 type request struct {
 	webhookID string
+	timestamp string
 	eventID   int64
 	event     events.Event
 	status    int // what the receiver answered
@@ -185,6 +186,8 @@ type receiver struct {
 	mu       sync.Mutex
 	srv      *http.Server
 	failing  bool
+	stalls   int           // how many more requests are processed but answered late
+	stallFor time.Duration // how late
 	reqs     []request
 	accepted map[int64]time.Time // first 2xx answer per event id
 	problems []string
@@ -253,7 +256,22 @@ func (r *receiver) setFailing(f bool) {
 	r.failing = f
 }
 
+// stall makes the next n requests be processed (accepted) but answered
+// only after d: a sender whose timeout is shorter never sees the answer,
+// as when a response is lost, and sends the event again.
+func (r *receiver) stall(n int, d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stalls, r.stallFor = n, d
+}
+
 func (r *receiver) handle(w http.ResponseWriter, req *http.Request) {
+	var late time.Duration
+	defer func() {
+		if late > 0 {
+			time.Sleep(late)
+		}
+	}()
 	body, err := io.ReadAll(req.Body)
 	now := time.Now()
 	r.mu.Lock()
@@ -281,9 +299,13 @@ func (r *receiver) handle(w http.ResponseWriter, req *http.Request) {
 		w.WriteHeader(http.StatusBadRequest)
 		return
 	}
-	rq := request{webhookID: req.Header.Get("webhook-id"), eventID: ev.ID, event: ev, at: now, status: http.StatusNoContent}
+	rq := request{webhookID: req.Header.Get("webhook-id"), timestamp: req.Header.Get("webhook-timestamp"),
+		eventID: ev.ID, event: ev, at: now, status: http.StatusNoContent}
 	if r.failing {
 		rq.status = http.StatusServiceUnavailable
+	} else if r.stalls > 0 {
+		r.stalls--
+		late = r.stallFor
 	}
 	r.reqs = append(r.reqs, rq)
 	if rq.status/100 == 2 {

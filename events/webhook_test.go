@@ -260,6 +260,40 @@ func TestRestartMidOutage(t *testing.T) {
 	}
 }
 
+// TestLostAnswers: the receiver processes events but its answers come too
+// late (lost): each is sent again with the same webhook-id, a fresh
+// timestamp and a valid signature, so the receiver can drop the duplicate;
+// nothing is lost and order holds.
+func TestLostAnswers(t *testing.T) {
+	eachDriver(t, func(t *testing.T, open opener) {
+		rcv := newReceiver(t)
+		cfg := fastRetries(events.Config{Webhooks: []events.Webhook{rcv.webhook("acme")}, Timeout: 300 * time.Millisecond})
+		l := openLog(t, open(t, "r1"), cfg, nil)
+		rcv.stall(3, 1500*time.Millisecond) // past a second, so the retry's timestamp differs
+		publish(t, l, "acme", events.RunFinished, 4)
+		want := ids(t, l, "acme", 0)
+		rcv.waitAccepted(t, want, 15*time.Second)
+		waitDelivered(t, l, want[len(want)-1])
+		if d := rcv.check(t, want); d < 3 {
+			t.Errorf("%d duplicates, want at least 3 (one per lost answer)", d)
+		}
+		stamps := map[int64]map[string]bool{}
+		for _, rq := range rcv.requests() {
+			if stamps[rq.eventID] == nil {
+				stamps[rq.eventID] = map[string]bool{}
+			}
+			stamps[rq.eventID][rq.timestamp] = true
+		}
+		if len(stamps[want[0]]) < 2 {
+			t.Errorf("the retries of event %d carried the timestamps %v, want a fresh one per attempt", want[0], stamps[want[0]])
+		}
+		ds := waitDelivered(t, l, want[0])
+		if ds[0].Attempts < 2 || ds[0].WebhookID != events.WebhookID(want[0]) {
+			t.Errorf("delivery record %+v, want the timed-out attempt counted", ds[0])
+		}
+	})
+}
+
 // TestDeliveriesLog: an admin reads what happened to each delivery,
 // without the endpoint's credentials or secret.
 func TestDeliveriesLog(t *testing.T) {
