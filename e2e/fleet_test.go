@@ -129,9 +129,11 @@ func (f *fleet) call(method, url, body string) (int, map[string]any) {
 	return res.StatusCode, out
 }
 
-// containers lists the engine's containers of the session, by the labels
-// the docker executor sets: "kernel" or "sandbox", with its instance.
-func containers(t *testing.T, session string) []string {
+// containers lists the engine's containers of the session made by this
+// fleet's replicas (their docker instances start with prefix), by the
+// labels the docker executor sets: "kernel" or "sandbox", with its
+// instance.
+func containers(t *testing.T, prefix, session string) []string {
 	t.Helper()
 	out, err := exec.Command("docker", "ps", "-a", "--filter", "label=sandgate.session="+session,
 		"--format", `{{.Label "sandgate.instance"}} {{if .Label "sandgate.kernel"}}kernel{{else}}sandbox{{end}}`).CombinedOutput()
@@ -140,11 +142,24 @@ func containers(t *testing.T, session string) []string {
 	}
 	var list []string
 	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		if l != "" {
+		if strings.HasPrefix(l, prefix) {
 			list = append(list, l)
 		}
 	}
 	return list
+}
+
+// removeInstance removes what a killed replica's docker executor left on
+// the engine (a restarted replica would, at its start).
+func removeInstance(t *testing.T, instance string) {
+	out, err := exec.Command("docker", "ps", "-aq", "--filter", "label=sandgate.instance="+instance).Output()
+	if err != nil || len(bytes.TrimSpace(out)) == 0 {
+		return
+	}
+	args := append([]string{"rm", "-f"}, strings.Fields(string(out))...)
+	if out, err := exec.Command("docker", args...).CombinedOutput(); err != nil {
+		t.Logf("remove %s's containers: %v: %s", instance, err, out)
+	}
 }
 
 // runMCPCalls runs fleet.mjs against base with calls, returning each
@@ -257,7 +272,7 @@ func TestFleetOneSession(t *testing.T) {
 	}
 	// One kernel and one sandbox, fleet-wide, both A's.
 	key := "env-agent~" + fleetSession
-	list := containers(t, key)
+	list := containers(t, instance+"-", key)
 	kernels, sandboxes := 0, 0
 	for _, c := range list {
 		if !strings.HasPrefix(c, instance+"-a ") {
@@ -276,6 +291,7 @@ func TestFleetOneSession(t *testing.T) {
 	// kill -9 of A: the next cell through B adopts the session and says
 	// its kernel was lost.
 	_ = f.procs["a"].Process.Signal(syscall.SIGKILL)
+	t.Cleanup(func() { removeInstance(t, instance+"-a") })
 	out = cell("b", "try:\n    print(x)\nexcept NameError:\n    print('gone')")
 	if out["kernel_restarted"] != true || out["stdout"] != "gone\n" {
 		t.Fatalf("the first cell after A's death: kernel_restarted %v, stdout %q; want true, gone", out["kernel_restarted"], out["stdout"])

@@ -223,6 +223,21 @@ func (rt *Router) forwardOnce(w http.ResponseWriter, r *http.Request, owner Owne
 			return false, errDropped
 		}
 	}
+	if rt.gone(r.Context(), target) {
+		// The owner died while it had the request (kill -9, a lost host):
+		// its connection was reset or closed with no answer, and it now
+		// refuses connections. Whatever it did of the request died with
+		// it (its write-ahead audit record is resolved as interrupted);
+		// the session is adopted once the owner's lease lapses, and the
+		// request is served there, as one that found the owner already
+		// dead would be.
+		if rest, ok := body.replay(); ok {
+			r.Body = rest
+			rt.log.WarnContext(r.Context(), "the session's replica died while answering; waiting for its lease",
+				"owner", owner.Replica, "err", proxyErr)
+			return false, errUnreachable
+		}
+	}
 	if errors.Is(proxyErr, context.Canceled) && r.Context().Err() != nil {
 		return true, r.Context().Err()
 	}
@@ -231,6 +246,42 @@ func (rt *Router) forwardOnce(w http.ResponseWriter, r *http.Request, owner Owne
 }
 
 var errBodySent = errors.New("fleet: the body was already sent")
+
+// gone reports whether the replica at target refuses new connections
+// within goneWait: it is not running there any more. A process killed
+// while it answered resets its connections before its listener is gone,
+// so one accepted dial is not proof it lives; an owner that keeps
+// accepting for goneWait is alive and the failure was its own.
+func (rt *Router) gone(ctx context.Context, target *url.URL) bool {
+	deadline := time.Now().Add(goneWait)
+	for {
+		dctx, cancel := context.WithTimeout(ctx, time.Second)
+		var d net.Dialer
+		c, err := d.DialContext(dctx, "tcp", target.Host)
+		cancel()
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			return true
+		}
+		// Anything else (accepted; reset by a listener closing under the
+		// dial; no answer, which a host that may still be running the
+		// request also gives) is no proof: look again until goneWait.
+		if c != nil {
+			_ = c.Close()
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(goneWait / 20):
+		}
+	}
+}
+
+// goneWait bounds how long gone watches an owner that reset a forwarded
+// request for the end of its process.
+const goneWait = 2 * time.Second
 
 // refused is a connection the owner's host refused or could not be
 // reached at all: nothing was sent.
