@@ -19,7 +19,7 @@ type rule struct {
 	Why      string
 }
 
-var leaves = []string{"errcode/...", "risk/...", "policy/...", "confirm/...", "executors/...", "workspace/...", "browser/...", "audit/..."}
+var leaves = []string{"errcode/...", "risk/...", "policy/...", "confirm/...", "executors/...", "workspace/...", "browser/...", "audit/...", "events/..."}
 
 // frontEnds are the front ends (DESIGN.md §1, §14): each a thin adapter
 // over the manager, side by side. api mounts the others on its listener
