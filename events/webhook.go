@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -179,9 +180,16 @@ func (l *Log) deliverOne(ctx context.Context, ep *endpoint, ev Event) error {
 	id := WebhookID(ev.ID)
 	for n := 1; ; n++ {
 		at := time.Now()
-		status, errText, retryAfter := l.post(ctx, ep, id, body)
-		if status == 0 && ctx.Err() != nil {
-			return ctx.Err() // Close interrupted the attempt: not an attempt to record
+		pctx, cancel := context.WithCancelCause(ctx)
+		stop := l.keepLease(pctx, cancel, ep)
+		status, errText, retryAfter := l.post(pctx, ep, id, body)
+		stop()
+		interrupted := context.Cause(pctx)
+		cancel(nil)
+		if status == 0 && interrupted != nil {
+			// Close, or the loss of the lease, interrupted the attempt:
+			// not an attempt to record.
+			return interrupted
 		}
 		a := attempt{endpoint: ep, event: ev, webhookID: id, at: at, status: status, errText: errText,
 			delivered: status >= 200 && status <= 299}
@@ -192,9 +200,9 @@ func (l *Log) deliverOne(ctx context.Context, ep *endpoint, ev Event) error {
 		}
 		// Record even if Close came during a successful attempt: a
 		// delivery recorded is one not sent again.
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.WriteTimeout)
+		wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.WriteTimeout)
 		err := l.store.record(wctx, l.cfg.Replica, l.cfg.Lease, a)
-		cancel()
+		wcancel()
 		if err != nil {
 			if errors.Is(err, errLeaseLost) {
 				return err
@@ -220,6 +228,36 @@ func (l *Log) deliverOne(ctx context.Context, ep *endpoint, ev Event) error {
 		if err := l.waitRenewing(ctx, ep, wait); err != nil {
 			return err
 		}
+	}
+}
+
+// keepLease renews ep's lease every third of a lease while an attempt is
+// in flight (a receiver may take up to Config.Timeout to answer, longer
+// than a lease), until stop is called. If another replica holds the lease
+// it cancels the attempt with errLeaseLost.
+func (l *Log) keepLease(ctx context.Context, cancel context.CancelCauseFunc, ep *endpoint) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(l.cfg.Lease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if _, err := l.store.acquire(ctx, ep.id, l.cfg.Replica, l.cfg.Lease, 0); errors.Is(err, errLeaseLost) {
+					cancel(errLeaseLost)
+					return
+				}
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
 	}
 }
 

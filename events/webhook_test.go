@@ -523,6 +523,35 @@ func TestFailover(t *testing.T) {
 	}
 }
 
+// TestSlowReceiverKeepsLease: an attempt that takes longer than a lease
+// (a slow receiver, within Config.Timeout) keeps its replica's lease, so
+// the other replica does not send the same event meanwhile.
+func TestSlowReceiverKeepsLease(t *testing.T) {
+	open := postgresOpener(t)
+	rcv := newReceiver(t)
+	cfg := events.Config{Webhooks: []events.Webhook{rcv.webhook("acme")}, Lease: 600 * time.Millisecond, Timeout: 5 * time.Second}
+	ca, cb := cfg, cfg
+	ca.Replica, cb.Replica = "a", "b"
+	a := openLog(t, open(t, "a"), ca, nil)
+	openLog(t, open(t, "b"), cb, nil)
+	rcv.stall(1, 2*time.Second) // answered 204, after more than three leases
+	publish(t, a, "acme", events.RunFinished, 2)
+	rcv.waitAccepted(t, []int64{1, 2}, 10*time.Second)
+	waitDelivered(t, a, 2)
+	if d := rcv.check(t, []int64{1, 2}); d != 0 {
+		t.Errorf("%d duplicates: the other replica took over during a slow attempt", d)
+	}
+	ds, err := a.Deliveries(context.Background(), events.DeliveryQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range ds {
+		if d.Attempts != 1 || d.Replica != ds[0].Replica {
+			t.Errorf("delivery %+v, want one attempt each, all by one replica", d)
+		}
+	}
+}
+
 // waitDelivered waits until the delivery of event id is recorded as
 // delivered (the record commits just after the receiver answered).
 func waitDelivered(t testing.TB, l *events.Log, id int64) []events.Delivery {
