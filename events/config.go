@@ -157,8 +157,8 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("events.%s: %s is negative", d.name, d.v))
 		}
 	}
-	if c.RetryMin > 0 && c.RetryMax > 0 && c.RetryMin > c.RetryMax {
-		errs = append(errs, fmt.Errorf("events.retry_min %s is above retry_max %s", c.RetryMin, c.RetryMax))
+	if d := c.withDefaults(); d.RetryMin > d.RetryMax {
+		errs = append(errs, fmt.Errorf("events.retry_min %s is above retry_max %s", d.RetryMin, d.RetryMax))
 	}
 	seen := make(map[string]int)
 	for i, w := range c.Webhooks {

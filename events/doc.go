@@ -39,8 +39,8 @@
 // delivered (delivered_through) and a lease: the replica delivering it and
 // until when. A replica delivers an endpoint only while it holds the lease,
 // taken with a conditional UPDATE against the database's clock and renewed
-// as it goes; a replica that dies stops renewing, and another takes over
-// once the lease lapses ([Config.Lease]). Delivery is in event order: event
+// as it goes (during a slow attempt too); a replica that dies stops
+// renewing, and another takes over once the lease lapses ([Config.Lease]). Delivery is in event order: event
 // N+1 is not sent before N succeeded. A failed attempt is retried with
 // exponential backoff from [Config.RetryMin] doubling to [Config.RetryMax]
 // (or the receiver's Retry-After, within that cap), so a receiver that
@@ -48,10 +48,14 @@
 // recorded in the database after every attempt, so a restart or a takeover
 // resumes where delivery stopped; an event whose success was not recorded
 // is sent again with the same webhook-id ("evt_<id>"), which receivers use
-// to drop duplicates.
+// to drop duplicates. Only a 2xx answer counts as delivered: redirects are
+// not followed, and every other answer (410 Gone included) or none is
+// retried.
 //
 // A new endpoint starts at the end of the log: it receives events appended
-// after it was first configured. Retention ([Config.MaxAge]) bounds how
+// after it was first configured. An endpoint is its tenant and full URL:
+// changing its secret or its Types keeps its progress; an endpoint removed
+// from the configuration and added back later resumes where it stopped. Retention ([Config.MaxAge]) bounds how
 // long a receiver may be down: events older than that are pruned, delivered
 // or not.
 package events

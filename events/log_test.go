@@ -255,6 +255,7 @@ func TestConfigValidate(t *testing.T) {
 		{"bad type", events.Config{Webhooks: []events.Webhook{wh("https://example.com/", good, "session created")}}, []string{"types[0]"}},
 		{"duplicate", events.Config{Webhooks: []events.Webhook{wh("https://example.com/", good), wh("https://example.com/", good)}}, []string{"webhooks[1]: same tenant and url as webhooks[0]"}},
 		{"durations", events.Config{RetryMin: 5 * time.Second, RetryMax: time.Second, Lease: -1}, []string{"retry_min", "events.lease"}},
+		{"retry_min above the default retry_max", events.Config{RetryMin: 20 * time.Second}, []string{"retry_min 20s is above retry_max 10s"}},
 		{"all at once", events.Config{Webhooks: []events.Webhook{
 			wh("ftp://u:pw@example.com/?token=tok", short), wh("https://example.com/", "nope", "bad type"),
 		}}, []string{"webhooks[0].url", "webhooks[0].secret", "webhooks[1].secret", "webhooks[1].types[0]"}},
