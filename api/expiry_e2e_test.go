@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/browser"
 	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/executors/subprocess"
 	"github.com/sandgate/sandgate/manager"
@@ -22,10 +23,12 @@ import (
 // TestSessionExpiryReleasesEverything: a session whose TTL or idle timeout
 // passes gives back what it held, counted before and after on the real
 // parts: its kernel and warm containers on the engine, its warm
-// interpreters and zygotes in the subprocess executor. It then shows as
-// expired and refuses runs.
+// interpreters and zygotes in the subprocess executor, its Chromium. It
+// then shows as expired and refuses runs.
 func TestSessionExpiryReleasesEverything(t *testing.T) {
 	d := newDockerExecutor(t)
+	chromium := requireBrowser(t)
+	pages := testPages(t)
 	dir := t.TempDir()
 	traversable(t, dir)
 	ctx := context.Background()
@@ -47,9 +50,17 @@ func TestSessionExpiryReleasesEverything(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sp.Close(context.Background()) })
+	browserDir := t.TempDir()
+	bm, err := browser.New(browser.Config{ChromiumPath: chromium, AllowHosts: []string{hostPort(pages.URL)}, DataDir: browserDir},
+		browser.Deps{Policy: eng, Audit: st, Workspaces: ws, Resolver: offlineDNS{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bm.Close(context.Background()) })
 	mgr, err := manager.New(manager.Config{Mode: "STRICT", ReapInterval: 100 * time.Millisecond}, manager.Deps{
 		Assessor: risk.NewAssessor(nil, nil), Policy: eng, Executors: []executors.Executor{sp, d},
 		Workspaces: ws, Audit: st, Sessions: st, Metrics: manager.NewMetrics(prometheus.NewRegistry()),
+		Resources: []manager.SessionResource{{Name: "browser", Release: bm.ReleaseSession}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +73,8 @@ func TestSessionExpiryReleasesEverything(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(New(Config{}, Deps{Manager: mgr, Policy: eng, Audit: st, Auth: auth, Gatherer: prometheus.NewRegistry()}))
+	srv := httptest.NewServer(New(Config{}, Deps{Manager: mgr, Policy: eng, Audit: st, Auth: auth, Gatherer: prometheus.NewRegistry(),
+		Browser: bm}))
 	t.Cleanup(srv.Close)
 	e := &env{t: t, srv: srv, dataDir: dir, audit: st, ws: ws}
 
@@ -70,8 +82,8 @@ func TestSessionExpiryReleasesEverything(t *testing.T) {
 		name string
 		body map[string]any
 	}{
-		{"ttl", map[string]any{"timeout_s": 8}},
-		{"idle", map[string]any{"idle_timeout_s": 4}},
+		{"ttl", map[string]any{"timeout_s": 12}},
+		{"idle", map[string]any{"idle_timeout_s": 5}},
 	} {
 		session := "expire-" + c.name
 		c.body["id"] = session
@@ -95,6 +107,12 @@ func TestSessionExpiryReleasesEverything(t *testing.T) {
 			if r := e.do("POST", "/v1/sessions/"+session+"/"+req.path, agentTok, body); r.status != 200 {
 				t.Fatalf("%s: %s %q: %d %s", c.name, req.path, req.code, r.status, r.raw)
 			}
+		}
+		if r := browse(e, session, "navigate", map[string]any{"url": pages.URL + "/"}); r.status != 200 {
+			t.Fatalf("%s: navigate: %d %s", c.name, r.status, r.raw)
+		}
+		if _, live := bm.Live()[key]; !live || len(chromiumUsing(browserDir)) == 0 {
+			t.Fatalf("%s: no browser for the session before expiry: %v", c.name, bm.Live())
 		}
 		var kernels, others int
 		var warm subprocess.WarmStats
@@ -125,12 +143,14 @@ func TestSessionExpiryReleasesEverything(t *testing.T) {
 		for {
 			kernels, others = sessionContainers(t, key)
 			warm = sp.WarmStats()
-			if kernels == 0 && others == 0 && warm.Idle == 0 && warm.Zygotes == 0 {
+			_, browsing := bm.Live()[key]
+			chromiums := len(chromiumUsing(browserDir))
+			if kernels == 0 && others == 0 && warm.Idle == 0 && warm.Zygotes == 0 && !browsing && chromiums == 0 {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: after expiry: %d kernels, %d other containers, %d warm interpreters, %d zygotes; want none",
-					c.name, kernels, others, warm.Idle, warm.Zygotes)
+				t.Fatalf("%s: after expiry: %d kernels, %d other containers, %d warm interpreters, %d zygotes, browser %v, "+
+					"%d Chromium processes; want none", c.name, kernels, others, warm.Idle, warm.Zygotes, browsing, chromiums)
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
