@@ -113,10 +113,18 @@ func checkFiveLines(t *testing.T, e *env, backend string) {
 }
 
 // sameResponse fails unless a streamed exit body and a JSON response
-// have the same fields with the same values, but for the request's id
-// and duration.
+// have the same fields with the same values, but for the request's id,
+// the duration and the decision's id (each request is its own decision).
 func sameResponse(t *testing.T, exit, plain map[string]any) {
 	t.Helper()
+	for _, body := range []map[string]any{exit, plain} {
+		if d, ok := body["decision"].(map[string]any); ok {
+			if id, _ := d["decision_id"].(string); id == "" {
+				t.Errorf("a decision without decision_id: %v", d)
+			}
+			delete(d, "decision_id")
+		}
+	}
 	keys := slices.Sorted(maps.Keys(exit))
 	if pk := slices.Sorted(maps.Keys(plain)); !slices.Equal(keys, pk) {
 		t.Fatalf("exit body fields %v, JSON response fields %v", keys, pk)
