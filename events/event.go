@@ -53,7 +53,7 @@ type Event struct {
 	// It is stored with nanosecond precision, in UTC.
 	Time time.Time `json:"timestamp"`
 	// Data is a JSON object with the event's details: digests, outcomes,
-	// ids. Never code or file content. nil means {}.
+	// ids. Never code or file content. nil (or JSON null) means {}.
 	Data json.RawMessage `json:"data"`
 }
 
@@ -101,7 +101,7 @@ func normalize(ev Event, now time.Time) (Event, error) {
 
 func compactObject(raw json.RawMessage) (json.RawMessage, error) {
 	trimmed := bytes.TrimSpace(raw)
-	if len(trimmed) == 0 {
+	if len(trimmed) == 0 || string(trimmed) == "null" { // json.Marshal of a nil map
 		return json.RawMessage("{}"), nil
 	}
 	if trimmed[0] != '{' || !json.Valid(trimmed) {

@@ -150,20 +150,26 @@ func (l *Log) Close() error {
 // something that happened is not dropped because the request that caused
 // it ended) but keeps its values; Config.WriteTimeout bounds it.
 //
-// An event it refuses wraps ErrInvalidEvent.
+// An event it refuses wraps ErrInvalidEvent. Every failure is also
+// logged (the event is lost), so a caller may ignore the error.
 func (l *Log) Publish(ctx context.Context, ev Event) error {
 	if l.closed.Load() {
+		l.log.WarnContext(ctx, "event not recorded: the log is closed", "type", ev.Type, "tenant", ev.Tenant)
 		return ErrClosed
 	}
-	ev, err := normalize(ev, time.Now())
+	norm, err := normalize(ev, time.Now())
 	if err != nil {
+		l.log.WarnContext(ctx, "event not recorded", "type", truncate(ev.Type, 64), "tenant", truncate(ev.Tenant, 64), "err", err)
 		return err
 	}
+	ev = norm
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.WriteTimeout)
 	defer cancel()
 	id, err := l.store.appendEvent(wctx, ev)
 	if err != nil {
-		return fmt.Errorf("events: publish %s: %w", ev.Type, err)
+		err = fmt.Errorf("events: publish %s: %w", ev.Type, err)
+		l.log.WarnContext(ctx, "event not recorded", "type", ev.Type, "tenant", ev.Tenant, "err", err)
+		return err
 	}
 	l.advance(id)
 	return nil

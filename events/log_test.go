@@ -22,7 +22,7 @@ func TestPublishSince(t *testing.T) {
 		in := []events.Event{
 			{Type: events.SessionCreated, Tenant: "acme", SessionID: "s1", Time: at, Data: json.RawMessage(`{ "labels": {"team": "ml"} }`)},
 			{Type: events.RunFinished, Tenant: "globex", SessionID: "s2", Data: json.RawMessage(`{"code_sha256":"ab","exit_code":0}`)},
-			{Type: events.EgressDenied, Tenant: "acme"},
+			{Type: events.EgressDenied, Tenant: "acme", Data: json.RawMessage("null")},
 		}
 		before := time.Now()
 		for _, ev := range in {
@@ -83,7 +83,8 @@ func TestPublishSince(t *testing.T) {
 }
 
 func TestPublishRefuses(t *testing.T) {
-	l := openLog(t, sqliteOpener(t)(t, "r1"), events.Config{}, nil)
+	lb := &logBuffer{}
+	l := openLog(t, sqliteOpener(t)(t, "r1"), events.Config{}, lb)
 	for _, tc := range []struct {
 		name string
 		ev   events.Event
@@ -108,6 +109,9 @@ func TestPublishRefuses(t *testing.T) {
 	}
 	if evs, _ := l.Since(context.Background(), "", 0, 0); len(evs) != 0 {
 		t.Errorf("refused events were stored: %+v", evs)
+	}
+	if n := strings.Count(lb.String(), "event not recorded"); n != 7 {
+		t.Errorf("%d refusals logged, want 7 (a caller may ignore Publish's error):\n%s", n, lb.String())
 	}
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
