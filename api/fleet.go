@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/sandgate/sandgate/errcode"
+	"github.com/sandgate/sandgate/manager"
 )
 
 // Fleet routes session requests between the replicas of a PostgreSQL
@@ -56,7 +57,7 @@ func (s *Server) routed(h handlerFunc) handlerFunc {
 		if handled {
 			return nil
 		}
-		return h(w, r)
+		return h(w, r.WithContext(manager.WithServedHere(ctx, ref.Key)))
 	}
 }
 

@@ -173,7 +173,7 @@ func (m *Manager) open(ctx context.Context, ref SessionRef, o OpenOptions) (*Ses
 		return s, Owner{Local: true}, nil
 	}
 	owner := Owner{Local: true}
-	if m.deps.Placement != nil {
+	if here, _ := ctx.Value(servedHereKey{}).(string); m.deps.Placement != nil && here != ref.Key {
 		var err error
 		if owner, err = m.deps.Placement.Claim(ctx, ref.Key); err != nil {
 			m.log.WarnContext(ctx, "session registry unreachable", "err", err)
@@ -204,6 +204,15 @@ func (m *Manager) local(ctx context.Context, ref SessionRef) (*Session, error) {
 		return nil, ErrSessionElsewhere
 	}
 	return s, nil
+}
+
+type servedHereKey struct{}
+
+// WithServedHere tells the manager that the front end found session key
+// served by this replica for this request (it asked the registry before
+// it chose not to forward): Open does not ask again.
+func WithServedHere(ctx context.Context, key string) context.Context {
+	return context.WithValue(ctx, servedHereKey{}, key)
 }
 
 type frontEndKey struct{}

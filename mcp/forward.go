@@ -67,21 +67,25 @@ var errForward = errcode.New(errcode.SessionUnavailable,
 	"the replica serving this session failed while answering; retry shortly")
 
 // forwardElsewhere forwards c to the replica that serves its session,
-// when that is another one, and returns that replica's result.
-func (s *Server) forwardElsewhere(ctx context.Context, c *call) (*sdk.CallToolResult, bool) {
+// when that is another one, and returns that replica's result. Otherwise
+// it returns the context to run c with here.
+func (s *Server) forwardElsewhere(ctx context.Context, c *call) (*sdk.CallToolResult, context.Context, bool) {
 	if s.deps.Fleet == nil {
-		return nil, false
+		return nil, ctx, false
 	}
 	session, args, err := withSession(c)
 	if err != nil {
-		return nil, false // the tool refuses the arguments itself
+		return nil, ctx, false // the tool refuses the arguments itself
 	}
 	owner, err := s.deps.Manager.Where(ctx, c.principal, session)
 	if err != nil {
-		return s.errorResult(ctx, c, err), true
+		return s.errorResult(ctx, c, err), ctx, true
 	}
 	if owner.Local {
-		return nil, false
+		if ref, err := s.deps.Manager.ResolveSession(c.principal, session); err == nil {
+			ctx = manager.WithServedHere(ctx, ref.Key)
+		}
+		return nil, ctx, false
 	}
 	body, _ := json.Marshal(forwardBody{Tool: c.req.Params.Name, Arguments: args, Via: via(c.req),
 		OwnSession: c.ownSession(), Progress: c.req.Params.GetProgressToken() != nil, BaseURL: baseURLOf(c.req.Extra)})
@@ -105,11 +109,11 @@ func (s *Server) forwardElsewhere(ctx context.Context, c *call) (*sdk.CallToolRe
 	if err != nil {
 		s.log.WarnContext(ctx, "mcp: forwarded tool call failed", "request_id", c.requestID, "owner", owner.Replica, "err", err)
 		if code, _, _ := errcode.Of(err); code != errcode.Internal {
-			return s.errorResult(ctx, c, err), true
+			return s.errorResult(ctx, c, err), ctx, true
 		}
-		return s.errorResult(ctx, c, errForward), true
+		return s.errorResult(ctx, c, errForward), ctx, true
 	}
-	return res, true
+	return res, ctx, true
 }
 
 // withSession returns the session c works in and its arguments with

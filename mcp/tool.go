@@ -111,7 +111,8 @@ func addTool[In, Out any](s *Server, t *sdk.Tool, tweak func(*jsonschema.Schema)
 			return s.errorResult(ctx, c, errNoPrincipal), nil
 		}
 		c.principal = p
-		if res, ok := s.forwardElsewhere(ctx, c); ok {
+		res, ctx, forwarded := s.forwardElsewhere(ctx, c)
+		if forwarded {
 			return res, nil
 		}
 		return invoke(ctx, c, req.Params.Arguments), nil
