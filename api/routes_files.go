@@ -29,6 +29,11 @@ func (s *Server) bodyLimit(r *http.Request) int64 {
 	if r.Method == http.MethodPut && s.deps.Manager != nil && isFileContentPath(r.URL.Path) {
 		return s.deps.Manager.FileLimits().MaxFileBytes + 1
 	}
+	if s.deps.E2B != nil {
+		if n := s.deps.E2B.BodyLimit(r); n > 0 {
+			return n
+		}
+	}
 	return s.cfg.MaxBodyBytes
 }
 

@@ -78,6 +78,9 @@ type Deps struct {
 	// DeerFlow is the AIO/DeerFlow front end mounted under /deerflow;
 	// nil leaves those routes unmounted.
 	DeerFlow DeerFlowServer
+	// E2B is the E2B front end mounted under /e2b; nil leaves those
+	// routes unmounted.
+	E2B E2BServer
 	// Events is the lifecycle event log behind /v1/events; nil leaves
 	// those routes unmounted.
 	Events *events.Log
@@ -148,6 +151,7 @@ func (s *Server) routes() {
 	s.mcpRoutes()
 	s.eventRoutes()
 	s.deerflowRoutes()
+	s.e2bRoutes()
 
 	// Metrics name executors, policy revisions and rates: admin only.
 	metrics := promhttp.HandlerFor(s.deps.Gatherer, promhttp.HandlerOpts{})

@@ -41,6 +41,7 @@ type Config struct {
 	Executors ExecutorsConfig `yaml:"executors"`
 	MCP       MCPConfig       `yaml:"mcp"`
 	DeerFlow  DeerFlowConfig  `yaml:"deerflow"`
+	E2B       E2BConfig       `yaml:"e2b"`
 	Egress    EgressConfig    `yaml:"egress"`
 	Auth      AuthConfig      `yaml:"auth"`
 	Tenants   TenantsConfig   `yaml:"tenants"`
@@ -204,6 +205,17 @@ type DeerFlowConfig struct {
 	PublicURL string `yaml:"public_url"`
 }
 
+// E2BConfig is the E2B front end under /e2b (package e2b): E2B's control
+// plane, envd and the code interpreter, for the unmodified E2B SDKs with
+// E2B_API_URL and E2B_SANDBOX_URL set to http://<gateway>/e2b and an
+// agent token as E2B_API_KEY. Enabled by default, like /mcp and
+// /deerflow: the control plane takes the same agent tokens, each sandbox
+// call its sandbox's own token, and every command, cell and file call
+// passes the same pipeline.
+type E2BConfig struct {
+	Enabled bool `yaml:"enabled"`
+}
+
 // EgressConfig is the egress proxy (package egress, DESIGN.md §9): the only
 // network a run granted it has. Which hosts it reaches is policy (the
 // sandgate.egress package and data.sandgate.config.egress); this is the
@@ -360,6 +372,7 @@ func Default() Config {
 			RequestsPerSecond: 5000, Burst: 10000}},
 		MCP:      MCPConfig{Enabled: true, SessionTimeout: mcp.DefaultSessionTimeout, ProgressInterval: mcp.DefaultProgressInterval},
 		DeerFlow: DeerFlowConfig{Enabled: true},
+		E2B:      E2BConfig{Enabled: true},
 		// The proxy's tunables are left at zero: the egress package's
 		// defaults apply.
 		Egress: EgressConfig{Enabled: true},

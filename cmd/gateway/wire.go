@@ -26,6 +26,7 @@ import (
 	"github.com/sandgate/sandgate/browser"
 	"github.com/sandgate/sandgate/confirm"
 	"github.com/sandgate/sandgate/deerflow"
+	"github.com/sandgate/sandgate/e2b"
 	"github.com/sandgate/sandgate/egress"
 	"github.com/sandgate/sandgate/events"
 	"github.com/sandgate/sandgate/executors"
@@ -64,6 +65,7 @@ type gateway struct {
 	browser  *browser.Manager
 	mcp      *mcp.Server        // nil when disabled
 	deerflow *deerflow.Registry // nil when disabled
+	e2b      *e2b.Registry      // nil when disabled
 	egress   *egress.Service    // nil when disabled
 	events   *events.Log
 	// baseCancel ends every request context; called when the shutdown
@@ -168,6 +170,9 @@ func build(ctx context.Context, cfg Config, getenv func(string) string, stdout, 
 			return nil, err
 		}
 	}
+	if cfg.E2B.Enabled {
+		gw.e2b = e2b.NewRegistry()
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		newPolicyCollector(gw.policy))
@@ -202,10 +207,14 @@ func build(ctx context.Context, cfg Config, getenv func(string) string, stdout, 
 	if err != nil {
 		return nil, err
 	}
+	e2bServer, err := gw.e2bServer()
+	if err != nil {
+		return nil, err
+	}
 	apiDeps := api.Deps{
 		Manager: gw.manager, Policy: gw.policy, Audit: runAudit, Auth: auth, Gatherer: reg, Logger: gw.log,
 		Approvals: gw.hub, Browser: gw.browser, MCP: mcpServer, Database: gw.audit, DeerFlow: deerflowServer,
-		Events: gw.events,
+		Events: gw.events, E2B: e2bServer,
 	}
 	if gw.router != nil {
 		apiDeps.Fleet = gw.router
@@ -468,6 +477,11 @@ func (gw *gateway) resources() []manager.SessionResource {
 		// a shutdown leaves them, in the store.
 		out = append(out, manager.SessionResource{Name: "deerflow", Durable: true, Release: gw.deerflow.Release})
 	}
+	if gw.e2b != nil {
+		// Deleting or expiring a session kills its E2B sandbox's tokens
+		// and live commands.
+		out = append(out, manager.SessionResource{Name: "e2b", Release: gw.e2b.Release})
+	}
 	if gw.egress != nil {
 		// A deleted session's "allow for this session" answers go with it.
 		out = append(out, manager.SessionResource{Name: "egress", Release: func(_ context.Context, key string) error {
@@ -511,6 +525,16 @@ func (gw *gateway) deerflowServer(runAudit audit.Store) (api.DeerFlowServer, err
 		deps.Fleet = gw.router
 	}
 	return deerflow.New(deerflow.Config{PublicURL: gw.cfg.DeerFlow.PublicURL}, deps)
+}
+
+// e2bServer builds the E2B front end on the manager and the sandbox
+// registry, or returns nil (no routes) when it is disabled. The interface
+// is nil, not a nil pointer, so api leaves /e2b unmounted.
+func (gw *gateway) e2bServer() (api.E2BServer, error) {
+	if gw.e2b == nil {
+		return nil, nil
+	}
+	return e2b.New(e2b.Config{}, e2b.Deps{Manager: gw.manager, Registry: gw.e2b, Logger: gw.log})
 }
 
 // mcpServer builds the MCP endpoint on the manager and the browser router,

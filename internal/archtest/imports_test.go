@@ -24,7 +24,7 @@ var leaves = []string{"errcode/...", "risk/...", "policy/...", "confirm/...", "e
 // frontEnds are the front ends (DESIGN.md §1, §14): each a thin adapter
 // over the manager, side by side. api mounts the others on its listener
 // through interfaces, and none imports another.
-var frontEnds = []string{"api/...", "mcp/...", "deerflow/..."}
+var frontEnds = []string{"api/...", "mcp/...", "deerflow/...", "e2b/..."}
 
 func rules() []rule {
 	rs := []rule{
