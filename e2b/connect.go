@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -144,12 +145,10 @@ func decodeMessage(body []byte, v any) *rpcError {
 	return nil
 }
 
+// mediaType is r's media type, without parameters.
 func mediaType(r *http.Request) string {
-	ct := r.Header.Get("Content-Type")
-	if i := bytes.IndexByte([]byte(ct), ';'); i >= 0 {
-		ct = ct[:i]
-	}
-	return string(bytes.TrimSpace([]byte(ct)))
+	ct, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";")
+	return strings.ToLower(strings.TrimSpace(ct))
 }
 
 // writeUnary answers a unary call with v.

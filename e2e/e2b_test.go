@@ -39,7 +39,9 @@ const (
 // (e2b-js 2.51.0)"; the CRITICAL command raising CommandExitError with
 // sandgate's reason; setTimeout; list; runCode with a pandas DataFrame
 // (text and HTML), a matplotlib PNG that decodes, kernel state across
-// cells and an exception as the execution's error; contexts; kill (and a
+// cells, an exception as the execution's error and a CRITICAL cell's
+// refusal as a PolicyDenied error; a live command listed and killed by
+// pid; contexts; kill (and a
 // second kill false); and the audit: a record of each command, cell and
 // file call in the two sandboxes' sessions, under the E2B key's
 // principal.
@@ -251,6 +253,23 @@ var e2bChecks = []e2bCheck{
 		}
 		return nil
 	}},
+	{"list_and_kill_pid", func(raw json.RawMessage, _ e2bReport) error {
+		r, err := decodeAs[struct {
+			PID    int   `json:"pid"`
+			Listed []int `json:"listed"`
+			Killed bool  `json:"killed"`
+			Exit   *struct {
+				ExitCode      int  `json:"exitCode"`
+				IsCommandExit bool `json:"isCommandExit"`
+			} `json:"exit"`
+			Again bool `json:"again"`
+		}](raw)
+		if err != nil || !slices.Contains(r.Listed, r.PID) || !r.Killed || r.Exit == nil || !r.Exit.IsCommandExit ||
+			r.Exit.ExitCode != 137 || r.Again {
+			return fmt.Errorf("want the live command listed, killed by pid (137), and a second kill false (%v)", err)
+		}
+		return nil
+	}},
 	{"set_timeout", func(raw json.RawMessage, _ e2bReport) error {
 		r, err := decodeAs[struct {
 			EndAt, StartedAt  time.Time
@@ -312,6 +331,15 @@ var e2bChecks = []e2bCheck{
 		}
 		return nil
 	}},
+	{"run_code_denied", func(raw json.RawMessage, _ e2bReport) error {
+		r, err := decodeAs[struct {
+			Error *struct{ Name, Value string } `json:"error"`
+		}](raw)
+		if err != nil || r.Error == nil || r.Error.Name != "PolicyDenied" || !strings.Contains(r.Error.Value, "CRITICAL") {
+			return fmt.Errorf("want the refused cell's error PolicyDenied with sandgate's reason (%v)", err)
+		}
+		return nil
+	}},
 	{"contexts", func(raw json.RawMessage, _ e2bReport) error {
 		r, err := decodeAs[struct {
 			ID     string   `json:"id"`
@@ -339,11 +367,12 @@ var e2bChecks = []e2bCheck{
 // with the CRITICAL command denied and the HIGH one approved.
 func checkE2BAudit(ctx context.Context, t *testing.T, g *gatewayProc, admin string, rep e2bReport) {
 	want := map[string]map[string]int{
-		// The commands (4 of run.mjs, 1 of makeDir's mkdir), the file
+		// The commands (6 of run.mjs, 1 of makeDir's mkdir), the file
 		// calls, and the kill.
-		rep.SandboxID: {"execute": 6, "file.write": 1, "file.get": 1, "file.delete": 1, "session.delete": 1},
-		// Four cells of its own and one in a context, and the kill.
-		rep.InterpreterID: {"run_code": 5, "session.delete": 1},
+		rep.SandboxID: {"execute": 7, "file.write": 1, "file.get": 1, "file.delete": 1, "session.delete": 1},
+		// Five cells of its own (one refused) and one in a context, and
+		// the kill.
+		rep.InterpreterID: {"run_code": 6, "session.delete": 1},
 	}
 	for id, kinds := range want {
 		var page struct {

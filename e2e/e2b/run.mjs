@@ -81,6 +81,21 @@ await step("critical_denied", async () => {
   }
 });
 
+// A command that lives as long as its stream: listed, then killed by pid.
+await step("list_and_kill_pid", async () => {
+  const h = await sbx.commands.run("sleep 30", { background: true });
+  const listed = (await sbx.commands.list()).map((p) => p.pid);
+  const killed = await sbx.commands.kill(h.pid);
+  let exit = null;
+  try {
+    await h.wait();
+  } catch (e) {
+    exit = { name: e.name, exitCode: e.exitCode, isCommandExit: e instanceof CommandExitError };
+  }
+  const again = await sbx.commands.kill(h.pid);
+  return { pid: h.pid, listed, killed, exit, again };
+});
+
 await step("set_timeout", async () => {
   await sbx.setTimeout(600_000);
   const info = await sbx.getInfo();
@@ -112,6 +127,10 @@ await step("run_code_state_and_error", async () => {
   const failed = await ci.runCode("1/0");
   return { kept: kept.text ?? null, error: failed.error ? { name: failed.error.name, value: failed.error.value,
     traceback: failed.error.traceback.length > 0 } : null };
+});
+await step("run_code_denied", async () => {
+  const ex = await ci.runCode("import os\nos.system('rm -rf /')");
+  return { error: ex.error ? { name: ex.error.name, value: ex.error.value } : null, results: ex.results.length };
 });
 await step("contexts", async () => {
   const c = await ci.createCodeContext();
