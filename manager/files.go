@@ -59,6 +59,7 @@ func (m *Manager) fileOp(ctx context.Context, kind string, req FileRequest, op f
 		RequestID: req.RequestID, Kind: kind, Tenant: req.Principal.Tenant, SessionID: req.SessionID,
 		Principal: req.Principal.Role + ":" + req.Principal.Name,
 	}
+	setDetail(rec, "front_end", frontEndOf(ctx))
 	if rel, err := workspace.ResolvePath(req.Path); err == nil {
 		rec.Path = workspace.DisplayPath(rel)
 	} else {

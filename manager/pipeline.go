@@ -107,6 +107,7 @@ type Evaluation struct {
 func (m *Manager) Run(ctx context.Context, req RunRequest) (res *RunResult, err error) {
 	start := time.Now()
 	rec := newRecord(req)
+	setDetail(rec, "front_end", frontEndOf(ctx))
 	started := false
 	defer func() {
 		m.finish(ctx, rec, res, err, start)

@@ -217,8 +217,9 @@ func WithServedHere(ctx context.Context, key string) context.Context {
 
 type frontEndKey struct{}
 
-// WithFrontEnd names the front end and client of the requests made with
-// ctx, for the sessions they create implicitly.
+// WithFrontEnd names the front end of the requests made with ctx ("mcp",
+// "deerflow", "e2b"; "rest" when none is named): the sessions they create
+// implicitly and their audit records (detail front_end) say so.
 func WithFrontEnd(ctx context.Context, frontEnd string) context.Context {
 	return context.WithValue(ctx, frontEndKey{}, frontEnd)
 }

@@ -186,6 +186,6 @@ func (s *Server) ServeForwarded(w http.ResponseWriter, r *http.Request, p manage
 		write(forwardLine{Result: s.errorResult(r.Context(), c, errClosing)})
 		return nil
 	}
-	write(forwardLine{Result: invoke(r.Context(), c, body.Arguments)})
+	write(forwardLine{Result: invoke(manager.WithFrontEnd(r.Context(), "mcp"), c, body.Arguments)})
 	return nil
 }

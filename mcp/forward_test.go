@@ -88,6 +88,9 @@ func TestToolCallForwardedToTheOwner(t *testing.T) {
 	if len(recs) != 1 || recs[0].RequestID != out.RequestID {
 		t.Fatalf("A's audit for the session: %+v; want the forwarded call's record, id %s", recs, out.RequestID)
 	}
+	if recs[0].Detail["front_end"] != "mcp" {
+		t.Errorf("A's record names front end %q, want mcp", recs[0].Detail["front_end"])
+	}
 	if len(b.records("shared")) != 0 {
 		t.Fatal("B wrote an audit record for a call A ran")
 	}

@@ -111,6 +111,7 @@ func addTool[In, Out any](s *Server, t *sdk.Tool, tweak func(*jsonschema.Schema)
 			return s.errorResult(ctx, c, errNoPrincipal), nil
 		}
 		c.principal = p
+		ctx = manager.WithFrontEnd(ctx, "mcp")
 		res, ctx, forwarded := s.forwardElsewhere(ctx, c)
 		if forwarded {
 			return res, nil
