@@ -2,8 +2,6 @@ package api
 
 import (
 	"net/http"
-
-	"github.com/sandgate/sandgate/manager"
 )
 
 // DeerFlowServer is the AIO/DeerFlow front end (package deerflow), wired
@@ -32,26 +30,8 @@ func (s *Server) deerflowRoutes() {
 	}
 	s.deps.DeerFlow.Routes(func(pattern string, h http.Handler, provisioner bool) {
 		if provisioner {
-			h = s.provisioner(h)
+			h = s.agentKeyAuth(h, s.deps.DeerFlow.WriteProvisionerError)
 		}
 		s.mount(pattern, h)
-	})
-}
-
-// provisioner authenticates a provisioner call (an agent token, in
-// DeerFlow's X-API-Key header or as a bearer token) and hands the caller
-// to the front end, which answers the refusals the FastAPI way.
-func (s *Server) provisioner(h http.Handler) http.Handler {
-	auth := s.authorize([]Role{RoleAgent}, func(w http.ResponseWriter, r *http.Request) error {
-		h.ServeHTTP(w, r.WithContext(manager.WithPrincipal(r.Context(), principal(r))))
-		return nil
-	})
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if key := r.Header.Get("X-API-Key"); key != "" && r.Header.Get("Authorization") == "" {
-			r.Header.Set("Authorization", "Bearer "+key)
-		}
-		if err := auth(w, r); err != nil {
-			s.deps.DeerFlow.WriteProvisionerError(w, r, err)
-		}
 	})
 }

@@ -2,8 +2,6 @@ package api
 
 import (
 	"net/http"
-
-	"github.com/sandgate/sandgate/manager"
 )
 
 // E2BServer is the E2B front end (package e2b), wired in main: E2B's
@@ -30,26 +28,8 @@ func (s *Server) e2bRoutes() {
 	}
 	s.deps.E2B.Routes(func(pattern string, h http.Handler, controlPlane bool) {
 		if controlPlane {
-			h = s.e2bControlPlane(h)
+			h = s.agentKeyAuth(h, s.deps.E2B.WriteControlPlaneError)
 		}
 		s.mount(pattern, h)
-	})
-}
-
-// e2bControlPlane authenticates a control-plane call (an agent token, in
-// X-API-Key or as a bearer token) and hands the caller to the front end,
-// which answers the refusals in E2B's shape.
-func (s *Server) e2bControlPlane(h http.Handler) http.Handler {
-	auth := s.authorize([]Role{RoleAgent}, func(w http.ResponseWriter, r *http.Request) error {
-		h.ServeHTTP(w, r.WithContext(manager.WithPrincipal(r.Context(), principal(r))))
-		return nil
-	})
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if key := r.Header.Get("X-API-Key"); key != "" && r.Header.Get("Authorization") == "" {
-			r.Header.Set("Authorization", "Bearer "+key)
-		}
-		if err := auth(w, r); err != nil {
-			s.deps.E2B.WriteControlPlaneError(w, r, err)
-		}
 	})
 }
