@@ -102,6 +102,15 @@ type HubOptions struct {
 	// their code) so that this hub's approvers see and decide them too;
 	// nil shows only the approvals held here.
 	Peer Peer
+	// Channels are told of every held request routed to them, besides
+	// the page (see Channel). The replica holding a request tells them,
+	// and updates them when the request is resolved, wherever it was
+	// decided.
+	Channels []Channel
+	// ChannelRetryMin and ChannelRetryMax bound the backoff between a
+	// channel's failed attempts. Defaults DefaultChannelRetryMin and
+	// DefaultChannelRetryMax.
+	ChannelRetryMin, ChannelRetryMax time.Duration
 }
 
 func (o HubOptions) withDefaults() HubOptions {
@@ -125,6 +134,12 @@ func (o HubOptions) withDefaults() HubOptions {
 	}
 	if o.Replica == "" {
 		o.Replica = "local"
+	}
+	if o.ChannelRetryMin <= 0 {
+		o.ChannelRetryMin = DefaultChannelRetryMin
+	}
+	if o.ChannelRetryMax <= 0 {
+		o.ChannelRetryMax = DefaultChannelRetryMax
 	}
 	return o
 }
@@ -174,6 +189,12 @@ type Hub struct {
 	closeOnce sync.Once
 
 	listenDone chan struct{} // closed when the LISTEN loop ends; nil without one
+
+	// Channel deliveries (channel.go): chctx is cancelled when Close
+	// gives up waiting for them.
+	chwg     sync.WaitGroup
+	chctx    context.Context
+	chcancel context.CancelFunc
 }
 
 // pending is one approval in flight.
@@ -215,9 +236,10 @@ func NewHub(ctx context.Context, opts HubOptions) (*Hub, error) {
 	}
 	slices.Reverse(recent)
 	base, cancel := context.WithCancel(context.Background())
+	chctx, chcancel := context.WithCancel(context.Background())
 	h := &Hub{
 		opts: opts, log: opts.Logger, store: st,
-		base: base, baseCancel: cancel,
+		base: base, baseCancel: cancel, chctx: chctx, chcancel: chcancel,
 		pending: map[string]*pending{}, remote: map[string]*mirror{}, subs: map[*conn]struct{}{}, live: map[*conn]struct{}{}, history: recent,
 	}
 	h.upgrader = websocket.Upgrader{
@@ -282,6 +304,9 @@ func (h *Hub) Confirm(ctx context.Context, req Request) (Outcome, error) {
 	}
 	h.pending[p.view.ID] = p
 	h.broadcastLocked(p.view.Tenant, mustJSON(event{Type: EventRequested, ServerTime: time.Now(), Approval: p.raw}))
+	// Under mu, while not closed: Close's wait for the deliveries
+	// cannot start before this Add.
+	h.notifyChannels(p)
 	h.mu.Unlock()
 	h.log.InfoContext(ctx, "approval requested", "approval_id", p.view.ID, "request_id", req.RequestID,
 		"tenant", req.Tenant, "session_id", req.SessionID, "risk_level", req.RiskLevel, "principal", req.Principal, "deadline", deadline)
@@ -568,15 +593,15 @@ func (h *Hub) Close(ctx context.Context) error {
 	go func() { h.wg.Wait(); close(done) }()
 	select {
 	case <-done:
-		return nil
 	case <-ctx.Done():
+		h.mu.Lock()
+		for c := range h.live {
+			_ = c.ws.Close()
+		}
+		h.mu.Unlock()
+		<-done
 	}
-	h.mu.Lock()
-	for c := range h.live {
-		_ = c.ws.Close()
-	}
-	h.mu.Unlock()
-	<-done
+	h.closeChannels(ctx)
 	return nil
 }
 
