@@ -52,6 +52,9 @@ type approvalOpts struct {
 	timeout time.Duration // the manager's approval timeout
 	dataDir string
 	hub     confirm.HubOptions
+	// channels, when set, builds the hub's approval channels on the
+	// env's audit database.
+	channels func(st audit.Store) []confirm.Channel
 	// deerflow, when set, mounts the AIO/DeerFlow front end with this
 	// configuration, its registry in the env's audit database and a
 	// durable session resource (as main wires it).
@@ -108,6 +111,9 @@ func newApprovalEnv(t *testing.T, o approvalOpts) *approvalEnv {
 		t.Fatal(err)
 	}
 	o.hub.Store = st
+	if o.channels != nil {
+		o.hub.Channels = o.channels(st)
+	}
 	hub, err := confirm.NewHub(ctx, o.hub)
 	if err != nil {
 		t.Fatal(err)

@@ -151,6 +151,15 @@ func (s *Server) socketAuth(next handlerFunc) handlerFunc {
 	}
 }
 
+// channelCallback hands a callback to the approval channel it names,
+// which authenticates it (confirm.CallbackChannel).
+func (s *Server) channelCallback(w http.ResponseWriter, r *http.Request) error {
+	if s.deps.Approvals == nil {
+		return errApprovalsOff
+	}
+	return s.deps.Approvals.ServeCallback(w, r, r.PathValue("name"))
+}
+
 func (s *Server) approvalSocket(w http.ResponseWriter, r *http.Request) error {
 	if s.deps.Approvals == nil {
 		return errApprovalsOff

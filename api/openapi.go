@@ -83,6 +83,7 @@ type op struct {
 	query        []param
 	body         *schemaRef // JSON request body
 	rawBody      bool       // a raw octet-stream request body instead
+	formBody     bool       // an application/x-www-form-urlencoded body instead
 	ok           int        // the success status
 	okBody       *schemaRef // JSON success body; nil with okMedia unset: none
 	okMedia      string     // a non-JSON success body's media type
@@ -285,6 +286,9 @@ func (b *docBuilder) operation(o op) (map[string]any, error) {
 		item["requestBody"] = map[string]any{"required": true, "content": map[string]any{mediaJSON: map[string]any{"schema": b.ref(o.body)}}}
 	case o.rawBody:
 		item["requestBody"] = map[string]any{"required": true, "content": map[string]any{mediaBinary: map[string]any{"schema": map[string]string{"type": "string", "contentMediaType": mediaBinary}}}}
+	case o.formBody:
+		item["requestBody"] = map[string]any{"required": true, "content": map[string]any{"application/x-www-form-urlencoded": map[string]any{
+			"schema": map[string]any{"type": "object", "properties": map[string]any{"payload": map[string]string{"type": "string"}}}}}}
 	}
 	item["responses"] = b.responses(o)
 	return item, nil

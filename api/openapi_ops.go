@@ -182,6 +182,11 @@ func approvalOperations() []op {
 		{method: "GET", path: "/v1/fleet/approvals/{id}", id: "peerApproval", tag: "approvals", auth: authNone,
 			summary: "Replica to replica: a pending approval with its code, for a peer's page (signed with the fleet key; 404 otherwise)",
 			ok:      200, okMedia: "application/json", errs: []int{404}},
+		{method: "POST", path: "/v1/channels/{name}/callback", id: "channelCallback", tag: "approvals", auth: authNone,
+			summary: "An approval channel's callback: Slack's interactivity requests (a block_actions payload), verified by Slack's " +
+				"signing secret (v0, HMAC-SHA256 over v0:timestamp:body, five-minute window); a click decides as the approver " +
+				"the Slack user is mapped to. 401 bad signature or stale, 403 unmapped user; a click on a decided request changes nothing (200)",
+			formBody: true, ok: 200, errs: []int{400, 401, 403, 404, 409, 413, 500}},
 	}
 }
 

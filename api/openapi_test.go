@@ -428,6 +428,7 @@ func TestOpenAPIResponses(t *testing.T) {
 	e.do("GET", "/v1/approvals?status=resolved", approverTok, nil)
 	e.do("GET", "/v1/approvals/connections?session_id=s2", approverTok, nil)
 	e.do("GET", "/v1/fleet/approvals/"+v.ID, approverTok, nil) // 404: not a signed peer request
+	e.do("POST", "/v1/channels/none/callback", "", nil)        // 404: no such approval channel
 	ws, _, err := e.dialWS(http.Header{"Authorization": {"Bearer " + approverTok}})
 	if err != nil {
 		t.Fatal(err)

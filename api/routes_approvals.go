@@ -20,4 +20,9 @@ func (s *Server) approvalRoutes() {
 	// signed with the fleet key (forwarded), 404 to anyone else and on a
 	// single gateway.
 	s.mount("GET /v1/fleet/approvals/{id}", s.wrap(s.peerApproval))
+	// An approval channel's callbacks (Slack's interactivity requests):
+	// no bearer token, since the sender cannot hold one; the channel
+	// verifies each request's signature (Slack's v0 scheme) and maps its
+	// user to an approver, refusing and auditing anything else.
+	s.mount("POST /v1/channels/{name}/callback", s.wrap(s.channelCallback))
 }

@@ -301,9 +301,26 @@ func outcomeText(v View) string {
 	return v.Status
 }
 
+var mrkdwnReplacer = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
+
 // mrkdwnEscape escapes the three characters Slack's mrkdwn reserves.
-func mrkdwnEscape(s string) string {
-	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
+func mrkdwnEscape(s string) string { return mrkdwnReplacer.Replace(s) }
+
+// escapeClip is mrkdwnEscape(s) cut to at most n bytes, never inside an
+// escape or a rune, marking a cut.
+func escapeClip(s string, n int) string {
+	var b strings.Builder
+	for i, r := range s {
+		e := mrkdwnEscape(string(r))
+		if b.Len()+len(e) > n-len("…") {
+			if i < len(s) {
+				b.WriteString("…")
+			}
+			break
+		}
+		b.WriteString(e)
+	}
+	return b.String()
 }
 
 // clip cuts s to n bytes on a rune boundary, marking the cut.
@@ -363,7 +380,7 @@ func (s *Slack) blocks(v View) []any {
 	if v.Kind != KindEgress && v.Code != "" {
 		ex, cut := Excerpt(v.Code)
 		ex = strings.ReplaceAll(ex, "```", "`\u200b``")
-		text := "```" + mrkdwnEscape(clip(ex, 2800)) + "```"
+		text := "```" + escapeClip(ex, 2800) + "```"
 		if cut {
 			text += "\n_first lines only: the page shows the whole code_"
 		}

@@ -42,6 +42,7 @@ type Config struct {
 	MCP       MCPConfig       `yaml:"mcp"`
 	DeerFlow  DeerFlowConfig  `yaml:"deerflow"`
 	E2B       E2BConfig       `yaml:"e2b"`
+	Daytona   DaytonaConfig   `yaml:"daytona"`
 	Egress    EgressConfig    `yaml:"egress"`
 	Auth      AuthConfig      `yaml:"auth"`
 	Tenants   TenantsConfig   `yaml:"tenants"`
@@ -166,6 +167,13 @@ type ApprovalConfig struct {
 	// AllowedOrigins are extra browser origins accepted on the approval
 	// socket besides the gateway's own (behind a TLS-terminating proxy).
 	AllowedOrigins []string `yaml:"allowed_origins"`
+	// PageURL is the approval page's public base URL
+	// (https://gate.example.com), for the links the channels send.
+	// Default: http:// and the listen address.
+	PageURL string `yaml:"page_url"`
+	// Channels are told of held requests besides the page: signed
+	// webhooks and Slack apps (ChannelConfig).
+	Channels []ChannelConfig `yaml:"channels"`
 }
 
 // MCPConfig is the MCP endpoint at /mcp (package mcp). Enabled by default:
@@ -214,6 +222,19 @@ type DeerFlowConfig struct {
 // passes the same pipeline.
 type E2BConfig struct {
 	Enabled bool `yaml:"enabled"`
+}
+
+// DaytonaConfig is the Daytona front end under /daytona (package
+// daytona): the sandbox API and toolbox calls of the unmodified Daytona
+// SDK with apiUrl (DAYTONA_API_URL) set to http://<gateway>/daytona and
+// an agent token as its apiKey. Enabled by default, like /e2b: every call
+// carries that agent token and passes the same pipeline.
+type DaytonaConfig struct {
+	Enabled bool `yaml:"enabled"`
+	// PublicURL is the gateway's base URL as the SDK reaches it (behind a
+	// proxy), for the toolbox URL create answers; empty derives it from
+	// each request's Host.
+	PublicURL string `yaml:"public_url"`
 }
 
 // EgressConfig is the egress proxy (package egress, DESIGN.md §9): the only
@@ -373,6 +394,7 @@ func Default() Config {
 		MCP:      MCPConfig{Enabled: true, SessionTimeout: mcp.DefaultSessionTimeout, ProgressInterval: mcp.DefaultProgressInterval},
 		DeerFlow: DeerFlowConfig{Enabled: true},
 		E2B:      E2BConfig{Enabled: true},
+		Daytona:  DaytonaConfig{Enabled: true},
 		// The proxy's tunables are left at zero: the egress package's
 		// defaults apply.
 		Egress: EgressConfig{Enabled: true},
@@ -433,6 +455,7 @@ func (c Config) Validate() error {
 	if c.Approval.AutoApprove && c.Mode != "PERMISSIVE" {
 		add("approval.auto_approve is allowed only in PERMISSIVE mode")
 	}
+	errs = append(errs, c.Approval.validateChannels()...)
 	positive := map[string]time.Duration{
 		"policy.eval_timeout": c.Policy.EvalTimeout, "policy.watch_poll": c.Policy.WatchPoll,
 		"limits.default_timeout": c.Limits.DefaultTimeout, "approval.timeout": c.Approval.Timeout,

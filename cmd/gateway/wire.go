@@ -158,7 +158,7 @@ func build(ctx context.Context, cfg Config, getenv func(string) string, stdout, 
 	if err := gw.browsers(workspaces); err != nil {
 		return nil, err
 	}
-	confirmer, err := gw.confirmer(ctx)
+	confirmer, err := gw.confirmer(ctx, getenv)
 	if err != nil {
 		return nil, err
 	}
@@ -559,14 +559,22 @@ func (gw *gateway) mcpServer() (api.MCPServer, error) {
 // confirmer is the approval hub behind the web page, or AutoApprove when it
 // is configured (PERMISSIVE only, as Validate and NewAutoApprove both
 // check).
-func (gw *gateway) confirmer(ctx context.Context) (confirm.Service, error) {
+func (gw *gateway) confirmer(ctx context.Context, getenv func(string) string) (confirm.Service, error) {
 	if gw.cfg.Approval.AutoApprove {
 		return confirm.NewAutoApprove(gw.cfg.Mode)
+	}
+	pageURL := gw.cfg.Approval.PageURL
+	if pageURL == "" {
+		pageURL = "http://" + gw.cfg.Listen
+	}
+	channels, err := approvalChannels(gw.cfg.Approval, pageURL, getenv, gw.audit, gw.log)
+	if err != nil {
+		return nil, err
 	}
 	hub, err := confirm.NewHub(ctx, confirm.HubOptions{
 		Store: gw.audit, Timeout: gw.cfg.Approval.Timeout, Logger: gw.log,
 		AllowedOrigins: gw.cfg.Approval.AllowedOrigins, Replica: replicaName(gw.cfg.Storage),
-		ListenDSN: gw.listenDSN(), Peer: gw.approvalPeer(),
+		ListenDSN: gw.listenDSN(), Peer: gw.approvalPeer(), Channels: channels,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("approval hub: %w", err)

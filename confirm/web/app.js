@@ -19,6 +19,11 @@
     history.replaceState(null, "", url.pathname + url.search + url.hash);
   }
 
+  // A channel's link (a webhook's decision_url, Slack's "open in the
+  // approval page") names one request in the fragment, which never reaches
+  // a server: #approval=apr_<hex>. The page selects it once it arrives.
+  const linked = (/^#approval=(apr_[0-9a-f]{1,64})$/.exec(url.hash) || [])[1] || null;
+
   const HISTORY_MAX = 50;
   const RESOLVED_LINGER_MS = 5000;
   const BACKOFF_MIN_MS = 1000;
@@ -41,6 +46,7 @@
     refs: new Map(), // ref -> {id, timer}
     refSeq: 0,
     stopped: false,
+    linked: linked,
   };
 
   const $ = (id) => document.getElementById(id);
@@ -187,6 +193,12 @@
     for (const v of pending) if (!state.cards.has(v.id)) addCard(v);
     state.history = hist.slice(0, HISTORY_MAX);
     renderHistory();
+    if (state.linked && !keep.has(state.linked)) {
+      const done = hist.find((v) => v.id === state.linked);
+      showNotice("The linked request " + state.linked + " is no longer waiting" +
+        (done ? ": " + done.status + (done.decided_by ? " by " + done.decided_by : "") + "." : "."));
+      state.linked = null;
+    }
   }
 
   function send(obj) {
@@ -304,6 +316,7 @@
     els.queue.append(node);
     tickCard(state.cards.get(v.id));
     if (!state.selected || !state.cards.has(state.selected) || state.cards.get(state.selected).resolved) select(v.id, false);
+    if (v.id === state.linked) { state.linked = null; select(v.id, true); }
     updateCount();
   }
 
