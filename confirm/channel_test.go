@@ -18,6 +18,7 @@ import (
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/confirm/slacktest"
 	"github.com/sandgate/sandgate/errcode"
+	"github.com/sandgate/sandgate/internal/pgtest"
 )
 
 // slackEnv is a hub with a Slack channel talking to the stand-in, and the
@@ -542,5 +543,71 @@ func TestEscapeClip(t *testing.T) {
 		if got := escapeClip(tc.in, tc.n); got != tc.want || len(got) > tc.n {
 			t.Errorf("escapeClip(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
 		}
+	}
+}
+
+// TestSlackFleet: on PostgreSQL, the replica holding a request posts it;
+// a click reaching another replica decides it there, the holder's waiting
+// request is released, and the holder rewrites the message.
+func TestSlackFleet(t *testing.T) {
+	sl := slacktest.New(t)
+	newCh := func() Channel {
+		ch, err := NewSlack(SlackOptions{Name: "slack", APIURL: sl.APIURL(), BotToken: Secret(sl.Token), SigningSecret: Secret(sl.SigningSecret),
+			Channel: sl.Channels[0], Users: map[string]string{"U0ALICE": "alice"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ch
+	}
+	// One schema, two replicas, each with its own channel (as each
+	// gateway builds its own from the same configuration).
+	dsn := pgtest.Schema(t)
+	var hubs []*Hub
+	for _, name := range []string{"a", "b"} {
+		db, err := audit.OpenPostgres(t.Context(), dsn, audit.Options{Replica: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := NewHub(t.Context(), HubOptions{Store: db, Replica: name, ListenDSN: dsn, Channels: []Channel{newCh()},
+			ChannelRetryMin: 5 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hubs = append(hubs, h)
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = h.Close(ctx)
+			_ = db.Close()
+		})
+	}
+	a, b := hubs[0], hubs[1]
+	cb := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := b.ServeCallback(w, r, "slack"); err != nil {
+			_, status, _ := errcode.Of(err)
+			http.Error(w, err.Error(), status)
+		}
+	}))
+	t.Cleanup(cb.Close)
+	wait := confirmAsync(t.Context(), a, request("s1", "import subprocess\n"))
+	waitPending(t, a, 1)
+	var m slacktest.Message
+	sl.Wait(t, 10*time.Second, "the post", func(ms []slacktest.Message) bool {
+		if len(ms) > 0 {
+			m = ms[0]
+		}
+		return len(ms) == 1
+	})
+	if st, err := sl.Send(cb.URL, slacktest.Click{UserID: "U0ALICE", ActionID: "approve", Message: m}); err != nil || st != 200 {
+		t.Fatalf("click on B: %d %v", st, err)
+	}
+	if out := wait.wait(t); !out.Approved() || out.DecidedBy != "alice" {
+		t.Fatalf("A's outcome %+v", out)
+	}
+	sl.Wait(t, 10*time.Second, "the update", func(ms []slacktest.Message) bool {
+		return ms[0].Updates == 1 && strings.Contains(ms[0].Text, "approved by alice")
+	})
+	if n := len(sl.Messages()); n != 1 {
+		t.Errorf("%d messages for one request", n)
 	}
 }
