@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"bytes"
 	"compress/gzip"
 	"context"
 	"crypto/ecdsa"
@@ -24,8 +23,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/open-policy-agent/opa/v1/bundle"
-	"github.com/open-policy-agent/opa/v1/compile"
+	"github.com/sandgate/sandgate/internal/policytest"
 )
 
 // signingKey is an ES256 key pair in PEM, as `opa build --signing-key`
@@ -56,13 +54,20 @@ func newSigningKey(t testing.TB) signingKey {
 // bundles' signatures.
 const testKeyID = "sandgate-admin"
 
-// buildBundle runs what `opa build -b DIR --revision REV --signing-key KEY
-// --signing-alg ES256 --verification-key-id ID` runs (OPA's compile
-// package, which is the CLI's build command), over the default policy
-// (without its Rego tests, as an administrator's build would leave them
-// out) plus extra files, and returns the .tar.gz. An empty key builds an
-// unsigned bundle.
+// buildBundle builds a bundle with the OPA CLI this module pins (`opa
+// build --bundle DIR --revision REV --signing-key KEY --signing-alg ES256
+// --verification-key-id sandgate-admin`, see policytest.OPABuild) over
+// the default policy (without its Rego tests, as an administrator's
+// build would leave them out) plus extra files, and returns the .tar.gz.
+// An empty key builds an unsigned bundle.
 func buildBundle(t testing.TB, revision string, key string, extra map[string]string) []byte {
+	t.Helper()
+	return policytest.OPABuild(t, bundleTree(t, extra), revision, key, testKeyID)
+}
+
+// bundleTree writes the default policy without its Rego tests, plus
+// extra files, to a new directory.
+func bundleTree(t testing.TB, extra map[string]string) string {
 	t.Helper()
 	dir := t.TempDir()
 	files, err := readTree(DefaultFS(), false)
@@ -75,15 +80,7 @@ func buildBundle(t testing.TB, revision string, key string, extra map[string]str
 	for p, content := range extra {
 		writeBundleFile(t, filepath.Join(dir, p), []byte(content))
 	}
-	var out bytes.Buffer
-	c := compile.New().WithAsBundle(true).WithFS(os.DirFS(dir)).WithPaths(".").WithOutput(&out).WithRevision(revision)
-	if key != "" {
-		c = c.WithBundleSigningConfig(bundle.NewSigningConfig(key, "ES256", "")).WithBundleVerificationKeyID(testKeyID)
-	}
-	if err := c.Build(context.Background()); err != nil {
-		t.Fatalf("opa build: %v", err)
-	}
-	return out.Bytes()
+	return dir
 }
 
 func writeBundleFile(t testing.TB, p string, b []byte) {

@@ -16,8 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/open-policy-agent/opa/v1/compile"
-
+	"github.com/sandgate/sandgate/internal/policytest"
 	"github.com/sandgate/sandgate/policy"
 )
 
@@ -431,16 +430,11 @@ func TestPolicyConfig(t *testing.T) {
 	}
 }
 
-// buildTestBundle is `opa build -b DIR --revision REV` through OPA's
-// compile package (the CLI's build command): an unsigned bundle.
+// buildTestBundle is `opa build --bundle DIR --revision REV` with the
+// OPA CLI this module pins (policytest.OPABuild): an unsigned bundle.
 func buildTestBundle(t *testing.T, dir, revision string) []byte {
 	t.Helper()
-	var out bytes.Buffer
-	c := compile.New().WithAsBundle(true).WithFS(os.DirFS(dir)).WithPaths(".").WithOutput(&out).WithRevision(revision)
-	if err := c.Build(context.Background()); err != nil {
-		t.Fatalf("opa build: %v", err)
-	}
-	return out.Bytes()
+	return policytest.OPABuild(t, dir, revision, "", "")
 }
 
 // TestPolicyFromBundle: a gateway with policy.source bundle activates the
