@@ -22,7 +22,8 @@
   // A channel's link (a webhook's decision_url, Slack's "open in the
   // approval page") names one request in the fragment, which never reaches
   // a server: #approval=apr_<hex>. The page selects it once it arrives.
-  const linked = (/^#approval=(apr_[0-9a-f]{1,64})$/.exec(url.hash) || [])[1] || null;
+  const linkedIn = (hash) => (/^#approval=(apr_[0-9a-f]{1,64})$/.exec(hash) || [])[1] || null;
+  const linked = linkedIn(url.hash);
 
   const HISTORY_MAX = 50;
   const RESOLVED_LINGER_MS = 5000;
@@ -80,8 +81,11 @@
     if (state.stopped) return;
     if (!state.token) {
       setConn("auth", "No token");
-      showNotice("This page needs an approver token. Open the approval link the gateway printed at start " +
-        "(…/?token=…), or ask an administrator for an approver token.");
+      showNotice(state.linked
+        ? "This page needs an approver token to show request " + state.linked + ". Open the link with your token " +
+          "before the #: …/?token=…#approval=" + state.linked + " (the token leaves the address bar at once)."
+        : "This page needs an approver token. Open the approval link the gateway printed at start " +
+          "(…/?token=…), or ask an administrator for an approver token.");
       return;
     }
     setConn("connecting", "Connecting…");
@@ -193,12 +197,20 @@
     for (const v of pending) if (!state.cards.has(v.id)) addCard(v);
     state.history = hist.slice(0, HISTORY_MAX);
     renderHistory();
-    if (state.linked && !keep.has(state.linked)) {
-      const done = hist.find((v) => v.id === state.linked);
-      showNotice("The linked request " + state.linked + " is no longer waiting" +
-        (done ? ": " + done.status + (done.decided_by ? " by " + done.decided_by : "") + "." : "."));
-      state.linked = null;
-    }
+    applyLink();
+  }
+
+  // applyLink selects the linked request if it is waiting here, or says
+  // it is not (once the snapshot is in).
+  function applyLink() {
+    const id = state.linked;
+    if (!id || !state.live) return;
+    state.linked = null;
+    const c = state.cards.get(id);
+    if (c && !c.resolved) { select(id, true); return; }
+    const done = state.history.find((v) => v.id === id);
+    showNotice("The linked request " + id + " is no longer waiting" +
+      (done ? ": " + done.status + (done.decided_by ? " by " + done.decided_by : "") + "." : "."));
   }
 
   function send(obj) {
@@ -316,7 +328,7 @@
     els.queue.append(node);
     tickCard(state.cards.get(v.id));
     if (!state.selected || !state.cards.has(state.selected) || state.cards.get(state.selected).resolved) select(v.id, false);
-    if (v.id === state.linked) { state.linked = null; select(v.id, true); }
+    if (v.id === state.linked) applyLink();
     updateCount();
   }
 
@@ -604,6 +616,11 @@
       showNotice("The token was removed from this tab. Open the approval link again to sign back in.");
     });
     document.addEventListener("keydown", onKey);
+    window.addEventListener("hashchange", () => {
+      state.linked = linkedIn(location.hash);
+      if (state.live) hideNotice();
+      applyLink();
+    });
     setInterval(() => {
       for (const c of state.cards.values()) tickCard(c);
       tickRetry();
