@@ -55,6 +55,9 @@ const (
 	slackActionsBlock = "sandgate_decision"
 	slackApprove      = "approve"
 	slackDeny         = "deny"
+	// slackApproveSession allows a network request's host for the rest
+	// of its session (egress approvals only, as on the page).
+	slackApproveSession = "approve_session"
 )
 
 // Secret is a credential read from the configuration: it never prints,
@@ -411,10 +414,12 @@ func (s *Slack) blocks(v View) []any {
 	out = append(out, map[string]any{"type": "context", "elements": []any{mrkdwn(ctx)}})
 	if v.Status == StatusPending {
 		value := v.ID + " " + v.Digest // bound to the digest the approver saw
-		out = append(out, map[string]any{"type": "actions", "block_id": slackActionsBlock, "elements": []any{
-			map[string]any{"type": "button", "action_id": slackApprove, "text": plain("Approve"), "style": "primary", "value": value},
-			map[string]any{"type": "button", "action_id": slackDeny, "text": plain("Deny"), "style": "danger", "value": value},
-		}})
+		buttons := []any{map[string]any{"type": "button", "action_id": slackApprove, "text": plain("Approve"), "style": "primary", "value": value}}
+		if v.Kind == KindEgress {
+			buttons = append(buttons, map[string]any{"type": "button", "action_id": slackApproveSession, "text": plain("Allow for this session"), "value": value})
+		}
+		buttons = append(buttons, map[string]any{"type": "button", "action_id": slackDeny, "text": plain("Deny"), "style": "danger", "value": value})
+		out = append(out, map[string]any{"type": "actions", "block_id": slackActionsBlock, "elements": buttons})
 	}
 	return out
 }
@@ -513,7 +518,7 @@ func (s *Slack) ServeCallback(w http.ResponseWriter, r *http.Request, hub *Hub) 
 	var in SlackInteraction
 	form, perr := url.ParseQuery(string(body))
 	if perr != nil || json.Unmarshal([]byte(form.Get("payload")), &in) != nil || in.Type != "block_actions" || len(in.Actions) != 1 ||
-		in.Actions[0].BlockID != slackActionsBlock || (in.Actions[0].ActionID != slackApprove && in.Actions[0].ActionID != slackDeny) {
+		in.Actions[0].BlockID != slackActionsBlock || !slices.Contains([]string{slackApprove, slackApproveSession, slackDeny}, in.Actions[0].ActionID) {
 		s.refuse(r.Context(), rec, ErrSlackPayload)
 		return ErrSlackPayload
 	}
@@ -537,7 +542,11 @@ func (s *Slack) ServeCallback(w http.ResponseWriter, r *http.Request, hub *Hub) 
 		return ErrSlackUser
 	}
 	rec.Principal = who
-	v, err := hub.Decide(r.Context(), id, s.opts.Route.Approver(who), Decision{Decision: act.ActionID, Digest: digest})
+	d := Decision{Decision: act.ActionID, Digest: digest}
+	if act.ActionID == slackApproveSession {
+		d.Decision, d.Scope = "approve", ScopeSession
+	}
+	v, err := hub.Decide(r.Context(), id, s.opts.Route.Approver(who), d)
 	var ce *ConflictError
 	switch {
 	case errors.As(err, &ce):

@@ -611,3 +611,26 @@ func TestSlackFleet(t *testing.T) {
 		t.Errorf("%d messages for one request", n)
 	}
 }
+
+// TestSlackEgressForSession: a network request's message names the host
+// and offers "Allow for this session", which approves with the session
+// scope, as the page's button does.
+func TestSlackEgressForSession(t *testing.T) {
+	e := newSlackEnv(t, Route{})
+	req := Request{Kind: KindEgress, Target: "files.example.org:443", RequestID: "req_e", Tenant: "team-a", SessionID: "s-net",
+		RiskLevel: "HIGH", Reasons: []Reason{{Code: "egress.ask", Message: "no rule allows this host"}}, Principal: "agent-1",
+		Deadline: time.Now().Add(time.Minute)}
+	a := confirmAsync(context.Background(), e.th.Hub, req)
+	v := waitPending(t, e.th.Hub, 1)[0]
+	m := e.posted(t, v.ID)
+	if txt := blocksText(m); !strings.Contains(txt, "files.example.org:443") || !strings.Contains(m.Text, "network request") {
+		t.Errorf("message %s / %s", m.Text, txt)
+	}
+	if st, err := e.slack.Send(e.cb.URL, slacktest.Click{UserID: "U0ALICE", ActionID: "approve_session", Message: m}); err != nil || st != 200 {
+		t.Fatalf("%d %v", st, err)
+	}
+	if out := a.wait(t); !out.Approved() || out.Scope != ScopeSession {
+		t.Fatalf("%+v", out)
+	}
+	e.updated(t, m.TS, "Approved for the session by alice")
+}
