@@ -634,3 +634,25 @@ func TestSlackEgressForSession(t *testing.T) {
 	}
 	e.updated(t, m.TS, "Approved for the session by alice")
 }
+
+// TestSlackUpdatedAtShutdown: Close interrupts a pending request and waits
+// for the channel to say so before it returns.
+func TestSlackUpdatedAtShutdown(t *testing.T) {
+	e := newSlackEnv(t, Route{})
+	a := confirmAsync(context.Background(), e.th.Hub, request("s1", "import os\n"))
+	v := waitPending(t, e.th.Hub, 1)[0]
+	m := e.posted(t, v.ID)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := e.th.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if out := a.wait(t); out.Status != StatusInterrupted {
+		t.Fatalf("%+v", out)
+	}
+	for _, got := range e.slack.Messages() {
+		if got.TS == m.TS && (got.Updates != 1 || !strings.Contains(headerOf(got), "Interrupted")) {
+			t.Fatalf("after Close: %d updates, header %q", got.Updates, headerOf(got))
+		}
+	}
+}
