@@ -92,7 +92,7 @@ deps:
 ## use), exactly as their committed lockfiles pin them: `npm ci` from
 ## the npm registry, no install scripts. A directory whose node_modules was
 ## installed from the same package.json and lockfile is left alone.
-NPM_CLIENTS := e2e/deepagents e2e/mcp e2e/e2b clients/typescript
+NPM_CLIENTS := e2e/deepagents e2e/mcp e2e/e2b e2e/daytona clients/typescript
 
 npm-deps:
 	@for d in $(NPM_CLIENTS); do \

@@ -34,6 +34,11 @@ func (s *Server) bodyLimit(r *http.Request) int64 {
 			return n
 		}
 	}
+	if s.deps.Daytona != nil {
+		if n := s.deps.Daytona.BodyLimit(r); n > 0 {
+			return n
+		}
+	}
 	return s.cfg.MaxBodyBytes
 }
 

@@ -81,6 +81,9 @@ type Deps struct {
 	// E2B is the E2B front end mounted under /e2b; nil leaves those
 	// routes unmounted.
 	E2B E2BServer
+	// Daytona is the Daytona front end mounted under /daytona; nil leaves
+	// those routes unmounted.
+	Daytona DaytonaServer
 	// Events is the lifecycle event log behind /v1/events; nil leaves
 	// those routes unmounted.
 	Events *events.Log
@@ -152,6 +155,7 @@ func (s *Server) routes() {
 	s.eventRoutes()
 	s.deerflowRoutes()
 	s.e2bRoutes()
+	s.daytonaRoutes()
 
 	// Metrics name executors, policy revisions and rates: admin only.
 	metrics := promhttp.HandlerFor(s.deps.Gatherer, promhttp.HandlerOpts{})

@@ -25,6 +25,7 @@ import (
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/browser"
 	"github.com/sandgate/sandgate/confirm"
+	"github.com/sandgate/sandgate/daytona"
 	"github.com/sandgate/sandgate/deerflow"
 	"github.com/sandgate/sandgate/e2b"
 	"github.com/sandgate/sandgate/egress"
@@ -211,10 +212,14 @@ func build(ctx context.Context, cfg Config, getenv func(string) string, stdout, 
 	if err != nil {
 		return nil, err
 	}
+	daytonaServer, err := gw.daytonaServer()
+	if err != nil {
+		return nil, err
+	}
 	apiDeps := api.Deps{
 		Manager: gw.manager, Policy: gw.policy, Audit: runAudit, Auth: auth, Gatherer: reg, Logger: gw.log,
 		Approvals: gw.hub, Browser: gw.browser, MCP: mcpServer, Database: gw.audit, DeerFlow: deerflowServer,
-		Events: gw.events, E2B: e2bServer,
+		Events: gw.events, E2B: e2bServer, Daytona: daytonaServer,
 	}
 	if gw.router != nil {
 		apiDeps.Fleet = gw.router
@@ -535,6 +540,16 @@ func (gw *gateway) e2bServer() (api.E2BServer, error) {
 		return nil, nil
 	}
 	return e2b.New(e2b.Config{}, e2b.Deps{Manager: gw.manager, Registry: gw.e2b, Logger: gw.log})
+}
+
+// daytonaServer builds the Daytona front end on the manager, or returns
+// nil (no routes) when it is disabled. The interface is nil, not a nil
+// pointer, so api leaves /daytona unmounted.
+func (gw *gateway) daytonaServer() (api.DaytonaServer, error) {
+	if !gw.cfg.Daytona.Enabled {
+		return nil, nil
+	}
+	return daytona.New(daytona.Config{PublicURL: gw.cfg.Daytona.PublicURL}, daytona.Deps{Manager: gw.manager, Logger: gw.log})
 }
 
 // mcpServer builds the MCP endpoint on the manager and the browser router,

@@ -24,7 +24,7 @@ var leaves = []string{"errcode/...", "risk/...", "policy/...", "confirm/...", "e
 // frontEnds are the front ends (DESIGN.md §1, §14): each a thin adapter
 // over the manager, side by side. api mounts the others on its listener
 // through interfaces, and none imports another.
-var frontEnds = []string{"api/...", "mcp/...", "deerflow/...", "e2b/..."}
+var frontEnds = []string{"api/...", "mcp/...", "deerflow/...", "e2b/...", "daytona/..."}
 
 func rules() []rule {
 	rs := []rule{
@@ -158,6 +158,14 @@ func TestRulesCatchViolations(t *testing.T) {
 		{"deerflow", "manager", false},
 		{"deerflow", "audit", false},
 		{"cmd/gateway", "deerflow", false},
+		{"daytona", "e2b", true},
+		{"e2b", "daytona", true},
+		{"daytona", "api", true},
+		{"api", "daytona", true},
+		{"manager", "daytona", true},
+		{"daytona", "cmd/gateway", true},
+		{"daytona", "manager", false},
+		{"cmd/gateway", "daytona", false},
 	}
 	for _, c := range cases {
 		graph := map[string][]string{module + c.from: {module + c.to, "fmt"}}
