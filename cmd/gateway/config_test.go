@@ -30,6 +30,9 @@ func TestDefaultIsValidAndSafe(t *testing.T) {
 	if d := c.DeerFlow; !d.Enabled || d.PublicURL != "" {
 		t.Errorf("deerflow defaults: %+v, want enabled, URLs from the request", d)
 	}
+	if d := c.Daytona; !d.Enabled || d.PublicURL != "" {
+		t.Errorf("daytona defaults: %+v, want enabled, the toolbox URL from the request", d)
+	}
 	if g := c.Executors.GVisor; !g.Enabled || g != (DockerConfig{Enabled: true}) {
 		t.Errorf("gvisor defaults: %+v, want enabled with the packages' defaults (runtime runsc)", g)
 	}
@@ -102,6 +105,9 @@ func TestLoadFull(t *testing.T) {
 	}
 	if d := c.DeerFlow; !d.Enabled || d.PublicURL != "https://gate.example.com/" {
 		t.Fatalf("decoded deerflow %+v", d)
+	}
+	if d := c.Daytona; d.Enabled || d.PublicURL != "https://gate.example.com/sandgate" {
+		t.Fatalf("decoded daytona %+v", d)
 	}
 	if g := c.Executors.GVisor; g != (DockerConfig{Enabled: true, Runtime: "runsc-kvm", Instance: "gw-2", MemoryMB: 384, WarmMax: 2, WarmPerSession: 3}) {
 		t.Fatalf("gvisor decoded %+v", g)
