@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -77,6 +78,7 @@ func TestDaytonaSDK(t *testing.T) {
 		}
 	})
 	t.Run("audit", func(t *testing.T) { checkDaytonaAudit(ctx, t, g, admin, rep) })
+	t.Run("keys", func(t *testing.T) { checkDaytonaKeys(ctx, t, g, admin) })
 	if t.Failed() {
 		t.Log(g.logTail())
 	}
@@ -293,6 +295,45 @@ func daytonaChecks(g *gatewayProc) []daytonaCheck {
 			}
 			return nil
 		}},
+	}
+}
+
+// checkDaytonaKeys: every /daytona route, the toolbox's included, takes
+// an agent token and nothing else, and answers a refusal in Daytona's
+// error shape.
+func checkDaytonaKeys(ctx context.Context, t *testing.T, g *gatewayProc, admin string) {
+	for _, tc := range []struct {
+		name, method, path, token string
+		status                    int
+	}{
+		{"no key", "GET", "/daytona/sandbox", "", 401},
+		{"a wrong key", "POST", "/daytona/sandbox", "sg_not_a_token", 401},
+		{"no key on the toolbox", "POST", "/daytona/toolbox/x/process/execute", "", 401},
+		{"an approver's token", "GET", "/daytona/sandbox", g.approver, 403},
+		{"an admin's token", "POST", "/daytona/toolbox/x/files/bulk-upload", admin, 403},
+	} {
+		req, err := http.NewRequestWithContext(ctx, tc.method, g.base+tc.path, strings.NewReader(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		if tc.token != "" {
+			req.Header.Set("Authorization", "Bearer "+tc.token)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body struct {
+			StatusCode int    `json:"statusCode"`
+			Message    string `json:"message"`
+			Code       string `json:"code"`
+		}
+		err = json.NewDecoder(res.Body).Decode(&body)
+		_ = res.Body.Close()
+		if err != nil || res.StatusCode != tc.status || body.StatusCode != tc.status || body.Code == "" || body.Message == "" {
+			t.Errorf("%s: %d %+v (%v), want %d in Daytona's shape", tc.name, res.StatusCode, body, err, tc.status)
+		}
 	}
 }
 
