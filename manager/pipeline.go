@@ -132,6 +132,16 @@ func (m *Manager) Run(ctx context.Context, req RunRequest) (res *RunResult, err 
 	if err != nil {
 		return nil, err
 	}
+	// In flight from here, an approval's wait included: the expiry loop
+	// never releases a session under a request that may still run.
+	sess.begin()
+	defer func() {
+		ran := ""
+		if res != nil {
+			ran = res.SandboxType // set once the executor ran it
+		}
+		sess.end(ran)
+	}()
 	assessment, err := m.deps.Assessor.Assess(req.Code, req.Language) // 2 assess
 	if err != nil {
 		return nil, invalidFields(FieldError{Field: "language", Code: "oneof", Message: "unsupported language"})
@@ -417,8 +427,9 @@ func (m *Manager) execute(ctx context.Context, sess *Session, exec executors.Exe
 	if err != nil {
 		return executors.Result{}, err
 	}
-	sess.begin()
-	defer sess.end(string(exec.Kind()))
+	if err := m.stillServed(sess); err != nil {
+		return executors.Result{}, err
+	}
 	spec.WorkspaceDir, spec.UID, spec.GID = dir.Path, dir.UID, dir.GID
 	start := time.Now()
 	res, err := exec.Execute(ctx, spec)

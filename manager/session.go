@@ -388,13 +388,33 @@ func (s *Session) begin() {
 	s.lastActive = time.Now()
 }
 
+// end ends a request begin counted; executor is the executor that ran
+// it, "" when it did not run.
 func (s *Session) end(executor string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.running--
-	s.runs++
-	s.lastExecutor = executor
+	if executor != "" { // it ran: a refused request is no run
+		s.runs++
+		s.lastExecutor = executor
+	}
 	s.lastActive = time.Now()
+}
+
+// errSessionEnded refuses a run whose session was deleted while the run
+// waited (for a human, say): running it would start state for a session
+// that no longer holds any.
+var errSessionEnded = errcode.New(errcode.NotFound, "the session was deleted while this request waited")
+
+// stillServed checks, just before a run starts, that s is still the
+// session this replica serves: a delete while the request waited for
+// approval ended it.
+func (m *Manager) stillServed(s *Session) error {
+	cur, ok := m.table.cached(s.rec.Key)
+	if !ok || cur != s {
+		return errSessionEnded
+	}
+	return m.checkLive(s)
 }
 
 func (s *Session) touch() {

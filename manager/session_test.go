@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/confirm"
 	"github.com/sandgate/sandgate/errcode"
 	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/executors/executortest"
@@ -268,5 +269,54 @@ func waitFor(t *testing.T, ok func() bool, msg func() string) {
 		if time.Now().After(deadline) {
 			t.Fatal(msg())
 		}
+	}
+}
+
+// TestNoExpiryUnderAWaitingRun: a session whose idle timeout passes while
+// a run waits for its approval is not released under it: the run runs
+// after the approval, and the session expires, its kernel released, once
+// the run is over.
+func TestNoExpiryUnderAWaitingRun(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	db, err := audit.Open(ctx, filepath.Join(dir, "audit.db"), audit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ws, err := workspace.New(filepath.Join(dir, "ws"), workspace.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kernel := newKernelFake()
+	held := policy.Decision{Action: policy.ActionRequireApproval, Executor: string(executors.KindDocker)}
+	approveLater := &fakeConfirm{fn: func(ctx context.Context, _ confirm.Request) (confirm.Outcome, error) {
+		time.Sleep(time.Second) // ten reaps, ten times the idle timeout
+		return confirm.Outcome{ApprovalID: "ap-1", Status: confirm.StatusApproved, DecidedBy: "alice"}, nil
+	}}
+	m, err := manager.New(manager.Config{Mode: "STRICT", ReapInterval: 20 * time.Millisecond}, manager.Deps{
+		Assessor: risk.NewAssessor(nil, nil), Policy: &recDecider{fixed: &held}, Confirm: approveLater,
+		Executors: []executors.Executor{kernel}, Workspaces: ws, Audit: db, Sessions: db,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(ctx)
+	if err := m.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := m.CreateSession(ctx, agent, "waits", manager.OpenOptions{IdleTimeout: 100 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	req := request("python", "x = 1")
+	req.SessionID, req.Stateful = "waits", true
+	if _, err := m.Run(ctx, req); err != nil {
+		t.Fatalf("the approved run on a session idle past its timeout while it waited: %v", err)
+	}
+	waitFor(t, func() bool { return !kernel.live(key("waits")) }, func() string {
+		return "the kernel the run started was never released"
+	})
+	if info, err := m.Session(ctx, agent, "waits"); err != nil || info.State != manager.StateExpired {
+		t.Fatalf("after the run: %+v %v, want expired", info, err)
 	}
 }
