@@ -226,11 +226,17 @@ func (rt *Router) forwardOnce(w http.ResponseWriter, r *http.Request, owner Owne
 	if rt.gone(r.Context(), target) {
 		// The owner died while it had the request (kill -9, a lost host):
 		// its connection was reset or closed with no answer, and it now
-		// refuses connections. Whatever it did of the request died with
-		// it (its write-ahead audit record is resolved as interrupted);
-		// the session is adopted once the owner's lease lapses, and the
-		// request is served there, as one that found the owner already
-		// dead would be.
+		// refuses connections. If it had not started the request's work
+		// (no write-ahead audit record of it: every run and every
+		// workspace change writes one before it starts), the request is
+		// served where the session is adopted once the owner's lease
+		// lapses, as one that found the owner already dead would be. If
+		// it had, the work may have happened: it is never run twice.
+		if started, err := rt.startedOn(r.Context(), owner.Replica, requestID); err != nil || started {
+			rt.log.WarnContext(r.Context(), "the session's replica died while running the request; not run again",
+				"owner", owner.Replica, "err", err)
+			return true, errDiedRunning
+		}
 		if rest, ok := body.replay(); ok {
 			r.Body = rest
 			rt.log.WarnContext(r.Context(), "the session's replica died while answering; waiting for its lease",
@@ -246,6 +252,29 @@ func (rt *Router) forwardOnce(w http.ResponseWriter, r *http.Request, owner Owne
 }
 
 var errBodySent = errors.New("fleet: the body was already sent")
+
+var errDiedRunning = errcode.New(errcode.ReplicaUnavailable,
+	"the replica serving this session died while running this request: it may have run (its audit record says interrupted), and it was not run again")
+
+// startedOn reports whether replica wrote an audit record for requestID:
+// it started the request's work. Only the replica's newest records are
+// read (startedWindow): a request in flight when its replica died is
+// among them.
+func (rt *Router) startedOn(ctx context.Context, replica, requestID string) (bool, error) {
+	if requestID == "" {
+		return true, nil // cannot tell: assume it ran
+	}
+	var found bool
+	err := rt.reg.db.DB().QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM (SELECT request_id FROM records
+	WHERE replica = $1 ORDER BY id DESC LIMIT $3) newest WHERE request_id = $2)`, replica, requestID, startedWindow).Scan(&found)
+	if err != nil {
+		return false, fmt.Errorf("fleet: read the dead replica's audit records: %w", err)
+	}
+	return found, nil
+}
+
+// startedWindow bounds startedOn's read of a dead replica's records.
+const startedWindow = 10000
 
 // gone reports whether the replica at target refuses new connections
 // within goneWait: it is not running there any more. A process killed
