@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -205,14 +206,25 @@ func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 func bare() *Server { return &Server{log: discard()} }
 
-// harness is the front end on a real manager whose one executor is a
-// fake that runs bash by answering its script's echo lines, writing the
-// files a redirect names into the workspace.
+// harness is the front end on a real manager whose executors (one of
+// each kind the default policy routes to) are fakes that run a script by
+// answering its echo, print and exit lines.
 type harness struct {
-	t    *testing.T
-	mux  *http.ServeMux
-	mgr  *manager.Manager
-	fake *executortest.Fake
+	t     *testing.T
+	mux   *http.ServeMux
+	mgr   *manager.Manager
+	mu    sync.Mutex
+	specs []executors.Spec
+}
+
+// last is the last run's spec.
+func (h *harness) last() executors.Spec {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.specs) == 0 {
+		h.t.Fatal("nothing ran")
+	}
+	return h.specs[len(h.specs)-1]
 }
 
 func newHarness(t *testing.T, mode string) *harness {
@@ -232,7 +244,11 @@ func newHarness(t *testing.T, mode string) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fake := &executortest.Fake{ExecuteFunc: func(_ context.Context, spec executors.Spec) (executors.Result, error) {
+	h := &harness{t: t, mux: http.NewServeMux()}
+	run := func(_ context.Context, spec executors.Spec) (executors.Result, error) {
+		h.mu.Lock()
+		h.specs = append(h.specs, spec)
+		h.mu.Unlock()
 		// "echo X" lines print X; "echo X >&2" to stderr; "exit N" ends.
 		var res executors.Result
 		for line := range strings.SplitSeq(spec.Code, "\n") {
@@ -253,9 +269,13 @@ func newHarness(t *testing.T, mode string) *harness {
 			}
 		}
 		return res, nil
-	}}
+	}
+	var execs []executors.Executor
+	for _, k := range []executors.Kind{executors.KindSubprocess, executors.KindDocker, executors.KindGVisor} {
+		execs = append(execs, &executortest.Fake{KindValue: k, ExecuteFunc: run})
+	}
 	mgr, err := manager.New(manager.Config{Mode: mode}, manager.Deps{
-		Assessor: risk.NewAssessor(nil, nil), Policy: eng, Executors: []executors.Executor{fake}, Workspaces: ws, Audit: st,
+		Assessor: risk.NewAssessor(nil, nil), Policy: eng, Executors: execs, Workspaces: ws, Audit: st,
 		Metrics: manager.NewMetrics(prometheus.NewRegistry()),
 	})
 	if err != nil {
@@ -265,7 +285,7 @@ func newHarness(t *testing.T, mode string) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, mux: http.NewServeMux(), mgr: mgr, fake: fake}
+	h.mgr = mgr
 	s.Routes(func(p string, handler http.Handler) { h.mux.Handle(p, handler) })
 	return h
 }
@@ -419,7 +439,7 @@ func TestToolbox(t *testing.T) {
 	if ex.ExitCode != 3 || ex.Result != "out\nerr\nmore\n" {
 		t.Errorf("execute: %+v", ex)
 	}
-	spec := h.fake.Calls()[len(h.fake.Calls())-1]
+	spec := h.last()
 	if spec.Language != "bash" || spec.Timeout.Seconds() != 5 {
 		t.Errorf("the run's spec: %s %s", spec.Language, spec.Timeout)
 	}
@@ -515,6 +535,14 @@ func TestToolbox(t *testing.T) {
 		!strings.HasPrefix(parts[2], `error /etc/passwd {"statusCode":400`) {
 		t.Errorf("bulk download parts: %q", parts)
 	}
+
+	// createFolder is a mkdir through the pipeline.
+	h.json(alice, "POST", tb+"/files/folder?path=/home/daytona/new&mode=755", "", 201, nil)
+	if spec := h.last(); spec.Code != "mkdir -p -m 755 -- '/workspace/new'" {
+		t.Errorf("createFolder ran %q", spec.Code)
+	}
+	h.json(alice, "POST", tb+"/files/folder?path=new&mode=7%3Brm", "", 400, nil)
+	h.json(alice, "POST", tb+"/files/folder?path=/etc/x", "", 400, nil)
 
 	// Delete: a file, a directory only with recursive.
 	h.json(alice, "DELETE", tb+"/files?path=data.txt", "", 204, nil)

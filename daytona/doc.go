@@ -31,8 +31,8 @@
 //   - the toolbox (process.go, files.go), at the toolboxProxyUrl a sandbox
 //     names, <gateway>/daytona/toolbox, under which the SDK puts the
 //     sandbox id: process/execute, process/code-run, files (list, delete,
-//     info, download, bulk-upload, bulk-download), user-home-dir and
-//     work-dir. Paths are the session's workspace (paths.go).
+//     info, download, bulk-upload, bulk-download, folder), user-home-dir
+//     and work-dir. Paths are the session's workspace (paths.go).
 //
 // # Keys (fail closed)
 //

@@ -26,8 +26,8 @@ import (
 // files[i].path and files[i].file), fs.downloadFile is POST
 // /files/bulk-download (a multipart answer: a "file" part, or an "error"
 // part, per path, named by the path as requested), fs.listFiles GET /files,
-// fs.deleteFile DELETE /files; GET /files/info and /files/download are
-// served too.
+// fs.deleteFile DELETE /files, fs.createFolder POST /files/folder; GET
+// /files/info and /files/download are served too.
 
 // Bounds of one bulk call.
 const (
@@ -168,6 +168,40 @@ func (s *Server) stat(r *http.Request, sb *sandbox, ws string) (workspace.Entry,
 		}
 	}
 	return dir, nil
+}
+
+// folderMode is createFolder's mode: octal permissions.
+var folderMode = regexp.MustCompile(`^0?[0-7]{3}$`)
+
+// createFolder makes a directory and its parents. The workspace API has
+// no operation for it, so it runs as a `mkdir -p` command through the
+// whole pipeline (risk, policy, approval, audit), which the approver sees
+// as such; a non-zero exit is a 400 carrying its stderr.
+func (s *Server) createFolder(w http.ResponseWriter, r *http.Request, sb *sandbox) error {
+	ws, _, err := pathArg(r)
+	if err != nil {
+		return err
+	}
+	if _, err := workspace.ResolvePath(ws); err != nil {
+		return err
+	}
+	code := "mkdir -p -- " + shellQuote(ws)
+	if mode := r.URL.Query().Get("mode"); mode != "" {
+		if !folderMode.MatchString(mode) {
+			return invalid("mode", "must be octal permissions such as 755")
+		}
+		code = "mkdir -p -m " + mode + " -- " + shellQuote(ws)
+	}
+	res, err := s.run(w, r, manager.RunRequest{Kind: manager.KindExecute, Principal: sb.principal, SessionID: sb.id,
+		Language: "bash", Code: code, Via: sb.via})
+	if err != nil {
+		return err
+	}
+	if res.exitCode != 0 {
+		return invalid("path", strings.TrimSpace(printable(res.output, 512)))
+	}
+	w.WriteHeader(http.StatusCreated)
+	return nil
 }
 
 // downloadFile answers one file's bytes.

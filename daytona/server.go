@@ -88,6 +88,7 @@ func (s *Server) Routes(mount func(pattern string, h http.Handler)) {
 	tb("POST /process/code-run", s.codeRun)
 	tb("GET /files", s.listFiles)
 	tb("DELETE /files", s.deleteFile)
+	tb("POST /files/folder", s.createFolder)
 	tb("GET /files/info", s.fileInfo)
 	tb("GET /files/download", s.downloadFile)
 	tb("POST /files/bulk-download", s.bulkDownload)

@@ -31,8 +31,8 @@ const daytonaHigh = "c=ec; ${c}ho approved-over-daytona"
 // is held. It checks: create (started, python, the toolbox URL on this
 // gateway), get and list; codeRun; executeCommand with its output, a cwd
 // and env, and a non-zero exit; a file uploaded, downloaded, seen by a
-// command, one a command wrote downloaded, listed, deleted (then a
-// DaytonaNotFoundError); the HIGH command held and then run, its approval
+// command, one a command wrote downloaded, a folder made, listed, deleted
+// (then a DaytonaNotFoundError); the HIGH command held and then run, its approval
 // showing "via Daytona SDK (sdk-typescript 0.218.0)", as the SDK names itself; the CRITICAL
 // command and a CRITICAL codeRun raising the SDK's DaytonaError (403,
 // code policy_denied) with sandgate's reason; delete (then get is a
@@ -251,8 +251,14 @@ func daytonaChecks(g *gatewayProc) []daytonaCheck {
 				Size  int
 			}) bool {
 				return e.Name == "sub" && e.IsDir
+			}) || !slices.ContainsFunc(r.Listed, func(e struct {
+				Name  string
+				IsDir bool
+				Size  int
+			}) bool {
+				return e.Name == "new-dir" && e.IsDir
 			}):
-				return fmt.Errorf("listFiles does not show data.txt and sub")
+				return fmt.Errorf("listFiles does not show data.txt, sub and the folder createFolder made")
 			case r.Gone == nil || r.Gone.StatusCode != 404 || !strings.Contains(r.Gone.Message, "not_found"):
 				return fmt.Errorf("want a deleted file's download to fail with not_found")
 			case slices.Contains(r.After, "data.txt") || !slices.Contains(r.After, "made.txt"):
@@ -342,9 +348,10 @@ func checkDaytonaKeys(ctx context.Context, t *testing.T, g *gatewayProc, admin s
 // front end daytona, with the CRITICAL command denied and the HIGH one
 // approved.
 func checkDaytonaAudit(ctx context.Context, t *testing.T, g *gatewayProc, admin string, rep daytonaReport) {
-	// The commands (4 of execute, 2 of files, HIGH, CRITICAL), the code
+	// The commands (4 of execute, 2 of files, createFolder's mkdir, HIGH,
+	// CRITICAL), the code
 	// runs (one refused), the file calls and the delete.
-	want := map[string]int{"execute": 8, "run_code": 2, "file.write": 2, "file.get": 4, "file.list": 2,
+	want := map[string]int{"execute": 9, "run_code": 2, "file.write": 2, "file.get": 4, "file.list": 2,
 		"file.delete": 1, "session.delete": 1}
 	var page struct {
 		Records []struct {

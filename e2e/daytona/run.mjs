@@ -68,6 +68,7 @@ await step("files", async () => {
   const seenByCommand = (await sandbox.process.executeCommand("cat data.txt")).result;
   const written = (await sandbox.process.executeCommand("echo from-command > made.txt")).exitCode;
   const made = (await sandbox.fs.downloadFile("made.txt")).toString();
+  await sandbox.fs.createFolder("new-dir", "755");
   const listed = (await sandbox.fs.listFiles(".")).map((f) => ({ name: f.name, isDir: f.isDir, size: f.size }));
   await sandbox.fs.deleteFile("data.txt");
   let gone = null;
