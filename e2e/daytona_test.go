@@ -259,8 +259,8 @@ func daytonaChecks(g *gatewayProc) []daytonaCheck {
 				return e.Name == "new-dir" && e.IsDir
 			}):
 				return fmt.Errorf("listFiles does not show data.txt, sub and the folder createFolder made")
-			case r.Gone == nil || r.Gone.StatusCode != 404 || !strings.Contains(r.Gone.Message, "not_found"):
-				return fmt.Errorf("want a deleted file's download to fail with not_found")
+			case r.Gone == nil || r.Gone.Name != "DaytonaNotFoundError" || r.Gone.StatusCode != 404 || r.Gone.Code != "not_found":
+				return fmt.Errorf("want a deleted file's download to raise DaytonaNotFoundError, code not_found")
 			case slices.Contains(r.After, "data.txt") || !slices.Contains(r.After, "made.txt"):
 				return fmt.Errorf("deleteFile did not delete data.txt alone")
 			}
