@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"testing"
+
+	"github.com/open-policy-agent/opa/v1/ast"
 )
 
 // TestExecutorsInputCache: the executors part of the input is converted
@@ -51,4 +53,30 @@ func TestExecutorsInputShared(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// TestInputValueIsMapValue: the input value built as terms is the value
+// OPA makes of Input.Map, for inputs with and without patterns,
+// executors, a tenant and large numbers.
+func TestInputValueIsMapValue(t *testing.T) {
+	big := benchInput()
+	big.Request.CodeBytes, big.Request.TimeoutS = 1<<20, 3600
+	big.Principal.Tenant = "acme"
+	big.Request.Stateful, big.Request.Context.NeedsBrowser = true, true
+	none := baseInput("PERMISSIVE", "SAFE", true)
+	none.Executors, none.Risk.Patterns = nil, nil
+	for i, in := range []Input{benchInput(), big, none, {}} {
+		var cache executorsValue
+		got, err := in.value(&cache)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := ast.InterfaceToValue(in.Map())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Compare(want) != 0 || got.String() != want.String() {
+			t.Errorf("input %d:\n got  %v\n want %v", i, got, want)
+		}
+	}
 }

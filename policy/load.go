@@ -223,7 +223,7 @@ func compileParsed(ctx context.Context, modules map[string]*ast.Module, data map
 	if !definesRule(modules, "sandgate.exec", "decision") {
 		return nil, fmt.Errorf("%w: no rule %s", ErrInvalidPolicy, ExecQuery)
 	}
-	store := inmem.NewFromObject(data)
+	store := inmem.NewFromObjectWithOpts(data, inmem.OptReturnASTValuesOnRead(true))
 	prepare := func(query string) (rego.PreparedEvalQuery, error) {
 		opts := []func(*rego.Rego){
 			rego.Query(query),
