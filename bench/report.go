@@ -219,20 +219,25 @@ func headlines(rep *report, sk *soakResult) headline {
 		add(target{Name: "aio warm ≤ direct sandboxd + 3 ms (p50)", Missing: true, Reason: unavailable(rep, "aio")})
 	}
 	// 4. policy
+	const policyTarget = "policy stage p50 ≤ 150 µs inside the gateway (against OPA's trivial allow in process)"
 	if r := rep.Policy; r != nil {
 		gw, _ := r.side("gateway evaluate")
 		opa, _ := r.side("OPA trivial allow")
 		us := r.InGatewayP50US
-		t := target{Name: "policy evaluation p50 ≤ 150 µs inside the gateway",
-			Measured: fmt.Sprintf("%.0f µs (gateway's policy-stage histogram, n=%d); over HTTP %s vs %s for OPA's trivial allow", us, r.InGatewayN, ms(gw.Stats.P50), ms(opa.Stats.P50)),
+		vsTrivial := "OPA's trivial allow in process not measured in this run"
+		if ratio := r.trivialRatio(); ratio > 0 {
+			vsTrivial = fmt.Sprintf("%.1f× OPA's trivial allow in process (%.1f µs p50, n=%d, same run)", ratio, r.TrivialP50US, r.TrivialN)
+		}
+		t := target{Name: policyTarget,
+			Measured: fmt.Sprintf("%.0f µs (gateway's policy-stage histogram, n=%d), %s; over HTTP %s vs %s for OPA's trivial allow", us, r.InGatewayN, vsTrivial, ms(gw.Stats.P50), ms(opa.Stats.P50)),
 			Met:      r.InGatewayN > 0 && us <= 150}
 		if !t.Met {
 			t.Reason = fmt.Sprintf("p50 %.0f µs", us)
 		}
 		add(t)
-		h.lines = append(h.lines, fmt.Sprintf("Policy evaluation inside the gateway: p50 %.0f µs; `POST /v1/policy/evaluate` end to end %s vs %s for OPA's trivial allow behind the same HTTP stack.", us, ms(gw.Stats.P50), ms(opa.Stats.P50)))
+		h.lines = append(h.lines, fmt.Sprintf("Policy stage inside the gateway: p50 %.0f µs, %s; `POST /v1/policy/evaluate` end to end %s vs %s for OPA's trivial allow behind the same HTTP stack.", us, vsTrivial, ms(gw.Stats.P50), ms(opa.Stats.P50)))
 	} else {
-		add(target{Name: "policy evaluation p50 ≤ 150 µs inside the gateway", Missing: true, Reason: unavailable(rep, "policy")})
+		add(target{Name: policyTarget, Missing: true, Reason: unavailable(rep, "policy")})
 	}
 	// 5. mixed
 	if len(rep.Mixed) > 0 {
@@ -365,7 +370,7 @@ func markdown(rep *report, sk *soakResult, h headline) string {
 		scen("Egress proxy", "The egress proxy in the bench's process, served the way an executor's bridge serves it (a loopback listener handing each connection to a run's handle), with the shipped policy plus one allow rule: a 50 MB HTTPS download from a server on 127.0.0.1 through a CONNECT tunnel against the same download straight to the server, each on a new connection; and the time until a client may start TLS, CONNECT and its 200 (resolution, the policy decision and the proxy's own dial included) against a TCP connect.", rep.Egress.Download, rep.Egress.Setup)
 	}
 	if rep.Policy != nil {
-		scen("Policy only", fmt.Sprintf("`POST /v1/policy/evaluate` (risk assessment and the real policy; nothing runs) against OPA's trivial-allow policy (`allow := true`, prepared query) served by a net/http server in bench: the same HTTP stack, loopback and JSON. Inside the gateway the policy stage's p50 was %.0f µs over %d decisions, read from the gateway's `sandgate_policy_eval_duration_seconds` histogram (interpolated inside its bucket).", rep.Policy.InGatewayP50US, rep.Policy.InGatewayN), rep.Policy.abResult)
+		scen("Policy only", fmt.Sprintf("`POST /v1/policy/evaluate` (risk assessment and the real policy; nothing runs) against OPA's trivial-allow policy (`allow := true`, prepared query) served by a net/http server in bench: the same HTTP stack, loopback and JSON. Inside the gateway the policy stage's p50 was %.0f µs over %d decisions, read from the gateway's `sandgate_policy_eval_duration_seconds` histogram (interpolated inside its bucket); its baseline is OPA's trivial-allow policy evaluated in the bench's process on the same input document (`rego.EvalInput`), p50 %.1f µs over %d evaluations in the same run.", rep.Policy.InGatewayP50US, rep.Policy.InGatewayN, rep.Policy.TrivialP50US, rep.Policy.TrivialN), rep.Policy.abResult)
 	}
 	scen("Workspace files, 64 KiB", "`PUT` and `GET /v1/sessions/{id}/files/content` of 64 KiB against `os.WriteFile` and `os.ReadFile` of the same bytes in a temporary directory.", rep.Files...)
 	if len(rep.Mixed) > 0 {

@@ -13,13 +13,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/rego"
 
+	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/executors/aio"
+	"github.com/sandgate/sandgate/policy"
 )
 
 // strictCode is Python the risk stage does not prove SAFE (it imports os),
@@ -236,11 +239,63 @@ func opaServer(ctx context.Context) (string, func(), error) {
 }
 
 // policyResult adds the gateway's own policy-stage latency, read from its
-// sandgate_policy_eval_duration_seconds histogram over the scenario.
+// sandgate_policy_eval_duration_seconds histogram over the scenario, and
+// the baseline issue 32 sets it against: OPA's trivial-allow policy
+// evaluated in this process on the same input document, in the same run.
 type policyResult struct {
 	abResult
 	InGatewayP50US float64 `json:"in_gateway_policy_p50_us"`
 	InGatewayN     int     `json:"in_gateway_policy_n"`
+	TrivialP50US   float64 `json:"trivial_in_process_p50_us,omitempty"`
+	TrivialN       int     `json:"trivial_in_process_n,omitempty"`
+}
+
+// trivialRatio is the in-gateway p50 over the in-process trivial allow's,
+// 0 when either is missing (a results.json from before the baseline).
+func (r policyResult) trivialRatio() float64 {
+	if r.TrivialP50US <= 0 || r.InGatewayN == 0 {
+		return 0
+	}
+	return r.InGatewayP50US / r.TrivialP50US
+}
+
+// trivialInProcess times n evaluations of OPA's trivial allow (`allow :=
+// true`, a prepared query) in this process, each on the input document
+// the gateway's policy gets for the scenario's request (built by
+// policy.Input.Map, executors with a full set of capabilities), converted
+// by rego.EvalInput as an SDK caller's would be. It returns the p50 in µs.
+func trivialInProcess(ctx context.Context, n int) (float64, error) {
+	pq, err := rego.New(rego.Query("data.bench.allow"),
+		rego.Module("bench.rego", "package bench\n\nallow := true\n")).PrepareForEval(ctx)
+	if err != nil {
+		return 0, err
+	}
+	code := []byte("print(1)")
+	caps := executors.Capabilities{NetworkIsolation: true, MemoryLimit: true, ProcessLimit: true, KillDetached: true,
+		FilesystemIsolation: true, RootFS: "host", Isolation: "namespaces"}.Map()
+	in := policy.Input{
+		Mode: "STRICT",
+		Request: policy.Request{Kind: "run_code", SessionID: "bench-pol", Language: "python", CodeBytes: len(code),
+			CodeSHA256: policy.SHA256Hex(code), TimeoutS: 30},
+		Risk:      policy.Risk{Level: "SAFE", ProvenSafe: true},
+		Principal: policy.Principal{Role: "agent", Name: "agent"},
+		Executors: map[string]policy.ExecutorState{
+			"subprocess": {Available: true, Capabilities: caps},
+			"docker":     {Available: true, Capabilities: caps},
+			"aio":        {Available: true, Capabilities: caps},
+		},
+	}
+	ds := make([]time.Duration, 0, n)
+	for range n {
+		t0 := time.Now()
+		rs, err := pq.Eval(ctx, rego.EvalInput(in.Map()))
+		ds = append(ds, time.Since(t0))
+		if err != nil || !rs.Allowed() {
+			return 0, fmt.Errorf("trivial allow: %v", err)
+		}
+	}
+	slices.Sort(ds)
+	return float64(ds[len(ds)/2]) / 1e3, nil
 }
 
 // scenarioPolicy: POST /v1/policy/evaluate vs OPA's trivial allow.
@@ -306,8 +361,13 @@ func scenarioPolicy(ctx context.Context, g *gatewayProc, o opts) (policyResult, 
 	if !math.IsNaN(q) {
 		pr.InGatewayP50US = q * 1e6
 	}
+	if pr.TrivialP50US, err = trivialInProcess(ctx, o.policyN); err != nil {
+		return policyResult{}, err
+	}
+	pr.TrivialN = o.policyN
 	r.print(os.Stdout)
-	fmt.Printf("  in-gateway policy stage p50 %.1f µs (histogram, n=%d)\n", pr.InGatewayP50US, pr.InGatewayN)
+	fmt.Printf("  in-gateway policy stage p50 %.1f µs (histogram, n=%d); OPA trivial allow in process p50 %.1f µs (n=%d): %.2f×\n",
+		pr.InGatewayP50US, pr.InGatewayN, pr.TrivialP50US, pr.TrivialN, pr.trivialRatio())
 	return pr, nil
 }
 
