@@ -11,7 +11,7 @@ import (
 // hands the caller to the front end in the request's context
 // (manager.PrincipalFrom). A refusal (401, 403) is answered by writeErr,
 // in the front end's own error shape: the DeerFlow provisioner's, E2B's
-// control plane's.
+// control plane's, Daytona's (every /daytona route).
 func (s *Server) agentKeyAuth(h http.Handler, writeErr func(w http.ResponseWriter, r *http.Request, err error)) http.Handler {
 	auth := s.authorize([]Role{RoleAgent}, func(w http.ResponseWriter, r *http.Request) error {
 		h.ServeHTTP(w, r.WithContext(manager.WithPrincipal(r.Context(), principal(r))))
