@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"time"
@@ -35,7 +36,16 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) error {
 		return errcode.New(errcode.InvalidRequest, "Last-Event-ID must be an event id")
 	}
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
-	s.deps.Events.ServeSSE(w, r, tenant)
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	go func() {
+		select {
+		case <-s.streams: // the gateway is shutting down
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	s.deps.Events.ServeSSE(w, r.WithContext(ctx), tenant)
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -108,7 +109,17 @@ type Server struct {
 	patterns []string
 	// openAPIDoc is GET /v1/openapi.json's document, built on first use.
 	openAPIDoc openAPICache
+	// streams closes when the server shuts down (EndStreams): open-ended
+	// answers (the event stream) end then, so they never hold a graceful
+	// shutdown to its deadline.
+	streams     chan struct{}
+	streamsOnce sync.Once
 }
+
+// EndStreams ends the open-ended answers in progress and those to come
+// (GET /v1/events): main calls it when the HTTP server shuts down
+// (http.Server.RegisterOnShutdown).
+func (s *Server) EndStreams() { s.streamsOnce.Do(func() { close(s.streams) }) }
 
 // New builds the handler with every route of this version.
 func New(cfg Config, deps Deps) *Server {
@@ -121,7 +132,7 @@ func New(cfg Config, deps Deps) *Server {
 	if cfg.StreamWriteTimeout <= 0 {
 		cfg.StreamWriteTimeout = DefaultStreamWriteTimeout
 	}
-	s := &Server{cfg: cfg, deps: deps, log: deps.Logger, mux: http.NewServeMux()}
+	s := &Server{cfg: cfg, deps: deps, log: deps.Logger, mux: http.NewServeMux(), streams: make(chan struct{})}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}

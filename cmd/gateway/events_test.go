@@ -164,3 +164,51 @@ func waitUntil(t *testing.T, d time.Duration, ok func() bool) {
 		}
 	}
 }
+
+// TestEventStreamDoesNotHoldShutdown: a client reading GET /v1/events
+// does not hold a graceful shutdown to its deadline (60 s here): its
+// stream ends when the gateway stops, and the gateway exits.
+func TestEventStreamDoesNotHoldShutdown(t *testing.T) {
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conf := filepath.Join(dir, "gw.yaml")
+	yaml := "executors: {docker: {enabled: false}, gvisor: {enabled: false}, aio: {enabled: false}}\nbrowser: {enabled: false}\n" +
+		testPolicyYAML + "server: {shutdown_timeout: 60s}\n"
+	if err := os.WriteFile(conf, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(gatewayBinary(t), "--config", conf, "--listen", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "data"))
+	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "SANDGATE_AGENT_TOKEN=agent-sse-token-01234567"}
+	base, _ := startAndWait(t, cmd)
+	req, _ := http.NewRequest("GET", base+"/v1/events", nil)
+	req.Header.Set("Authorization", "Bearer agent-sse-token-01234567")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("GET /v1/events: %d", res.StatusCode)
+	}
+	ended := make(chan struct{})
+	go func() { _, _ = io.Copy(io.Discard, res.Body); close(ended) }()
+	stopped := time.Now()
+	_ = cmd.Process.Signal(os.Interrupt)
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second): // half the shutdown deadline
+		t.Fatal("the gateway did not stop while an event stream was open: the stream held the shutdown")
+	}
+	select {
+	case <-ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the event stream did not end when the gateway stopped")
+	}
+	t.Logf("stopped %s after SIGINT with a stream open", time.Since(stopped).Round(time.Millisecond))
+}

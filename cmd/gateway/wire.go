@@ -224,9 +224,12 @@ func build(ctx context.Context, cfg Config, getenv func(string) string, stdout, 
 	if gw.router != nil {
 		apiDeps.Fleet = gw.router
 	}
-	if err := gw.listen(api.New(api.Config{MaxBodyBytes: cfg.Limits.MaxBodyBytes}, apiDeps)); err != nil {
+	handler := api.New(api.Config{MaxBodyBytes: cfg.Limits.MaxBodyBytes}, apiDeps)
+	if err := gw.listen(handler); err != nil {
 		return nil, err
 	}
+	// An event stream would hold a graceful shutdown to its deadline.
+	gw.server.RegisterOnShutdown(handler.EndStreams)
 	if err := gw.advertise(ctx); err != nil {
 		return nil, err
 	}
