@@ -91,8 +91,9 @@ type patchSessionBody struct {
 }
 
 // patchSession serves PATCH /v1/sessions/{id}: timeout_s ends the session
-// that many seconds from now (E2B's setTimeout), idle_timeout_s sets the
-// idle timeout, labels replace the labels.
+// that many seconds from now (E2B's setTimeout; 0 removes the TTL, as at
+// creation), idle_timeout_s sets the idle timeout (0 removes it), labels
+// replace the labels.
 func (s *Server) patchSession(w http.ResponseWriter, r *http.Request) error {
 	var body patchSessionBody
 	if err := decodeJSON(r, &body); err != nil {

@@ -382,8 +382,8 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request, p manager.Pr
 	if err := decodeBody(r, &body); err != nil {
 		return err
 	}
-	if body.Timeout == nil || *body.Timeout < 0 || *body.Timeout > maxTimeout {
-		return invalid("timeout", "must be 0 to 2592000 seconds")
+	if body.Timeout == nil || *body.Timeout < 1 || *body.Timeout > maxTimeout {
+		return invalid("timeout", "must be 1 to 2592000 seconds")
 	}
 	id := r.PathValue("id")
 	if _, err := s.session(r, p, id); err != nil {
@@ -400,6 +400,11 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request, p manager.Pr
 // timeout moved when one is given. A sandbox this process has no
 // registration for (a restart) is registered again for the caller, with
 // new tokens.
+// errElsewhere refuses to connect a sandbox another replica of a fleet
+// serves.
+var errElsewhere = errcode.New(errcode.SessionUnavailable,
+	"this sandbox is served by another replica of the gateway; send an E2B client's calls to one replica")
+
 func (s *Server) connectSandbox(w http.ResponseWriter, r *http.Request, p manager.Principal) error {
 	var body timeoutBody
 	if err := decodeBody(r, &body); err != nil {
@@ -412,6 +417,15 @@ func (s *Server) connectSandbox(w http.ResponseWriter, r *http.Request, p manage
 	info, err := s.session(r, p, id)
 	if err != nil {
 		return err
+	}
+	// Sandbox calls are served by the replica that registered the
+	// sandbox; they are not forwarded across a fleet yet. Registering it
+	// here too would give it two sets of tokens, one of them outliving
+	// its kill: refused instead.
+	if owner, err := s.deps.Manager.Where(r.Context(), p, id); err != nil {
+		return err
+	} else if !owner.Local {
+		return errElsewhere
 	}
 	if body.Timeout != nil && *body.Timeout > 0 {
 		if _, err := s.deps.Manager.PatchSession(r.Context(), p, id, manager.SessionPatch{TimeoutS: body.Timeout}); err != nil {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/go-playground/validator/v10"
@@ -148,6 +149,8 @@ type Manager struct {
 	// stopReap ends the expiry loop Start began; reapDone closes after.
 	stopReap context.CancelFunc
 	reapDone chan struct{}
+	// closeOnce makes Close idempotent.
+	closeOnce sync.Once
 }
 
 // New checks the wiring and builds a Manager.
@@ -204,7 +207,14 @@ func (m *Manager) Mode() string { return m.cfg.Mode }
 func (m *Manager) Executors() []executors.Executor { return m.deps.Executors }
 
 // Close releases executor resources (warm containers, pools).
-func (m *Manager) Close(ctx context.Context) error {
+func (m *Manager) Close(ctx context.Context) (err error) {
+	m.closeOnce.Do(func() { err = m.close(ctx) })
+	return err
+}
+
+// close is Close, once: a failed start-up and a shutdown may both call
+// Close.
+func (m *Manager) close(ctx context.Context) error {
 	m.avail.wait()
 	if m.stopReap != nil {
 		m.stopReap()

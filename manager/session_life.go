@@ -212,7 +212,7 @@ func (m *Manager) recordExpiry(ctx context.Context, ref SessionRef, ttl bool) {
 // SessionPatch changes a session's timeouts (PATCH /v1/sessions/{id}).
 type SessionPatch struct {
 	// TimeoutS sets the TTL to end that many seconds from now, as E2B's
-	// setTimeout does; nil leaves it.
+	// setTimeout does; 0 removes it, as at creation; nil leaves it.
 	TimeoutS *int
 	// IdleTimeoutS sets the idle timeout; 0 removes it; nil leaves it.
 	IdleTimeoutS *int
@@ -237,7 +237,11 @@ func (m *Manager) PatchSession(ctx context.Context, p Principal, id string, patc
 		return SessionInfo{}, errSessionNotFound
 	}
 	s.mu.Lock()
-	if patch.TimeoutS != nil {
+	switch {
+	case patch.TimeoutS == nil:
+	case *patch.TimeoutS == 0: // as at creation: no TTL
+		s.rec.ExpiresAt = time.Time{}
+	default:
 		s.rec.ExpiresAt = time.Now().Add(time.Duration(*patch.TimeoutS) * time.Second)
 	}
 	if patch.IdleTimeoutS != nil {

@@ -303,10 +303,12 @@ func (m *Manager) DeleteSession(ctx context.Context, p Principal, id string, pur
 	return m.admitted(ctx, m.rateRef(p, ref), opRead, func() error {
 		// Its state is where it is served: a delete reaching another
 		// replica is forwarded by its front end, never half-done here.
-		if owner, err := m.Where(ctx, p, id); err != nil {
-			return err
-		} else if !owner.Local {
-			return ErrSessionElsewhere
+		if here, _ := ctx.Value(servedHereKey{}).(string); here != ref.Key {
+			if owner, err := m.Where(ctx, p, id); err != nil {
+				return err
+			} else if !owner.Local {
+				return ErrSessionElsewhere
+			}
 		}
 		return m.release(ctx, ref, releaseDelete, purge)
 	})
@@ -343,12 +345,27 @@ func (m *Manager) release(ctx context.Context, ref SessionRef, why string, purge
 	if why == releaseShutdown {
 		return errors.Join(errs...)
 	}
+	existed := m.existed(ctx, ref)
 	errs = append(errs, m.settle(ctx, ref, why))
 	if purge {
 		errs = append(errs, m.deps.Workspaces.Remove(ctx, ref.Key))
 	}
-	m.emit(ctx, "session."+why, ref, nil)
+	if existed { // an idempotent delete of an unknown name tells no one
+		m.emit(ctx, "session."+why, ref, nil)
+	}
 	return errors.Join(errs...)
+}
+
+// existed reports whether ref is a session: one served here, with a
+// record, or with a workspace.
+func (m *Manager) existed(ctx context.Context, ref SessionRef) bool {
+	if _, ok := m.table.cached(ref.Key); ok {
+		return true
+	}
+	if _, ok, err := m.store.load(ctx, ref.Key); ok || err != nil {
+		return true // an unreadable record: better an event too many
+	}
+	return m.deps.Workspaces.Exists(ref.Key)
 }
 
 // settle ends ref's record after its release: gone when deleted, marked
