@@ -84,6 +84,11 @@ type PolicyConfig struct {
 	// policy on every decision and never enforced: GET /v1/policy/shadow
 	// and the sandgate_policy_shadow_* metrics show where it disagrees.
 	ShadowDir string `yaml:"shadow_dir"`
+	// AllowUnsignedBundles accepts bundles opa_config gives no signing
+	// section. Off by default: the policy is the security boundary, and
+	// an unsigned bundle is whatever the bundle service (or whoever sits
+	// between it and the gateway) serves.
+	AllowUnsignedBundles bool `yaml:"allow_unsigned_bundles"`
 }
 
 // RiskConfig points at optional admin rules (expr).

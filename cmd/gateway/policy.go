@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"time"
 
@@ -100,6 +102,38 @@ func (c PolicyConfig) validate() []error {
 	if c.OPAConfig.Path != "" {
 		if _, err := os.Stat(c.OPAConfig.Path); err != nil {
 			errs = append(errs, fmt.Errorf("policy.opa_config: %w", err))
+			return errs
+		}
+	}
+	if !c.AllowUnsignedBundles {
+		errs = append(errs, c.unsignedBundles()...)
+	}
+	return errs
+}
+
+// unsignedBundles refuses each bundle of opa_config without a signing
+// section (a keyid): fail closed, unless allow_unsigned_bundles says the
+// operator means it.
+func (c PolicyConfig) unsignedBundles() []error {
+	raw, err := c.OPAConfig.Bytes()
+	if err != nil || len(raw) == 0 {
+		return nil // reported above, or nothing configured
+	}
+	var doc struct {
+		Bundles map[string]struct {
+			Signing *struct {
+				KeyID string `yaml:"keyid"`
+			} `yaml:"signing"`
+		} `yaml:"bundles"`
+	}
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		return []error{fmt.Errorf("policy.opa_config: %w", err)}
+	}
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(doc.Bundles)) {
+		if b := doc.Bundles[name]; b.Signing == nil || b.Signing.KeyID == "" {
+			errs = append(errs, fmt.Errorf("policy.opa_config: bundle %q has no signing.keyid: its signature would not be "+
+				"verified; name a key of opa_config's keys, or set policy.allow_unsigned_bundles: true", name))
 		}
 	}
 	return errs

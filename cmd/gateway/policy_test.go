@@ -381,8 +381,17 @@ func TestPolicyConfig(t *testing.T) {
 		}
 		return cfg, cfg.Validate()
 	}
+	if _, err := load(`policy:
+  source: bundle
+  opa_config:
+    services: {hub: {url: "https://bundles.example"}}
+    bundles: {sandgate: {service: hub, resource: bundles/sandgate.tar.gz}}
+`); err == nil || !strings.Contains(err.Error(), `bundle "sandgate" has no signing.keyid`) {
+		t.Errorf("an unsigned bundle was accepted: %v", err)
+	}
 	cfg, err := load(`policy:
   source: bundle
+  allow_unsigned_bundles: true
   opa_config:
     services: {hub: {url: "https://bundles.example", credentials: {bearer: {token: s3cret}}}}
     bundles: {sandgate: {service: hub, resource: bundles/sandgate.tar.gz, persist: true}}
@@ -480,6 +489,7 @@ storage: {replica: replica-1}
 policy:
   eval_timeout: 10s
   source: bundle
+  allow_unsigned_bundles: true # the test's loopback bundle service serves unsigned bundles
   opa_config:
     services: {hub: {url: %s}}
     bundles:
