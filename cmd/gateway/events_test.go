@@ -137,7 +137,9 @@ func TestWebhooksFromTheGateway(t *testing.T) {
 	_ = cmd.Wait()
 	_, base = start()
 	run(base, "echo three")
-	time.Sleep(3 * time.Second) // retries meet the outage
+	// The restarted gateway's retries meet the outage before it ends.
+	_, _, before := rc.snapshot()
+	waitUntil(t, 30*time.Second, func() bool { _, _, n := rc.snapshot(); return n >= before+2 })
 	_, _, attempts := rc.snapshot()
 	rc.down.Store(false)
 	waitUntil(t, 20*time.Second, func() bool { ev, _, _ := rc.snapshot(); return len(ev) == 7 })
