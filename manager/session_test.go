@@ -191,15 +191,15 @@ func TestSessionLifecycle(t *testing.T) {
 func TestSessionExpiry(t *testing.T) {
 	ctx := context.Background()
 	for _, c := range []struct {
-		name string
-		o    manager.OpenOptions
+		name  string
+		patch manager.SessionPatch // set once the session holds a kernel
 	}{
-		{"ttl", manager.OpenOptions{TTL: 300 * time.Millisecond}},
-		{"idle", manager.OpenOptions{IdleTimeout: 300 * time.Millisecond}},
+		{"ttl", manager.SessionPatch{TimeoutS: ptr(1)}},
+		{"idle", manager.SessionPatch{IdleTimeoutS: ptr(1)}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			g := startSessions(t, t.TempDir())
-			if _, _, err := g.m.CreateSession(ctx, agent, "short", c.o); err != nil {
+			if _, _, err := g.m.CreateSession(ctx, agent, "short", manager.OpenOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := g.run(t, "short", true); err != nil {
@@ -207,6 +207,9 @@ func TestSessionExpiry(t *testing.T) {
 			}
 			if !g.kernel.live(key("short")) {
 				t.Fatal("no kernel after a stateful run")
+			}
+			if _, err := g.m.PatchSession(ctx, agent, "short", c.patch); err != nil {
+				t.Fatal(err)
 			}
 			waitFor(t, func() bool {
 				info, err := g.m.Session(ctx, agent, "short")
