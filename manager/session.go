@@ -70,6 +70,8 @@ type sessionRecord struct {
 // Session is one session: its record and its activity since this
 // replica took it.
 type Session struct {
+	// saveMu serialises the writes of the record (save).
+	saveMu       sync.Mutex
 	mu           sync.Mutex
 	rec          sessionRecord
 	lastActive   time.Time
@@ -356,12 +358,20 @@ func (m *Manager) hold(ctx context.Context, s *Session, what string) {
 		return
 	}
 	s.rec.Held = append(s.rec.Held, what)
-	rec := s.rec
-	rec.Held = slices.Clone(s.rec.Held)
 	s.mu.Unlock()
-	if err := m.store.save(ctx, rec); err != nil {
-		m.log.WarnContext(ctx, "record what a session holds", "session_id", rec.Name, "err", err)
+	if err := m.save(ctx, s); err != nil {
+		m.log.WarnContext(ctx, "record what a session holds", "session_id", s.rec.Name, "err", err)
 	}
+}
+
+// save writes s's record as it is now. Saves of one session are
+// serialised and each writes the latest state, so two changes made
+// together (a kernel held, a PATCHed TTL) never leave the older one in
+// the database.
+func (m *Manager) save(ctx context.Context, s *Session) error {
+	s.saveMu.Lock()
+	defer s.saveMu.Unlock()
+	return m.store.save(ctx, s.snapshot())
 }
 
 // tell reports whether what was lost and no client was told yet, and
@@ -373,10 +383,9 @@ func (m *Manager) tell(ctx context.Context, s *Session, what string) bool {
 		return false
 	}
 	s.rec.Told = append(s.rec.Told, what)
-	rec := s.rec
 	s.mu.Unlock()
-	if err := m.store.save(ctx, rec); err != nil {
-		m.log.WarnContext(ctx, "record what a client was told of a session", "session_id", rec.Name, "err", err)
+	if err := m.save(ctx, s); err != nil {
+		m.log.WarnContext(ctx, "record what a client was told of a session", "session_id", s.rec.Name, "err", err)
 	}
 	return true
 }

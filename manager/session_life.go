@@ -3,7 +3,6 @@ package manager
 import (
 	"context"
 	"errors"
-	"slices"
 	"strconv"
 	"time"
 
@@ -250,13 +249,12 @@ func (m *Manager) PatchSession(ctx context.Context, p Principal, id string, patc
 	if patch.Labels != nil {
 		s.rec.Labels = patch.Labels
 	}
-	rec := s.rec
-	rec.Held = slices.Clone(rec.Held)
+	expires := s.rec.ExpiresAt
 	s.mu.Unlock()
-	if err := m.store.save(ctx, rec); err != nil {
+	if err := m.save(ctx, s); err != nil {
 		return SessionInfo{}, err
 	}
-	m.emit(ctx, "session.updated", ref, map[string]any{"expires_at": rec.ExpiresAt})
+	m.emit(ctx, "session.updated", ref, map[string]any{"expires_at": expires})
 	return m.describe(ctx, ref)
 }
 
