@@ -163,40 +163,68 @@ func (m *Manager) reap(ctx context.Context) {
 // expireDue releases every session served here whose TTL passed, or that
 // has had no request for its idle timeout, through the one release path.
 func (m *Manager) expireDue(ctx context.Context, now time.Time) {
-	recs, err := m.store.expirable(ctx, m.replica())
+	recs, err := m.store.expirable(ctx, m.replica(), false)
 	if err != nil {
 		m.log.WarnContext(ctx, "session expiry: list sessions", "err", err)
 		return
 	}
 	for _, r := range recs {
-		// Activity is kept in memory: a session this process has not
-		// served yet counts as active since its creation or since this
-		// process started, whichever is later.
-		last := r.CreatedAt
-		if last.Before(m.started) {
-			last = m.started
-		}
-		if s, ok := m.table.cached(r.Key); ok {
-			s.mu.Lock()
-			busy := s.running > 0
-			last = s.lastActive
-			s.mu.Unlock()
-			if busy {
-				continue // a run in flight ends first (its own timeout bounds it)
-			}
-		}
-		ttl := !r.ExpiresAt.IsZero() && now.After(r.ExpiresAt)
-		idle := r.IdleTimeout > 0 && now.Sub(last) > r.IdleTimeout
-		if !ttl && !idle {
-			continue
-		}
-		ref := SessionRef{Tenant: r.Tenant, ID: r.Name, Key: r.Key}
-		m.log.InfoContext(ctx, "session expired", "session_id", r.Name, "tenant", r.Tenant, "ttl", ttl, "idle", idle)
-		if err := m.release(ctx, ref, releaseExpired, false); err != nil {
-			m.log.WarnContext(ctx, "session expiry: release", "session_id", r.Name, "err", err)
-		}
-		m.recordExpiry(ctx, ref, ttl)
+		m.expireIfDue(ctx, r, now, false)
 	}
+	if m.deps.Placement == nil {
+		return
+	}
+	// Sessions of a replica that is gone (scaled down, renamed) expire
+	// too: a due one is claimed (only a session whose replica's lease
+	// lapsed is taken) and released here. A live replica's are its own.
+	others, err := m.store.expirable(ctx, m.replica(), true)
+	if err != nil {
+		m.log.WarnContext(ctx, "session expiry: list other replicas' sessions", "err", err)
+		return
+	}
+	for _, r := range others {
+		m.expireIfDue(ctx, r, now, true)
+	}
+}
+
+// expireIfDue releases r's session when its TTL passed or it has been
+// idle past its idle timeout. adopt: r is another replica's, claimed
+// first.
+func (m *Manager) expireIfDue(ctx context.Context, r sessionRecord, now time.Time, adopt bool) {
+	// Activity is kept in memory: a session this process has not served
+	// yet counts as active since its creation or since this process
+	// started, whichever is later.
+	last := r.CreatedAt
+	if last.Before(m.started) {
+		last = m.started
+	}
+	if s, ok := m.table.cached(r.Key); ok {
+		s.mu.Lock()
+		busy := s.running > 0
+		last = s.lastActive
+		s.mu.Unlock()
+		if busy {
+			return // a run in flight ends first (its own timeout bounds it)
+		}
+	}
+	ttl := !r.ExpiresAt.IsZero() && now.After(r.ExpiresAt)
+	idle := r.IdleTimeout > 0 && now.Sub(last) > r.IdleTimeout
+	if !ttl && !idle {
+		return
+	}
+	if adopt {
+		owner, err := m.deps.Placement.Claim(ctx, r.Key)
+		if err != nil || !owner.Local {
+			return
+		}
+	}
+	ref := SessionRef{Tenant: r.Tenant, ID: r.Name, Key: r.Key}
+	m.log.InfoContext(ctx, "session expired", "session_id", r.Name, "tenant", r.Tenant, "ttl", ttl, "idle", idle,
+		"from", r.Replica)
+	if err := m.release(ctx, ref, releaseExpired, false); err != nil {
+		m.log.WarnContext(ctx, "session expiry: release", "session_id", r.Name, "err", err)
+	}
+	m.recordExpiry(ctx, ref, ttl)
 }
 
 // KindSessionExpire is the audit kind of a session's expiry.

@@ -219,14 +219,19 @@ func (s *sessionStore) list(ctx context.Context, tenant string) (map[string]sess
 	return out, rows.Err()
 }
 
-// expirable reads the active records replica serves that have a TTL or
-// an idle timeout: what the expiry loop looks at.
-func (s *sessionStore) expirable(ctx context.Context, replica string) ([]sessionRecord, error) {
+// expirable reads the active records that have a TTL or an idle
+// timeout: those replica serves, or, with others, every other
+// replica's. What the expiry loop looks at.
+func (s *sessionStore) expirable(ctx context.Context, replica string, others bool) ([]sessionRecord, error) {
 	if s == nil {
 		return nil, nil
 	}
+	op := "="
+	if others {
+		op = "<>"
+	}
 	rows, err := s.db.DB().QueryContext(ctx, s.db.Rebind(`SELECT `+recordColumns+` FROM session_records
-	WHERE replica = ? AND state = 'active' AND (expires_at <> '' OR idle_timeout_ms > 0)`), replica)
+	WHERE replica `+op+` ? AND state = 'active' AND (expires_at <> '' OR idle_timeout_ms > 0)`), replica)
 	if err != nil {
 		return nil, fmt.Errorf("manager: list expirable sessions: %w", err)
 	}

@@ -323,3 +323,76 @@ func TestNoExpiryUnderAWaitingRun(t *testing.T) {
 		t.Fatalf("after the run: %+v %v, want expired", info, err)
 	}
 }
+
+// placementOf is a fleet registry stand-in: this replica's name, and
+// whether a claim takes the session (its replica's lease lapsed).
+type placementOf struct {
+	name  string
+	takes bool
+}
+
+func (p placementOf) Claim(context.Context, string) (manager.Owner, error) {
+	if p.takes {
+		return manager.Owner{Local: true, AdoptedFrom: "gone"}, nil
+	}
+	return manager.Owner{Replica: "gone", URL: "http://127.0.0.1:1"}, nil
+}
+func (placementOf) Release(context.Context, string) error { return nil }
+func (p placementOf) Name() string                        { return p.name }
+
+// TestExpiryOfAGoneReplicasSessions: a session whose replica is gone
+// (its lease lapsed, no request came since) still expires: a survivor
+// claims it and releases it; while its replica lives, a survivor leaves
+// it alone.
+func TestExpiryOfAGoneReplicasSessions(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	db, err := audit.Open(ctx, filepath.Join(dir, "audit.db"), audit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ws, err := workspace.New(filepath.Join(dir, "ws"), workspace.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	replica := func(p placementOf) *manager.Manager {
+		allow := policy.Decision{Action: policy.ActionAllow, Executor: string(executors.KindDocker)}
+		m, err := manager.New(manager.Config{Mode: "STRICT", ReapInterval: 20 * time.Millisecond}, manager.Deps{
+			Assessor: risk.NewAssessor(nil, nil), Policy: &recDecider{fixed: &allow}, Executors: []executors.Executor{newKernelFake()},
+			Workspaces: ws, Audit: db, Sessions: db, Placement: p,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = m.Close(ctx) })
+		return m
+	}
+	gone := replica(placementOf{name: "gone", takes: true})
+	if _, _, err := gone.CreateSession(ctx, agent, "orphan", manager.OpenOptions{TTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gone.PatchSession(ctx, agent, "orphan", manager.SessionPatch{TimeoutS: ptr(1)}); err != nil {
+		t.Fatal(err)
+	}
+	gone.Close(ctx) // stops its expiry loop, as a dead replica's is
+	state := func(m *manager.Manager) string {
+		page, err := m.ListSessions(ctx, agent, manager.SessionQuery{})
+		if err != nil || len(page.Sessions) != 1 {
+			t.Fatalf("list: %+v %v", page, err)
+		}
+		return page.Sessions[0].State
+	}
+	alive := replica(placementOf{name: "b", takes: false})
+	time.Sleep(1500 * time.Millisecond) // past the TTL, with its replica alive
+	if st := state(alive); st != manager.StateActive {
+		t.Fatalf("a live replica's session was expired by another: %s", st)
+	}
+	survivor := replica(placementOf{name: "c", takes: true})
+	waitFor(t, func() bool { return state(survivor) == manager.StateExpired }, func() string {
+		return "the gone replica's session never expired"
+	})
+}
