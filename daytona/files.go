@@ -198,7 +198,7 @@ func (s *Server) createFolder(w http.ResponseWriter, r *http.Request, sb *sandbo
 		return err
 	}
 	if res.exitCode != 0 {
-		return invalid("path", strings.TrimSpace(printable(res.output, 512)))
+		return invalid("path", strings.TrimSpace(manager.Printable(res.output, 512)))
 	}
 	w.WriteHeader(http.StatusCreated)
 	return nil

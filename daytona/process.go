@@ -124,7 +124,7 @@ func languageOf(l string) (string, error) {
 	case "javascript":
 		return "javascript", nil
 	}
-	return "", invalid("language", "python and javascript are served; "+printable(l, 32)+" is not")
+	return "", invalid("language", "python and javascript are served; "+manager.Printable(l, 32)+" is not")
 }
 
 func (s *Server) execute(w http.ResponseWriter, r *http.Request, sb *sandbox) error {

@@ -218,7 +218,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p manager
 		labels[k] = v
 	}
 	info, owner, err := s.deps.Manager.CreateSession(r.Context(), p, id, manager.OpenOptions{
-		FrontEnd: frontEnd, Client: printable(r.UserAgent(), 128), Labels: labels,
+		FrontEnd: frontEnd, Client: manager.Printable(r.UserAgent(), 128), Labels: labels,
 		Metadata: map[string]string{labelAutoStop: strconv.Itoa(autoStop)},
 		TTL:      ttl, IdleTimeout: time.Duration(autoStop) * time.Minute,
 	})

@@ -217,26 +217,9 @@ func (s *Server) toolbox(h func(http.ResponseWriter, *http.Request, *sandbox) er
 // via names the SDK as its requests introduce it ("Daytona SDK
 // (sdk-typescript 0.218.0)"), for the approver.
 func via(r *http.Request) string {
-	src, ver := printable(r.Header.Get("X-Daytona-Source"), 48), printable(r.Header.Get("X-Daytona-SDK-Version"), 32)
+	src, ver := manager.Printable(r.Header.Get("X-Daytona-Source"), 48), manager.Printable(r.Header.Get("X-Daytona-SDK-Version"), 32)
 	if src == "" {
 		return "Daytona SDK"
 	}
 	return strings.TrimSpace("Daytona SDK (" + src + " " + ver + ")")
-}
-
-// printable keeps at most n runes of s, without control characters.
-func printable(s string, n int) string {
-	var b strings.Builder
-	for _, r := range s {
-		if n == 0 {
-			b.WriteString("…")
-			break
-		}
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
-			continue
-		}
-		b.WriteRune(r)
-		n--
-	}
-	return b.String()
 }

@@ -149,7 +149,7 @@ func (b *createBody) check() error {
 	}
 	if _, ok := Templates[b.TemplateID]; !ok {
 		names := slices.Sorted(maps.Keys(Templates))
-		return invalid("templateID", fmt.Sprintf("unknown template %q: this gateway serves %s", printable(b.TemplateID, 64), strings.Join(names, ", ")))
+		return invalid("templateID", fmt.Sprintf("unknown template %q: this gateway serves %s", manager.Printable(b.TemplateID, 64), strings.Join(names, ", ")))
 	}
 	switch {
 	case b.Timeout != nil && (*b.Timeout < 0 || *b.Timeout > maxTimeout):
@@ -210,7 +210,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p manager
 	client := clientOf(r)
 	id := newSandboxID()
 	_, owner, err := s.deps.Manager.CreateSession(r.Context(), p, id, manager.OpenOptions{
-		FrontEnd: frontEnd, Client: printable(r.UserAgent(), 128), Labels: map[string]string{labelTemplate: body.TemplateID},
+		FrontEnd: frontEnd, Client: manager.Printable(r.UserAgent(), 128), Labels: map[string]string{labelTemplate: body.TemplateID},
 		Metadata: body.Metadata, TTL: time.Duration(timeout) * time.Second,
 	})
 	if err != nil {
@@ -450,28 +450,11 @@ var sdkAgent = regexp.MustCompile(`^e2b-([a-z]+)-sdk/([0-9A-Za-z.+-]+)`)
 // package_version headers; "" when it said nothing.
 func clientOf(r *http.Request) string {
 	if m := sdkAgent.FindStringSubmatch(r.UserAgent()); m != nil {
-		return printable("e2b-"+m[1]+" "+m[2], 64)
+		return manager.Printable("e2b-"+m[1]+" "+m[2], 64)
 	}
 	lang, ver := r.Header.Get("lang"), r.Header.Get("package_version")
 	if lang == "" {
 		return ""
 	}
-	return printable(strings.TrimSpace("e2b-"+lang+" "+ver), 64)
-}
-
-// printable keeps at most n runes of s, without control characters.
-func printable(s string, n int) string {
-	var b strings.Builder
-	for _, r := range s {
-		if n == 0 {
-			b.WriteString("…")
-			break
-		}
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
-			continue
-		}
-		b.WriteRune(r)
-		n--
-	}
-	return b.String()
+	return manager.Printable(strings.TrimSpace("e2b-"+lang+" "+ver), 64)
 }

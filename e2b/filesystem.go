@@ -106,7 +106,7 @@ func (s *Server) filesystemRPC(w http.ResponseWriter, r *http.Request) {
 	case "Move":
 		res, err = s.fsMove(r, sb)
 	default:
-		err = rpcErr(codeUnimplemented, "filesystem."+printable(r.PathValue("method"), 64)+" is not served by sandgate")
+		err = rpcErr(codeUnimplemented, "filesystem."+manager.Printable(r.PathValue("method"), 64)+" is not served by sandgate")
 	}
 	if err != nil {
 		writeUnaryError(w, err)
@@ -281,7 +281,7 @@ func (s *Server) command(r *http.Request, sb *sandbox, code string) *rpcError {
 		return rpcOf(r, err)
 	}
 	if res.Result.ExitCode != 0 {
-		return rpcErr(codeFailedPrecondition, strings.TrimSpace(printable(res.Result.Stderr, 512)))
+		return rpcErr(codeFailedPrecondition, strings.TrimSpace(manager.Printable(res.Result.Stderr, 512)))
 	}
 	return nil
 }

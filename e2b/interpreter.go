@@ -207,7 +207,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	count := sb.cells
 	sb.mu.Unlock()
 	if !known {
-		http.Error(w, "context "+printable(body.ContextID, 64)+" not found", http.StatusNotFound)
+		http.Error(w, "context "+manager.Printable(body.ContextID, 64)+" not found", http.StatusNotFound)
 		return
 	}
 	out := s.newNDJSON(w)
@@ -328,7 +328,7 @@ func (s *Server) createContext(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "cwd: "+errOutside, http.StatusBadRequest)
 		return
 	}
-	c := codeContext{ID: strings.ToLower(rand.Text()[:16]), Language: "python", Cwd: printable(body.Cwd, 256)}
+	c := codeContext{ID: strings.ToLower(rand.Text()[:16]), Language: "python", Cwd: manager.Printable(body.Cwd, 256)}
 	sb.mu.Lock()
 	if len(sb.contexts) >= maxContexts {
 		sb.mu.Unlock()

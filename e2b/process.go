@@ -162,7 +162,7 @@ func (s *Server) processRPC(w http.ResponseWriter, r *http.Request) {
 		}
 		writeUnaryError(w, rpcErr(codeUnimplemented, "stdin is not served by sandgate: commands run without input"))
 	default:
-		writeUnaryError(w, rpcErr(codeUnimplemented, "process."+printable(method, 64)+" is not served by sandgate"))
+		writeUnaryError(w, rpcErr(codeUnimplemented, "process."+manager.Printable(method, 64)+" is not served by sandgate"))
 	}
 }
 

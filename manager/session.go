@@ -334,7 +334,7 @@ func (m *Manager) checkLive(s *Session) error {
 
 func newRecord2(ref SessionRef, o OpenOptions, now time.Time) sessionRecord {
 	rec := sessionRecord{Key: ref.Key, Tenant: ref.Tenant, Name: ref.ID, State: StateActive,
-		Labels: maps.Clone(o.Labels), Metadata: maps.Clone(o.Metadata), FrontEnd: o.FrontEnd, Client: o.Client,
+		Labels: maps.Clone(o.Labels), Metadata: maps.Clone(o.Metadata), FrontEnd: o.FrontEnd, Client: Printable(o.Client, clientMax),
 		CreatedAt: now, IdleTimeout: o.IdleTimeout}
 	if o.TTL > 0 {
 		rec.ExpiresAt = now.Add(o.TTL)

@@ -170,27 +170,10 @@ func via(req *sdk.CallToolRequest) string {
 	if ip := req.Session.InitializeParams(); ip != nil && ip.ClientInfo != nil {
 		name := strings.TrimSpace(ip.ClientInfo.Name + " " + ip.ClientInfo.Version)
 		if name != "" {
-			v += " (" + printable(name, 64) + ")"
+			v += " (" + manager.Printable(name, 64) + ")"
 		}
 	}
 	return v
-}
-
-// printable keeps at most n runes of s, without control characters.
-func printable(s string, n int) string {
-	var b strings.Builder
-	for _, r := range s {
-		if n == 0 {
-			b.WriteString("…")
-			break
-		}
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
-			continue
-		}
-		b.WriteRune(r)
-		n--
-	}
-	return b.String()
 }
 
 func viewRisk(a risk.Assessment) riskView {
