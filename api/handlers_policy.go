@@ -52,9 +52,12 @@ func readyPolicyOf(st policy.Status) readyPolicy {
 	if len(st.Bundles) > 0 {
 		p.Bundles = make(map[string]readyBundle, len(st.Bundles))
 		for name, b := range st.Bundles {
-			p.Bundles[name] = readyBundle{ActiveRevision: b.ActiveRevision, Code: b.Code, Message: b.Message}
+			// Code only: OPA's message can name the bundle service's host
+			// and paths, and /readyz is unauthenticated (GET /v1/policy,
+			// an admin's, has it).
+			p.Bundles[name] = readyBundle{ActiveRevision: b.ActiveRevision, Code: b.Code}
 			if b.Code != "" {
-				refused = append(refused, "bundle "+name+": "+b.Message)
+				refused = append(refused, "bundle "+name+": "+b.Code+" (GET /v1/policy shows why)")
 			}
 		}
 	}
