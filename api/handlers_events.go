@@ -35,6 +35,11 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) error {
 	if _, _, err := events.ParseLastEventID(r); err != nil {
 		return errcode.New(errcode.InvalidRequest, "Last-Event-ID must be an event id")
 	}
+	done, err := s.openStream(p.Tenant)
+	if err != nil {
+		return err
+	}
+	defer done()
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
@@ -47,6 +52,28 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) error {
 	}()
 	s.deps.Events.ServeSSE(w, r.WithContext(ctx), tenant)
 	return nil
+}
+
+// errTooManyStreams refuses an event stream over the tenant's bound.
+var errTooManyStreams = errcode.New(errcode.QuotaExceeded,
+	"this tenant has its maximum number of event streams open; close one, or resume one with Last-Event-ID")
+
+// openStream counts one more open event stream of tenant, or refuses it
+// over Config.MaxEventStreams.
+func (s *Server) openStream(tenant string) (done func(), err error) {
+	s.streamsMu.Lock()
+	defer s.streamsMu.Unlock()
+	if s.openStreams[tenant] >= s.cfg.MaxEventStreams {
+		return nil, errTooManyStreams
+	}
+	s.openStreams[tenant]++
+	return func() {
+		s.streamsMu.Lock()
+		defer s.streamsMu.Unlock()
+		if s.openStreams[tenant]--; s.openStreams[tenant] == 0 {
+			delete(s.openStreams, tenant)
+		}
+	}, nil
 }
 
 // listDeliveries serves GET /v1/events/deliveries: the webhook delivery

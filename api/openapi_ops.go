@@ -72,7 +72,7 @@ func coreOperations() []op {
 		{method: "GET", path: "/v1/events", id: "streamEvents", tag: "events", roles: rolesAgentAdmin,
 			summary: "Lifecycle events (session.*, run.*, approval.*, egress.denied) as server-sent events; resumable with Last-Event-ID",
 			query:   []param{q("tenant", "string", "an admin's tenant filter"), q("last_event_id", "integer", "resume after this event")},
-			ok:      200, okMedia: "text/event-stream", errs: []int{400, 401, 403, 404}},
+			ok:      200, okMedia: "text/event-stream", errs: []int{400, 401, 403, 404, 429}},
 		{method: "GET", path: "/v1/events/deliveries", id: "listDeliveries", tag: "events", roles: rolesAdmin,
 			summary: "The webhook delivery log: endpoint, event, webhook-id, attempts, last status and error",
 			query: []param{q("tenant", "string", "endpoints of one tenant"), q("endpoint", "string", "an endpoint id or URL"),

@@ -45,6 +45,10 @@ type Config struct {
 	// that reads nothing for this long is gone, and its run is cancelled.
 	// Default DefaultStreamWriteTimeout.
 	StreamWriteTimeout time.Duration
+	// MaxEventStreams bounds the event streams (GET /v1/events) one
+	// tenant holds open at once: each wakes on every event and reads the
+	// log. Default DefaultMaxEventStreams.
+	MaxEventStreams int
 }
 
 // Defaults of the streamed runs.
@@ -55,6 +59,9 @@ const (
 	// DefaultStreamWriteTimeout is five keepalives: a client that has not
 	// taken one event in that time is not reading.
 	DefaultStreamWriteTimeout = 60 * time.Second
+	// DefaultMaxEventStreams is Config.MaxEventStreams's default: a
+	// tenant's dashboards and automations, not one per request.
+	DefaultMaxEventStreams = 16
 )
 
 // Deps are the collaborators, wired in main.
@@ -114,6 +121,9 @@ type Server struct {
 	// shutdown to its deadline.
 	streams     chan struct{}
 	streamsOnce sync.Once
+	// openStreams counts each tenant's open event streams.
+	streamsMu   sync.Mutex
+	openStreams map[string]int
 }
 
 // EndStreams ends the open-ended answers in progress and those to come
@@ -126,13 +136,17 @@ func New(cfg Config, deps Deps) *Server {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if cfg.MaxEventStreams <= 0 {
+		cfg.MaxEventStreams = DefaultMaxEventStreams
+	}
 	if cfg.StreamKeepalive <= 0 {
 		cfg.StreamKeepalive = DefaultStreamKeepalive
 	}
 	if cfg.StreamWriteTimeout <= 0 {
 		cfg.StreamWriteTimeout = DefaultStreamWriteTimeout
 	}
-	s := &Server{cfg: cfg, deps: deps, log: deps.Logger, mux: http.NewServeMux(), streams: make(chan struct{})}
+	s := &Server{cfg: cfg, deps: deps, log: deps.Logger, mux: http.NewServeMux(), streams: make(chan struct{}),
+		openStreams: map[string]int{}}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
