@@ -14,6 +14,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/topdown"
 )
 
 // DefaultEvalTimeout bounds one evaluation. A prepared decision takes tens of
@@ -344,13 +345,24 @@ func (e *Engine) eval(ctx context.Context, c *compiled, pq rego.PreparedEvalQuer
 		d := deny(c.revision, ReasonTimeout, "the request ended before the policy was evaluated")
 		return nil, &d
 	}
-	ctx, cancel := context.WithTimeout(ctx, e.evalTimeout)
-	defer cancel()
+	// The bound and the request's end cancel the evaluation through a
+	// timer and an AfterFunc on ctx, which start nothing unless they fire:
+	// given a context to watch, OPA would start a goroutine per evaluation
+	// (and a deadline context, a timer of its own).
+	cancel := topdown.NewCancel()
+	var timedOut atomic.Bool
+	timer := time.AfterFunc(e.evalTimeout, func() {
+		timedOut.Store(true)
+		cancel.Cancel()
+	})
+	stop := context.AfterFunc(ctx, cancel.Cancel)
 	// OPA's metrics (timers per evaluation) are read by nobody here, and a
 	// fresh set per evaluation is a few dozen allocations.
-	rs, err := pq.Eval(ctx, input, rego.EvalMetrics(noMetrics))
+	rs, err := pq.Eval(ctx, input, rego.EvalMetrics(noMetrics), rego.EvalExternalCancel(cancel))
+	timer.Stop()
+	stop()
 	if err != nil {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		if timedOut.Load() || errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			e.log.Error("policy evaluation timed out", "revision", c.revision, "timeout", e.evalTimeout)
 			d := deny(c.revision, ReasonTimeout, "policy evaluation timed out")
 			return nil, &d

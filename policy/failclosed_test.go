@@ -100,6 +100,31 @@ func TestCancelledContextDenies(t *testing.T) {
 	}
 }
 
+// TestRequestEndStopsEvaluation: a request that ends while its (slow)
+// evaluation runs stops the evaluation and is denied, well before the
+// evaluation bound; and the bound still applies to a request without a
+// deadline of its own.
+func TestRequestEndStopsEvaluation(t *testing.T) {
+	slow := `decision := {"action": "allow", "executor": "subprocess", "reasons": [], "obligations": {"network": false, "timeout_s": count([x | some x in numbers.range(1, 100000000)]), "memory_mb": 1}}`
+	e := newEngine(t, Options{FS: replaceDecision(t, slow), EvalTimeout: time.Minute})
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	d := e.Decide(ctx, baseInput("STRICT", "SAFE", true))
+	if d.Action != ActionDeny || !d.OnlyReason(ReasonTimeout) {
+		t.Fatalf("request deadline mid-evaluation: %s %v, want deny %s", d.Action, d.Reasons, ReasonTimeout)
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, cancel)
+	d = e.Decide(ctx, baseInput("STRICT", "SAFE", true))
+	if d.Action != ActionDeny || !d.OnlyReason(ReasonEvalError) {
+		t.Fatalf("request cancelled mid-evaluation: %s %v, want deny %s", d.Action, d.Reasons, ReasonEvalError)
+	}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Fatalf("the two evaluations took %v: the request's end did not stop them", took)
+	}
+}
+
 func TestRejectedAtLoad(t *testing.T) {
 	cases := []struct {
 		name  string
