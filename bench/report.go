@@ -370,7 +370,11 @@ func markdown(rep *report, sk *soakResult, h headline) string {
 		scen("Egress proxy", "The egress proxy in the bench's process, served the way an executor's bridge serves it (a loopback listener handing each connection to a run's handle), with the shipped policy plus one allow rule: a 50 MB HTTPS download from a server on 127.0.0.1 through a CONNECT tunnel against the same download straight to the server, each on a new connection; and the time until a client may start TLS, CONNECT and its 200 (resolution, the policy decision and the proxy's own dial included) against a TCP connect.", rep.Egress.Download, rep.Egress.Setup)
 	}
 	if rep.Policy != nil {
-		scen("Policy only", fmt.Sprintf("`POST /v1/policy/evaluate` (risk assessment and the real policy; nothing runs) against OPA's trivial-allow policy (`allow := true`, prepared query) served by a net/http server in bench: the same HTTP stack, loopback and JSON. Inside the gateway the policy stage's p50 was %.0f µs over %d decisions, read from the gateway's `sandgate_policy_eval_duration_seconds` histogram (interpolated inside its bucket); its baseline is OPA's trivial-allow policy evaluated in the bench's process on the same input document (`rego.EvalInput`), p50 %.1f µs over %d evaluations in the same run.", rep.Policy.InGatewayP50US, rep.Policy.InGatewayN, rep.Policy.TrivialP50US, rep.Policy.TrivialN), rep.Policy.abResult)
+		baseline := ""
+		if rep.Policy.TrivialN > 0 {
+			baseline = fmt.Sprintf("; its baseline is OPA's trivial-allow policy evaluated in the bench's process on the same input document (`rego.EvalInput`), p50 %.1f µs over %d evaluations in the same run", rep.Policy.TrivialP50US, rep.Policy.TrivialN)
+		}
+		scen("Policy only", fmt.Sprintf("`POST /v1/policy/evaluate` (risk assessment and the real policy; nothing runs) against OPA's trivial-allow policy (`allow := true`, prepared query) served by a net/http server in bench: the same HTTP stack, loopback and JSON. Inside the gateway the policy stage's p50 was %.0f µs over %d decisions, read from the gateway's `sandgate_policy_eval_duration_seconds` histogram (interpolated inside its bucket)%s.", rep.Policy.InGatewayP50US, rep.Policy.InGatewayN, baseline), rep.Policy.abResult)
 	}
 	scen("Workspace files, 64 KiB", "`PUT` and `GET /v1/sessions/{id}/files/content` of 64 KiB against `os.WriteFile` and `os.ReadFile` of the same bytes in a temporary directory.", rep.Files...)
 	if len(rep.Mixed) > 0 {
