@@ -108,7 +108,7 @@ func (m *Manager) Run(ctx context.Context, req RunRequest) (res *RunResult, err 
 	start := time.Now()
 	rec := newRecord(req)
 	setDetail(rec, "front_end", frontEndOf(ctx))
-	started := false
+	started, ranOn := false, ""
 	defer func() {
 		m.finish(ctx, rec, res, err, start)
 		if started {
@@ -136,11 +136,7 @@ func (m *Manager) Run(ctx context.Context, req RunRequest) (res *RunResult, err 
 	// never releases a session under a request that may still run.
 	sess.begin()
 	defer func() {
-		ran := ""
-		if res != nil {
-			ran = res.SandboxType // set once the executor ran it
-		}
-		sess.end(ran)
+		sess.end(ranOn) // "" when it never reached its executor
 	}()
 	assessment, err := m.deps.Assessor.Assess(req.Code, req.Language) // 2 assess
 	if err != nil {
@@ -174,7 +170,7 @@ func (m *Manager) Run(ctx context.Context, req RunRequest) (res *RunResult, err 
 	if err := m.auditAhead(ctx, rec, exec); err != nil { // 6 write ahead, so a crash cannot erase the run
 		return out, err
 	}
-	started = true
+	started, ranOn = true, string(exec.Kind())
 	m.emit(ctx, "run.started", req.ref, runEventData(rec, ""))
 	result, err := m.execute(ctx, sess, exec, spec, decision) // 6 execute
 	if err != nil {
