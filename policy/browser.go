@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"fmt"
+	"net/url"
 
 	"github.com/open-policy-agent/opa/v1/rego"
 )
@@ -80,8 +81,21 @@ func (e *Engine) DecideBrowser(ctx context.Context, in BrowserInput) BrowserDeci
 	d := e.decideBrowser(ctx, c, input)
 	d.DecisionID = newDecisionID()
 	e.shadowBrowser(ctx, input, d)
-	e.logDecision(logEvent{id: d.DecisionID, path: browserLogPath, input: input, result: d, c: c})
+	e.logDecision(logEvent{id: d.DecisionID, path: browserLogPath, input: in.logged().Map(), result: d, c: c})
 	return d
+}
+
+// logged is the input as the decision log gets it: the URL without its
+// query and fragment, where signed URLs, OAuth codes and tokens travel.
+// The policy decided on the whole URL; the log says where it went.
+func (in BrowserInput) logged() BrowserInput {
+	if u, err := url.Parse(in.Request.URL); err == nil && (u.RawQuery != "" || u.Fragment != "") {
+		u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = "", false, "", ""
+		in.Request.URL = u.String()
+	} else if err != nil {
+		in.Request.URL = ""
+	}
+	return in
 }
 
 func (e *Engine) decideBrowser(ctx context.Context, c *compiled, input map[string]any) BrowserDecision {

@@ -33,7 +33,7 @@ func decideAll(t *testing.T, e *Engine, n int) []string {
 	var ids []string
 	for range n {
 		d := e.Decide(ctx, ciBashInput())
-		b := e.DecideBrowser(ctx, browserInput("https://example.com/", "https", "example.com", 443, "93.184.216.34"))
+		b := e.DecideBrowser(ctx, browserInput("https://example.com/cb?code=oauth-secret#tok", "https", "example.com", 443, "93.184.216.34"))
 		g := e.DecideEgress(ctx, EgressInput{Mode: "PERMISSIVE", Host: "pypi.org", Port: 443, Scheme: "https", SessionID: "ci-1", Resolved: []string{"151.101.0.223"}})
 		for _, id := range []string{d.DecisionID, b.DecisionID, g.DecisionID} {
 			if id == "" {
@@ -95,6 +95,11 @@ func TestDecisionLogsFromBundleAreMaskedAndGzipped(t *testing.T) {
 		}
 		if lookup(ev, "result", "action") == nil {
 			t.Errorf("%s: no result.action: %v", id, ev["result"])
+		}
+		if wantPath == browserLogPath {
+			if u := lookup(ev, "input", "request", "url"); u != "https://example.com/cb" {
+				t.Errorf("%s: the browser decision's logged URL is %v, want it without query and fragment", id, u)
+			}
 		}
 		if wantPath != execLogPath {
 			continue
