@@ -4,11 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/sandgate/sandgate/errcode"
 )
 
 // forwardLineMax bounds one line of a forwarded call's answer: a tool's
@@ -39,8 +42,7 @@ func (rt *Router) CallTool(ctx context.Context, base, authorization, requestID s
 	}
 	defer res.Body.Close()
 	if res.StatusCode != http.StatusOK {
-		_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
-		return fmt.Errorf("%w: the replica answered %d", errForward, res.StatusCode)
+		return ownerRefusal(res)
 	}
 	sc := bufio.NewScanner(res.Body)
 	sc.Buffer(make([]byte, 64<<10), forwardLineMax)
@@ -51,4 +53,21 @@ func (rt *Router) CallTool(ctx context.Context, base, authorization, requestID s
 		return fmt.Errorf("%w: %w", errForward, err)
 	}
 	return nil
+}
+
+// ownerRefusal is the owner's own refusal of a forwarded call (the body
+// too large, the client's token revoked): its stable code and message,
+// as the client would have had them from the owner. An answer without
+// one is a failed forward.
+func ownerRefusal(res *http.Response) error {
+	var body struct {
+		Error struct {
+			Code    errcode.Code `json:"code"`
+			Message string       `json:"message"`
+		} `json:"error"`
+	}
+	if err := json.NewDecoder(io.LimitReader(res.Body, 64<<10)).Decode(&body); err != nil || body.Error.Code == "" {
+		return fmt.Errorf("%w: the replica answered %d", errForward, res.StatusCode)
+	}
+	return errcode.New(body.Error.Code, body.Error.Message)
 }
