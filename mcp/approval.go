@@ -126,6 +126,21 @@ func (w *approvalWatch) pageURL(id string) string {
 // be never. The returned function completes it (the approver decided, or
 // the call ended) and waits for the request to end.
 func (w *approvalWatch) elicit(p manager.ApprovalPending, page string) func() {
+	params := &sdk.ElicitParams{
+		Mode: "url", URL: page, ElicitationID: p.ID,
+		Message: fmt.Sprintf("sandgate is holding this %s call for a human approver (%s). "+
+			"Approval %s can be approved or denied on the approval page by anyone with an approver token.",
+			toolName(w.c), riskSummary(p), p.ID),
+	}
+	if f := w.c.fwd; f != nil {
+		// Forwarded: the replica holding the client's MCP session asks
+		// the client, and completes it when told to.
+		if page == "" || !f.elicitation {
+			return func() {}
+		}
+		f.send(forwardLine{Elicit: params})
+		return func() { f.send(forwardLine{ElicitDone: p.ID}) }
+	}
 	ss := w.c.req.Session
 	if page == "" || ss == nil || !supportsURLElicitation(ss) {
 		return func() {}
@@ -134,12 +149,7 @@ func (w *approvalWatch) elicit(p manager.ApprovalPending, page string) func() {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_, err := ss.Elicit(ctx, &sdk.ElicitParams{
-			Mode: "url", URL: page, ElicitationID: p.ID,
-			Message: fmt.Sprintf("sandgate is holding this %s call for a human approver (%s). "+
-				"Approval %s can be approved or denied on the approval page by anyone with an approver token.",
-				toolName(w.c), riskSummary(p), p.ID),
-		})
+		_, err := ss.Elicit(ctx, params)
 		if err != nil && ctx.Err() == nil {
 			w.s.log.Debug("mcp url elicitation not answered", "approval_id", p.ID, "err", err)
 		}

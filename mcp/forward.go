@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"sync"
 
@@ -44,6 +45,10 @@ type forwarded struct {
 	ownSession string
 	progress   bool
 	notify     func(ctx context.Context, p *sdk.ProgressNotificationParams) error
+	// elicitation: the client declared URL elicitation; send passes the
+	// elicitation's lines back.
+	elicitation bool
+	send        func(forwardLine)
 }
 
 // forwardBody is a forwarded call.
@@ -54,13 +59,19 @@ type forwardBody struct {
 	OwnSession string          `json:"own_session"`
 	Progress   bool            `json:"progress"`
 	BaseURL    string          `json:"base_url"`
+	// Elicitation: the client declared URL-mode elicitation.
+	Elicitation bool `json:"elicitation"`
 }
 
 // forwardLine is one line of a forwarded call's answer: a progress
 // notification, or the result (the last line).
 type forwardLine struct {
 	Progress *sdk.ProgressNotificationParams `json:"progress,omitempty"`
-	Result   *sdk.CallToolResult             `json:"result,omitempty"`
+	// Elicit asks the client to open the approval page; ElicitDone says
+	// the approver decided (or the call ended).
+	Elicit     *sdk.ElicitParams   `json:"elicit,omitempty"`
+	ElicitDone string              `json:"elicit_done,omitempty"`
+	Result     *sdk.CallToolResult `json:"result,omitempty"`
 }
 
 var errForward = errcode.New(errcode.SessionUnavailable,
@@ -87,19 +98,27 @@ func (s *Server) forwardElsewhere(ctx context.Context, c *call) (*sdk.CallToolRe
 		}
 		return nil, ctx, false
 	}
+	ss := c.req.Session
 	body, _ := json.Marshal(forwardBody{Tool: c.req.Params.Name, Arguments: args, Via: via(c.req),
-		OwnSession: c.ownSession(), Progress: c.req.Params.GetProgressToken() != nil, BaseURL: baseURLOf(c.req.Extra)})
+		OwnSession: c.ownSession(), Progress: c.req.Params.GetProgressToken() != nil, BaseURL: baseURLOf(c.req.Extra),
+		Elicitation: ss != nil && supportsURLElicitation(ss)})
 	prog := newProgress(c)
+	el := &relayedElicitations{ss: ss, log: s.log}
+	defer el.end()
 	var res *sdk.CallToolResult
 	err = s.deps.Fleet.CallTool(ctx, owner.URL, c.req.Extra.Header.Get("Authorization"), c.requestID, body, func(b []byte) {
 		var l forwardLine
 		if json.Unmarshal(b, &l) != nil {
 			return
 		}
-		if l.Progress != nil {
+		switch {
+		case l.Progress != nil:
 			prog.send(ctx, l.Progress.Progress, l.Progress.Total, l.Progress.Message)
-		}
-		if l.Result != nil {
+		case l.Elicit != nil:
+			el.start(ctx, l.Elicit)
+		case l.ElicitDone != "":
+			el.done(ctx, l.ElicitDone)
+		case l.Result != nil:
 			res = l.Result
 		}
 	})
@@ -176,11 +195,12 @@ func (s *Server) ServeForwarded(w http.ResponseWriter, r *http.Request, p manage
 			Extra: map[string]any{extraPrincipal: p, extraBaseURL: body.BaseURL}}},
 	}
 	c := &call{s: s, req: req, principal: p, requestID: requestID, fwd: &forwarded{
-		via: body.Via, ownSession: body.OwnSession, progress: body.Progress,
+		via: body.Via, ownSession: body.OwnSession, progress: body.Progress, elicitation: body.Elicitation,
 		notify: func(_ context.Context, n *sdk.ProgressNotificationParams) error {
 			write(forwardLine{Progress: n})
 			return nil
 		},
+		send: write,
 	}}
 	if s.isClosed() {
 		write(forwardLine{Result: s.errorResult(r.Context(), c, errClosing)})
@@ -188,4 +208,59 @@ func (s *Server) ServeForwarded(w http.ResponseWriter, r *http.Request, p manage
 	}
 	write(forwardLine{Result: invoke(manager.WithFrontEnd(r.Context(), "mcp"), c, body.Arguments)})
 	return nil
+}
+
+// relayedElicitations are the URL elicitations the owner of a forwarded
+// call asked for, sent to the client of this replica's MCP session, each
+// in the background (the client answers when its user has seen it, which
+// may be never) until the owner says the approver decided, or the call
+// ends.
+type relayedElicitations struct {
+	ss  *sdk.ServerSession
+	log *slog.Logger
+
+	mu      sync.Mutex
+	pending map[string]context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+func (r *relayedElicitations) start(ctx context.Context, p *sdk.ElicitParams) {
+	if r.ss == nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	r.mu.Lock()
+	if r.pending == nil {
+		r.pending = map[string]context.CancelFunc{}
+	}
+	r.pending[p.ElicitationID] = cancel
+	r.mu.Unlock()
+	r.wg.Go(func() {
+		if _, err := r.ss.Elicit(ctx, p); err != nil && ctx.Err() == nil {
+			r.log.Debug("mcp url elicitation not answered", "approval_id", p.ElicitationID, "err", err)
+		}
+	})
+}
+
+func (r *relayedElicitations) done(ctx context.Context, id string) {
+	r.mu.Lock()
+	cancel, ok := r.pending[id]
+	delete(r.pending, id)
+	r.mu.Unlock()
+	if !ok {
+		return
+	}
+	_ = r.ss.NotifyElicitationComplete(ctx, &sdk.ElicitationCompleteParams{ElicitationID: id})
+	cancel()
+}
+
+// end cancels what is still open and waits for it.
+func (r *relayedElicitations) end() {
+	r.mu.Lock()
+	for _, cancel := range r.pending {
+		cancel()
+	}
+	r.pending = nil
+	r.mu.Unlock()
+	r.wg.Wait()
 }

@@ -55,7 +55,8 @@ func (f *httpFleet) CallTool(ctx context.Context, url, authorization, requestID 
 // TestToolCallForwardedToTheOwner: a client connected to replica B calls
 // tools for a session replica A serves. Each call runs on A (its audit
 // record is there, under B's request id, naming the client B saw); a
-// held call's progress reaches the client through B; the approval is
+// held call's progress and its URL elicitation (and its completion)
+// reach the client through B; the approval is
 // decided on A and the output comes back; an error result comes back as
 // the owner's error, with its code; a file written by one call is read by
 // the next.
@@ -64,7 +65,7 @@ func TestToolCallForwardedToTheOwner(t *testing.T) {
 	fl := &httpFleet{}
 	b := newEnv(t, envOpts{placement: elsewhere{url: a.srv.URL}, fleet: fl})
 	probe := &clientProbe{}
-	cs := b.connect(agentTok, probe.options(false))
+	cs := b.connect(agentTok, probe.options(true)) // with URL elicitation
 
 	ch := callAsync(t, cs, "run_code", map[string]any{"code": highRisk, "session_id": "shared"})
 	v := a.waitPending()
@@ -81,6 +82,11 @@ func TestToolCallForwardedToTheOwner(t *testing.T) {
 	}
 	var out runOutput
 	structured(t, await(t, ch), &out)
+	waitFor(t, func() bool { _, _, done := probe.snapshot(); return len(done) == 1 })
+	if _, el, done := probe.snapshot(); len(el) != 1 || el[0].ElicitationID != v.ID || !strings.Contains(el[0].URL, v.ID) ||
+		done[0] != v.ID {
+		t.Fatalf("the held call's URL elicitation through B: %+v, completed %v; want one for %s", el, done, v.ID)
+	}
 	if out.Stdout != "approved run\n" || out.Approval == nil || out.Approval.Status != "approved" {
 		t.Fatalf("forwarded run: %+v", out)
 	}
