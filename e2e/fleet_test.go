@@ -27,7 +27,7 @@ const fleetSession = "df.u1.t1"
 // workspace directory, with the same tokens.
 type fleet struct {
 	t                      *testing.T
-	bin, dir, conf, dsn    string
+	bin, dir, dsn          string
 	agent, approver, admin string
 	procs                  map[string]*exec.Cmd
 	bases                  map[string]string

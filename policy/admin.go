@@ -115,6 +115,7 @@ func RunTests(ctx context.Context, fsys fs.FS, timeout time.Duration) ([]TestRes
 		return nil, err
 	}
 	defer store.Abort(ctx, txn)
+	//lint:ignore SA1019 the same refusal, and error, as the engine's rego.UnsafeBuiltins; capabilities would call them undefined
 	compiler := ast.NewCompiler().WithSchemas(schemas).WithUseTypeCheckAnnotations(true).WithStrict(true).
 		WithUnsafeBuiltins(unsafeBuiltins)
 	if timeout <= 0 {

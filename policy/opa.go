@@ -385,6 +385,7 @@ func (r *opaRuntime) pluginStates() map[string]string {
 // compiler on the transaction, so OPA's decision-log plugin finds the
 // policy's system.log mask and drop rules as it would in `opa run`.
 func (r *opaRuntime) mirror(ctx context.Context, c *compiled, schemas *ast.SchemaSet) error {
+	//lint:ignore SA1019 the same refusal, and error, as the engine's rego.UnsafeBuiltins; capabilities would call them undefined
 	comp := ast.NewCompiler().WithSchemas(schemas).WithUnsafeBuiltins(unsafeBuiltins)
 	if comp.Compile(c.modules); comp.Failed() {
 		return fmt.Errorf("policy: mirror into OPA: %w", comp.Errors)

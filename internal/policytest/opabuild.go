@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -16,11 +15,9 @@ import (
 // binary: `go tool -n opa` builds it into the build cache if needed and
 // prints its path, so each bundle is one exec of the cached binary.
 var opaBinary = sync.OnceValues(func() (string, error) {
-	goCmd := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(goCmd); err != nil {
-		if goCmd, err = exec.LookPath("go"); err != nil {
-			return "", err
-		}
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		return "", err
 	}
 	var stderr bytes.Buffer
 	cmd := exec.Command(goCmd, "tool", "-n", "opa")
