@@ -79,15 +79,14 @@ func TestSessionExpiryReleasesEverything(t *testing.T) {
 	e := &env{t: t, srv: srv, dataDir: dir, audit: st, ws: ws}
 
 	for _, c := range []struct {
-		name string
-		body map[string]any
+		name  string
+		patch map[string]any // once the session holds everything
 	}{
-		{"ttl", map[string]any{"timeout_s": 12}},
-		{"idle", map[string]any{"idle_timeout_s": 5}},
+		{"ttl", map[string]any{"timeout_s": 2}},
+		{"idle", map[string]any{"idle_timeout_s": 2}},
 	} {
 		session := "expire-" + c.name
-		c.body["id"] = session
-		if r := e.do("POST", "/v1/sessions", agentTok, c.body); r.status != 201 {
+		if r := e.do("POST", "/v1/sessions", agentTok, map[string]any{"id": session}); r.status != 201 {
 			t.Fatalf("%s: create: %d %s", c.name, r.status, r.raw)
 		}
 		key := workspace.Key("a", session)
@@ -128,6 +127,12 @@ func TestSessionExpiryReleasesEverything(t *testing.T) {
 			t.Fatalf("%s: before expiry: %d kernels, %d other containers, %d warm interpreters and %d zygotes; want 1, ≥1, ≥1",
 				c.name, kernels, others, warm.Idle, warm.Zygotes)
 		}
+		// The timeouts start now, so a loaded machine's slow start-up
+		// cannot expire the session before it holds everything.
+		if r := e.do("PATCH", "/v1/sessions/"+session, agentTok, c.patch); r.status != 200 {
+			t.Fatalf("%s: PATCH %v: %d %s", c.name, c.patch, r.status, r.raw)
+		}
+
 		deadline := time.Now().Add(60 * time.Second)
 		for {
 			r := e.do("GET", "/v1/sessions/"+session, agentTok, nil)
