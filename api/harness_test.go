@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -69,6 +70,11 @@ type envOpts struct {
 	writeTimeout time.Duration
 }
 
+// errorLog is the test servers' log: errors only, to stderr, so a failed
+// test's output says why a request answered 500 (internal error text
+// never reaches the client).
+var errorLog = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+
 func newEnv(t *testing.T, o envOpts) *env {
 	t.Helper()
 	if o.mode == "" {
@@ -126,7 +132,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 		t.Fatal(err)
 	}
 	o.api.MaxBodyBytes = o.maxBody
-	h := New(o.api, Deps{Manager: mgr, Policy: eng, Audit: st, Auth: auth, Gatherer: reg, Browser: bm})
+	h := New(o.api, Deps{Manager: mgr, Policy: eng, Audit: st, Auth: auth, Gatherer: reg, Browser: bm, Logger: errorLog})
 	srv := httptest.NewUnstartedServer(h)
 	srv.Config.WriteTimeout = o.writeTimeout
 	srv.Start()
