@@ -34,7 +34,7 @@ import (
 func TestPaths(t *testing.T) {
 	for _, tc := range []struct {
 		in, ws string
-		sp     spelling
+		sp     workspace.Spelling
 		ok     bool
 	}{
 		{"", "/workspace", spellWorkspace, true},
@@ -56,15 +56,15 @@ func TestPaths(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct {
-		sp           spelling
+		sp           workspace.Spelling
 		display, out string
 	}{
 		{spellHome, "/workspace", "/home/daytona"},
 		{spellHome, "/workspace/a/b", "/home/daytona/a/b"},
 		{spellWorkspace, "/workspace/a", "/workspace/a"},
 	} {
-		if got := tc.sp.show(tc.display); got != tc.out {
-			t.Errorf("%q.show(%q) = %q, want %q", tc.sp, tc.display, got, tc.out)
+		if got := tc.sp.Show(tc.display); got != tc.out {
+			t.Errorf("%q.Show(%q) = %q, want %q", tc.sp, tc.display, got, tc.out)
 		}
 	}
 }

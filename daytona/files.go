@@ -51,8 +51,8 @@ type fileInfo struct {
 	ModifiedAt  string `json:"modifiedAt"`
 }
 
-func infoOf(e workspace.Entry, sp spelling) fileInfo {
-	p := sp.show(e.Path)
+func infoOf(e workspace.Entry, sp workspace.Spelling) fileInfo {
+	p := sp.Show(e.Path)
 	out := fileInfo{Name: path.Base(p), Path: p, Size: e.Size, Mode: "-rw-r--r--", Permissions: "0644",
 		Owner: user, Group: user, ModTime: stamp(e.Modified), ModifiedAt: stamp(e.Modified)}
 	switch e.Type {
@@ -73,7 +73,7 @@ func fileRequest(r *http.Request, sb *sandbox, ws string) manager.FileRequest {
 }
 
 // pathArg maps the ?path= of a file call.
-func pathArg(r *http.Request) (string, spelling, error) {
+func pathArg(r *http.Request) (string, workspace.Spelling, error) {
 	ws, sp, ok := toWorkspace(r.URL.Query().Get("path"))
 	if !ok {
 		return "", "", invalid("path", errOutside)
@@ -348,7 +348,7 @@ func (s *Server) bulkUpload(w http.ResponseWriter, r *http.Request, sb *sandbox)
 		if _, err := s.deps.Manager.WriteFile(r.Context(), fileRequest(r, sb, ws), workspace.WriteOverwrite, part); err != nil {
 			return err
 		}
-		written = append(written, sp.show(ws))
+		written = append(written, sp.Show(ws))
 	}
 	if len(written) == 0 {
 		return invalid("files", "no file in the upload")

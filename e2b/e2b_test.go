@@ -15,6 +15,7 @@ import (
 	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/manager"
 	"github.com/sandgate/sandgate/policy"
+	"github.com/sandgate/sandgate/workspace"
 )
 
 // envelope frames msg as the Connect protocol does.
@@ -107,7 +108,7 @@ func TestStreamRequestRefusals(t *testing.T) {
 func TestPaths(t *testing.T) {
 	for _, tc := range []struct {
 		in, ws string
-		sp     spelling
+		sp     workspace.Spelling
 		ok     bool
 	}{
 		{"/home/user", "/workspace", spellHome, true},
@@ -125,13 +126,13 @@ func TestPaths(t *testing.T) {
 			t.Errorf("toWorkspace(%q) = %q %q %v, want %q %q %v", tc.in, ws, sp, ok, tc.ws, tc.sp, tc.ok)
 		}
 	}
-	if got := spellHome.show("/workspace/a/b"); got != "/home/user/a/b" {
+	if got := spellHome.Show("/workspace/a/b"); got != "/home/user/a/b" {
 		t.Errorf("show: %q", got)
 	}
-	if got := spellHome.show("/workspace"); got != "/home/user" {
+	if got := spellHome.Show("/workspace"); got != "/home/user" {
 		t.Errorf("show root: %q", got)
 	}
-	if got := spellWorkspace.show("/workspace/a"); got != "/workspace/a" {
+	if got := spellWorkspace.Show("/workspace/a"); got != "/workspace/a" {
 		t.Errorf("show workspace: %q", got)
 	}
 }

@@ -154,7 +154,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request, sb *sandbox, p s
 		s.fileErrorOf(w, r, err)
 		return uploaded{}, false
 	}
-	shown := sp.show(ws)
+	shown := sp.Show(ws)
 	return uploaded{Path: shown, Name: path.Base(shown), Type: "file"}, true
 }
 

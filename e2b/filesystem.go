@@ -65,8 +65,8 @@ const (
 // keeps no mode or owner: files show as the E2B user's, 0644 (0755 for
 // directories), which is what a command running as the session's uid can
 // do with them.
-func entryOf(e workspace.Entry, sp spelling) entryInfo {
-	p := sp.show(e.Path)
+func entryOf(e workspace.Entry, sp workspace.Spelling) entryInfo {
+	p := sp.Show(e.Path)
 	out := entryInfo{Name: path.Base(p), Path: p, Size: strconv.FormatInt(e.Size, 10), Owner: "user", Group: "user",
 		ModifiedTime: e.Modified}
 	switch e.Type {
