@@ -31,6 +31,25 @@ type EgressInput struct {
 	// GatewayAddresses are the gateway host's own addresses, refused
 	// like loopback unless a rule names them.
 	GatewayAddresses []string
+	// HTTP is one request on a connection the policy marked for
+	// inspection (EgressDecision.Inspect); nil when the connection itself
+	// is decided. It never holds header values or a body.
+	HTTP *EgressHTTP
+}
+
+// EgressHTTP is one HTTP request an inspected connection carries.
+type EgressHTTP struct {
+	Method string
+	Scheme string
+	Host   string
+	Port   int
+	// Path is the request's path as sent (escaped); Query the raw query
+	// string without '?'.
+	Path  string
+	Query string
+	// HeaderNames are the request's header names, canonical and sorted;
+	// the values stay out of the policy (they carry credentials).
+	HeaderNames []string
 }
 
 // EgressDecision is the answer for one connection.
@@ -43,6 +62,10 @@ type EgressDecision struct {
 	PolicyRevision string   `json:"policy_revision"`
 	// DecisionID is as in Decision.
 	DecisionID string `json:"decision_id,omitempty"`
+	// Inspect, on a connection decision, asks the proxy to terminate TLS
+	// and decide each HTTP request on the connection (a rule with
+	// methods, paths or query matchers applies to the host).
+	Inspect bool `json:"inspect,omitempty"`
 }
 
 // Allowed reports whether the connection may proceed without approval.
@@ -50,12 +73,31 @@ func (d EgressDecision) Allowed() bool { return d.Action == ActionAllow }
 
 // Map builds the OPA input.
 func (in EgressInput) Map() map[string]any {
-	return map[string]any{
+	m := map[string]any{
 		"mode": in.Mode, "host": in.Host, "port": in.Port, "scheme": in.Scheme,
 		"session_id": in.SessionID, "tenant": in.Tenant, "principal": in.Principal,
 		"request_id": in.RequestID, "risk": in.Risk,
 		"resolved": strings2any(in.Resolved), "gateway_addresses": strings2any(in.GatewayAddresses),
 	}
+	if in.HTTP != nil {
+		m["http"] = map[string]any{
+			"method": in.HTTP.Method, "scheme": in.HTTP.Scheme, "host": in.HTTP.Host, "port": in.HTTP.Port,
+			"path": in.HTTP.Path, "query": in.HTTP.Query, "header_names": strings2any(in.HTTP.HeaderNames),
+		}
+	}
+	return m
+}
+
+// logged is the input as the decision log gets it: the request's query
+// left out, where signed URLs and tokens travel (as for the browser's
+// URL). The policy decided on the whole request.
+func (in EgressInput) logged() EgressInput {
+	if in.HTTP != nil && in.HTTP.Query != "" {
+		h := *in.HTTP
+		h.Query = ""
+		in.HTTP = &h
+	}
+	return in
 }
 
 // DecideEgress evaluates data.sandgate.egress.decision. Like Decide it
@@ -67,7 +109,7 @@ func (e *Engine) DecideEgress(ctx context.Context, in EgressInput) EgressDecisio
 	d := e.decideEgress(ctx, c, input)
 	d.DecisionID = newDecisionID()
 	e.shadowEgress(ctx, input, d)
-	e.logDecision(logEvent{id: d.DecisionID, path: egressLogPath, input: input, result: d, c: c})
+	e.logDecision(logEvent{id: d.DecisionID, path: egressLogPath, input: in.logged().Map(), result: d, c: c})
 	return d
 }
 
@@ -95,7 +137,7 @@ func parseEgressDecision(v any) (EgressDecision, error) {
 		return EgressDecision{}, fmt.Errorf("%w: not an object", errBadDecision)
 	}
 	for k := range obj {
-		if k != "action" && k != "reasons" && k != "rule" {
+		if k != "action" && k != "reasons" && k != "rule" && k != "inspect" {
 			return EgressDecision{}, fmt.Errorf("%w: unexpected field %q", errBadDecision, k)
 		}
 	}
@@ -116,5 +158,9 @@ func parseEgressDecision(v any) (EgressDecision, error) {
 	if err != nil {
 		return EgressDecision{}, err
 	}
-	return EgressDecision{Action: action, Rule: rule, Reasons: rs}, nil
+	inspect, ok := obj["inspect"].(bool)
+	if _, present := obj["inspect"]; present && !ok {
+		return EgressDecision{}, fmt.Errorf("%w: inspect is not a boolean", errBadDecision)
+	}
+	return EgressDecision{Action: action, Rule: rule, Reasons: rs, Inspect: inspect}, nil
 }

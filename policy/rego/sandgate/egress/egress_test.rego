@@ -81,3 +81,97 @@ test_an_approval_rule_naming_the_host_exempts_its_range if {
 	d.action == "require_approval"
 	d.rule == "ask"
 }
+
+# Requests (issue 33).
+
+req(host, method, path, query) := object.union(conn("STRICT", host, 443, public), {"http": {
+	"method": method, "scheme": "https", "host": host, "port": 443,
+	"path": path, "query": query, "header_names": ["Accept", "User-Agent"],
+}})
+
+api_rules := [
+	{"name": "api-ask", "action": "require_approval", "hosts": ["api.example"]},
+	{"name": "api-get", "action": "allow", "hosts": ["api.example"], "methods": ["GET", "HEAD"], "path_prefixes": ["/v1/"]},
+	{"name": "api-no-admin", "action": "deny", "hosts": ["api.example"], "paths": ["/v1/admin/**"]},
+]
+
+test_http_rules_mark_the_connection_for_inspection if {
+	d := egress.decision with input as conn("STRICT", "api.example", 443, public) with data.sandgate.config.egress.rules as api_rules
+	d.action == "allow"
+	d.rule == "api-get"
+	d.inspect == true
+	plain := [{"name": "gh", "action": "allow", "hosts": ["github.com"]}]
+	p := egress.decision with input as conn("STRICT", "github.com", 443, public) with data.sandgate.config.egress.rules as plain
+	p.inspect == false
+}
+
+test_each_request_is_decided if {
+	get := egress.decision with input as req("api.example", "GET", "/v1/items", "page=2") with data.sandgate.config.egress.rules as api_rules
+	get.action == "allow"
+	get.rule == "api-get"
+	post := egress.decision with input as req("api.example", "POST", "/v1/items", "") with data.sandgate.config.egress.rules as api_rules
+	post.action == "require_approval"
+	post.rule == "api-ask"
+	contains(post.reasons[0].message, "POST api.example:443/v1/items")
+	admin := egress.decision with input as req("api.example", "GET", "/v1/admin/users", "") with data.sandgate.config.egress.rules as api_rules
+	admin.action == "deny"
+	admin.rule == "api-no-admin"
+	outside := egress.decision with input as req("api.example", "GET", "/v2/items", "") with data.sandgate.config.egress.rules as api_rules
+	outside.action == "require_approval"
+}
+
+test_an_unmatched_request_on_a_governed_host_is_denied_by_its_rule if {
+	rules := [{"name": "ro", "action": "allow", "hosts": ["api.example"], "request_preset": "http-readonly"}]
+	d := egress.decision with input as req("api.example", "DELETE", "/v1/items/1", "") with data.sandgate.config.egress.rules as rules
+	d.action == "deny"
+	d.rule == "ro"
+	d.reasons[0].code == "egress.request_not_allowed"
+	ok := egress.decision with input as req("api.example", "HEAD", "/", "") with data.sandgate.config.egress.rules as rules
+	ok.action == "allow"
+	ok.rule == "ro/read"
+}
+
+test_github_readonly if {
+	rules := [{"name": "gh", "action": "allow", "request_preset": "github-readonly"}]
+	c := egress.decision with input as conn("STRICT", "github.com", 443, public) with data.sandgate.config.egress.rules as rules
+	c.action == "allow"
+	c.inspect == true
+	clone := egress.decision with input as req("github.com", "GET", "/o/r.git/info/refs", "service=git-upload-pack") with data.sandgate.config.egress.rules as rules
+	clone.action == "allow"
+	pack := egress.decision with input as req("github.com", "POST", "/o/r.git/git-upload-pack", "") with data.sandgate.config.egress.rules as rules
+	pack.rule == "gh/git-fetch"
+	push := egress.decision with input as req("github.com", "GET", "/o/r.git/info/refs", "service=git-receive-pack") with data.sandgate.config.egress.rules as rules
+	push.action == "deny"
+	push.rule == "gh/no-push"
+	send := egress.decision with input as req("github.com", "POST", "/o/r.git/git-receive-pack", "") with data.sandgate.config.egress.rules as rules
+	send.action == "deny"
+	send.rule == "gh"
+	write := egress.decision with input as req("api.github.com", "POST", "/repos/o/r/issues", "") with data.sandgate.config.egress.rules as rules
+	write.action == "deny"
+	read := egress.decision with input as req("api.github.com", "GET", "/repos/o/r", "") with data.sandgate.config.egress.rules as rules
+	read.action == "allow"
+}
+
+test_a_preset_takes_the_rules_hosts_and_scope if {
+	rules := [{"name": "idx", "action": "allow", "request_preset": "pypi-install", "hosts": ["pypi.test"], "tenants": ["team-a"]}]
+	d := egress.decision with input as req("pypi.test", "GET", "/simple/x/", "") with data.sandgate.config.egress.rules as rules
+	d.rule == "idx/download"
+	up := egress.decision with input as req("pypi.test", "POST", "/legacy/", "") with data.sandgate.config.egress.rules as rules
+	up.action == "deny"
+	not_pypi := egress.decision with input as req("pypi.org", "GET", "/simple/x/", "") with data.sandgate.config.egress.rules as rules
+	not_pypi.rule == "default"
+	other := json.patch(req("pypi.test", "GET", "/simple/x/", ""), [{"op": "replace", "path": "/tenant", "value": "team-b"}])
+	o := egress.decision with input as other with data.sandgate.config.egress.rules as rules
+	o.action == "deny"
+}
+
+test_requests_keep_the_address_checks if {
+	rules := [{"name": "ro", "action": "allow", "hosts": ["api.test"], "methods": ["GET"], "cidrs": ["127.0.0.1/32"]}]
+	local := object.union(req("api.test", "POST", "/", ""), {"resolved": ["127.0.0.1"]})
+	d := egress.decision with input as local with data.sandgate.config.egress.rules as rules
+	d.rule == "ro"
+	d.reasons[0].code == "egress.request_not_allowed"
+	elsewhere := object.union(req("api.test", "GET", "/", ""), {"resolved": ["10.0.0.1"]})
+	e := egress.decision with input as elsewhere with data.sandgate.config.egress.rules as rules
+	e.rule == "egress.blocked_address"
+}
