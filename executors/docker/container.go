@@ -147,6 +147,10 @@ type shape struct {
 	// creation, so a warm container serves only runs that agree.
 	egress bool
 	ca     string
+	// netns is the container whose network namespace the container
+	// joins (a session's network holder, detached.go); "" is a
+	// namespace of its own.
+	netns string
 }
 
 // newShape resolves the shape of a run.
@@ -176,10 +180,14 @@ func (e *Executor) createOptions(s shape, labels map[string]string, eb *egressBo
 }
 
 func (e *Executor) containerConfig(s shape, labels map[string]string) *container.Config {
+	host := executors.Hostname
+	if s.netns != "" {
+		host = "" // the engine refuses one with a joined network namespace
+	}
 	return &container.Config{
 		Image:           s.image,
-		Hostname:        executors.Hostname,
-		NetworkDisabled: e.netOff.Load(), // netfiles.go
+		Hostname:        host,
+		NetworkDisabled: e.netOff.Load() && s.netns == "", // netfiles.go
 		User:            strconv.Itoa(s.uid) + ":" + strconv.Itoa(s.gid),
 		// The attach stream carries the program text in and the output
 		// out; StdinOnce closes the container's stdin when the gateway
@@ -237,8 +245,12 @@ func sandboxEnv(s shape) []string {
 
 func (e *Executor) hostConfig(s shape) *container.HostConfig {
 	init := false
+	netMode := container.NetworkMode("none")
+	if s.netns != "" {
+		netMode = container.NetworkMode("container:" + s.netns)
+	}
 	return &container.HostConfig{
-		NetworkMode:    "none",
+		NetworkMode:    netMode,
 		CapDrop:        []string{"ALL"},
 		SecurityOpt:    []string{"no-new-privileges"}, // and Docker's default seccomp profile
 		ReadonlyRootfs: true,

@@ -50,6 +50,8 @@ type Executor struct {
 
 	kernels *kernels // stateful runs' kernel containers, by session (kernel.go)
 
+	detached *detachedRuns // detached runs and network holders, by session (detached.go)
+
 	imageIDs imageIDs // what Capabilities names as the root filesystem
 
 	egress egressState
@@ -110,6 +112,7 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 	e.removeStaleDirs()
 	e.warm = newWarmPool(e)
 	e.kernels = newKernels(e)
+	e.detached = newDetachedRuns()
 	if err := e.ping(ctx); err != nil {
 		e.log.Warn("docker engine not reachable at start; will retry", "err", err.Error())
 	} else {
@@ -256,6 +259,7 @@ func (e *Executor) Close(ctx context.Context) error {
 	}
 	e.warm.closeAll()
 	e.kernels.closeAll()
+	e.closeDetached()
 	done := make(chan struct{})
 	go func() {
 		e.bg.Wait()
@@ -309,6 +313,7 @@ func (e *Executor) sweepOwn(ctx context.Context) {
 func (e *Executor) ReleaseSession(_ context.Context, sessionID string) error {
 	e.warm.release(sessionID)
 	e.kernels.release(sessionID)
+	e.releaseDetached(sessionID)
 	return nil
 }
 
@@ -471,6 +476,9 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 		return executors.Result{}, err
 	}
 	sh := newShape(e.cfg.Images[spec.Language], dir, spec.UID, spec.GID, lim, e.cfg.Runtime).withEgress(spec.Egress)
+	if !e.cfg.OwnKernel && !sh.egress {
+		sh.netns = e.detached.netns(spec.SessionID) // the session's loopback, once it holds one (detached.go)
+	}
 	log := e.log.With("request_id", id, "session_id", spec.SessionID)
 
 	arrived := time.Now()

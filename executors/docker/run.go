@@ -175,6 +175,9 @@ type runInput struct {
 	requestID  string
 	log        *slog.Logger
 	tap        func(output.Chunk) // Spec.Output
+	// stdin, when set, follows the program on the container's stdin
+	// until it ends (a detached run's input, detached.go).
+	stdin io.Reader
 }
 
 // run feeds the program to b and collects its output and exit status. At
@@ -201,7 +204,7 @@ func (e *Executor) run(ctx context.Context, b *box, in runInput) (executors.Resu
 		_, err := stdcopy.StdCopy(out.Stdout(), out.Stderr(), b.conn.Reader)
 		copied <- err
 	}()
-	go e.feed(b, in.lang, in.requestID, in.code, in.log)
+	go e.feed(b, in, in.log)
 
 	killedFor, copyErr := e.await(ctx, b, in.timeout, copied, out.ended)
 	o := out.finish()
@@ -240,8 +243,11 @@ const exitSIGKILL = 128 + 9
 // feed writes the header line (language and request id) and the program to the container's stdin
 // and closes it. A container that died early makes the write fail; the
 // run then reports what the container did.
-func (e *Executor) feed(b *box, lang, requestID, code string, log *slog.Logger) {
-	r := io.MultiReader(bytes.NewReader(stdinHeader(lang, requestID)), bytes.NewReader([]byte(code)))
+func (e *Executor) feed(b *box, in runInput, log *slog.Logger) {
+	r := io.MultiReader(bytes.NewReader(stdinHeader(in.lang, in.requestID)), bytes.NewReader([]byte(in.code)))
+	if in.stdin != nil {
+		r = io.MultiReader(r, in.stdin)
+	}
 	if _, err := io.Copy(b.conn.Conn, r); err != nil {
 		log.Debug("write program", "err", err.Error())
 	}
