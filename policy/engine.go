@@ -105,6 +105,7 @@ type Engine struct {
 
 	cur       atomic.Pointer[compiled]
 	executors executorsValue // input.executors, converted once per map
+	grantQ    grantQuery     // data.sandgate.exec.grant, prepared per revision (grants.go)
 
 	mu           sync.Mutex // serialises reloads and guards the fields below
 	onReload     []func(revision string)

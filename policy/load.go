@@ -16,6 +16,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 )
 
@@ -55,6 +56,10 @@ type compiled struct {
 	modules map[string]*ast.Module
 	sources map[string][]byte
 	data    map[string]any
+	// store is the data the prepared queries read: overlays (overlay.go)
+	// write into it, and candidate replays write into a transaction of it
+	// that they abort.
+	store storage.Store
 }
 
 // policyFile is one file of the tree, read once and used for both the
@@ -242,7 +247,7 @@ func compileParsed(ctx context.Context, modules map[string]*ast.Module, data map
 		}
 		return pq, nil
 	}
-	c := &compiled{loadedAt: time.Now(), modules: modules, data: data}
+	c := &compiled{loadedAt: time.Now(), modules: modules, data: data, store: store}
 	var err error
 	if c.exec, err = prepare(ExecQuery); err != nil {
 		return nil, err
