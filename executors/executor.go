@@ -161,6 +161,12 @@ type Spec struct {
 	// start that falls back to a cold one may repeat an interpreter's
 	// start-up warning, with sequence numbers from 1 again.
 	Output func(output.Chunk)
+	// Layout is the session's path layout (layout.go): where the
+	// workspace also appears and the run's cwd and HOME. The zero value is
+	// /workspace alone. A backend keeps it for the session's warm state
+	// (interpreters, containers, instances): the manager gives one session
+	// one layout, its front end's.
+	Layout Layout
 	// Stateful runs Code as a cell in the session's kernel (DESIGN.md
 	// §11): a python run only, on a backend whose capabilities include
 	// kernels, with a SessionID. Variables, imports and functions persist

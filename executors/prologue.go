@@ -28,6 +28,9 @@ var (
 	// ErrInvalidWorkspace: Spec.WorkspaceDir is not an absolute path (or,
 	// for a backend that opens it, not a directory it can open).
 	ErrInvalidWorkspace = errors.New("invalid workspace")
+	// ErrInvalidLayout: Spec.Layout names a root or workdir no backend
+	// may present (Layout.Validate).
+	ErrInvalidLayout = errors.New("invalid layout")
 )
 
 // KnownLanguage reports whether lang is one of the Lang* constants.
@@ -78,6 +81,9 @@ func (p Prologue) Resolve(spec Spec) (Spec, error) {
 		return Spec{}, p.fail(ErrInvalidWorkspace, "%q is not an absolute path", spec.WorkspaceDir)
 	}
 	spec.WorkspaceDir = filepath.Clean(spec.WorkspaceDir)
+	if err := spec.Layout.Validate(); err != nil {
+		return Spec{}, p.fail(ErrInvalidLayout, "%v", err)
+	}
 	if spec.Timeout == 0 {
 		spec.Timeout = p.Timeout
 	}

@@ -107,6 +107,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("StreamIsResult", s.forEachLang(s.testStreamIsResult))
 	t.Run("WorkspaceUntouched", s.forEachLang(s.testWorkspaceUntouched))
 	t.Run("AbsoluteWorkspacePaths", s.forEachLang(s.testAbsoluteWorkspacePaths))
+	t.Run("Layouts", s.testLayouts)
 	t.Run("HostFilesInvisible", s.forEachLang(s.testHostFilesInvisible))
 	t.Run("NoNetwork", s.forEachLang(s.testNoNetwork))
 	t.Run("EgressFailClosed", s.testEgressFailClosed)

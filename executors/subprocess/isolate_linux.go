@@ -115,6 +115,9 @@ func (e *Executor) command(l launch) *exec.Cmd {
 	cmd := exec.Command(e.cfg.Shell, args...)
 	cmd.Args[0] = initArg0
 	cmd.Dir = workspaceMount // inside the run's root (startInRoot)
+	if l.root != nil {
+		cmd.Dir = l.root.layout.Dir()
+	}
 	cmd.Env = l.env
 	cmd.SysProcAttr = attr
 	return cmd

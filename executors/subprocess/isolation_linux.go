@@ -194,14 +194,14 @@ func (e *Executor) writeCodeFile(dir, id, lang, code string) (host, shown string
 	return host, path.Join(codeMount, name), nil
 }
 
-// rootFor is the minimal root of a run in workspace dir.
-func (e *Executor) rootFor(dir string) *rootPlan {
+// rootFor is the minimal root of a run in workspace dir, in layout.
+func (e *Executor) rootFor(dir string, layout executors.Layout) *rootPlan {
 	if e.isolation != IsolationNamespaces && e.isolation != IsolationUserNS {
 		return nil
 	}
 	code, _ := e.ensureCodeDir(dir) // a failure fails the run's bind: closed
 	return &rootPlan{sys: e.sysRoot, workspace: dir, code: code, preload: e.nodeBoot.current(),
-		tmpBytes: int64(e.cfg.TmpMB) << 20}
+		tmpBytes: int64(e.cfg.TmpMB) << 20, layout: layout}
 }
 
 // lookPath resolves name in path inside the system root runs see.
@@ -263,7 +263,11 @@ func (p rootPlan) bwrapArgs() []string {
 		}
 		expose(filepath.Join(p.sys, name), "/"+name)
 	}
-	args = append(args, "--bind", p.workspace, workspaceMount,
+	args = append(args, "--bind", p.workspace, workspaceMount)
+	if v := p.view(); v != "" {
+		args = append(args, "--bind", v, p.layout.Root)
+	}
+	args = append(args,
 		"--perms", "1777", "--size", strconv.FormatInt(p.tmpBytes, 10), "--tmpfs", "/tmp",
 		"--dev", "/dev", "--proc", "/proc")
 	if p.code != "" {
@@ -275,7 +279,7 @@ func (p rootPlan) bwrapArgs() []string {
 	if p.egress != "" {
 		args = append(args, "--ro-bind", p.egress, executors.EgressDir)
 	}
-	return append(args, "--chdir", workspaceMount, "--remount-ro", "/")
+	return append(args, "--chdir", p.layout.Dir(), "--remount-ro", "/")
 }
 
 // Where the executor's own files appear in a run's root.

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sandgate/sandgate/executors"
 )
 
 // probeTimeout bounds the construction-time probe.
@@ -57,11 +59,11 @@ func (e *Executor) probe(ctx context.Context) error {
 		argv:   []string{e.cfg.Shell, "-c", probeScript, "probe", filepath.Join(e.runDir, "probe")},
 		limits: e.limitsFor("", lim),
 		dir:    filepath.Join(e.runDir, "probe"),
-		env:    e.env(),
+		env:    e.env(executors.Layout{}),
 		uid:    e.cfg.SandboxUID,
 		gid:    e.cfg.SandboxGID,
 	}
-	l.root = e.rootFor(l.dir)
+	l.root = e.rootFor(l.dir, executors.Layout{})
 	cmd := e.command(l)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"testing"
 	"time"
+
+	"github.com/sandgate/sandgate/executors"
 )
 
 // BenchmarkRootCost measures what the minimal root adds to one cold launch
@@ -29,9 +31,9 @@ func BenchmarkRootCost(b *testing.B) {
 	ws := newBenchWorkspace(b)
 	launchOnce := func(rooted bool) time.Duration {
 		l := launch{argv: []string{"/bin/true"}, limits: e.limitsFor("", e.cfg.Limits), dir: ws,
-			env: e.env(), uid: e.cfg.SandboxUID, gid: e.cfg.SandboxGID}
+			env: e.env(executors.Layout{}), uid: e.cfg.SandboxUID, gid: e.cfg.SandboxGID}
 		if rooted {
-			l.root = e.rootFor(ws)
+			l.root = e.rootFor(ws, executors.Layout{})
 		}
 		cmd := e.command(l)
 		if !rooted {

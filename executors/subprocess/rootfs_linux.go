@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -24,6 +25,12 @@ import (
 //	                             directories when none is configured; then
 //	                             only the /etc entries in hostEtc)
 //	/workspace                   the session workspace, read-write, the cwd
+//	                             (unless the run's layout names another)
+//	Layout.Root                  the same workspace again, when the run's
+//	                             layout names one (/home/user,
+//	                             /mnt/user-data): a second mount of the
+//	                             same directory, over the runtime root's
+//	                             empty directory (or one the base makes)
 //	/tmp                         a tmpfs of rootPlan.tmpBytes, mode 1777
 //	/dev                         null zero full random urandom tty, fd and
 //	                             std* links, a small /dev/shm
@@ -48,6 +55,7 @@ type rootPlan struct {
 	code      string // host directory of the program files, bound read-only at codeMount
 	preload   string // host directory bound read-only at preloadMount; "" for none
 	egress    string // host directory bound read-only at executors.EgressDir (the CA bundle); "" for none
+	layout    executors.Layout
 	tmpBytes  int64
 }
 
@@ -115,7 +123,7 @@ func (p rootPlan) buildBase(stage string) error {
 	if err := mountTmpfs(stage, rootBaseBytes, "755", 0); err != nil {
 		return err
 	}
-	for _, step := range []func(string) error{p.bindSystem, buildDev, mkMountPoints} {
+	for _, step := range []func(string) error{p.bindSystem, buildDev, p.mkMountPoints} {
 		if err := step(stage); err != nil {
 			return err
 		}
@@ -145,7 +153,8 @@ func (p rootPlan) cloneTrees() (*runTrees, error) {
 	for _, m := range []struct {
 		src, dst string
 		ro       bool
-	}{{p.workspace, workspaceMount, false}, {p.code, codeMount, true}, {p.preload, preloadMount, true}, {p.egress, executors.EgressDir, true}} {
+	}{{p.workspace, workspaceMount, false}, {p.view(), p.layout.Root, false}, {p.code, codeMount, true},
+		{p.preload, preloadMount, true}, {p.egress, executors.EgressDir, true}} {
 		if m.src == "" {
 			continue
 		}
@@ -176,7 +185,7 @@ func (t *runTrees) close() {
 
 // enterRun finishes a run's root in the calling thread's private copy of
 // the base namespace: the run's trees attached, a fresh /tmp, and the cwd
-// /workspace.
+// the layout's (/workspace by default).
 func (p rootPlan) enterRun(t *runTrees) error {
 	for i, fd := range t.fds {
 		if err := unix.MoveMount(fd, "", unix.AT_FDCWD, t.dsts[i], unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
@@ -186,12 +195,29 @@ func (p rootPlan) enterRun(t *runTrees) error {
 	if err := mountTmpfs("/tmp", p.tmpBytes, "1777", 0); err != nil {
 		return err
 	}
-	return rootErr("chdir /workspace", unix.Chdir(workspaceMount))
+	return rootErr("chdir "+p.layout.Dir(), unix.Chdir(p.layout.Dir()))
 }
 
-// mkMountPoints makes the directories a run mounts over.
-func mkMountPoints(stage string) error {
-	for _, d := range []string{"workspace", "tmp", codeMount, preloadMount, executors.EgressDir} {
+// view is the workspace again when the layout names a root, "" without.
+func (p rootPlan) view() string {
+	if p.layout.Root == "" {
+		return ""
+	}
+	return p.workspace
+}
+
+// mkMountPoints makes the directories a run mounts over: its own, and
+// the layout roots whose top directory the root does not take from the
+// runtime root (whose image has them: images/runtime/trim.sh).
+func (p rootPlan) mkMountPoints(stage string) error {
+	dirs := []string{"workspace", "tmp", codeMount, preloadMount, executors.EgressDir}
+	for _, r := range executors.LayoutRoots {
+		top, _, _ := strings.Cut(strings.TrimPrefix(r, "/"), "/")
+		if !slices.Contains(p.entries(), top) {
+			dirs = append(dirs, r)
+		}
+	}
+	for _, d := range dirs {
 		if err := os.MkdirAll(filepath.Join(stage, d), 0o755); err != nil {
 			return rootErr("mkdir "+d, err)
 		}

@@ -180,9 +180,11 @@ func (e *Executor) limitsFor(lang string, lim executors.Limits) process.Rlimits 
 }
 
 // env is the code's whole environment: nothing of the gateway's, the
-// same as every backend's (executors.Env). HOME is the workspace, so tools
-// that write under ~ stay inside the session.
-func (e *Executor) env() []string { return executors.Env(e.cfg.SandboxPATH, e.cfg.Lang) }
+// same as every backend's (executors.EnvFor). HOME is the workspace (by
+// the layout's name), so tools that write under ~ stay inside the session.
+func (e *Executor) env(l executors.Layout) []string {
+	return executors.EnvFor(e.cfg.SandboxPATH, e.cfg.Lang, l)
+}
 
 // Execute implements executors.Executor.
 func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.Result, error) {
@@ -221,10 +223,10 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 		argv:   e.interpreterArgs(spec.Language, interp, rel, lim),
 		limits: e.limitsFor(spec.Language, lim),
 		dir:    dir,
-		env:    e.env(),
+		env:    e.env(spec.Layout),
 		uid:    spec.UID,
 		gid:    spec.GID,
-		root:   e.rootFor(dir),
+		root:   e.rootFor(dir, spec.Layout),
 	}
 	if err := e.grantNetwork(spec, &l); err != nil {
 		return executors.Result{}, err

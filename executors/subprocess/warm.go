@@ -80,6 +80,8 @@ type warmKey struct {
 	egress   string // launch.egressID
 	limits   process.Rlimits
 	heapMB   int // node's --max-old-space-size
+	// layout is the run's path layout: its mounts, cwd and HOME.
+	layout executors.Layout
 }
 
 type fileID struct {
@@ -592,7 +594,7 @@ func (e *Executor) Prewarm(ctx context.Context, spec executors.Spec) error {
 	}
 	defer ws.Close()
 	lim, dir := spec.Limits, spec.WorkspaceDir
-	l := launch{limits: e.limitsFor(spec.Language, lim), dir: dir, env: e.env(), root: e.rootFor(dir),
+	l := launch{limits: e.limitsFor(spec.Language, lim), dir: dir, env: e.env(spec.Layout), root: e.rootFor(dir, spec.Layout),
 		uid: spec.UID, gid: spec.GID}
 	if err := e.grantNetwork(spec, &l); err != nil {
 		return err
@@ -686,6 +688,9 @@ func (e *Executor) warmSpecFor(lang, interp string, ws *os.Root, l launch, lim e
 	}
 	k := warmKey{lang: lang, interp: interp, interpID: statID(ifi, true), uid: l.uid, gid: l.gid,
 		dir: l.dir, dirID: statID(dfi, false), egress: l.egressID, limits: l.limits}
+	if l.root != nil {
+		k.layout = l.root.layout
+	}
 	if lang == executors.LangJavaScript {
 		k.heapMB = lim.MemoryMB
 	}

@@ -13,8 +13,16 @@ rm -rf "$root"/usr/share/doc/* "$root"/usr/share/man/* "$root"/usr/share/info/* 
 # 145 MB no run imports. Their modules probe for them and cope (openpyxl,
 # mpmath); numpy.testing and pandas._testing are not under tests/ and stay.
 find "$root"/usr/lib/python3/dist-packages -type d -name tests -prune -exec rm -rf {} +
-# Mount points the executors use, present so they need not be created.
-mkdir -p "$root"/workspace "$root"/tmp "$root"/proc "$root"/dev
+# Mount points the executors use, present so they need not be created:
+# among them the frameworks' own names of the workspace
+# (executors.LayoutRoots: E2B's /home/user, Daytona's /home/daytona,
+# DeerFlow's /mnt/user-data), where a session's layout shows it.
+mkdir -p "$root"/workspace "$root"/tmp "$root"/proc "$root"/dev \
+  "$root"/home/user "$root"/home/daytona "$root"/mnt/user-data
+# `python` is Python 3, as agents' prompts and tools assume (DeerFlow's
+# tell the model to run `python`): Debian ships python3 alone.
+[ -x "$root"/usr/bin/python3 ] || { echo "trim: python3 missing" >&2; exit 1; }
+[ -e "$root"/usr/bin/python ] || ln -s python3 "$root"/usr/bin/python
 chmod 1777 "$root"/tmp
 # Never let a run find an apt configuration to act on.
 rm -f "$root"/etc/apt/sources.list "$root"/etc/apt/sources.list.d/*
