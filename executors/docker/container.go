@@ -151,6 +151,9 @@ type shape struct {
 	// joins (a session's network holder, detached.go); "" is a
 	// namespace of its own.
 	netns string
+	// layout is the session's path layout (layout.go): fixed at
+	// creation, its mounts, cwd and HOME.
+	layout executors.Layout
 }
 
 // newShape resolves the shape of a run.
@@ -197,7 +200,7 @@ func (e *Executor) containerConfig(s shape, labels map[string]string) *container
 		Env:        sandboxEnv(s),
 		Entrypoint: []string{"/bin/sh", "-c", e.bootScript(), bootArg0},
 		Cmd:        []string{strconv.Itoa(s.limits.MemoryMB), map[bool]string{true: "egress", false: "-"}[s.egress]},
-		WorkingDir: workspaceMount,
+		WorkingDir: s.layout.Dir(),
 		Labels:     labels,
 	}
 }
@@ -236,7 +239,7 @@ func withEgressScript(script string) string {
 // lives in codeDir. A container granted network adds the proxy variables
 // (executors.EgressEnv).
 func sandboxEnv(s shape) []string {
-	env := executors.BaseEnv()
+	env := executors.EnvFor(executors.SandboxPATH, executors.SandboxLang, s.layout)
 	if s.egress {
 		env = append(env, executors.EgressEnv(s.ca != "")...)
 	}
@@ -258,7 +261,7 @@ func (e *Executor) hostConfig(s shape) *container.HostConfig {
 			"/tmp":  "rw,nosuid,nodev,mode=1777,size=" + strconv.Itoa(e.cfg.TmpfsMB) + "m",
 			codeDir: "rw,nosuid,nodev,noexec,mode=1777,size=" + strconv.Itoa(codeTmpfsMB) + "m",
 		},
-		Mounts: []mount.Mount{workspaceBind(s.dir)},
+		Mounts: append([]mount.Mount{workspaceBind(s.dir)}, layoutBinds(s)...),
 		// Output travels over the attach stream only: no log file on the
 		// engine's disk for a flood to fill.
 		LogConfig: container.LogConfig{Type: "none"},

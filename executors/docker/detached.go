@@ -212,7 +212,7 @@ func (e *Executor) StartDetached(ctx context.Context, spec executors.Spec) (exec
 	if err != nil {
 		return nil, err
 	}
-	sh := newShape(e.cfg.Images[spec.Language], dir, spec.UID, spec.GID, spec.Limits, e.cfg.Runtime)
+	sh := newShape(e.cfg.Images[spec.Language], dir, spec.UID, spec.GID, spec.Limits, e.cfg.Runtime).withLayout(spec.Layout)
 	if !e.cfg.OwnKernel && spec.SessionID != "" {
 		if sh.netns, err = e.holder(ctx, spec.SessionID, sh); err != nil {
 			return nil, err

@@ -475,7 +475,7 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 	if err != nil {
 		return executors.Result{}, err
 	}
-	sh := newShape(e.cfg.Images[spec.Language], dir, spec.UID, spec.GID, lim, e.cfg.Runtime).withEgress(spec.Egress)
+	sh := newShape(e.cfg.Images[spec.Language], dir, spec.UID, spec.GID, lim, e.cfg.Runtime).withEgress(spec.Egress).withLayout(spec.Layout)
 	if !e.cfg.OwnKernel && !sh.egress {
 		sh.netns = e.detached.netns(spec.SessionID) // the session's loopback, once it holds one (detached.go)
 	}

@@ -85,7 +85,7 @@ func (e *Executor) executeCell(ctx context.Context, spec executors.Spec) (execut
 	}
 	lim := spec.Limits
 	lim.CPUSeconds = kernelCPUSeconds
-	sh := newShape(e.cfg.Images[executors.LangPython], dir, spec.UID, spec.GID, lim, e.cfg.Runtime)
+	sh := newShape(e.cfg.Images[executors.LangPython], dir, spec.UID, spec.GID, lim, e.cfg.Runtime).withLayout(spec.Layout)
 	log := e.log.With("request_id", spec.RequestID, "session_id", spec.SessionID)
 	began := time.Now()
 	k, started, err := e.kernels.get(ctx, spec.SessionID, sh)
