@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"log/slog"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/sandgate/sandgate/audit"
@@ -42,7 +43,10 @@ type Config struct {
 	// be attached; no other host is.
 	Credentials []Credential
 	// CADir is where the gateway CA is kept (ca.pem, ca-key.pem). It is
-	// created only when Credentials are configured.
+	// created when the Service is, so that a host a policy reload marks
+	// for inspection can be inspected at once; empty means no host can be
+	// intercepted (credentials are then refused, and an inspected host is
+	// denied).
 	CADir string
 	// UpstreamRoots verifies upstream servers of intercepted hosts; nil
 	// means the system roots. Tests add their server's certificate.
@@ -57,13 +61,37 @@ type Config struct {
 	GatewayAddresses []netip.Addr
 }
 
-// Credential is a header the proxy adds to every request to Host (HTTPS
-// only: a secret is never sent in clear text). Value is never logged or
-// audited.
+// Credential is a header the proxy adds to the requests to Host (HTTPS
+// only: a secret is never sent in clear text) that match its Methods and
+// PathPrefix; every other request goes out without it. Value is never
+// logged or audited.
 type Credential struct {
 	Host   string
 	Header string
 	Value  string
+	// Methods limits the credential to these methods (any case); empty
+	// means every method.
+	Methods []string
+	// PathPrefix limits it to paths that start with the prefix (the path
+	// as sent, compared byte for byte; paths with dot segments never reach
+	// this point); empty means every path.
+	PathPrefix string
+}
+
+// matches reports whether a request of method to path gets c.
+func (c Credential) matches(method, path string) bool {
+	if c.PathPrefix != "" && !strings.HasPrefix(path, c.PathPrefix) {
+		return false
+	}
+	if len(c.Methods) == 0 {
+		return true
+	}
+	for _, m := range c.Methods {
+		if strings.EqualFold(m, method) {
+			return true
+		}
+	}
+	return false
 }
 
 // Decider is the policy engine (policy.Engine).

@@ -22,6 +22,8 @@ const (
 	ruleTunnelCap       = "egress.tunnel_cap"
 	ruleDial            = "egress.dial"
 	ruleReload          = "egress.policy_reload"
+	ruleNoCA            = "egress.no_ca"
+	ruleBadPath         = "egress.bad_path"
 )
 
 // verdict is the outcome of deciding one connection.
@@ -33,6 +35,16 @@ type verdict struct {
 	addr    netip.Addr // the checked address to dial
 	in      policy.EgressInput
 	human   bool // a person approved it (kept open through reloads that still require approval)
+	// inspect: each HTTP request on the connection is decided.
+	inspect bool
+	// decision is the refusal's decision: deny, or approval_<status>
+	// when a person did not allow it.
+	decision string
+}
+
+// refusal is v's answer to the client, for what was asked of t.
+func (v verdict) refusal(t target, method, path string) refusal {
+	return refusal{status: v.status, rule: v.rule, decision: v.decision, msg: v.msg, method: method, host: t.host, port: t.port, path: path}
 }
 
 // decide resolves t, asks the policy and, when it says so, a person.
@@ -48,7 +60,11 @@ func (h *Handle) decide(ctx context.Context, t target, rec *connRecord) verdict 
 	in := h.policyInput(t, addrs)
 	d := h.s.deps.Policy.DecideEgress(ctx, in)
 	rec.decision(d)
-	v := verdict{in: in, rule: d.Rule}
+	v := verdict{in: in, rule: d.Rule, inspect: d.Inspect}
+	if d.Inspect && h.s.ca == nil && d.Action != policy.ActionDeny {
+		v.status, v.rule, v.msg = http.StatusForbidden, ruleNoCA, t.String()+" is to be inspected and the gateway has no CA to do it"
+		return v
+	}
 	switch d.Action {
 	case policy.ActionAllow:
 	case policy.ActionRequireApproval:
@@ -74,15 +90,27 @@ func (h *Handle) decide(ctx context.Context, t target, rec *connRecord) verdict 
 // answer for it. The wait is bounded by the approval timeout (a deny) and
 // by the run's context.
 func (h *Handle) approve(ctx context.Context, t target, d policy.EgressDecision, v verdict, rec *connRecord) verdict {
-	key := approvalKey{session: h.b.SessionKey, target: t.String()}
+	v, approval := h.ask(ctx, t.String(), d, v)
+	if approval != nil {
+		rec.approval = approval
+	}
+	return v
+}
+
+// ask asks a person about target (host:port, or a request's method,
+// host:port and path), unless this session already has an answer for it,
+// and returns the verdict and the approval's record, if one was asked.
+func (h *Handle) ask(ctx context.Context, target string, d policy.EgressDecision, v verdict) (verdict, *audit.Approval) {
+	key := approvalKey{session: h.b.SessionKey, target: target}
 	if h.s.sessionApproved(key) {
 		v.allowed, v.human, v.rule = true, true, ruleSessionApproval
-		return v
+		return v, nil
 	}
 	v.status = http.StatusForbidden
 	if h.s.deps.Confirm == nil {
-		v.rule, v.msg = "approval_unavailable", t.String()+" needs approval and no approval service is configured"
-		return v
+		v.rule, v.msg = "approval_unavailable", target+" needs approval and no approval service is configured"
+		v.decision = v.rule
+		return v, nil
 	}
 	deadline := time.Now().Add(h.s.cfg.ApprovalTimeout)
 	cctx, cancel := context.WithDeadline(ctx, deadline.Add(time.Second))
@@ -92,28 +120,30 @@ func (h *Handle) approve(ctx context.Context, t target, d policy.EgressDecision,
 		reasons[i] = confirm.Reason{Code: r.Code, Message: r.Message}
 	}
 	out, err := h.s.deps.Confirm.Confirm(cctx, confirm.Request{
-		Kind: confirm.KindEgress, Target: t.String(), RequestID: h.b.RequestID, Tenant: h.b.Tenant,
+		Kind: confirm.KindEgress, Target: target, RequestID: h.b.RequestID, Tenant: h.b.Tenant,
 		SessionID: h.b.SessionID, RiskLevel: h.b.Risk, Reasons: reasons, PolicyRevision: d.PolicyRevision,
 		Principal: h.b.Principal, Deadline: deadline, Via: "egress proxy",
 	})
 	if err != nil {
-		h.s.log.ErrorContext(ctx, "egress approval could not be asked", "session_id", h.b.SessionID, "target", t.String(), "err", err)
-		v.rule, v.msg = "approval_unavailable", t.String()+" needs approval and the approval service failed"
-		return v
+		h.s.log.ErrorContext(ctx, "egress approval could not be asked", "session_id", h.b.SessionID, "target", target, "err", err)
+		v.rule, v.msg = "approval_unavailable", target+" needs approval and the approval service failed"
+		v.decision = v.rule
+		return v, nil
 	}
-	rec.approval = &audit.Approval{ID: out.ApprovalID, Status: out.Status, DecidedBy: out.DecidedBy, Reason: out.Reason,
+	approval := &audit.Approval{ID: out.ApprovalID, Status: out.Status, DecidedBy: out.DecidedBy, Reason: out.Reason,
 		TimeToDecideMS: out.TimeToDecide.Milliseconds()}
 	h.s.deps.Metrics.approval(out.Status)
 	if !out.Approved() {
-		v.rule, v.msg = "approval_"+out.Status, t.String()+" was not approved ("+out.Status+")"
-		return v
+		v.rule, v.msg = "approval_"+out.Status, target+" was not approved ("+out.Status+")"
+		v.decision = v.rule
+		return v, approval
 	}
 	v.allowed, v.human, v.rule = true, true, ruleApproved
 	if out.Scope == confirm.ScopeSession {
 		h.s.approveSession(key)
 		v.rule = ruleSessionApproval
 	}
-	return v
+	return v, approval
 }
 
 func reasonText(rs []policy.Reason) string {

@@ -11,14 +11,18 @@ import (
 	"time"
 )
 
-// intercept serves a CONNECT to a host with a bound credential: TLS from
-// the sandbox ends here (with a certificate from the gateway CA for the
-// CONNECT host, so the server name is checked by the handshake itself),
-// each request gets the credential's header, and goes on over a new TLS
-// connection to the checked address, verified against the upstream
-// roots. The secret exists only in the gateway's memory and on the wire
-// to the server.
-func (h *Handle) intercept(ctx context.Context, conn net.Conn, br *bufio.Reader, up net.Conn, t target, cred Credential, rec *connRecord) {
+// intercept serves a CONNECT to a host the policy inspects or that has a
+// bound credential: TLS from the sandbox ends here (with a certificate
+// from the gateway CA for the CONNECT host, so the server name is checked
+// by the handshake itself), each request is decided (inspect) and given
+// the credential that matches it, and goes on over a new TLS connection
+// to the checked address, verified against the upstream roots. The
+// secret exists only in the gateway's memory and on the wire to the
+// server.
+//
+// HTTP/2 is refused by ALPN: only http/1.1 is offered, to the sandbox and
+// to the server, so every request is one the proxy reads and decides.
+func (h *Handle) intercept(ctx context.Context, conn net.Conn, br *bufio.Reader, up net.Conn, t target, v verdict, rec *connRecord) {
 	client := tls.Server(bufferedConn{Conn: conn, r: br}, &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		NextProtos: []string{"http/1.1"},
@@ -45,42 +49,10 @@ func (h *Handle) intercept(ctx context.Context, conn net.Conn, br *bufio.Reader,
 		return
 	}
 	_ = conn.SetDeadline(time.Time{})
-	h.relayRequests(client, server, t, cred, rec)
+	h.relayRequests(ctx, client, server, t, v, rec)
 }
 
 var errSNIMismatch = errors.New("egress: TLS server name does not match the CONNECT host")
-
-// relayRequests forwards the client's requests one at a time, adding the
-// credential header (replacing any value the sandbox sent).
-func (h *Handle) relayRequests(client, server net.Conn, t target, cred Credential, rec *connRecord) {
-	cr, sr := bufio.NewReader(client), bufio.NewReader(server)
-	for {
-		req, err := http.ReadRequest(cr)
-		if err != nil {
-			return
-		}
-		hdr, herr := parseAuthority(req.Host, 443)
-		if herr != nil || hdr.host != t.host || hdr.port != t.port {
-			rec.refused(ruleHostMismatch, "the Host header "+req.Host+" is not the CONNECT host "+t.String())
-			writeRefusal(client, http.StatusMisdirectedRequest, ruleHostMismatch, "the Host header is not the CONNECT host")
-			return
-		}
-		stripHopByHop(req.Header)
-		req.Header.Set(cred.Header, cred.Value)
-		if err := req.Write(server); err != nil {
-			return
-		}
-		resp, err := readFinalResponse(sr, req, client)
-		if err != nil {
-			return
-		}
-		werr := resp.Write(client)
-		resp.Body.Close()
-		if werr != nil || resp.Close || req.Close {
-			return
-		}
-	}
-}
 
 // readFinalResponse passes interim responses (100 Continue, 103 Early
 // Hints) on to the client and returns the final one.

@@ -1,6 +1,10 @@
 package egress
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Metrics are the proxy's Prometheus series. A nil *Metrics records
 // nothing.
@@ -9,6 +13,8 @@ type Metrics struct {
 	bytes     *prometheus.CounterVec
 	tunnels   prometheus.Gauge
 	approvals *prometheus.CounterVec
+	requests  *prometheus.CounterVec
+	reqTime   prometheus.Histogram
 }
 
 // NewMetrics registers the series on reg.
@@ -30,8 +36,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "sandgate_egress_approvals_total",
 			Help: "Egress approvals asked, by status (approved, denied, timeout, withdrawn, interrupted).",
 		}, []string{"status"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandgate_egress_requests_total",
+			Help: "HTTP requests on intercepted egress connections by final action (allow, deny) and outcome (ok, denied, error).",
+		}, []string{"action", "outcome"}),
+		reqTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sandgate_egress_request_duration_seconds",
+			Help:    "Time of one HTTP request on an intercepted egress connection, decision, approval wait and response included.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
+		}),
 	}
-	reg.MustRegister(m.conns, m.bytes, m.tunnels, m.approvals)
+	reg.MustRegister(m.conns, m.bytes, m.tunnels, m.approvals, m.requests, m.reqTime)
 	return m
 }
 
@@ -45,6 +60,14 @@ func (m *Metrics) connection(action, outcome string, up, down int64) {
 	m.conns.WithLabelValues(action, outcome).Inc()
 	m.bytes.WithLabelValues("up").Add(float64(up))
 	m.bytes.WithLabelValues("down").Add(float64(down))
+}
+
+func (m *Metrics) request(action, outcome string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.requests.WithLabelValues(action, outcome).Inc()
+	m.reqTime.Observe(d.Seconds())
 }
 
 func (m *Metrics) tunnel(delta float64) {

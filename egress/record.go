@@ -19,6 +19,7 @@ const auditWriteTimeout = 5 * time.Second
 
 // connRecord accumulates what the audit record of one connection says.
 type connRecord struct {
+	id       string // links the connection's request records to it
 	start    time.Time
 	t        target
 	pol      policy.EgressDecision
@@ -32,9 +33,10 @@ type connRecord struct {
 	reasons  []audit.Reason
 	addr     string
 	closedBy string
+	requests int // requests read on an intercepted connection
 }
 
-func newConnRecord() *connRecord { return &connRecord{start: time.Now()} }
+func newConnRecord() *connRecord { return &connRecord{id: newConnID(), start: time.Now()} }
 
 func (r *connRecord) decision(d policy.EgressDecision) {
 	r.pol = d
@@ -87,7 +89,11 @@ func (h *Handle) finish(r *connRecord) {
 		Detail: map[string]string{
 			"host": r.t.host, "port": strconv.Itoa(r.t.port), "scheme": r.t.scheme, "rule": r.rule,
 			"bytes_up": strconv.FormatInt(r.up.Load(), 10), "bytes_down": strconv.FormatInt(r.down.Load(), 10),
+			"connection_id": r.id,
 		},
+	}
+	if r.requests > 0 {
+		rec.Detail["requests"] = strconv.Itoa(r.requests)
 	}
 	if r.addr != "" {
 		rec.Detail["address"] = r.addr

@@ -137,15 +137,6 @@ func parseAuthority(s string, def int) (target, error) {
 	return target{host: host, port: port}, nil
 }
 
-// writeRefusal answers a proxy request the proxy will not serve. The body
-// is plain text a person reads in curl's or pip's error output; headers
-// carry the rule for tools.
-func writeRefusal(w io.Writer, status int, rule, msg string) {
-	body := "sandgate egress: " + msg + "\n"
-	fmt.Fprintf(w, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nX-Sandgate-Rule: %s\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s",
-		status, http.StatusText(status), headerSafe(rule), len(body), body)
-}
-
 func headerSafe(s string) string {
 	return strings.Map(func(r rune) rune {
 		if r < 0x20 || r == 0x7f {

@@ -57,7 +57,11 @@ func (h *Handle) ServeConn(ctx context.Context, conn net.Conn) {
 	v := h.decide(ctx, t, rec)
 	if !v.allowed {
 		rec.refused(v.rule, v.msg)
-		writeRefusal(conn, v.status, v.rule, v.msg)
+		method := req.Method
+		if method == http.MethodConnect {
+			method = "" // the refusal names what was asked: host:port
+		}
+		v.refusal(t, method, "").write(conn, req.UserAgent())
 		h.finish(rec)
 		return
 	}
@@ -90,9 +94,9 @@ func (h *Handle) ServeConn(ctx context.Context, conn net.Conn) {
 	}
 	rec.allowed(v.rule, netip.AddrPortFrom(v.addr, uint16(t.port)).String())
 	if t.scheme == schemeHTTPS {
-		h.serveConnect(tctx, conn, br, counted, upConn, t, rec)
+		h.serveConnect(tctx, conn, br, counted, upConn, t, v, rec)
 	} else {
-		h.servePlain(conn, req, counted, t)
+		h.servePlain(tctx, conn, req, counted, t, v, rec)
 	}
 	_ = upConn.Close()
 	h.finish(rec)
@@ -101,12 +105,12 @@ func (h *Handle) ServeConn(ctx context.Context, conn net.Conn) {
 // serveConnect answers 200 and carries the tunnel. On a TLS port (443) the ClientHello
 // is read first and its server name must be the CONNECT host; a host with
 // a bound credential is intercepted instead.
-func (h *Handle) serveConnect(ctx context.Context, conn net.Conn, br *bufio.Reader, up, bareUp net.Conn, t target, rec *connRecord) {
+func (h *Handle) serveConnect(ctx context.Context, conn net.Conn, br *bufio.Reader, up, bareUp net.Conn, t target, v verdict, rec *connRecord) {
 	if _, err := io.WriteString(conn, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		return
 	}
-	if cred, ok := h.s.credential(t.host); ok && h.s.ca != nil {
-		h.intercept(ctx, conn, br, up, t, cred, rec)
+	if v.inspect || h.s.hasCredential(t.host) {
+		h.intercept(ctx, conn, br, up, t, v, rec)
 		return
 	}
 	if slices.Contains(h.s.cfg.TLSPorts, t.port) {
@@ -129,25 +133,53 @@ func (h *Handle) serveConnect(ctx context.Context, conn net.Conn, br *bufio.Read
 
 // servePlain forwards one absolute-form request in origin form and its
 // response, then ends the connection (Connection: close): the client's
-// next request is a new connection, decided on its own.
-func (h *Handle) servePlain(conn net.Conn, req *http.Request, up net.Conn, t target) {
+// next request is a new connection, decided on its own. On an inspected
+// host the request is decided first, as on an intercepted tunnel.
+func (h *Handle) servePlain(ctx context.Context, conn net.Conn, req *http.Request, up net.Conn, t target, v verdict, rec *connRecord) {
 	_ = conn.SetDeadline(time.Time{})
+	if !v.inspect {
+		h.forwardPlain(conn, req, up, t)
+		return
+	}
+	if req.URL.Path == "" {
+		req.URL.Path = "/"
+	}
+	rr := rec.request(req, t)
+	defer h.finishRequest(rr)
+	if !h.admit(ctx, conn, req, t, v, rr) {
+		return
+	}
+	rr.status = h.forwardPlain(countingWriterConn{Conn: conn, w: countingWriter{w: conn, n: &rr.down}}, req, up, t)
+}
+
+// forwardPlain sends req to up and its response to conn; it returns the
+// response's status (0 when there was none).
+func (h *Handle) forwardPlain(conn net.Conn, req *http.Request, up net.Conn, t target) int {
 	stripHopByHop(req.Header)
 	req.Close = true
 	req.RequestURI = ""
 	if err := req.Write(up); err != nil {
-		return
+		return 0
 	}
 	resp, err := readFinalResponse(bufio.NewReader(up), req, conn)
 	if err != nil {
 		writeRefusal(conn, http.StatusBadGateway, ruleDial, "the server at "+t.String()+" did not answer")
-		return
+		return 0
 	}
 	defer resp.Body.Close()
 	stripHopByHop(resp.Header)
 	resp.Close = true
 	_ = resp.Write(conn)
+	return resp.StatusCode
 }
+
+// countingWriterConn is a connection whose writes are counted.
+type countingWriterConn struct {
+	net.Conn
+	w countingWriter
+}
+
+func (c countingWriterConn) Write(p []byte) (int, error) { return c.w.Write(p) }
 
 // stripHopByHop removes the headers that belong to one hop (RFC 9110
 // 7.6.1), and the proxy's own.

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 
@@ -21,8 +22,8 @@ type Service struct {
 	log      *slog.Logger
 	resolver Resolver
 	own      []netip.Addr
-	creds    map[string]Credential // by lower-case host
-	ca       *authority            // nil when no host is intercepted
+	creds    map[string][]Credential // by lower-case host, in configuration order
+	ca       *authority              // nil without a CA directory: nothing is intercepted
 
 	mu sync.Mutex
 	// approved holds the "allow for this session" answers, by session
@@ -33,15 +34,15 @@ type Service struct {
 
 type approvalKey struct{ session, target string }
 
-// New builds the Service. The CA is loaded (or made, in cfg.CADir) only
-// when credentials are configured.
+// New builds the Service. The CA is loaded (or made) in cfg.CADir when
+// one is given.
 func New(cfg Config, deps Deps) (*Service, error) {
 	if deps.Policy == nil {
 		return nil, errors.New("egress: Deps.Policy is required")
 	}
 	cfg = cfg.withDefaults()
 	s := &Service{cfg: cfg, deps: deps, log: deps.Logger, resolver: deps.Resolver,
-		creds: map[string]Credential{}, approved: map[approvalKey]struct{}{}, tunnels: map[string]map[*tunnel]struct{}{}}
+		creds: map[string][]Credential{}, approved: map[approvalKey]struct{}{}, tunnels: map[string]map[*tunnel]struct{}{}}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -57,15 +58,17 @@ func New(cfg Config, deps Deps) (*Service, error) {
 		if host == "" || c.Header == "" || c.Value == "" {
 			return nil, fmt.Errorf("egress: a credential needs a host, a header and a value (host %q)", c.Host)
 		}
-		if _, dup := s.creds[host]; dup {
-			return nil, fmt.Errorf("egress: two credentials for host %q", host)
+		for _, o := range s.creds[host] {
+			if o.PathPrefix == c.PathPrefix && slices.Equal(o.Methods, c.Methods) {
+				return nil, fmt.Errorf("egress: two credentials for host %q with the same methods and path prefix", host)
+			}
 		}
-		s.creds[host] = c
+		s.creds[host] = append(s.creds[host], c)
 	}
-	if len(s.creds) > 0 {
-		if cfg.CADir == "" {
-			return nil, errors.New("egress: credentials need a CA directory")
-		}
+	if len(s.creds) > 0 && cfg.CADir == "" {
+		return nil, errors.New("egress: credentials need a CA directory")
+	}
+	if cfg.CADir != "" {
 		ca, err := loadOrCreateCA(cfg.CADir)
 		if err != nil {
 			return nil, err
@@ -116,9 +119,19 @@ func (s *Service) approveSession(k approvalKey) {
 	s.approved[k] = struct{}{}
 }
 
-func (s *Service) credential(host string) (Credential, bool) {
-	c, ok := s.creds[host]
-	return c, ok
+// hasCredential reports whether host has a credential bound: its
+// connections are intercepted so it can be attached.
+func (s *Service) hasCredential(host string) bool { return len(s.creds[host]) > 0 }
+
+// credentialFor is the first credential of host that a request of method
+// to path matches.
+func (s *Service) credentialFor(host, method, path string) (Credential, bool) {
+	for _, c := range s.creds[host] {
+		if c.matches(method, path) {
+			return c, true
+		}
+	}
+	return Credential{}, false
 }
 
 // Handle is a run's connection to the proxy (executors.Egress).

@@ -1,0 +1,192 @@
+package egress
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"github.com/sandgate/sandgate/policy"
+)
+
+// relayRequests forwards the client's requests one at a time over the
+// intercepted connection. On an inspected connection each request is
+// decided on its own before anything of it reaches the server, the
+// second of two pipelined requests as much as the first: a request is
+// read only once the previous one's response is written. Each request
+// gets the credential that matches it, replacing any value the sandbox
+// sent in that header, and its own audit record.
+func (h *Handle) relayRequests(ctx context.Context, client, server net.Conn, t target, v verdict, rec *connRecord) {
+	cr, sr := bufio.NewReader(client), bufio.NewReader(server)
+	for {
+		req, err := http.ReadRequest(cr)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && ctx.Err() == nil && !timedOut(err) {
+				writeRefusal(client, http.StatusBadRequest, ruleBadRequest, "malformed request on the connection to "+t.String())
+			}
+			return
+		}
+		if !h.relayOne(ctx, client, server, sr, req, t, v, rec) {
+			return
+		}
+	}
+}
+
+// relayOne decides, forwards and records one request; false ends the
+// connection.
+func (h *Handle) relayOne(ctx context.Context, client, server net.Conn, sr *bufio.Reader, req *http.Request, t target, v verdict, rec *connRecord) bool {
+	rr := rec.request(req, t)
+	defer h.finishRequest(rr)
+	if hdr, err := parseAuthority(req.Host, t.port); err != nil || hdr.host != t.host || hdr.port != t.port {
+		msg := "the Host header " + req.Host + " is not the CONNECT host " + t.String()
+		rec.refused(ruleHostMismatch, msg)
+		rr.refused(ruleHostMismatch, policy.ActionDeny, msg, http.StatusMisdirectedRequest)
+		refusal{status: http.StatusMisdirectedRequest, rule: ruleHostMismatch, msg: "the Host header is not the CONNECT host"}.write(client, req.UserAgent())
+		return false
+	}
+	if ok := h.admit(ctx, client, req, t, v, rr); !ok {
+		return rr.keepAlive
+	}
+	stripHopByHop(req.Header)
+	if cred, ok := h.s.credentialFor(t.host, req.Method, req.URL.EscapedPath()); ok {
+		req.Header.Set(cred.Header, cred.Value)
+		rr.credential = cred.Header
+	}
+	if req.Body != nil {
+		req.Body = countingBody{ReadCloser: req.Body, n: &rr.up}
+	}
+	if err := req.Write(server); err != nil {
+		rr.failed(http.StatusBadGateway)
+		return false
+	}
+	cw := countingWriter{w: client, n: &rr.down}
+	resp, err := readFinalResponse(sr, req, cw)
+	if err != nil {
+		rr.failed(http.StatusBadGateway)
+		writeRefusal(client, http.StatusBadGateway, ruleDial, "the server at "+t.String()+" did not answer")
+		return false
+	}
+	rr.status = resp.StatusCode
+	werr := resp.Write(cw)
+	resp.Body.Close()
+	if werr != nil {
+		rr.failed(resp.StatusCode)
+	}
+	return werr == nil && !resp.Close && !req.Close
+}
+
+// admit decides req when the connection is inspected (and checks its
+// path, which the policy and the credentials match on). A refused request
+// is answered here; rr says whether the connection stays usable.
+func (h *Handle) admit(ctx context.Context, client net.Conn, req *http.Request, t target, v verdict, rr *reqRecord) bool {
+	path := req.URL.EscapedPath()
+	noBody := req.ContentLength == 0 && len(req.TransferEncoding) == 0
+	if msg := checkPath(req); msg != "" {
+		rr.refused(ruleBadPath, policy.ActionDeny, msg, http.StatusBadRequest)
+		refusal{status: http.StatusBadRequest, rule: ruleBadPath, msg: msg, method: req.Method, host: t.host, port: t.port,
+			path: path}.write(client, req.UserAgent())
+		return false
+	}
+	if !v.inspect {
+		rr.allowed(v.rule)
+		return true
+	}
+	in := v.in
+	in.HTTP = &policy.EgressHTTP{Method: req.Method, Scheme: t.scheme, Host: t.host, Port: t.port, Path: path,
+		Query: req.URL.RawQuery, HeaderNames: headerNames(req.Header)}
+	d := h.s.deps.Policy.DecideEgress(ctx, in)
+	rr.decision(d)
+	rv := verdict{rule: d.Rule, status: http.StatusForbidden}
+	switch d.Action {
+	case policy.ActionAllow:
+		rv.allowed = true
+	case policy.ActionRequireApproval:
+		rv, rr.approval = h.ask(ctx, req.Method+" "+t.String()+path, d, rv)
+	default:
+		rv.msg = req.Method + " " + t.String() + path + " is denied: " + reasonText(d.Reasons)
+	}
+	if rv.allowed {
+		rr.allowed(rv.rule)
+		return true
+	}
+	rr.keepAlive = noBody
+	rr.refused(rv.rule, rv.decision, rv.msg, rv.status)
+	ref := rv.refusal(t, req.Method, path)
+	ref.keepAlive = noBody
+	ref.write(client, req.UserAgent())
+	return false
+}
+
+// checkPath refuses a request whose path the policy could misread: not
+// without an absolute path, or with dot segments (plain or percent-encoded) or
+// backslashes, which a server may resolve to a path no rule was asked
+// about ("/v1/../admin").
+func checkPath(req *http.Request) string {
+	raw := req.URL.EscapedPath()
+	if req.URL.Opaque != "" || !strings.HasPrefix(raw, "/") {
+		return "the request target " + headerSafe(truncate(req.RequestURI, 200)) + " has no absolute path"
+	}
+	lower := strings.ToLower(raw)
+	if strings.Contains(lower, "\\") || strings.Contains(lower, "%5c") {
+		return "a backslash in the path is refused"
+	}
+	for _, seg := range strings.Split(strings.ReplaceAll(lower, "%2e", "."), "/") {
+		if seg == "." || seg == ".." {
+			return "a dot segment in the path is refused"
+		}
+	}
+	return ""
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// headerNames are the request's header names, sorted, Host included;
+// never their values.
+func headerNames(h http.Header) []string {
+	out := make([]string, 0, len(h)+1)
+	out = append(out, "Host")
+	for k := range h {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// countingWriter counts the bytes written to the client.
+type countingWriter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (c countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// countingBody counts a request body as the server is sent it.
+type countingBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (c countingBody) Read(p []byte) (int, error) {
+	n, err := c.ReadCloser.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
