@@ -150,6 +150,9 @@ type PoolConfig struct {
 type Workspace struct {
 	Dir      string
 	UID, GID int
+	// Home is the HOME of the session's commands, its layout's workdir
+	// (layout.go); "" is /workspace.
+	Home string
 }
 
 var instanceRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$`)

@@ -35,8 +35,9 @@ func TestConformancePool(t *testing.T) {
 			})
 			return e
 		},
-		ProcessesVisible: true,
-		DataStack:        true, // the image is built on the runtime root (images/)
+		ProcessesVisible:  true,
+		LayoutRootsShared: "an instance starts before its session is known, and the engine fixes its mounts then",
+		DataStack:         true, // the image is built on the runtime root (images/)
 		FingerprintExceptions: map[string]string{
 			"env SANDBOXD_RUN": sandboxdMarkerReason,
 		},
@@ -61,6 +62,7 @@ func TestConformanceSandboxd(t *testing.T) {
 		New:              func(*testing.T) executors.Executor { return fx },
 		Serial:           true, // one /workspace mount point: runs take turns
 		ProcessesVisible: true,
+		NoLayouts:        "the fixture is one sandbox for every run: its HOME is fixed (TestConformancePool checks layouts)",
 		DataStack:        true, // the image is built on the runtime root (images/)
 		FingerprintExceptions: map[string]string{
 			"env SANDBOXD_RUN": sandboxdMarkerReason,

@@ -86,7 +86,7 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 	if spec.SessionID == "" {
 		return executors.Result{}, errors.New("aio: a run needs a session id: the instance belongs to the session")
 	}
-	ws := Workspace{Dir: spec.WorkspaceDir, UID: spec.UID, GID: spec.GID}
+	ws := Workspace{Dir: spec.WorkspaceDir, UID: spec.UID, GID: spec.GID, Home: homeOf(spec.Layout)}
 	for attempt := 1; ; attempt++ {
 		l, err := e.acquire(ctx, spec.SessionID, ws)
 		if err != nil {
@@ -121,7 +121,7 @@ func (e *Executor) runOn(ctx context.Context, l *lease, spec executors.Spec) (ex
 		return executors.Result{}, err
 	}
 	res, err := run(ctx, l.client(), runRequest{
-		dir: workspaceMount, id: spec.RequestID, lang: spec.Language, code: spec.Code, timeout: spec.Timeout, margin: DefaultClientMargin,
+		dir: workspaceMount, cwd: spec.Layout.Dir(), id: spec.RequestID, lang: spec.Language, code: spec.Code, timeout: spec.Timeout, margin: DefaultClientMargin,
 		limits: spec.Limits, extended: e.cfg.Network == NetworkNone, output: spec.Output, egress: grant,
 	})
 	endEgress()

@@ -57,7 +57,7 @@ func runCell(ctx context.Context, c *Client, spec executors.Spec, margin time.Du
 	cctx, cancel := context.WithTimeout(ctx, spec.Timeout+margin+kernelMargin)
 	defer cancel()
 	res, err := c.CodeExecute(cctx, CodeExecuteRequest{Language: executors.LangPython, Code: spec.Code, Timeout: &secs,
-		Cwd: workspaceMount, Stateful: true, SessionID: kernelSession, XSandgate: ext})
+		Cwd: spec.Layout.Dir(), Stateful: true, SessionID: kernelSession, XSandgate: ext})
 	if err != nil {
 		return executors.Result{}, classify(ctx, cctx, err)
 	}

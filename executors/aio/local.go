@@ -344,6 +344,7 @@ func (b *localBackend) containerConfig(h *handle, labels map[string]string) (*co
 			Ulimits: []*container.Ulimit{{Name: "core", Soft: 0, Hard: 0}},
 		},
 	}
+	hc.Mounts = append(hc.Mounts, layoutMounts(filepath.Join(h.dir, stateWS))...)
 	if b.cfg.Network == NetworkBridge {
 		// The real agent-infra image: its own entrypoint and user, its
 		// API key from SANDBOX_API_KEY, port 8080 on 127.0.0.1 only.
@@ -436,9 +437,9 @@ func (b *localBackend) bind(ctx context.Context, h *handle, bd binding) (*Client
 		User:       user,
 		Env:        []string{"SANDBOXD_API_KEY=" + h.key},
 		WorkingDir: workspaceMount,
-		Cmd: []string{sandboxdBinary, "serve", "--contained", "--workspace", workspaceMount,
+		Cmd: append([]string{sandboxdBinary, "serve", "--contained", "--workspace", workspaceMount,
 			"--listen", "unix:" + containerRun + "/" + socketName,
-			"--egress", "unix:" + executors.EgressDir + "/" + executors.EgressSocketName},
+			"--egress", "unix:" + executors.EgressDir + "/" + executors.EgressSocketName}, homeArgs(bd.ws)...),
 	})
 	if err != nil {
 		return nil, engineError("exec sandboxd", err)

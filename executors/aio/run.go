@@ -20,7 +20,10 @@ const workspaceMount = "/workspace"
 // runRequest is one run on one sandbox.
 type runRequest struct {
 	// dir is the workspace as the sandbox sees it (workspaceMount).
-	dir      string
+	dir string
+	// cwd is the run's directory, the session's layout workdir; "" is
+	// dir.
+	cwd      string
 	id       string
 	lang     string
 	code     string
@@ -33,6 +36,13 @@ type runRequest struct {
 	output func(output.Chunk)
 	// egress is the run's network grant (nil: none), sent to sandboxd.
 	egress *RunEgress
+}
+
+func (r runRequest) workdir() string {
+	if r.cwd == "" {
+		return r.dir
+	}
+	return r.cwd
 }
 
 // errUnknownOutcome marks a run whose result the sandbox never delivered
@@ -87,7 +97,7 @@ func run(ctx context.Context, c *Client, r runRequest) (executors.Result, error)
 		secs := int(math.Ceil(r.timeout.Seconds()))
 		var res CodeExecuteResult
 		res, err = c.CodeExecuteStream(cctx, CodeExecuteRequest{Language: r.lang, Code: r.code, Timeout: &secs,
-			Cwd: r.dir, XSandgate: ext}, onChunk)
+			Cwd: r.workdir(), XSandgate: ext}, onChunk)
 		status, exitCode, stdout, stderr, out = res.Status, res.ExitCode, res.Stdout, res.Stderr, res.XSandgate
 		timedOut = status == "timeout"
 		finished = status == "ok" || status == "error" || timedOut
@@ -140,7 +150,7 @@ func run(ctx context.Context, c *Client, r runRequest) (executors.Result, error)
 // cancelled run can be killed by session id on any server, and closes it.
 func runBash(cctx, parent context.Context, c *Client, r runRequest, ext *RunExtension, onChunk func(StreamEvent)) (BashExecResult, error) {
 	sid := "sg-" + r.id
-	if err := c.BashSessionCreate(cctx, sid, r.dir); err != nil {
+	if err := c.BashSessionCreate(cctx, sid, r.workdir()); err != nil {
 		return BashExecResult{}, err
 	}
 	defer func() {
@@ -154,7 +164,7 @@ func runBash(cctx, parent context.Context, c *Client, r runRequest, ext *RunExte
 	}()
 	hard := r.timeout.Seconds()
 	limit := r.limits.MaxOutputBytes
-	return c.BashExecStream(cctx, BashExecRequest{Command: r.code, SessionID: sid, ExecDir: r.dir,
+	return c.BashExecStream(cctx, BashExecRequest{Command: r.code, SessionID: sid, ExecDir: r.workdir(),
 		HardTimeout: &hard, MaxOutputLength: &limit, XSandgate: ext}, onChunk)
 }
 
