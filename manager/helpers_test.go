@@ -144,6 +144,7 @@ type hopts struct {
 	execs   []executors.Executor
 	store   audit.Store // default: h.audit
 	metrics *manager.Metrics
+	layouts map[string]manager.Layout
 }
 
 // harness is a Manager wired with real risk, policy, workspace and audit
@@ -209,6 +210,7 @@ func newHarness(t *testing.T, o hopts) *harness {
 		Workspaces: ws,
 		Audit:      h.audit,
 		Metrics:    o.metrics,
+		Layouts:    o.layouts,
 	}
 	if o.store != nil {
 		deps.Audit = o.store

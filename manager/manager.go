@@ -109,6 +109,9 @@ type Deps struct {
 	Placement Placement
 	// Events keeps and delivers lifecycle events; nil drops them.
 	Events EventSink
+	// Layouts are the front ends' path layouts, by front end name
+	// (layout.go); a front end without one gets /workspace alone.
+	Layouts map[string]Layout
 }
 
 // EgressService gives one run its way to the egress proxy, bound to the
@@ -180,6 +183,7 @@ func New(cfg Config, deps Deps) (*Manager, error) {
 		}
 		execs[string(e.Kind())] = e
 	}
+	errs = append(errs, validateLayouts(deps.Layouts))
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}

@@ -427,6 +427,9 @@ func (m *Manager) execute(ctx context.Context, sess *Session, exec executors.Exe
 		return executors.Result{}, err
 	}
 	spec.WorkspaceDir, spec.UID, spec.GID = dir.Path, dir.UID, dir.GID
+	if spec.Layout, err = m.layoutFor(ctx, sess, spec.SessionID); err != nil {
+		return executors.Result{}, err
+	}
 	start := time.Now()
 	res, err := exec.Execute(ctx, spec)
 	m.deps.Metrics.observeExec(string(exec.Kind()), time.Since(start))
