@@ -15,6 +15,7 @@ deps=(
   "dockerd docker.io"         # docker executor and aio pool (engine started by scripts/dockerd.sh)
   "debootstrap debootstrap"   # runtime images are built from a minbase rootfs
   "chromium chromium"         # browser router and the approval page's browser test
+  "git git"                   # egress tests: git clone, fetch and push through the proxy to git http-backend
 )
 
 missing=()
