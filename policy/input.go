@@ -70,6 +70,7 @@ func (in Input) value(cache *executorsValue) (ast.Value, error) {
 			ast.Item(ast.InternedTerm("code_sha256"), ast.StringTerm(r.CodeSHA256)),
 			ast.Item(ast.InternedTerm("timeout_s"), ast.InternedTerm(r.TimeoutS)),
 			ast.Item(ast.InternedTerm("stateful"), ast.InternedTerm(r.Stateful)),
+			ast.Item(ast.InternedTerm("detached"), ast.InternedTerm(r.Detached)),
 			ast.Item(ast.InternedTerm("context"), ast.ObjectTerm(
 				ast.Item(ast.InternedTerm("needs_browser"), ast.InternedTerm(r.Context.NeedsBrowser)),
 				ast.Item(ast.InternedTerm("needs_persistent_fs"), ast.InternedTerm(r.Context.NeedsPersistentFS)),

@@ -174,6 +174,9 @@ type Request struct {
 	Context    Context
 	// Stateful: the run is a cell of the session's kernel (DESIGN.md §11).
 	Stateful bool
+	// Detached: the run outlives its request (E2B's processes, a server
+	// an agent's later commands call), in the session's sandbox.
+	Detached bool
 }
 
 // Context carries the routing flags of the request.
@@ -228,6 +231,7 @@ func (in Input) Map() map[string]any {
 			"code_sha256": in.Request.CodeSHA256,
 			"timeout_s":   in.Request.TimeoutS,
 			"stateful":    in.Request.Stateful,
+			"detached":    in.Request.Detached,
 			"context": map[string]any{
 				"needs_browser":       in.Request.Context.NeedsBrowser,
 				"needs_persistent_fs": in.Request.Context.NeedsPersistentFS,

@@ -111,12 +111,20 @@ needs_aio if input.request.context.needs_persistent_fs
 # executor must have the kernels capability (required_capabilities).
 # Setting it to "gvisor" (whose containers host kernels like docker's)
 # puts every cell under gVisor.
+#
+# A detached run (one that outlives its request, E2B's processes) goes to
+# config.detached.executor below the isolation upgrade: the upgrade's
+# executor keeps a HIGH run, which then gets a loopback of its own (a
+# gVisor sandbox has its own network stack), and an executor that cannot
+# hold a detached run is refused by the manager (capability_missing).
 preferred_executor := "aio" if {
 	needs_aio
 } else := config.stateful.executor if {
 	input.request.stateful
 } else := config.isolation_upgrade.executor if {
 	upgraded
+} else := config.detached.executor if {
+	input.request.detached
 } else := row.executor
 
 level_rank := {"SAFE": 0, "LOW": 1, "MEDIUM": 2, "HIGH": 3, "CRITICAL": 4}
