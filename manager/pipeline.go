@@ -31,6 +31,9 @@ type RunRequest struct {
 	// (DESIGN.md §11): python only, run_code only. Every cell takes the
 	// whole pipeline, and an approval covers that cell's code alone.
 	Stateful bool `json:"stateful"`
+	// Detached: the run outlives its request (StartDetached); the
+	// policy sees it as request.detached.
+	Detached bool `json:"-"`
 	// ref is the session, resolved for Principal by ResolveSession.
 	ref SessionRef
 
@@ -221,7 +224,7 @@ func (m *Manager) decide(ctx context.Context, req RunRequest, a risk.Assessment)
 			Kind: req.Kind, SessionID: req.ref.ID, Language: req.Language,
 			CodeBytes: len(req.Code), CodeSHA256: policy.SHA256Hex([]byte(req.Code)), TimeoutS: m.timeoutS(req),
 			Context:  policy.Context{NeedsBrowser: req.Context.NeedsBrowser, NeedsPersistentFS: req.Context.NeedsPersistentFS},
-			Stateful: req.Stateful,
+			Stateful: req.Stateful, Detached: req.Detached,
 		},
 		Risk:      policy.Risk{Level: a.Level.String(), ProvenSafe: a.ProvenSafe, Patterns: riskPatterns(a)},
 		Principal: policy.Principal{Role: req.Principal.Role, Name: req.Principal.Name, Tenant: req.Principal.Tenant},
