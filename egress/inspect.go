@@ -108,7 +108,7 @@ func (h *Handle) admit(ctx context.Context, client net.Conn, req *http.Request, 
 	case policy.ActionRequireApproval:
 		rv, rr.approval = h.ask(ctx, req.Method+" "+t.String()+path, d, rv)
 	default:
-		rv.msg = req.Method + " " + t.String() + path + " is denied: " + reasonText(d.Reasons)
+		rv.msg = reasonText(d.Reasons) // the policy's reasons name the request
 	}
 	if rv.allowed {
 		rr.allowed(rv.rule)
