@@ -7,12 +7,10 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/sandgate/sandgate/confirm"
 	"github.com/sandgate/sandgate/errcode"
 	"github.com/sandgate/sandgate/executors/output"
 	"github.com/sandgate/sandgate/manager"
@@ -102,6 +100,7 @@ type process struct {
 	cancel context.CancelFunc
 
 	mu      sync.Mutex
+	det     *manager.DetachedRun // the run, once it has started (detached.go)
 	events  []processEvent
 	done    bool
 	changed chan struct{} // closed and replaced at each change
@@ -150,17 +149,8 @@ func (s *Server) processRPC(w http.ResponseWriter, r *http.Request) {
 		s.list(w, r, sb)
 	case "SendSignal":
 		s.signal(w, r, sb)
-	case "SendInput", "CloseStdin", "StreamInput":
-		var req selectRequest
-		if err := readUnary(r, &req); err != nil {
-			writeUnaryError(w, err)
-			return
-		}
-		if _, ok := sb.find(req.Process); !ok {
-			writeUnaryError(w, rpcErr(codeNotFound, "no such process"))
-			return
-		}
-		writeUnaryError(w, rpcErr(codeUnimplemented, "stdin is not served by sandgate: commands run without input"))
+	case "SendInput", "CloseStdin":
+		s.input(w, r, sb, method == "CloseStdin")
 	default:
 		writeUnaryError(w, rpcErr(codeUnimplemented, "process."+manager.Printable(method, 64)+" is not served by sandgate"))
 	}
@@ -262,24 +252,25 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request, sb *sandbox) {
 		sw.end(rerr)
 		return
 	}
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
+	// The process outlives this stream (detached.go): its context is
+	// the request's values without its cancellation.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
 	timeout := connectTimeout(r)
-	if timeout > 0 {
-		var c context.CancelFunc
-		ctx, c = context.WithTimeout(ctx, timeout)
-		defer c()
+	limit := runTimeout(timeout)
+	if limit == 0 {
+		limit = noLimit
 	}
 	p := sb.register(req.Process, req.Tag, cancel)
-	defer sb.unregister(p.pid)
 	if !sw.send(eventMessage{Event: processEvent{Start: &startEvent{PID: p.pid}}}) {
+		cancel()
+		sb.unregister(p.pid)
 		return
 	}
 	runReq := manager.RunRequest{
 		RequestID: manager.RequestIDFrom(ctx), Kind: manager.KindExecute, Principal: sb.principal,
-		SessionID: sb.id, Language: "bash", Code: code, TimeoutS: runTimeout(timeout), Via: sb.via(),
+		SessionID: sb.id, Language: "bash", Code: code, TimeoutS: limit, Via: sb.via(),
 	}
-	go s.runProcess(ctx, runReq, p)
+	go s.runDetached(ctx, cancel, runReq, p, sb, req.Stdin != nil && *req.Stdin)
 	s.follow(r.Context(), sw, p, 0)
 }
 
@@ -309,56 +300,6 @@ func (sb *sandbox) unregister(pid uint32) {
 	sb.mu.Lock()
 	delete(sb.procs, pid)
 	sb.mu.Unlock()
-}
-
-// runProcess runs req through the pipeline, feeding p's events: output
-// chunks as the executor's collector keeps them, then the end.
-func (s *Server) runProcess(ctx context.Context, req manager.RunRequest, p *process) {
-	var sent [2]int // bytes of stdout and stderr already in events
-	var mu sync.Mutex
-	req.OnOutput = func(c output.Chunk) {
-		// Under the collector's lock: appending to p never blocks.
-		mu.Lock()
-		sent[c.Stream] += len(c.Data)
-		mu.Unlock()
-		p.append(dataOf(c.Stream, append([]byte(nil), c.Data...)), false)
-	}
-	req.OnApprovalPending = func(manager.ApprovalPending) {}
-	req.OnApprovalResolved = func(confirm.Outcome) {}
-	res, err := s.runSafely(ctx, req)
-	mu.Lock()
-	done := sent
-	mu.Unlock()
-	if err != nil {
-		msg := refusal(ctx, err)
-		if !errors.Is(err, manager.ErrCancelled) && ctx.Err() == nil {
-			p.append(dataOf(output.Stderr, []byte("sandgate: "+msg+"\n")), false)
-		}
-		p.append(endOf(err, msg), true)
-		return
-	}
-	// What the stream has not carried (a backend that could not stream,
-	// or a character held back): the response is the authority.
-	for i, full := range []string{res.Result.Stdout, res.Result.Stderr} {
-		if len(full) > done[i] {
-			p.append(dataOf(output.Stream(i), []byte(full[done[i]:])), false)
-		}
-	}
-	end := &endEvent{ExitCode: int32(res.Result.ExitCode), Exited: true, Status: "exit status " + strconv.Itoa(res.Result.ExitCode)}
-	if res.Result.TimedOut {
-		e := "sandgate: the command was killed at its time limit"
-		end.Error, end.Status = &e, "timed out"
-	}
-	if res.Result.Truncated {
-		e := "sandgate: the output was cut at the gateway's cap"
-		if res.Result.OutputPath != "" {
-			e += "; all of it is in " + res.Result.OutputPath
-		}
-		if end.Error == nil && res.Result.ExitCode != 0 {
-			end.Error = &e
-		}
-	}
-	p.append(processEvent{End: end}, true)
 }
 
 // runSafely is manager.Run with a panic turned into an error.
@@ -444,7 +385,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request, sb *sandbox) {
 	}
 	p, ok := sb.find(req.Process)
 	if !ok {
-		sw.end(rpcErr(codeNotFound, "no such process (a command lives as long as the request that started it)"))
+		sw.end(rpcErr(codeNotFound, "no such process (it has ended, or the gateway restarted)"))
 		return
 	}
 	p.mu.Lock()
