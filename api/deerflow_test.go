@@ -185,7 +185,7 @@ func TestDeerFlowProvisionerFlow(t *testing.T) {
 
 	t.Run("context", func(t *testing.T) {
 		r := dfDo(t, "GET", url+"/v1/sandbox", nil, nil)
-		if r.status != 200 || r.str("home_dir") != "/workspace" {
+		if r.status != 200 || r.str("home_dir") != "/mnt/user-data/workspace" {
 			t.Fatalf("GET /v1/sandbox: %d %s", r.status, r.raw)
 		}
 	})

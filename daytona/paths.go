@@ -1,6 +1,8 @@
 package daytona
 
 import (
+	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/manager"
 	"github.com/sandgate/sandgate/workspace"
 )
 
@@ -9,7 +11,8 @@ import (
 // and HOME. So the sandbox's home and working directory are /workspace
 // (getUserHomeDir and getWorkDir answer it), relative paths are relative
 // to it, and Daytona's own home, /home/daytona, which code written for
-// Daytona often names, is the same tree. Answers use the spelling the
+// Daytona often names, is the same tree, for the file calls and inside
+// the sandbox alike (Layout: every executor mounts it there too). Answers use the spelling the
 // request used; any other absolute path (/tmp, /etc) is outside the
 // persistent tree and refused.
 
@@ -23,6 +26,15 @@ const (
 )
 
 var layout = workspace.Layout{Home: spellHome, Relative: spellWorkspace}
+
+// FrontEnd names the sessions this front end creates (OpenOptions), by
+// which the manager finds their Layout.
+const FrontEnd = frontEnd
+
+// Layout is the Daytona sandbox's paths inside every executor (wired in
+// main as manager.Deps.Layouts): the workspace at /home/daytona too;
+// commands keep /workspace as their cwd, which getWorkDir answers.
+var Layout = manager.Layout{Layout: executors.Layout{Root: homeDaytona}}
 
 // toWorkspace is layout.Resolve.
 func toWorkspace(p string) (string, workspace.Spelling, bool) { return layout.Resolve(p) }

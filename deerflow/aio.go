@@ -75,10 +75,10 @@ func writeAIO[T any](w http.ResponseWriter, data T) {
 	writeJSON(w, http.StatusOK, aioResponse[T]{Success: true, Message: "Operation successful", Data: data})
 }
 
-// dfUserData is DeerFlow's virtual path prefix (/mnt/user-data/{workspace,
+// dfUserData is DeerFlow's path prefix (/mnt/user-data/{workspace,
 // uploads,outputs}): the file calls accept it as another name of the
 // session workspace's root, and answer in the name the call used.
-// Commands see the workspace at /workspace only.
+// Commands see the same tree there (Layout, layout.go).
 const dfUserData = "/mnt/user-data"
 
 // aioPath is a client path resolved to the workspace's namespace.
@@ -149,16 +149,17 @@ func ptr[T any](v T) *T { return &v }
 func (s *Server) aioSandbox(w http.ResponseWriter, _ *http.Request, c aioCall) error {
 	writeJSON(w, http.StatusOK, aioSandboxInfo{
 		Success: true, Message: "Operation successful",
-		Data:    "sandgate session " + c.sb.session + ": commands run through the gateway's policy; files live in " + workspace.Mount,
-		HomeDir: workspace.Mount, Workspace: workspace.Mount, Version: "sandgate",
-		Detail: aioSandboxDetail{System: aioSandboxSystem{HomeDir: workspace.Mount, Workspace: workspace.Mount, SessionID: c.sb.session}},
+		Data:    "sandgate session " + c.sb.session + ": commands run through the gateway's policy; files live in " + dfUserData,
+		HomeDir: dfWorkdir, Workspace: dfWorkdir, Version: "sandgate",
+		Detail: aioSandboxDetail{System: aioSandboxSystem{HomeDir: dfWorkdir, Workspace: dfWorkdir, SessionID: c.sb.session}},
 	})
 	return nil
 }
 
 // aioShellExec runs the command as an execute: risk, policy, approval (the
 // call waits while a human decides), the executor the policy names, one
-// audit record. Each command is a fresh shell in /workspace: shell session
+// audit record. Each command is a fresh shell in /mnt/user-data/workspace
+// (the layout's workdir): shell session
 // ids are accepted, but cwd and exports do not carry over. hard_timeout
 // becomes the run's timeout; timeout and no_change_timeout (soft waits
 // that return "running") do not apply to a synchronous run.
@@ -172,11 +173,13 @@ func (s *Server) aioShellExec(w http.ResponseWriter, r *http.Request, c aioCall)
 	}
 	command := body.Command
 	if body.ExecDir != nil && *body.ExecDir != "" {
-		dir, err := workspace.ResolvePath(resolveAIOPath(*body.ExecDir).ws)
+		p := resolveAIOPath(*body.ExecDir)
+		dir, err := workspace.ResolvePath(p.ws)
 		if err != nil {
 			return err
 		}
-		command = "cd " + shellQuote(workspace.DisplayPath(dir)) + " && " + command
+		// In the name the call used: both are real in the sandbox.
+		command = "cd " + shellQuote(p.show(workspace.DisplayPath(dir))) + " && " + command
 	}
 	timeout := 0
 	if body.HardTimeout != nil && *body.HardTimeout > 0 {
@@ -212,7 +215,7 @@ func shellResult(body aioShellExecBody, res *manager.RunResult, id string) aioSh
 	}
 	return aioShellResult{
 		SessionID: shell, Command: body.Command, Status: status, Output: output, ExitCode: exit,
-		Console: []aioConsoleRecord{{PS1: workspace.Mount + " $", Command: body.Command, Output: output}},
+		Console: []aioConsoleRecord{{PS1: dfWorkdir + " $", Command: body.Command, Output: output}},
 		XSandgate: aioRunExtension{
 			RequestID: id, SandboxType: res.SandboxType, Truncated: out.Truncated, TimedOut: out.TimedOut,
 			Risk: res.Risk, Decision: viewDecision(res.Decision), Approval: viewApproval(res.Approval),
@@ -238,12 +241,12 @@ func (s *Server) aioShellCreate(w http.ResponseWriter, r *http.Request, _ aioCal
 	if body.ID != nil && *body.ID != "" {
 		id = *body.ID
 	}
-	writeAIO(w, aioShellSession{SessionID: id, WorkingDir: workspace.Mount})
+	writeAIO(w, aioShellSession{SessionID: id, WorkingDir: dfWorkdir})
 	return nil
 }
 
 func (s *Server) aioShellDelete(w http.ResponseWriter, r *http.Request, _ aioCall) error {
-	writeAIO(w, aioShellSession{SessionID: r.PathValue("shell_id"), WorkingDir: workspace.Mount})
+	writeAIO(w, aioShellSession{SessionID: r.PathValue("shell_id"), WorkingDir: dfWorkdir})
 	return nil
 }
 

@@ -147,7 +147,7 @@ func TestCommandOf(t *testing.T) {
 		{processConfig{Cmd: "/bin/bash", Args: []string{"-l", "-c", "echo hi"}}, "export A='x y'\necho hi"},
 		{processConfig{Cmd: "ls", Args: []string{"-la", "it's"}}, "export A='x y'\n'ls' '-la' 'it'\\''s'"},
 		{processConfig{Cmd: "/bin/bash", Args: []string{"-c", "pwd"}, Cwd: &cwd, Envs: map[string]string{"B": "1"}},
-			"cd '/workspace/sub' || exit 1\nexport A='x y'\nexport B='1'\npwd"},
+			"cd '/home/user/sub' || exit 1\nexport A='x y'\nexport B='1'\npwd"},
 	} {
 		got, err := commandOf(sb, tc.c)
 		if err != nil || got != tc.want {

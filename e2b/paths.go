@@ -1,6 +1,8 @@
 package e2b
 
 import (
+	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/manager"
 	"github.com/sandgate/sandgate/workspace"
 )
 
@@ -12,10 +14,11 @@ import (
 // paths alike, and answer in the spelling the request used; any other
 // absolute path (/tmp, /etc) is outside the persistent tree and refused.
 //
-// Commands see the tree at /workspace (their working directory): a file
-// written to /home/user/a.txt is ./a.txt and /workspace/a.txt to a
-// command. That /home/user also exists inside every executor is issue
-// 28's path-layout item, not done yet.
+// Commands see the tree at both names too: every executor mounts the
+// session workspace at /home/user as well as /workspace (Layout), and
+// /home/user is their working directory and HOME, as in E2B's own
+// sandboxes. A file written to /home/user/a.txt is ./a.txt,
+// /home/user/a.txt and /workspace/a.txt to a command.
 
 // The layout: relative paths answer in the home spelling.
 const (
@@ -24,6 +27,15 @@ const (
 )
 
 var layout = workspace.Layout{Home: spellHome, Relative: spellHome}
+
+// FrontEnd names the sessions this front end creates (OpenOptions), by
+// which the manager finds their Layout.
+const FrontEnd = frontEnd
+
+// Layout is the E2B sandbox's paths inside every executor (wired in
+// main as manager.Deps.Layouts): the workspace at /home/user too, the
+// commands' cwd and HOME.
+var Layout = manager.Layout{Layout: executors.Layout{Root: homeDir, Workdir: homeDir}}
 
 // toWorkspace is layout.Resolve.
 func toWorkspace(p string) (string, workspace.Spelling, bool) { return layout.Resolve(p) }

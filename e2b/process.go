@@ -195,12 +195,14 @@ func commandOf(sb *sandbox, c processConfig) (string, *rpcError) {
 	}
 	var pre []string
 	if c.Cwd != nil && *c.Cwd != "" {
-		ws, _, ok := toWorkspace(*c.Cwd)
+		ws, sp, ok := toWorkspace(*c.Cwd)
 		if !ok {
 			return "", rpcErr(codeInvalidArgument, "cwd: "+errOutside)
 		}
-		if ws != "/workspace" {
-			pre = append(pre, "cd "+shellQuote(ws)+" || exit 1")
+		// The spelling the SDK used: both are real in the sandbox
+		// (Layout), and pwd answers the one asked for.
+		if dir := sp.Show(ws); dir != homeDir {
+			pre = append(pre, "cd "+shellQuote(dir)+" || exit 1")
 		}
 	}
 	for _, envs := range []map[string]string{sb.envs, c.Envs} {

@@ -186,6 +186,8 @@ func build(ctx context.Context, cfg Config, getenv func(string) string, stdout, 
 		Assessor: assessor, Policy: gw.policy, Confirm: confirmer, Executors: execs, Workspaces: workspaces,
 		Audit: runAudit, Metrics: metrics, Logger: gw.log, Resources: gw.resources(),
 		Sessions: gw.audit, Placement: gw.placement(), Events: eventSink{gw.events},
+		// Each front end's paths inside the sandbox (REST, MCP: /workspace).
+		Layouts: map[string]manager.Layout{deerflow.FrontEnd: deerflow.Layout, e2b.FrontEnd: e2b.Layout, daytona.FrontEnd: daytona.Layout},
 	}
 	if gw.egress != nil { // a nil *Service in the interface would not read as "no proxy"
 		deps.Egress = gw.egress
@@ -589,10 +591,17 @@ func (gw *gateway) confirmer(ctx context.Context, getenv func(string) string) (c
 	if err != nil {
 		return nil, err
 	}
+	// Grants (approve "for this session" or "for this pattern" for a
+	// while) are on with the hub: the policy decides what they cover.
+	grants, err := confirm.OpenGrants(ctx, confirm.GrantOptions{Store: gw.audit, Audit: gw.audit, Logger: gw.log,
+		Policy: confirm.EngineGrants(gw.policy, gw.cfg.Mode)})
+	if err != nil {
+		return nil, fmt.Errorf("approval grants: %w", err)
+	}
 	hub, err := confirm.NewHub(ctx, confirm.HubOptions{
 		Store: gw.audit, Timeout: gw.cfg.Approval.Timeout, Logger: gw.log,
 		AllowedOrigins: gw.cfg.Approval.AllowedOrigins, Replica: replicaName(gw.cfg.Storage),
-		ListenDSN: gw.listenDSN(), Peer: gw.approvalPeer(), Channels: channels,
+		ListenDSN: gw.listenDSN(), Peer: gw.approvalPeer(), Channels: channels, Grants: grants,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("approval hub: %w", err)
