@@ -68,6 +68,9 @@ type approvalOpts struct {
 	// writer after a few KiB, whatever the kernel's autotuning would
 	// have grown the buffer to.
 	sendBuffer int
+	// grants, when set, enables grants on the hub (the engine's grant
+	// rule, records in the env's audit database), as main wires them.
+	grants bool
 }
 
 // sndbufListener sets SO_SNDBUF on each connection it accepts.
@@ -113,6 +116,12 @@ func newApprovalEnv(t *testing.T, o approvalOpts) *approvalEnv {
 	o.hub.Store = st
 	if o.channels != nil {
 		o.hub.Channels = o.channels(st)
+	}
+	if o.grants {
+		if o.hub.Grants, err = confirm.OpenGrants(ctx, confirm.GrantOptions{Store: st, Audit: st,
+			Policy: confirm.EngineGrants(eng, "PERMISSIVE"), MinFor: time.Second}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	hub, err := confirm.NewHub(ctx, o.hub)
 	if err != nil {

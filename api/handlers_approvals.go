@@ -31,6 +31,9 @@ type decisionBody struct {
 	// "session": the session's later connections to the same host:port
 	// pass without asking.
 	Scope string `json:"scope"`
+	// ForS, with scope "session" or "pattern" on a run approval, makes
+	// the approval a grant for that many seconds (confirm.Grants).
+	ForS int `json:"for_s,omitempty"`
 }
 
 // conflictBody is the 409 answer: the usual error body plus the approval's
@@ -101,7 +104,7 @@ func (s *Server) decideApproval(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	v, err := s.deps.Approvals.Decide(r.Context(), r.PathValue("id"), approver(r),
-		confirm.Decision{Decision: body.Decision, Reason: body.Reason, Digest: body.Digest, Scope: body.Scope})
+		confirm.Decision{Decision: body.Decision, Reason: body.Reason, Digest: body.Digest, Scope: body.Scope, ForS: body.ForS})
 	var ce *confirm.ConflictError
 	switch {
 	case errors.As(err, &ce):
@@ -114,7 +117,9 @@ func (s *Server) decideApproval(w http.ResponseWriter, r *http.Request) error {
 	case errors.Is(err, confirm.ErrInvalidDecision):
 		return &fieldErr{field: fieldErrorOf("decision", `must be "approve" or "deny"`)}
 	case errors.Is(err, confirm.ErrInvalidScope):
-		return &fieldErr{field: fieldErrorOf("scope", `must be "once", or "session" for an egress approval`)}
+		return &fieldErr{field: fieldErrorOf("scope", `must be "once"; "session" for an egress approval; "session" or "pattern" with for_s for a run`)}
+	case errors.Is(err, confirm.ErrGrantDuration):
+		return &fieldErr{field: fieldErrorOf("for_s", err.Error())}
 	case errors.Is(err, confirm.ErrReasonTooLong):
 		return &fieldErr{field: fieldErrorOf("reason", "must be at most 1000 bytes")}
 	case err != nil:

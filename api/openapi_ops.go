@@ -39,6 +39,7 @@ func qreq(name, typ, desc string) param {
 func operations() []op {
 	out := append(coreOperations(), fileOperations()...)
 	out = append(out, approvalOperations()...)
+	out = append(out, grantOperations()...)
 	out = append(out, mcpOperations()...)
 	out = append(out, deerflowOperations()...)
 	return append(out, aioOperations()...)

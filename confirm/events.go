@@ -51,6 +51,9 @@ type View struct {
 	Reason         string    `json:"reason,omitempty"`
 	DecidedAt      time.Time `json:"decided_at,omitzero"`
 	TimeToDecideMS int64     `json:"time_to_decide_ms,omitempty"`
+	// Grant is the grant this decision gave (scope session or pattern);
+	// only in the answer to the decision.
+	Grant *Grant `json:"grant,omitempty"`
 }
 
 // Approver is who decides: the token's name and role, never the token.
@@ -80,6 +83,10 @@ type Decision struct {
 	// Scope is, for approving an egress approval, "once" (the default) or
 	// "session". A run approval accepts only "once" or nothing.
 	Scope string `json:"scope,omitempty"`
+	// ForS is how long, in seconds, a run approval's grant lasts when
+	// Scope is "session" (this session) or "pattern" (this tenant's
+	// requests with these risk patterns); see grants.go.
+	ForS int `json:"for_s,omitempty"`
 }
 
 // MaxReasonBytes caps a decision's reason.

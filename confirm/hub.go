@@ -34,7 +34,7 @@ var (
 	ErrAlreadyDecided  = errcode.New(errcode.Conflict, "the approval was already resolved")
 	ErrDigestMismatch  = errcode.New(errcode.Conflict, "the approval does not match the request you reviewed")
 	ErrInvalidDecision = errcode.New(errcode.InvalidRequest, `decision must be "approve" or "deny"`)
-	ErrInvalidScope    = errcode.New(errcode.InvalidRequest, `scope must be "once", or "session" for an egress approval`)
+	ErrInvalidScope    = errcode.New(errcode.InvalidRequest, `scope must be "once"; "session" for an egress approval; "session" or "pattern" with for_s for a run's grant`)
 	ErrReasonTooLong   = errcode.New(errcode.InvalidRequest, "the reason is longer than 1000 bytes")
 	ErrNoIdentity      = errcode.New(errcode.Forbidden, "a decision needs an approver's identity")
 	ErrOrigin          = errcode.New(errcode.Forbidden, "cross-origin WebSocket connections are refused")
@@ -111,6 +111,10 @@ type HubOptions struct {
 	// channel's failed attempts. Defaults DefaultChannelRetryMin and
 	// DefaultChannelRetryMax.
 	ChannelRetryMin, ChannelRetryMax time.Duration
+	// Grants, when set, lets approvers answer a run "for this session"
+	// or "for this pattern" for a while (grants.go), and is consulted
+	// before a request is held; nil: every approval is once.
+	Grants *Grants
 }
 
 func (o HubOptions) withDefaults() HubOptions {
@@ -270,6 +274,11 @@ func (h *Hub) Confirm(ctx context.Context, req Request) (Outcome, error) {
 	if sum := sha256.Sum256([]byte(req.Code)); req.Kind == KindRun && strings.TrimPrefix(req.CodeSHA256, "sha256:") != hex.EncodeToString(sum[:]) {
 		return Outcome{}, ErrCodeMismatch
 	}
+	if gr, ok := h.opts.Grants.coverIfSet(ctx, req); ok {
+		h.log.InfoContext(ctx, "approval answered by a grant", "grant_id", gr.ID, "request_id", req.RequestID,
+			"tenant", req.Tenant, "session_id", req.SessionID, "risk_level", req.RiskLevel)
+		return grantOutcome(gr), nil
+	}
 	now := time.Now()
 	deadline := req.Deadline
 	if deadline.IsZero() {
@@ -359,7 +368,7 @@ func (h *Hub) Decide(ctx context.Context, id string, who Approver, d Decision) (
 	if len(d.Reason) > MaxReasonBytes {
 		return View{}, ErrReasonTooLong
 	}
-	if d.Scope != "" && d.Scope != ScopeOnce && d.Scope != ScopeSession {
+	if d.Scope != "" && d.Scope != ScopeOnce && d.Scope != ScopeSession && d.Scope != ScopePattern {
 		return View{}, ErrInvalidScope
 	}
 	if who.Name == "" {
@@ -373,7 +382,7 @@ func (h *Hub) Decide(ctx context.Context, id string, who Approver, d Decision) (
 	}
 	if p != nil {
 		var err error
-		if d.Scope, err = scopeFor(p.view.Kind, status, d.Scope); err != nil {
+		if d.Scope, err = h.opts.Grants.scope(p.view.Kind, status, d); err != nil {
 			return View{}, err
 		}
 	}
@@ -386,14 +395,16 @@ func (h *Hub) Decide(ctx context.Context, id string, who Approver, d Decision) (
 			return View{}, ErrNotFound
 		}
 		if v.Status == StatusPending {
-			if d.Scope, err = scopeFor(v.Kind, status, d.Scope); err != nil {
+			if d.Scope, err = h.opts.Grants.scope(v.Kind, status, d); err != nil {
 				return View{}, err
 			}
-			return h.decideRemote(ctx, v, status, who.Name, d)
+			fin, err := h.decideRemote(ctx, v, status, who.Name, d)
+			return h.withGrant(ctx, fin, err, d, who.Name)
 		}
 		return View{}, &ConflictError{Approval: v}
 	}
-	return h.resolveBy(ctx, p, status, who.Name, d.Reason, d.Digest, d.Scope)
+	fin, err := h.resolveBy(ctx, p, status, who.Name, d.Reason, d.Digest, d.Scope)
+	return h.withGrant(ctx, fin, err, d, who.Name)
 }
 
 // scopeFor is the scope a decision records: "once" unless an egress

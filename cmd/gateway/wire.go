@@ -591,10 +591,17 @@ func (gw *gateway) confirmer(ctx context.Context, getenv func(string) string) (c
 	if err != nil {
 		return nil, err
 	}
+	// Grants (approve "for this session" or "for this pattern" for a
+	// while) are on with the hub: the policy decides what they cover.
+	grants, err := confirm.OpenGrants(ctx, confirm.GrantOptions{Store: gw.audit, Audit: gw.audit, Logger: gw.log,
+		Policy: confirm.EngineGrants(gw.policy, gw.cfg.Mode)})
+	if err != nil {
+		return nil, fmt.Errorf("approval grants: %w", err)
+	}
 	hub, err := confirm.NewHub(ctx, confirm.HubOptions{
 		Store: gw.audit, Timeout: gw.cfg.Approval.Timeout, Logger: gw.log,
 		AllowedOrigins: gw.cfg.Approval.AllowedOrigins, Replica: replicaName(gw.cfg.Storage),
-		ListenDSN: gw.listenDSN(), Peer: gw.approvalPeer(), Channels: channels,
+		ListenDSN: gw.listenDSN(), Peer: gw.approvalPeer(), Channels: channels, Grants: grants,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("approval hub: %w", err)
