@@ -268,10 +268,14 @@ print("upload", send("POST", "%[1]s/legacy/", b"--x--"))
 	wantLine(t, out, "v2 200 served GET /v2/items auth=no")
 	wantLine(t, out, "delete 403 deny rule=api-read header=decision=deny; rule=\"api-read\"")
 	done := make(chan string, 1)
-	go func() { done <- e.run("r", "python", httpFetch+fmt.Sprintf("print('post', send('POST', '%s/v1/items', b'{}'))\n", api)) }()
+	go func() {
+		done <- e.run("r", "python", httpFetch+fmt.Sprintf("print('post', send('POST', '%s/v1/items', b'{}'))\n", api))
+	}()
 	e.decide(e.pending("r", "POST "+target+"/v1/items"), "approve", "once")
 	wantLine(t, <-done, "post 200 served POST /v1/items auth=no")
-	go func() { done <- e.run("r", "python", httpFetch+fmt.Sprintf("print('post', send('POST', '%s/v1/orders', b'{}'))\n", api)) }()
+	go func() {
+		done <- e.run("r", "python", httpFetch+fmt.Sprintf("print('post', send('POST', '%s/v1/orders', b'{}'))\n", api))
+	}()
 	e.decide(e.pending("r", "POST "+target+"/v1/orders"), "deny", "")
 	wantLine(t, <-done, "post 403 approval_denied rule=approval_denied header=decision=approval_denied; rule=\"approval_denied\"")
 
