@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/manager"
 	"github.com/sandgate/sandgate/policy"
+	"github.com/sandgate/sandgate/policy/replay"
 	"github.com/sandgate/sandgate/risk"
 )
 
@@ -392,14 +392,14 @@ func runPolicyDiff(ctx context.Context, args []string, getenv func(string) strin
 		return err
 	}
 	defer db.Close()
-	recs, err := replayWindow(ctx, db, audit.Query{Tenant: *tenant, Since: from}, *limit)
+	recs, err := replay.Window(ctx, db, audit.Query{Tenant: *tenant, Since: from}, *limit, replay.IsExec)
 	if err != nil {
 		return err
 	}
 	rep := diffReport{Baseline: base.Status().Source, Candidate: *candidate, Since: from, Changed: []diffChange{}}
 	defaultTimeout := int(cfg.Limits.DefaultTimeout / time.Second)
 	for _, rec := range recs {
-		in := replayInput(rec, cfg.Mode, defaultTimeout)
+		in := replay.ExecInput(rec, cfg.Mode, defaultTimeout)
 		in.Executors = execs
 		b, c := base.Decide(ctx, in), cand.Decide(ctx, in)
 		recorded := diffSide{Action: rec.Action, Executor: rec.Executor, WouldBe: rec.WouldBe}
@@ -479,47 +479,4 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("--since %q: want a duration (24h) or an RFC 3339 time", s)
 	}
 	return t, nil
-}
-
-// replayWindow reads the run_code and execute records of q's window that
-// carry a decision, newest first, up to limit.
-func replayWindow(ctx context.Context, db audit.Store, q audit.Query, limit int) ([]audit.Record, error) {
-	var out []audit.Record
-	q.Limit = audit.DefaultMaxQueryLimit
-	for len(out) < limit {
-		page, err := db.Query(ctx, q)
-		if err != nil {
-			return nil, err
-		}
-		for _, r := range page.Records {
-			if (r.Kind == manager.KindRunCode || r.Kind == manager.KindExecute) && r.Action != "" && r.Outcome != audit.OutcomeStarted {
-				out = append(out, r)
-				if len(out) == limit {
-					break
-				}
-			}
-		}
-		if page.NextCursor == 0 {
-			break
-		}
-		q.Before = page.NextCursor
-	}
-	return out, nil
-}
-
-// replayInput is the policy input an audit record allows reconstructing
-// (see runPolicyDiff for what it lacks).
-func replayInput(rec audit.Record, mode string, defaultTimeoutS int) policy.Input {
-	role, name, _ := strings.Cut(rec.Principal, ":")
-	in := policy.Input{
-		Mode: mode,
-		Request: policy.Request{Kind: rec.Kind, SessionID: rec.SessionID, Language: rec.Language, CodeBytes: rec.CodeBytes,
-			CodeSHA256: rec.CodeSHA256, TimeoutS: defaultTimeoutS, Stateful: rec.Detail["stateful"] == "true"},
-		Risk:      policy.Risk{Level: rec.RiskLevel, ProvenSafe: rec.RiskLevel == risk.SAFE.String()},
-		Principal: policy.Principal{Role: role, Name: name, Tenant: rec.Tenant},
-	}
-	for _, id := range slices.Compact(slices.Clone(rec.RiskPatterns)) {
-		in.Risk.Patterns = append(in.Risk.Patterns, policy.RiskPattern{ID: id})
-	}
-	return in
 }
