@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandgate/sandgate/policy"
 	"github.com/sandgate/sandgate/internal/policytest"
+	"github.com/sandgate/sandgate/policy"
 )
 
 // TestDeerFlowSequenceInEveryExecutor is issue 28's DeerFlow acceptance:
