@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
 	"strconv"
 	"testing/fstest"
 	"time"
@@ -46,6 +47,8 @@ type egressResult struct {
 	// SetupOverheadMS is the p50 tunnel setup minus the p50 connect; the
 	// target is ≤ 2 ms.
 	SetupOverheadMS float64 `json:"setup_overhead_ms"`
+	// HTTP is the per-request path (issue 33), nil when it failed.
+	HTTP *egressHTTPResult `json:"http,omitempty"`
 }
 
 // egressBench is the proxy served the way an executor's bridge serves it
@@ -254,5 +257,11 @@ func scenarioEgress(ctx context.Context, o opts) (egressResult, error) {
 	}
 	fmt.Printf("egress: download throughput %.0f%% of direct (target ≥ 80%%); CONNECT setup p50 +%.2f ms over a TCP connect (target ≤ +2 ms)\n",
 		100*r.ThroughputRatio, r.SetupOverheadMS)
+	b.stop() // before the per-request scenario's server takes the loopback
+	if h, err := scenarioEgressHTTP(ctx, o); err != nil {
+		fmt.Fprintf(os.Stderr, "bench: egress per request unavailable: %v\n", err)
+	} else {
+		r.HTTP = &h
+	}
 	return r, nil
 }

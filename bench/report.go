@@ -189,6 +189,7 @@ func headlines(rep *report, sk *soakResult) headline {
 	} else {
 		add(target{Name: "egress: 50 MB download ≥ 80% of direct, CONNECT setup p50 ≤ direct + 2 ms", Missing: true, Reason: unavailable(rep, "egress")})
 	}
+	egressHTTPHeadline(rep, add, &h.lines)
 	// 2c. kernel
 	if r := rep.Kernel; r != nil {
 		cell, _ := r.side(kernelCellLabel)
@@ -368,6 +369,9 @@ func markdown(rep *report, sk *soakResult, h headline) string {
 	}
 	if rep.Egress != nil {
 		scen("Egress proxy", "The egress proxy in the bench's process, served the way an executor's bridge serves it (a loopback listener handing each connection to a run's handle), with the shipped policy plus one allow rule: a 50 MB HTTPS download from a server on 127.0.0.1 through a CONNECT tunnel against the same download straight to the server, each on a new connection; and the time until a client may start TLS, CONNECT and its 200 (resolution, the policy decision and the proxy's own dial included) against a TCP connect.", rep.Egress.Download, rep.Egress.Setup)
+	}
+	if rep.Egress != nil && rep.Egress.HTTP != nil {
+		scen("Egress per request", "The same proxy with a rule that inspects one host (`methods: [GET, HEAD]`: TLS ends at the gateway CA and each request is decided by `sandgate.egress` with `input.http`) and a credential bound to another (intercepted, no decision per request), both served by one HTTPS server on 127.0.0.1: a 50 MB download from the inspected host on a new connection against the same download straight to the server; and one small GET on a keep-alive connection to each host, whose p50 difference is the per-request decision's cost.", rep.Egress.HTTP.Download, rep.Egress.HTTP.Request)
 	}
 	if rep.Policy != nil {
 		baseline := ""

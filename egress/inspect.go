@@ -14,6 +14,10 @@ import (
 	"github.com/sandgate/sandgate/policy"
 )
 
+// relayBufferBytes sizes the buffers an intercepted response passes
+// through: several TLS records (16 KiB each).
+const relayBufferBytes = 64 << 10
+
 // relayRequests forwards the client's requests one at a time over the
 // intercepted connection. On an inspected connection each request is
 // decided on its own before anything of it reaches the server, the
@@ -22,7 +26,7 @@ import (
 // gets the credential that matches it, replacing any value the sandbox
 // sent in that header, and its own audit record.
 func (h *Handle) relayRequests(ctx context.Context, client, server net.Conn, t target, v verdict, rec *connRecord) {
-	cr, sr := bufio.NewReader(client), bufio.NewReader(server)
+	cr, sr := bufio.NewReader(client), bufio.NewReaderSize(server, relayBufferBytes)
 	for {
 		req, err := http.ReadRequest(cr)
 		if err != nil {
@@ -72,7 +76,16 @@ func (h *Handle) relayOne(ctx context.Context, client, server net.Conn, sr *bufi
 		return false
 	}
 	rr.status = resp.StatusCode
-	werr := resp.Write(cw)
+	// A large buffer, so that the body goes out in full TLS records
+	// (resp.Write would wrap the connection in a 4 KiB one).
+	if resp.ContentLength < 0 || resp.ContentLength > prefetchAbove {
+		resp.Body = newPrefetchReader(resp.Body)
+	}
+	bw := bufio.NewWriterSize(cw, relayBufferBytes)
+	werr := resp.Write(bw)
+	if werr == nil {
+		werr = bw.Flush()
+	}
 	resp.Body.Close()
 	if werr != nil {
 		rr.failed(resp.StatusCode)

@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -326,5 +327,40 @@ func waitFor(t testing.TB, cond func() bool, what string) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestLargeInspectedResponse: a response read ahead (over prefetchAbove)
+// arrives whole and in order, on a connection that stays usable.
+func TestLargeInspectedResponse(t *testing.T) {
+	t.Parallel()
+	h, u, _ := apiSetup(t)
+	payload := make([]byte, 3<<20+12345)
+	for i := range payload {
+		payload[i] = byte(i * 7)
+	}
+	u.tls.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("chunked") == "" {
+			w.Header().Set("Content-Length", fmt.Sprint(len(payload)))
+		}
+		w.Write(payload)
+	})
+	proxy := h.listen(binding("team-a", "big"))
+	c := h.client(proxy)
+	c.Transport.(*http.Transport).DisableKeepAlives = false
+	for _, q := range []string{"", "?chunked=1", ""} {
+		resp, err := c.Get(fmt.Sprintf("https://api.test:%d/v1/big%s", u.tPort, q))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || !bytes.Equal(got, payload) {
+			t.Fatalf("%q: %d bytes, %v", q, len(got), err)
+		}
+	}
+	recs := h.requestRecords("big", 3)
+	if recs[0].Detail["connection_id"] != recs[2].Detail["connection_id"] {
+		t.Errorf("the three requests did not share one kept-alive connection: %v %v", recs[0].Detail, recs[2].Detail)
 	}
 }
