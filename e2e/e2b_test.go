@@ -196,7 +196,7 @@ var e2bChecks = []e2bCheck{
 			ExitCode int      `json:"exitCode"`
 			OnStdout []string `json:"onStdout"`
 		}](raw)
-		if err != nil || r.Stdout != "hello from e2b\n/workspace\n" || r.Stderr != "to-stderr\n" || r.ExitCode != 0 ||
+		if err != nil || r.Stdout != "hello from e2b\n/home/user\n" || r.Stderr != "to-stderr\n" || r.ExitCode != 0 ||
 			strings.Join(r.OnStdout, "") != r.Stdout {
 			return fmt.Errorf("want the output, and onStdout adding up to stdout (%v)", err)
 		}
