@@ -29,10 +29,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "End-to-end pipeline latency, approval wait included.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18),
 		}, []string{"kind", "outcome"}),
+		// The policy stage is a target in itself (p50 ≤ 150 µs), read
+		// off this histogram by the benchmarks: buckets about 19% wide
+		// from 10 µs to the 500 ms evaluation bound keep a quantile
+		// interpolated inside one within a few µs of the truth, where
+		// doubling buckets (80, 160, 320 µs) hid which side of the target
+		// it fell on.
 		policy: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "sandgate_policy_eval_duration_seconds",
 			Help:    "Policy decision latency, executor probe included.",
-			Buckets: prometheus.ExponentialBuckets(0.00001, 2, 16),
+			Buckets: prometheus.ExponentialBucketsRange(0.00001, 0.5, 64),
 		}),
 		exec: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sandgate_executor_duration_seconds",

@@ -20,7 +20,18 @@ default decision := {
 	"obligations": {"network": false, "timeout_s": 0, "memory_mb": 0, "max_procs": 0},
 }
 
-decision := _decision("deny", enforced_deny) if {
+# Without config.enforcement (the default) the chain reads deny_reasons
+# and approval_reasons directly: the modes' bookkeeping costs about a tenth
+# of a decision, and a policy that sets no modes does not pay for it.
+decision := _moded_decision if {
+	config.enforcement
+} else := _document("deny", deny_reasons) if {
+	count(deny_reasons) > 0
+} else := _document("require_approval", approval_reasons | route_reasons) if {
+	count(approval_reasons) > 0
+} else := _document("allow", route_reasons)
+
+_moded_decision := _decision("deny", enforced_deny) if {
 	count(enforced_deny) > 0
 } else := _decision("require_approval", enforced_approval | route_reasons) if {
 	count(enforced_approval) > 0
@@ -29,7 +40,7 @@ decision := _decision("deny", enforced_deny) if {
 # The decision document; relaxed reasons (dryrun, warn) are listed beside
 # the enforced ones, and would_be names the action they would have led to
 # when it differs. Without relaxed reasons it is the document it always
-# was, at the cost it always had.
+# was.
 _decision(action, reasons) := object.union(_document(action, reasons | relaxed_reasons), {"would_be": would_be}) if {
 	count(relaxed_reasons) > 0
 	would_be != action
@@ -69,13 +80,9 @@ enforcement(code) := "enforce" if {
 	}
 } else := "enforce"
 
-enforced_deny := deny_reasons if {
-	not config.enforcement
-} else := {r | some r in deny_reasons; not r.enforcement}
+enforced_deny := {r | some r in deny_reasons; not r.enforcement}
 
-enforced_approval := approval_reasons if {
-	not config.enforcement
-} else := {r | some r in approval_reasons; not r.enforcement}
+enforced_approval := {r | some r in approval_reasons; not r.enforcement}
 
 default relaxed_reasons := set()
 
@@ -194,21 +201,31 @@ network_granted if input.mode in object.get(config.egress, "network_modes", [])
 
 network_granted if {
 	some rule in config.egress.rules
-	rule.action != "deny"
-	_rule_in_mode(rule)
-	sprintf("%s/%s", [input.principal.tenant, input.request.session_id]) in object.get(rule, "sessions", [])
+	some scoped in object.get(rule, "sessions", [])
+	scoped == concat("/", [input.principal.tenant, input.request.session_id])
+	_grants_network(rule)
 }
 
 network_granted if {
 	some rule in config.egress.rules
-	rule.action != "deny"
-	_rule_in_mode(rule)
-	input.principal.tenant in object.get(rule, "tenants", [])
+	some tenant in object.get(rule, "tenants", [])
+	tenant == input.principal.tenant
+	_grants_network(rule)
 }
 
-_rule_in_mode(rule) if count(object.get(rule, "modes", [])) == 0
+# A rule scoped to the run grants network when it is not a deny and
+# applies in the run's mode (a rule without modes applies in every mode).
+# The scope is matched first: most rules are scoped to nobody, and those
+# cost one lookup each.
+_grants_network(rule) if {
+	rule.action != "deny"
+	modes := object.get(rule, "modes", [])
+	_mode_listed(modes)
+}
 
-_rule_in_mode(rule) if input.mode in object.get(rule, "modes", [])
+_mode_listed(modes) if count(modes) == 0
+
+_mode_listed(modes) if input.mode in modes
 
 deny_reasons contains reason("mode.unknown", sprintf("unknown security mode %q", [input.mode])) if {
 	not config.modes[input.mode]
