@@ -276,6 +276,11 @@ type EgressCredential struct {
 	Header   string `yaml:"header"`
 	Value    string `yaml:"value"`
 	ValueEnv string `yaml:"value_env"`
+	// Methods and PathPrefix scope the credential: it is attached only to
+	// requests with one of the methods (empty: any) under the prefix
+	// (empty: any path); the others go out without it.
+	Methods    []string `yaml:"methods"`
+	PathPrefix string   `yaml:"path_prefix"`
 }
 
 // ExecutorsConfig enables backends.

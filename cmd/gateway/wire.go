@@ -454,7 +454,7 @@ func (gw *gateway) egressProxy(confirmer confirm.Service, reg prometheus.Registe
 				return fmt.Errorf("egress credential for %s: environment variable %s is empty", c.Host, c.ValueEnv)
 			}
 		}
-		creds = append(creds, egress.Credential{Host: c.Host, Header: c.Header, Value: v})
+		creds = append(creds, egress.Credential{Host: c.Host, Header: c.Header, Value: v, Methods: c.Methods, PathPrefix: c.PathPrefix})
 	}
 	hosts := map[string][]netip.Addr{}
 	for name, addrs := range e.Hosts {
