@@ -59,6 +59,11 @@ type Config struct {
 	// GatewayAddresses are the host's own addresses, refused unless a rule
 	// names them; nil means the addresses of every interface.
 	GatewayAddresses []netip.Addr
+	// ProposalEndpoint is where an agent proposes a narrow exception
+	// (POST, kind egress_host), "{session}" standing for the session's
+	// name, e.g. "/v1/sessions/{session}/proposals". A policy refusal
+	// names it; empty: refusals name none.
+	ProposalEndpoint string
 }
 
 // Credential is a header the proxy adds to the requests to Host (HTTPS

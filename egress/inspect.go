@@ -129,7 +129,7 @@ func (h *Handle) admit(ctx context.Context, client net.Conn, req *http.Request, 
 	}
 	rr.keepAlive = noBody
 	rr.refused(rv.rule, rv.decision, rv.msg, rv.status)
-	ref := rv.refusal(t, req.Method, path)
+	ref := h.withProposal(rv.refusal(t, req.Method, path))
 	ref.keepAlive = noBody
 	ref.write(client, req.UserAgent())
 	return false

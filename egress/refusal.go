@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -38,6 +40,8 @@ type refusal struct {
 	// The request, when one was read (never its query).
 	method, host, path string
 	port               int
+	// proposal is the session's proposal endpoint, when the gateway has one.
+	proposal string
 	// keepAlive leaves the connection open after the answer (a request
 	// without a body, whose refusal leaves the stream in step).
 	keepAlive bool
@@ -53,6 +57,14 @@ type refusalBody struct {
 	Port     int          `json:"port,omitempty"`
 	Path     string       `json:"path,omitempty"`
 	HowToAsk string       `json:"how_to_ask"`
+	Proposal *proposal    `json:"proposal,omitempty"`
+}
+
+// proposal is how to ask for an exception through the gateway's API.
+type proposal struct {
+	Endpoint string            `json:"endpoint"`
+	Method   string            `json:"method"`
+	Body     map[string]string `json:"body"`
 }
 
 type refusalError struct {
@@ -91,8 +103,13 @@ func (r refusal) write(w io.Writer, userAgent string) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	_ = enc.Encode(refusalBody{Error: refusalError{Code: string(r.code()), Message: msg}, Decision: r.decision,
-		Rule: r.rule, Method: r.method, Host: r.host, Port: r.port, Path: r.path, HowToAsk: howToAsk})
+	body := refusalBody{Error: refusalError{Code: string(r.code()), Message: msg}, Decision: r.decision,
+		Rule: r.rule, Method: r.method, Host: r.host, Port: r.port, Path: r.path, HowToAsk: howToAsk}
+	if r.proposal != "" {
+		body.Proposal = &proposal{Endpoint: r.proposal, Method: http.MethodPost, Body: map[string]string{
+			"kind": "egress_host", "value": net.JoinHostPort(r.host, strconv.Itoa(r.port)), "justification": "why the task needs it"}}
+	}
+	_ = enc.Encode(body)
 	ctype := "application/json"
 	if textOnlyClient(userAgent) {
 		ctype = "text/plain; charset=utf-8"
@@ -111,6 +128,15 @@ func (r refusal) write(w io.Writer, userAgent string) {
 // textOnlyClient is a client known to show only a text/plain error body.
 func textOnlyClient(userAgent string) bool {
 	return strings.HasPrefix(strings.ToLower(userAgent), "git/")
+}
+
+// withProposal names the session's proposal endpoint in a policy
+// refusal, when the gateway has one.
+func (h *Handle) withProposal(r refusal) refusal {
+	if h.s.cfg.ProposalEndpoint != "" && r.status == http.StatusForbidden && r.host != "" {
+		r.proposal = strings.ReplaceAll(h.s.cfg.ProposalEndpoint, "{session}", url.PathEscape(h.b.SessionID))
+	}
+	return r
 }
 
 // writeRefusal answers a proxy request (a CONNECT or a plain request) the

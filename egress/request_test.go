@@ -72,6 +72,10 @@ type denied struct {
 	Host     string
 	Path     string
 	HowToAsk string `json:"how_to_ask"`
+	Proposal *struct {
+		Endpoint, Method string
+		Body             map[string]string
+	}
 }
 
 func readDenied(t *testing.T, resp *http.Response) denied {
@@ -278,7 +282,7 @@ func TestScopedCredential(t *testing.T) {
 // segments is refused before any rule is asked.
 func TestRefusalsAreStructured(t *testing.T) {
 	t.Parallel()
-	h, u, api := apiSetup(t)
+	h, u, api := apiSetup(t, withConfig(func(c *Config) { c.ProposalEndpoint = "/v1/sessions/{session}/proposals" }))
 	h.reload([]rule{
 		loopbackRule("no", "deny", []int{u.tPort}, "denied.test"),
 		{"name": "ro", "action": "allow", "hosts": []string{"plain.test", "api.test"}, "ports": []int{u.plainPort, u.tPort},
@@ -286,8 +290,9 @@ func TestRefusalsAreStructured(t *testing.T) {
 	})
 	proxy := h.listen(binding("team-a", "s"))
 	_, resp := connect(t, proxy, hostPort("denied.test", u.tPort))
-	if d := readDenied(t, resp); d.Rule != "no" || d.Host != "denied.test" || d.Decision != "deny" {
-		t.Errorf("CONNECT refusal %+v", d)
+	if d := readDenied(t, resp); d.Rule != "no" || d.Host != "denied.test" || d.Decision != "deny" || d.Proposal == nil ||
+		d.Proposal.Endpoint != "/v1/sessions/s/proposals" || d.Proposal.Body["value"] != hostPort("denied.test", u.tPort) {
+		t.Errorf("CONNECT refusal %+v proposal %+v", d, d.Proposal)
 	}
 	req, _ := http.NewRequest("POST", fmt.Sprintf("http://plain.test:%d/form", u.plainPort), strings.NewReader("x"))
 	resp, err := h.client(proxy).Do(req)

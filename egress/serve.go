@@ -61,7 +61,7 @@ func (h *Handle) ServeConn(ctx context.Context, conn net.Conn) {
 		if method == http.MethodConnect {
 			method = "" // the refusal names what was asked: host:port
 		}
-		v.refusal(t, method, "").write(conn, req.UserAgent())
+		h.withProposal(v.refusal(t, method, "")).write(conn, req.UserAgent())
 		h.finish(rec)
 		return
 	}
