@@ -72,13 +72,15 @@ func TestGatewayAsNonRootUser(t *testing.T) {
 	// /proc/net/dev (the conformance suite connects to a listener).
 	code := fmt.Sprintf(`import os
 print(sorted(int(p) for p in os.listdir("/proc") if p.isdigit()))
-print(os.getcwd(), os.listdir("/home") if os.path.isdir("/home") else [], os.path.exists(%q))
+print(os.getcwd(), sorted(os.listdir("/home")), os.path.exists(%q))
 print([l.split(":")[0].strip() for l in open("/proc/net/dev").readlines()[2:]])
 `, dir)
 	out := postRun(t, base, code)
-	// No host /home: the runtime root's (empty, as in a container on its
-	// image) or none (no runtime root).
-	want := "[1, 2]\n/workspace [] False\n['lo']\n"
+	// No host /home: the runtime root's, as in a container on its image,
+	// which holds only the empty mount points of the E2B and Daytona
+	// layouts (executors.LayoutRoots; without a runtime root the minimal
+	// root makes the same).
+	want := "[1, 2]\n/workspace ['daytona', 'user'] False\n['lo']\n"
 	if out["stdout"] != want || out["sandbox_type"] != "subprocess" {
 		t.Errorf("isolation as %s: stdout %q stderr %q (%v), want %q", rootlessUser, out["stdout"], out["stderr"], out["sandbox_type"], want)
 	}
