@@ -187,16 +187,19 @@ allow_rule := matching("allow")[0] if count(matching("allow")) > 0
 approval_rule := matching("require_approval")[0] if count(matching("require_approval")) > 0
 
 # inspect: an HTTP rule (or one with "inspect": true) covers the
-# connection, so its requests are decided one by one.
+# connection, so its requests are decided one by one (said of a
+# connection only).
 default inspect := false
 
 inspect if {
+	not input.http
 	some rule in rules
 	conn_applies(rule)
 	http_rule(rule)
 }
 
 inspect if {
+	not input.http
 	some rule in rules
 	conn_applies(rule)
 	rule.inspect == true
