@@ -107,6 +107,7 @@ func drawCharts(dir string, rep *report, sk *soakResult) error {
 	}
 	all = append(all, rep.Files...)
 	all = append(all, rep.Sessions.abResults()...)
+	all = append(all, rep.TTFO.abResults()...)
 	for _, r := range all {
 		var labels []string
 		var lats [][]float64

@@ -56,6 +56,8 @@ type opts struct {
 	forwardN    int
 	openN       int
 	eventsN     int
+	ttfoN       int
+	ttfoBlock   int
 	mixedDur    time.Duration
 	think       time.Duration
 	image       string
@@ -79,10 +81,12 @@ func main() {
 	flag.IntVar(&o.forwardN, "forward-n", 1000, "samples per side of the forwarding GET (sessions; the forwarded execute takes a quarter as many)")
 	flag.IntVar(&o.openN, "open-n", 2000, "samples per side of the session open scenario (sessions)")
 	flag.IntVar(&o.eventsN, "events-n", 300, "runs whose run.finished webhook is timed (sessions; issue 27 wants at least 200)")
+	flag.IntVar(&o.ttfoN, "ttfo-n", 100, "samples per side and tier of the time-to-first-output scenario")
+	flag.IntVar(&o.ttfoBlock, "ttfo-block", 10, "requests per alternating block (time to first output)")
 	flag.DurationVar(&o.mixedDur, "mixed-duration", 30*time.Second, "duration of each mixed workload level")
 	flag.DurationVar(&o.think, "docker-think", time.Second, "untimed pause before each paced warm Docker run (an agent's model call)")
 	flag.StringVar(&o.image, "image", "sandgate/runtime:latest", "image of the docker run baseline")
-	only := flag.String("only", "", "comma-separated scenarios to run (subprocess,rootcost,docker,gvisor,kernel,aio,policy,files,mixed,fleet,egress,sessions; sessions-forward, sessions-open or sessions-events for one part of sessions); empty: all")
+	only := flag.String("only", "", "comma-separated scenarios to run (subprocess,rootcost,docker,gvisor,kernel,aio,policy,files,mixed,fleet,egress,sessions,ttfo; ttfo-subprocess, ttfo-docker, ttfo-gvisor or ttfo-aio for one tier; sessions-forward, sessions-open or sessions-events for one part of sessions); empty: all")
 	out := flag.String("out", "", "write the report under this docs directory (performance.md, perf/)")
 	readme := flag.String("readme", "", "README whose perf:begin/perf:end block gets the headline figures")
 	render := flag.String("render", "", "only re-render the report under this docs directory from its JSON")
@@ -210,6 +214,7 @@ type report struct {
 	RootCost     *rootCostResult   `json:"root_cost,omitempty"`
 	Fleet        *fleetResult      `json:"fleet,omitempty"`
 	Sessions     *sessionsResult   `json:"sessions,omitempty"`
+	TTFO         *ttfoResult       `json:"ttfo,omitempty"`
 	Unavailable  map[string]string `json:"unavailable,omitempty"`
 	GatewayRSSMB float64           `json:"gateway_rss_mb_end"`
 }
@@ -233,7 +238,7 @@ func run(ctx context.Context, o opts, out, readme, jsonOut string) error {
 	// fleet) and egress do without the shared one.
 	var gw *gatewayProc
 	startGoroutines := 0
-	if slices.ContainsFunc([]string{"subprocess", "docker", "aio", "policy", "files", "mixed", "kernel"}, o.want) {
+	if slices.ContainsFunc([]string{"subprocess", "docker", "aio", "policy", "files", "mixed", "kernel", "ttfo", "ttfo-subprocess", "ttfo-docker", "ttfo-aio"}, o.want) {
 		var err error
 		if gw, err = startGateway(ctx); err != nil {
 			return err
@@ -319,6 +324,13 @@ func run(ctx context.Context, o opts, out, readme, jsonOut string) error {
 		}
 	}
 	rep.Sessions = runSessions(ctx, o, fail)
+	if slices.ContainsFunc([]string{"ttfo", "ttfo-subprocess", "ttfo-docker", "ttfo-gvisor", "ttfo-aio"}, o.want) {
+		if r, err := scenarioTTFO(ctx, gw, o); err != nil {
+			fail("ttfo", err)
+		} else {
+			rep.TTFO = &r
+		}
+	}
 	if gw != nil {
 		rep.GatewayRSSMB = gw.rssMB()
 		fmt.Printf("gateway at the end: RSS %.1f MB, %d goroutines (%d at start)\n", rep.GatewayRSSMB, gw.goroutines(), startGoroutines)

@@ -262,6 +262,8 @@ func headlines(rep *report, sk *soakResult) headline {
 	// sessions (issue 27)
 	ts, ls := sessionsTargets(rep)
 	h.targets, h.lines = append(h.targets, ts...), append(h.lines, ls...)
+	ts, ls = ttfoTargets(rep)
+	h.targets, h.lines = append(h.targets, ts...), append(h.lines, ls...)
 	// soak
 	if sk != nil {
 		var bad []string
@@ -428,6 +430,7 @@ func markdown(rep *report, sk *soakResult, h headline) string {
 		}
 	}
 	p("%s", sessionsMarkdown(rep.Sessions))
+	p("%s", ttfoMarkdown(rep.TTFO))
 	p("## Soak\n\n")
 	if sk == nil {
 		p("No soak recorded yet: `make soak` (10 minutes by default) runs the mixed workload and writes perf/soak.json and perf/soak.svg.\n")
