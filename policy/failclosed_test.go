@@ -30,10 +30,14 @@ func treeWith(t testing.TB, extra map[string]string) fstest.MapFS {
 }
 
 // replaceDecision swaps the default exec.rego for a policy whose decision
-// rule is src, keeping the package's schema annotation.
+// rule is src, keeping the package's schema annotation. The default's
+// grants.rego goes too: it reads exec.rego's level and mode table, which
+// src does not define.
 func replaceDecision(t testing.TB, src string) fstest.MapFS {
 	return treeWith(t, map[string]string{
-		"sandgate/exec/exec.rego": "# METADATA\n# scope: package\n# schemas:\n#   - input: schema.exec_input\npackage sandgate.exec\n\n" + src,
+		"sandgate/exec/exec.rego":        "# METADATA\n# scope: package\n# schemas:\n#   - input: schema.exec_input\npackage sandgate.exec\n\n" + src,
+		"sandgate/exec/grants.rego":      "",
+		"sandgate/exec/grants_test.rego": "",
 	})
 }
 
