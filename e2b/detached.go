@@ -28,12 +28,24 @@ import (
 // policy caps it at its max_timeout_s.
 const noLimit = 3600
 
-// detachedOf is the manager's run behind p once it has started, nil
-// before (the policy and a human may still be deciding).
-func (p *process) detachedOf() *manager.DetachedRun {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.det
+// startedRun waits for the manager's run behind p to start (the policy
+// and a human may still be deciding), as input sent to an envd process
+// right after its start reaches it: nil when the process ended without
+// starting or ctx ended first.
+func (p *process) startedRun(ctx context.Context) *manager.DetachedRun {
+	for {
+		p.mu.Lock()
+		d, done, changed := p.det, p.done, p.changed
+		p.mu.Unlock()
+		if d != nil || done {
+			return d
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil
+		}
+	}
 }
 
 // runDetached starts req as a detached run and feeds p's events from its
@@ -54,6 +66,8 @@ func (s *Server) runDetached(ctx context.Context, cancel context.CancelFunc, req
 	}
 	p.mu.Lock()
 	p.det = d
+	close(p.changed) // wakes an input waiting for the start
+	p.changed = make(chan struct{})
 	p.mu.Unlock()
 	stop := context.AfterFunc(ctx, d.Kill)
 	defer stop()
@@ -142,10 +156,10 @@ func (s *Server) input(w http.ResponseWriter, r *http.Request, sb *sandbox, clos
 		writeUnaryError(w, rpcErr(codeNotFound, "no such process"))
 		return
 	}
-	d := p.detachedOf()
+	d := p.startedRun(r.Context())
 	switch {
 	case d == nil:
-		writeUnaryError(w, rpcErr(codeFailedPrecondition, "the process has not started yet (the policy or an approver is deciding)"))
+		writeUnaryError(w, rpcErr(codeFailedPrecondition, "the process did not start (refused, or the request ended first)"))
 		return
 	case req.Input.PTY != nil:
 		writeUnaryError(w, rpcErr(codeUnimplemented, "a PTY is not served by sandgate"))

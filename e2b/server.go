@@ -91,6 +91,7 @@ func (s *Server) Routes(mount func(pattern string, h http.Handler, controlPlane 
 	cp("GET "+Prefix+"/sandboxes/{id}", s.getSandbox)
 	cp("DELETE "+Prefix+"/sandboxes/{id}", s.killSandbox)
 	cp("POST "+Prefix+"/sandboxes/{id}/timeout", s.setTimeout)
+	cp("GET "+Prefix+"/sandboxes/{id}/metrics", s.getMetrics)
 	cp("POST "+Prefix+"/sandboxes/{id}/connect", s.connectSandbox)
 	cp("POST "+Prefix+"/v2/sandboxes/{id}/connect", s.connectSandbox)
 

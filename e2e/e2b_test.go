@@ -270,6 +270,61 @@ var e2bChecks = []e2bCheck{
 		}
 		return nil
 	}},
+	{"background_server", func(raw json.RawMessage, _ e2bReport) error {
+		r, err := decodeAs[struct {
+			PID     int    `json:"pid"`
+			Fetched string `json:"fetched"`
+			Listed  []int  `json:"listed"`
+			Killed  bool   `json:"killed"`
+			Exit    *struct {
+				ExitCode      int  `json:"exitCode"`
+				IsCommandExit bool `json:"isCommandExit"`
+			} `json:"exit"`
+			After []int `json:"after"`
+		}](raw)
+		switch {
+		case err != nil:
+			return err
+		case r.Fetched != "served-over-loopback\n":
+			return fmt.Errorf("another command did not reach the background server over loopback")
+		case !slices.Contains(r.Listed, r.PID) || slices.Contains(r.After, r.PID):
+			return fmt.Errorf("want the server listed while it runs, and not after its kill")
+		case !r.Killed || r.Exit == nil || !r.Exit.IsCommandExit || r.Exit.ExitCode != 137:
+			return fmt.Errorf("want kill(pid) true and connect(pid)'s handle ending with 137")
+		}
+		return nil
+	}},
+	{"stdin", func(raw json.RawMessage, _ e2bReport) error {
+		r, err := decodeAs[struct {
+			Stdout   string `json:"stdout"`
+			ExitCode int    `json:"exitCode"`
+		}](raw)
+		if err != nil || r.Stdout != "got:typed over e2b\n" || r.ExitCode != 0 {
+			return fmt.Errorf("want the input sent with sendStdin echoed (%v)", err)
+		}
+		return nil
+	}},
+	{"metrics", func(raw json.RawMessage, _ e2bReport) error {
+		ms, err := decodeAs[[]struct {
+			Timestamp  time.Time `json:"timestamp"`
+			CPUCount   int       `json:"cpuCount"`
+			CPUUsedPct *float64  `json:"cpuUsedPct"`
+			MemUsed    int64     `json:"memUsed"`
+			MemTotal   int64     `json:"memTotal"`
+			DiskUsed   *int64    `json:"diskUsed"`
+			DiskTotal  int64     `json:"diskTotal"`
+		}](raw)
+		switch {
+		case err != nil || len(ms) != 1:
+			return fmt.Errorf("want one reading (%v)", err)
+		case ms[0].CPUCount < 1 || ms[0].CPUUsedPct == nil || ms[0].DiskUsed == nil || ms[0].DiskTotal <= 0 ||
+			time.Since(ms[0].Timestamp) > 5*time.Minute:
+			return fmt.Errorf("want cpuCount, cpuUsedPct, disk and a recent timestamp")
+		case ms[0].MemUsed < 64<<20 || ms[0].MemUsed > ms[0].MemTotal:
+			return fmt.Errorf("want the running command's 64 MiB within memTotal: memUsed %d, memTotal %d", ms[0].MemUsed, ms[0].MemTotal)
+		}
+		return nil
+	}},
 	{"set_timeout", func(raw json.RawMessage, _ e2bReport) error {
 		r, err := decodeAs[struct {
 			EndAt, StartedAt  time.Time
@@ -367,9 +422,9 @@ var e2bChecks = []e2bCheck{
 // with the CRITICAL command denied and the HIGH one approved.
 func checkE2BAudit(ctx context.Context, t *testing.T, g *gatewayProc, admin string, rep e2bReport) {
 	want := map[string]map[string]int{
-		// The commands (6 of run.mjs, 1 of makeDir's mkdir), the file
+		// The commands (10 of run.mjs, 1 of makeDir's mkdir), the file
 		// calls, and the kill.
-		rep.SandboxID: {"execute": 7, "file.write": 1, "file.get": 1, "file.delete": 1, "session.delete": 1},
+		rep.SandboxID: {"execute": 11, "file.write": 1, "file.get": 1, "file.delete": 1, "session.delete": 1},
 		// Five cells of its own (one refused) and one in a context, and
 		// the kill.
 		rep.InterpreterID: {"run_code": 6, "session.delete": 1},

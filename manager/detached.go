@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"time"
@@ -209,12 +210,17 @@ func (m *Manager) startDetached(ctx context.Context, sess *Session, host executo
 	if err := m.stillServed(sess); err != nil {
 		return nil, err
 	}
+	if spec.Layout, err = m.layoutFor(ctx, sess, spec.SessionID); err != nil {
+		return nil, err
+	}
 	spec.WorkspaceDir, spec.UID, spec.GID = dir.Path, dir.UID, dir.GID
 	spec.Output = d.tap
 	h, err := host.StartDetached(ctx, spec)
 	switch {
 	case err == nil:
 		return h, nil
+	case ctx.Err() != nil: // killed while it started, or the client left
+		return nil, fmt.Errorf("%w: %w", ErrCancelled, context.Cause(ctx))
 	case errors.Is(err, executors.ErrCapabilityMissing):
 		return nil, capabilityDenied(kind, err, decision)
 	case errors.Is(err, executors.ErrUnavailable):

@@ -154,6 +154,8 @@ type Manager struct {
 	reapDone chan struct{}
 	// closeOnce makes Close idempotent.
 	closeOnce sync.Once
+	// usage keeps each session's previous CPU reading (usage.go).
+	usage usageSamples
 }
 
 // New checks the wiring and builds a Manager.

@@ -96,6 +96,51 @@ await step("list_and_kill_pid", async () => {
   return { pid: h.pid, listed, killed, exit, again };
 });
 
+// A server started in the background and fetched from another command
+// over the sandbox's loopback; connect(pid) follows it from a second
+// stream, kill(pid) ends it, and it leaves the process list.
+await step("background_server", async () => {
+  const server = await sbx.commands.run(
+    "cd /tmp && echo served-over-loopback > index.html && exec python3 -m http.server 8000 --bind 127.0.0.1",
+    { background: true, timeoutMs: 0 });
+  server.wait().catch(() => {});
+  const fetched = await sbx.commands.run(
+    "for i in $(seq 100); do curl -sf http://127.0.0.1:8000/index.html && exit 0; sleep 0.1; done; exit 7");
+  const listed = (await sbx.commands.list()).map((p) => p.pid);
+  const attached = await sbx.commands.connect(server.pid);
+  const killed = await sbx.commands.kill(server.pid);
+  let exit = null;
+  try {
+    await attached.wait();
+  } catch (e) {
+    exit = { name: e.name, exitCode: e.exitCode, isCommandExit: e instanceof CommandExitError };
+  }
+  const after = (await sbx.commands.list()).map((p) => p.pid);
+  return { pid: server.pid, fetched: fetched.stdout, listed, killed, exit, after };
+});
+
+// A background command's input: sendStdin, then its output.
+await step("stdin", async () => {
+  const h = await sbx.commands.run("read -r line; echo got:$line", { background: true, stdin: true });
+  await sbx.commands.sendStdin(h.pid, "typed over e2b\n");
+  const res = await h.wait();
+  return { stdout: res.stdout, exitCode: res.exitCode };
+});
+
+// Metrics while a command runs: its container's cgroup readings.
+await step("metrics", async () => {
+  let ready;
+  const isReady = new Promise((r) => { ready = r; });
+  const busy = await sbx.commands.run(
+    "python3 -c 'b = bytearray(64 << 20); print(\"ready\", flush=True); import time; time.sleep(30)'",
+    { background: true, timeoutMs: 0, onStdout: (d) => d.includes("ready") && ready() });
+  busy.wait().catch(() => {});
+  await isReady;
+  const m = await sbx.getMetrics();
+  await sbx.commands.kill(busy.pid);
+  return m.map((x) => ({ ...x, timestamp: x.timestamp.toISOString() }));
+});
+
 await step("set_timeout", async () => {
   await sbx.setTimeout(600_000);
   const info = await sbx.getInfo();

@@ -54,6 +54,10 @@ func TestDetachedServerReachedFromLaterRun(t *testing.T) {
 	if res.ExitCode != 0 || res.Stdout != "hello-over-lo\n" {
 		t.Fatalf("the later run did not reach the server: %+v", res)
 	}
+	u, err := e.SessionUsage(t.Context(), srv.SessionID)
+	if err != nil || u.Sandboxes < 2 || u.MemLimit <= 0 || u.MemUsed <= 0 || u.CPUNanos == 0 {
+		t.Errorf("the session's usage (the server, the holder, a warm container): %+v %v", u, err)
+	}
 	other := spec(t, executors.LangBash, "curl -s -m 2 http://127.0.0.1:8123/ ; echo rc=$?")
 	if res := execute(t, e, other); !strings.Contains(res.Stdout, "rc=7") {
 		t.Errorf("another session reached the server: %+v", res)
