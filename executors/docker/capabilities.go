@@ -28,6 +28,9 @@ func (e *Executor) Capabilities() executors.Capabilities {
 	isolation := "container"
 	if e.cfg.Runtime != "" {
 		isolation += " (" + e.cfg.Runtime + ")"
+		if pl := e.platform.get(); pl != "" {
+			isolation = "container (" + e.cfg.Runtime + ", platform " + pl + ")"
+		}
 	}
 	return executors.Capabilities{
 		NetworkIsolation:    true,

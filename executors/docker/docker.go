@@ -64,6 +64,7 @@ type Executor struct {
 	// own kernel only when its registration gives it a loopback.
 	netOff   atomic.Bool
 	netFiles netFiles
+	platform runtimePlatform // Config.Runtime's platform (platform.go)
 }
 
 // Interface guards.
@@ -182,6 +183,9 @@ func (e *Executor) checkRuntime(ctx context.Context) error {
 	}
 	rt, ok := info.Info.Runtimes[e.cfg.Runtime]
 	e.hostUDS.Store(ok && runtimeAllowsHostUDS(rt.Args))
+	if ok && e.cfg.OwnKernel {
+		e.platform.set(rt.Args)
+	}
 	if e.cfg.OwnKernel {
 		e.netOff.Store(ok && runtimeDisablesNetwork(rt.Args))
 	}
