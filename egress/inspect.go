@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -136,20 +137,25 @@ func (h *Handle) admit(ctx context.Context, client net.Conn, req *http.Request, 
 }
 
 // checkPath refuses a request whose path the policy could misread: not
-// without an absolute path, or with dot segments (plain or percent-encoded) or
-// backslashes, which a server may resolve to a path no rule was asked
-// about ("/v1/../admin").
+// without an absolute path, or with a segment that decodes to a dot
+// segment, or that hides a slash or a backslash in percent-encoding
+// ("/v1/%2e%2e/admin", "/v1/..%2fadmin"): a server that decodes before it
+// resolves would reach a path no rule was asked about.
 func checkPath(req *http.Request) string {
 	raw := req.URL.EscapedPath()
 	if req.URL.Opaque != "" || !strings.HasPrefix(raw, "/") {
 		return "the request target " + headerSafe(truncate(req.RequestURI, 200)) + " has no absolute path"
 	}
-	lower := strings.ToLower(raw)
-	if strings.Contains(lower, "\\") || strings.Contains(lower, "%5c") {
-		return "a backslash in the path is refused"
-	}
-	for _, seg := range strings.Split(strings.ReplaceAll(lower, "%2e", "."), "/") {
-		if seg == "." || seg == ".." {
+	for _, seg := range strings.Split(raw, "/") {
+		dec, err := url.PathUnescape(seg)
+		switch {
+		case err != nil:
+			return "the path is not valid percent-encoding"
+		case strings.Contains(dec, "\\"):
+			return "a backslash in the path is refused"
+		case strings.Contains(dec, "/"):
+			return "an encoded slash in the path is refused"
+		case dec == "." || dec == "..":
 			return "a dot segment in the path is refused"
 		}
 	}
