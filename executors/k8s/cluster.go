@@ -1,0 +1,100 @@
+package k8s
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// restConfig loads the kubeconfig, or the in-cluster config when none is
+// named (the gateway deployed with deploy/kubernetes/).
+func restConfig(path string) (*rest.Config, error) {
+	var (
+		rc  *rest.Config
+		err error
+	)
+	if path == "" {
+		rc, err = rest.InClusterConfig()
+	} else {
+		rc, err = clientcmd.BuildConfigFromFlags("", path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("k8s: client config: %w", err)
+	}
+	rc.UserAgent = "sandgate"
+	// Pod creation bursts (50 sessions at once) must not queue behind
+	// client-go's default 5 requests per second.
+	rc.QPS, rc.Burst = 100, 200
+	return rc, nil
+}
+
+// ensureNamespace creates the sandbox namespace, enforcing Pod Security
+// "restricted", and the isolation NetworkPolicy, when missing. A
+// namespace that exists without the enforcement label is refused: pods
+// there could be weaker than this tier says.
+func ensureNamespace(ctx context.Context, cs kubernetes.Interface, e *Executor) error {
+	ns, err := cs.CoreV1().Namespaces().Get(ctx, e.cfg.Namespace, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		ns, err = cs.CoreV1().Namespaces().Create(ctx, e.namespace(), metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			ns, err = cs.CoreV1().Namespaces().Get(ctx, e.cfg.Namespace, metav1.GetOptions{})
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("k8s: namespace %s: %w", e.cfg.Namespace, err)
+	}
+	if got := ns.Labels["pod-security.kubernetes.io/enforce"]; got != "restricted" {
+		return fmt.Errorf("k8s: namespace %s enforces Pod Security %q, want restricted", e.cfg.Namespace, got)
+	}
+	_, err = cs.NetworkingV1().NetworkPolicies(e.cfg.Namespace).Create(ctx, e.denyAllPolicy(), metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("k8s: network policy: %w", err)
+	}
+	return nil
+}
+
+// podState classifies a pod for the tier: ready (sandboxd's container
+// runs), pending, or gone for good (failed, succeeded, being deleted).
+type podState int
+
+const (
+	podPending podState = iota
+	podReady
+	podGone
+)
+
+func stateOf(p *corev1.Pod) (podState, string) {
+	if p.DeletionTimestamp != nil {
+		return podGone, "the pod is being deleted"
+	}
+	switch p.Status.Phase {
+	case corev1.PodFailed, corev1.PodSucceeded:
+		msg := string(p.Status.Phase)
+		if p.Status.Reason != "" {
+			msg += ": " + p.Status.Reason
+		}
+		return podGone, msg
+	case corev1.PodRunning:
+		for _, c := range p.Status.ContainerStatuses {
+			if c.Name == containerName && c.State.Running != nil {
+				return podReady, ""
+			}
+			if c.Name == containerName && c.State.Terminated != nil {
+				return podGone, "the sandbox container exited: " + c.State.Terminated.Reason
+			}
+		}
+	}
+	for _, c := range p.Status.ContainerStatuses {
+		if w := c.State.Waiting; w != nil && (w.Reason == "ErrImageNeverPull" || w.Reason == "ImagePullBackOff" ||
+			w.Reason == "CreateContainerConfigError" || w.Reason == "InvalidImageName") {
+			return podGone, w.Reason + ": " + w.Message
+		}
+	}
+	return podPending, ""
+}

@@ -1,0 +1,126 @@
+package k8s
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/executors/aio"
+)
+
+// Kind names the tier in the policy's decision ("executor": "kubernetes")
+// and in capabilities.
+const Kind executors.Kind = "kubernetes"
+
+// Defaults, in one place.
+const (
+	DefaultNamespace = "sandgate-sandboxes"
+	DefaultImage     = "sandgate/k8s-sandbox:latest"
+	// DefaultSandboxID is the uid/gid base of a session that names none:
+	// the pod runs as DefaultSandboxID + a per-session offset, so two
+	// sessions never share RLIMIT_NPROC's per-uid count on a node.
+	DefaultSandboxID = 300000
+	DefaultTimeout   = 30 * time.Second
+	// DefaultReadyTimeout bounds pod creation to sandboxd answering: a
+	// cold pod reaches Running in about a second on an idle node.
+	DefaultReadyTimeout = 90 * time.Second
+	DefaultPodMemoryMB  = 2048
+	DefaultPodCPU       = "1"
+	// DefaultWorkspaceMB caps the pod's workspace (an emptyDir) and what
+	// a pull copies back to the host.
+	DefaultWorkspaceMB = 1024
+	// sandboxdPort is where sandboxd listens, on the pod's loopback only:
+	// the gateway reaches it through the apiserver's port-forward.
+	sandboxdPort = 8080
+)
+
+// Config configures the tier. Zero fields take the defaults above.
+type Config struct {
+	// Kubeconfig is the path of a kubeconfig; empty means in-cluster
+	// (the gateway's ServiceAccount).
+	Kubeconfig string
+	// Namespace holds the sandbox pods. The executor creates it if
+	// missing, labelled to enforce Pod Security "restricted".
+	Namespace string
+	// Image is the sandbox image: the runtime root plus sandboxd
+	// (scripts/k8s-images.sh builds sandgate/k8s-sandbox).
+	Image string
+	// ImagePullPolicy: "Never" on a cluster whose images are imported
+	// (the test cluster), "IfNotPresent" by default.
+	ImagePullPolicy string
+	// RuntimeClassName is set on every pod when non-empty ("gvisor" in
+	// production).
+	RuntimeClassName string
+	// Instance labels the pods of this gateway (its replica name), so
+	// Close reaps only its own; sessions are found by their own label.
+	Instance string
+	// SandboxUID and SandboxGID: see DefaultSandboxID.
+	SandboxUID, SandboxGID int
+	DefaultTimeout         time.Duration
+	ReadyTimeout           time.Duration
+	// PodMemoryMB and PodCPU are the pod's requests and limits (equal:
+	// Guaranteed QoS); a run's memory obligation above PodMemoryMB raises
+	// the pod's at its creation.
+	PodMemoryMB int
+	PodCPU      string
+	WorkspaceMB int
+	// Limits are the per-run defaults (aio.DefaultLimits when zero).
+	Limits executors.Limits
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Namespace == "" {
+		c.Namespace = DefaultNamespace
+	}
+	if c.Image == "" {
+		c.Image = DefaultImage
+	}
+	if c.ImagePullPolicy == "" {
+		c.ImagePullPolicy = "IfNotPresent"
+	}
+	if c.Instance == "" {
+		c.Instance = "gateway"
+	}
+	if c.SandboxUID == 0 {
+		c.SandboxUID = DefaultSandboxID
+	}
+	if c.SandboxGID == 0 {
+		c.SandboxGID = c.SandboxUID
+	}
+	if c.DefaultTimeout <= 0 {
+		c.DefaultTimeout = DefaultTimeout
+	}
+	if c.ReadyTimeout <= 0 {
+		c.ReadyTimeout = DefaultReadyTimeout
+	}
+	if c.PodMemoryMB <= 0 {
+		c.PodMemoryMB = DefaultPodMemoryMB
+	}
+	if c.PodCPU == "" {
+		c.PodCPU = DefaultPodCPU
+	}
+	if c.WorkspaceMB <= 0 {
+		c.WorkspaceMB = DefaultWorkspaceMB
+	}
+	c.Limits = c.Limits.Or(aio.DefaultLimits)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Validate rejects a config no default can fix.
+func (c Config) Validate() error {
+	switch c.ImagePullPolicy {
+	case "", "Never", "IfNotPresent", "Always":
+	default:
+		return fmt.Errorf("image_pull_policy %q: want Never, IfNotPresent or Always", c.ImagePullPolicy)
+	}
+	if c.SandboxUID < 0 || c.SandboxGID < 0 {
+		return errors.New("sandbox uid and gid must not be negative")
+	}
+	return nil
+}

@@ -1,0 +1,316 @@
+package k8s
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/executors/aio"
+)
+
+// ErrSandboxLost is wrapped by the error of the first request after the
+// session's pod was deleted, evicted or died: its state (workspace,
+// processes) is gone with it. The next request starts a new, empty pod;
+// a lost sandbox is said once and never silently replaced.
+var ErrSandboxLost = errors.New("the session's sandbox was lost")
+
+// sandbox is one session's pod as this gateway replica knows it.
+type sandbox struct {
+	e       *Executor
+	session string
+	name    string
+	ready   chan struct{} // closed when start ended; err says how
+	err     error
+
+	uid    types.UID // the pod's
+	key    string
+	client *aio.Client
+
+	runMu sync.Mutex // runs of a session take turns: the workspace copy is per run
+	tun   *tunnel
+	snap  string // the host workspace as last synced (workspace.go)
+}
+
+// sandboxFor returns the session's running sandbox, creating (or, when
+// another replica created it, adopting) its pod.
+func (e *Executor) sandboxFor(ctx context.Context, spec executors.Spec) (*sandbox, error) {
+	e.mu.Lock()
+	if why, ok := e.lost[spec.SessionID]; ok {
+		delete(e.lost, spec.SessionID)
+		e.mu.Unlock()
+		return nil, lostError(why)
+	}
+	sb, found := e.sandboxes[spec.SessionID]
+	if !found {
+		sb = &sandbox{e: e, session: spec.SessionID, name: podName(spec.SessionID), ready: make(chan struct{})}
+		e.sandboxes[spec.SessionID] = sb
+	}
+	e.mu.Unlock()
+	if !found {
+		// The creation outlives a cancelled first request: other requests
+		// of the session may be waiting for it.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.ReadyTimeout)
+		sb.err = sb.start(cctx, spec)
+		cancel()
+		if sb.err != nil {
+			e.mu.Lock()
+			if e.sandboxes[spec.SessionID] == sb {
+				delete(e.sandboxes, spec.SessionID)
+			}
+			e.mu.Unlock()
+		}
+		close(sb.ready)
+	}
+	select {
+	case <-sb.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return sb, sb.err
+}
+
+func lostError(why string) error {
+	return unavailable("sandbox lost", fmt.Errorf("%w: %s; its workspace and processes are gone", ErrSandboxLost, why))
+}
+
+// podLost is the watch's report that a pod is gone for good.
+func (e *Executor) podLost(sessionID string, uid types.UID, why string) {
+	if sessionID == "" {
+		return
+	}
+	e.mu.Lock()
+	sb := e.sandboxes[sessionID]
+	if sb == nil || sb.uid != uid || !sb.started() {
+		e.mu.Unlock()
+		return
+	}
+	delete(e.sandboxes, sessionID)
+	e.lost[sessionID] = why
+	e.mu.Unlock()
+	e.cfg.Logger.Warn("k8s: a session's sandbox pod is gone", "session_id", sessionID, "pod", sb.name, "reason", why)
+	sb.close()
+}
+
+func (sb *sandbox) started() bool {
+	select {
+	case <-sb.ready:
+		return sb.err == nil
+	default:
+		return false
+	}
+}
+
+// start creates the key Secret and the pod (or adopts both when they
+// exist: another replica made them), waits on the watch until sandboxd's
+// container runs, and opens the tunnel to it.
+func (sb *sandbox) start(ctx context.Context, spec executors.Spec) error {
+	e := sb.e
+	began := time.Now()
+	var pod *corev1.Pod
+	for attempt := 0; pod == nil; attempt++ {
+		if attempt == 3 {
+			return unavailable("create the sandbox pod", errors.New("the session's previous pod keeps terminating"))
+		}
+		p, err := e.cs.CoreV1().Pods(e.cfg.Namespace).Get(ctx, sb.name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			pod, err = sb.create(ctx, spec)
+			if err != nil {
+				return err
+			}
+		case err != nil:
+			return unavailable("look up the sandbox pod", err)
+		case p.DeletionTimestamp != nil:
+			// The session's previous pod (released, or lost) is still
+			// terminating: its name is taken until it is gone.
+			e.pods.waitGone(ctx, sb.name, p.UID)
+		default:
+			pod = p // another replica made it: adopt it
+		}
+	}
+	sb.uid = pod.UID
+	sec, err := e.cs.CoreV1().Secrets(e.cfg.Namespace).Get(ctx, secretOf(pod), metav1.GetOptions{})
+	if err != nil {
+		return unavailable("read the sandbox's key", err)
+	}
+	sb.key = string(sec.Data[keyField])
+	e.ownSecret(ctx, sec, pod)
+	if st, why := e.pods.waitReady(ctx, sb.name, pod.UID); st != podReady {
+		_ = e.deletePod(context.WithoutCancel(ctx), sb.name)
+		return unavailable("sandbox pod did not start", errors.New(why))
+	}
+	var err2 error
+	sb.client, err2 = sb.connect(ctx)
+	if err2 != nil {
+		return err2
+	}
+	e.cfg.Logger.Info("k8s: sandbox pod ready", "session_id", sb.session, "pod", sb.name,
+		"took_ms", time.Since(began).Milliseconds())
+	return nil
+}
+
+// create makes the key Secret and then the pod. When another replica's
+// pod won the name, the Secret is deleted again and nil is returned
+// (the caller looks the pod up anew).
+func (sb *sandbox) create(ctx context.Context, spec executors.Spec) (*corev1.Pod, error) {
+	e := sb.e
+	key, err := newKey()
+	if err != nil {
+		return nil, err
+	}
+	secName := sb.name + "-" + key[:6]
+	if _, err := e.cs.CoreV1().Secrets(e.cfg.Namespace).Create(ctx, e.keySecret(sb.session, secName, key), metav1.CreateOptions{}); err != nil {
+		return nil, unavailable("create the sandbox's key", err)
+	}
+	mem := max(e.cfg.PodMemoryMB, spec.Limits.MemoryMB+256)
+	pod, err := e.cs.CoreV1().Pods(e.cfg.Namespace).Create(ctx, e.podSpec(sb.session, secName, spec.UID, spec.GID, mem), metav1.CreateOptions{})
+	if err != nil {
+		_ = e.cs.CoreV1().Secrets(e.cfg.Namespace).Delete(context.WithoutCancel(ctx), secName, metav1.DeleteOptions{})
+	}
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		return nil, nil
+	case apierrors.IsForbidden(err) || apierrors.IsInvalid(err):
+		return nil, fmt.Errorf("k8s: the cluster refused the sandbox pod: %w", err)
+	case err != nil:
+		return nil, unavailable("create the sandbox pod", err)
+	}
+	return pod, nil
+}
+
+// ownSecret makes the pod the Secret's owner, so the garbage collector
+// deletes the key with the pod, whoever deletes the pod.
+func (e *Executor) ownSecret(ctx context.Context, sec *corev1.Secret, pod *corev1.Pod) {
+	if len(sec.OwnerReferences) > 0 {
+		return
+	}
+	sec.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID}}
+	if _, err := e.cs.CoreV1().Secrets(e.cfg.Namespace).Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
+		e.cfg.Logger.Warn("k8s: own the sandbox key by its pod", "pod", pod.Name, "err", err)
+	}
+}
+
+// connect opens the tunnel and waits for sandboxd to answer through it.
+func (sb *sandbox) connect(ctx context.Context) (*aio.Client, error) {
+	t, err := sb.e.openTunnel(ctx, sb.name)
+	if err != nil {
+		return nil, err
+	}
+	c := aio.NewHTTPClient(t.url(), sb.key)
+	if err := aio.WaitReady(ctx, c); err != nil {
+		t.close()
+		return nil, err
+	}
+	sb.tun = t
+	return c, nil
+}
+
+// run runs spec in the pod: the host workspace in, the run, the pod's
+// workspace back out.
+func (sb *sandbox) run(ctx context.Context, spec executors.Spec) (executors.Result, error) {
+	sb.runMu.Lock()
+	defer sb.runMu.Unlock()
+	if sb.tun == nil || sb.tun.dead() {
+		// The tunnel ended (the apiserver or kubelet restarted): a new one
+		// to the same pod, which still holds the session's state.
+		if sb.tun != nil {
+			sb.tun.close()
+		}
+		c, err := sb.connect(ctx)
+		if err != nil {
+			return executors.Result{}, sb.explain(err)
+		}
+		sb.client = c
+	}
+	if err := sb.push(ctx, spec.WorkspaceDir); err != nil {
+		return executors.Result{}, sb.explain(err)
+	}
+	res, err := aio.RunRemote(ctx, sb.client, spec, aio.DefaultClientMargin)
+	if err != nil {
+		return res, sb.explain(err)
+	}
+	if err := sb.pull(ctx, spec.WorkspaceDir, spec.UID, spec.GID); err != nil {
+		return executors.Result{}, sb.explain(err)
+	}
+	return res, nil
+}
+
+// explain turns a failure into "lost" when the pod is gone: the watch
+// may not have delivered the deletion yet.
+func (sb *sandbox) explain(err error) error {
+	p, ok := sb.e.pods.get(sb.name)
+	why := "the pod was deleted"
+	if ok && p.UID == sb.uid {
+		var st podState
+		if st, why = stateOf(p); st != podGone {
+			if errors.Is(err, executors.ErrUnavailable) {
+				return err
+			}
+			return unavailable("sandbox pod unreachable", err)
+		}
+	}
+	// Told now, so not again on the next request.
+	sb.e.forget(sb)
+	return lostError(why)
+}
+
+// forget drops sb from the sessions (and any pending loss report of it).
+func (e *Executor) forget(sb *sandbox) {
+	e.mu.Lock()
+	if e.sandboxes[sb.session] == sb {
+		delete(e.sandboxes, sb.session)
+	}
+	delete(e.lost, sb.session)
+	e.mu.Unlock()
+	sb.close()
+}
+
+func (sb *sandbox) close() {
+	if sb.tun != nil {
+		sb.tun.close()
+	}
+	if sb.client != nil {
+		sb.client.Close()
+	}
+}
+
+// deletePod deletes the named pod now (grace 1 s); a pod already gone is
+// no error.
+func (e *Executor) deletePod(ctx context.Context, name string) error {
+	grace := int64(1)
+	err := e.cs.CoreV1().Pods(e.cfg.Namespace).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("k8s: delete pod %s: %w", name, err)
+	}
+	return nil
+}
+
+// reap deletes every sandbox pod (and key Secret) matching selector: a
+// gateway's shutdown, or orphans found by label.
+func (e *Executor) reap(ctx context.Context, selector string) error {
+	grace := int64(1)
+	sel := labelManagedBy + "=" + managedBy + "," + labelComponent + "=" + componentSbx + "," + selector
+	err := e.cs.CoreV1().Pods(e.cfg.Namespace).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &grace},
+		metav1.ListOptions{LabelSelector: sel})
+	err2 := e.cs.CoreV1().Secrets(e.cfg.Namespace).DeleteCollection(ctx, metav1.DeleteOptions{},
+		metav1.ListOptions{LabelSelector: sel})
+	return errors.Join(err, err2)
+}
+
+func newKey() (string, error) {
+	var b [24]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("k8s: key: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
