@@ -137,10 +137,11 @@ func (h *Handle) admit(ctx context.Context, client net.Conn, req *http.Request, 
 }
 
 // checkPath refuses a request whose path the policy could misread: not
-// without an absolute path, or with a segment that decodes to a dot
-// segment, or that hides a slash or a backslash in percent-encoding
-// ("/v1/%2e%2e/admin", "/v1/..%2fadmin"): a server that decodes before it
-// resolves would reach a path no rule was asked about.
+// without an absolute path, or with a dot segment, plain, percent-encoded
+// or behind an encoded slash or backslash ("/v1/%2e%2e/admin",
+// "/v1/..%2fadmin"): a server that decodes before it resolves would reach
+// a path no rule was asked about. An encoded slash alone stays allowed
+// (GitLab's API names a project "group%2Fproject").
 func checkPath(req *http.Request) string {
 	raw := req.URL.EscapedPath()
 	if req.URL.Opaque != "" || !strings.HasPrefix(raw, "/") {
@@ -148,15 +149,13 @@ func checkPath(req *http.Request) string {
 	}
 	for _, seg := range strings.Split(raw, "/") {
 		dec, err := url.PathUnescape(seg)
-		switch {
-		case err != nil:
+		if err != nil {
 			return "the path is not valid percent-encoding"
-		case strings.Contains(dec, "\\"):
-			return "a backslash in the path is refused"
-		case strings.Contains(dec, "/"):
-			return "an encoded slash in the path is refused"
-		case dec == "." || dec == "..":
-			return "a dot segment in the path is refused"
+		}
+		for _, part := range strings.FieldsFunc(dec, func(r rune) bool { return r == '/' || r == '\\' }) {
+			if part == "." || part == ".." {
+				return "a dot segment in the path is refused"
+			}
 		}
 	}
 	return ""
