@@ -71,6 +71,9 @@ type approvalOpts struct {
 	// grants, when set, enables grants on the hub (the engine's grant
 	// rule, records in the env's audit database), as main wires them.
 	grants bool
+	// proposals, when set, enables agents' proposals (in mode
+	// PERMISSIVE, the env's).
+	proposals bool
 }
 
 // sndbufListener sets SO_SNDBUF on each connection it accepts.
@@ -122,6 +125,13 @@ func newApprovalEnv(t *testing.T, o approvalOpts) *approvalEnv {
 			Policy: confirm.EngineGrants(eng, "PERMISSIVE"), MinFor: time.Second}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if o.proposals {
+		if o.hub.Proposals, err = confirm.OpenProposals(ctx, confirm.ProposalOptions{Store: st, Audit: st, Policy: eng,
+			Mode: "PERMISSIVE", Grants: o.hub.Grants}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(o.hub.Proposals.Close)
 	}
 	hub, err := confirm.NewHub(ctx, o.hub)
 	if err != nil {

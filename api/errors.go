@@ -21,6 +21,11 @@ type errorDetail struct {
 	Reasons   []policy.Reason      `json:"reasons,omitempty"`
 	Fields    []manager.FieldError `json:"fields,omitempty"`
 	RequestID string               `json:"request_id"`
+	// Rule, AgentGuidance and Proposal are on a session request's denial:
+	// how to ask for a narrow exception (denial.go).
+	Rule          string        `json:"rule,omitempty"`
+	AgentGuidance string        `json:"agent_guidance,omitempty"`
+	Proposal      *proposalHint `json:"proposal,omitempty"`
 }
 
 // Errors raised by the HTTP layer itself.
@@ -60,6 +65,7 @@ func (s *Server) errorResponse(r *http.Request, err error) (int, errorBody) {
 	if errors.As(err, &denied) {
 		body.Error.Reasons = denied.Reasons
 	}
+	withGuidance(r, &body.Error)
 	var invalid *manager.ValidationError
 	if errors.As(err, &invalid) {
 		body.Error.Fields = invalid.Fields

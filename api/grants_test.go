@@ -93,10 +93,11 @@ func TestGrantForThisSession(t *testing.T) {
 	}
 }
 
-// TestOpenAPIGrants: the grants' answers match the document.
-func TestOpenAPIGrants(t *testing.T) {
+// TestOpenAPIGrantsAndProposals: the grants' and proposals' answers match
+// the document.
+func TestOpenAPIGrantsAndProposals(t *testing.T) {
 	c := &capture{}
-	e := newApprovalEnv(t, approvalOpts{timeout: 30 * time.Second, grants: true, wrap: c.wrap})
+	e := newApprovalEnv(t, approvalOpts{timeout: 30 * time.Second, grants: true, proposals: true, wrap: c.wrap})
 	doc := fetchDoc(t, e.env)
 	call := e.runAsync("s1", highRisk)
 	v := pendingForTenant(t, e.hub, "a", "s1")
@@ -108,9 +109,21 @@ func TestOpenAPIGrants(t *testing.T) {
 	e.do("GET", "/v1/grants/nope", approverTok, nil) // 404
 	e.do("DELETE", "/v1/grants/"+id, approverTok, nil)
 	e.do("DELETE", "/v1/grants/"+id, approverTok, nil) // 409
+
+	pr := e.do("POST", "/v1/sessions/s1/proposals", agentTok, map[string]any{"kind": "egress_host", "value": "pkg.example.org",
+		"justification": "the task installs from there"})
+	pid, _ := pr.body["id"].(string)
+	e.do("POST", "/v1/sessions/s1/proposals", agentTok, map[string]any{"kind": "executor", "value": "x", "justification": "y"}) // 400
+	e.do("GET", "/v1/sessions/s1/proposals/"+pid, agentTok, nil)
+	e.do("GET", "/v1/proposals?status=pending", approverTok, nil)
+	e.do("GET", "/v1/proposals/"+pid, approverTok, nil)
+	e.do("POST", "/v1/proposals/"+pid+"/decision", approverTok, map[string]any{"decision": "accept", "for_s": 600})
+	e.do("POST", "/v1/proposals/"+pid+"/decision", approverTok, map[string]any{"decision": "reject"}) // 409
+	e.do("DELETE", "/v1/proposals/"+pid, approverTok, nil)
+	e.do("DELETE", "/v1/proposals/"+pid, approverTok, nil) // 409
 	deadline := time.Now().Add(5 * time.Second)
 	for len(c.got) == 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	requireCovered(t, c.check(t, doc), []string{"grants"})
+	requireCovered(t, c.check(t, doc), []string{"grants", "proposals"})
 }

@@ -26,4 +26,5 @@ func (s *Server) approvalRoutes() {
 	// user to an approver, refusing and auditing anything else.
 	s.mount("POST /v1/channels/{name}/callback", s.wrap(s.channelCallback))
 	s.grantRoutes()
+	s.proposalRoutes()
 }

@@ -115,6 +115,9 @@ type HubOptions struct {
 	// or "for this pattern" for a while (grants.go), and is consulted
 	// before a request is held; nil: every approval is once.
 	Grants *Grants
+	// Proposals, when set, is the book of agents' proposals the API
+	// serves with the approvals (proposals.go); the hub does not use it.
+	Proposals *Proposals
 }
 
 func (o HubOptions) withDefaults() HubOptions {

@@ -333,6 +333,13 @@ func (gw *gateway) executors(ctx context.Context, ws *workspace.Workspaces) (_ [
 			out = append(out, e)
 		}
 	}
+	if k := gw.cfg.Executors.Kubernetes; k.Enabled {
+		e, err := gw.kubernetesExecutor(ctx, k)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
 	return out, nil
 }
 
@@ -598,10 +605,17 @@ func (gw *gateway) confirmer(ctx context.Context, getenv func(string) string) (c
 	if err != nil {
 		return nil, fmt.Errorf("approval grants: %w", err)
 	}
+	// Agents' proposals (POST /v1/sessions/{id}/proposals): accepted
+	// ones are overlays on the policy's egress data, kept in force here.
+	proposals, err := confirm.OpenProposals(ctx, confirm.ProposalOptions{Store: gw.audit, Audit: gw.audit, Policy: gw.policy,
+		Mode: gw.cfg.Mode, Logger: gw.log, Grants: grants})
+	if err != nil {
+		return nil, fmt.Errorf("approval proposals: %w", err)
+	}
 	hub, err := confirm.NewHub(ctx, confirm.HubOptions{
 		Store: gw.audit, Timeout: gw.cfg.Approval.Timeout, Logger: gw.log,
 		AllowedOrigins: gw.cfg.Approval.AllowedOrigins, Replica: replicaName(gw.cfg.Storage),
-		ListenDSN: gw.listenDSN(), Peer: gw.approvalPeer(), Channels: channels, Grants: grants,
+		ListenDSN: gw.listenDSN(), Peer: gw.approvalPeer(), Channels: channels, Grants: grants, Proposals: proposals,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("approval hub: %w", err)
@@ -794,6 +808,9 @@ func (gw *gateway) shutdown() {
 	if gw.hub != nil {
 		if err := gw.hub.Close(sctx); err != nil {
 			gw.log.Warn("approval hub close", "err", err)
+		}
+		if p := gw.hub.Proposals(); p != nil {
+			p.Close()
 		}
 	}
 	// MCP sessions hold streams open that Shutdown would wait for: once

@@ -9,7 +9,7 @@
 # A grant covers a request when the request's approval comes from the
 # mode table (the risk level's row requires approval), the grant's scope
 # holds (its session, or any session of its tenant), the language is the
-# same, the request's level is at or below the grant's, every risk
+# same (or the grant's is "*"), the request's level is at or below the grant's, every risk
 # pattern of the request is among the grant's, and it has not expired.
 # CRITICAL is never covered unless an administrator's Rego adds a
 # definition of grant_covers_critical(g) (or lists grant ids in
@@ -26,7 +26,7 @@ covering_grants contains g.id if {
 	row.action == "require_approval"
 	some g in input.grants
 	grant_in_scope(g)
-	g.language == input.request.language
+	grant_language(g)
 	level_rank[level] <= level_rank[g.level]
 	grant_level_allowed(g)
 	every p in input.risk.patterns {
@@ -45,6 +45,12 @@ grant_in_scope(g) if {
 	g.scope == "tenant"
 	g.tenant == input.principal.tenant
 }
+
+# A grant names its language, or "*" (an accepted pattern proposal,
+# which is about the pattern whatever the language).
+grant_language(g) if g.language == input.request.language
+
+grant_language(g) if g.language == "*"
 
 grant_level_allowed(_) if level != "CRITICAL"
 

@@ -71,3 +71,13 @@ test_smallest_id_wins if {
 test_no_grants_no_answer if {
 	not exec.grant with input as held("HIGH", [], [])
 }
+
+test_any_language_grant if {
+	gr := object.union(g("gr_1", "session", "s-1", "HIGH", ["subprocess"], far), {"language": "*"})
+	exec.grant == "gr_1" with input as held("HIGH", ["subprocess"], [gr])
+}
+
+test_other_language_not_covered if {
+	gr := object.union(g("gr_1", "session", "s-1", "HIGH", ["subprocess"], far), {"language": "bash"})
+	not exec.grant with input as held("HIGH", ["subprocess"], [gr])
+}

@@ -1,0 +1,526 @@
+package confirm
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/errcode"
+	"github.com/sandgate/sandgate/policy"
+	"github.com/sandgate/sandgate/policy/replay"
+)
+
+// Proposals: an agent that was denied asks for a narrow exception, and a
+// person decides with its effect in front of them. The gateway builds the
+// policy data the proposal would add (an egress rule scoped to the
+// session), replays the tenant's recent audit window against it, and
+// keeps the decisions that would change. Accepted, the data becomes an
+// overlay on the policy's own (policy.Engine.SetEgressOverlay) with an
+// owner and an expiry; rejected, the agent reads why.
+
+// Proposal kinds.
+const (
+	ProposalEgressHost = "egress_host"
+	ProposalPattern    = "pattern"
+	ProposalExecutor   = "executor"
+)
+
+// Proposal statuses.
+const (
+	ProposalPending  = "pending"
+	ProposalAccepted = "accepted"
+	ProposalRejected = "rejected"
+	ProposalRevoked  = "revoked"
+)
+
+// Defaults of proposals.
+const (
+	DefaultProposalFor      = 24 * time.Hour
+	MaxProposalFor          = 7 * 24 * time.Hour
+	DefaultReplayWindow     = 24 * time.Hour
+	DefaultReplayLimit      = 10000
+	MaxJustificationBytes   = 2000
+	maxProposalChangesShown = 200
+	// AuditProposal* are the audit kinds of a proposal's life.
+	AuditProposalCreated  = "proposal.created"
+	AuditProposalAccepted = "proposal.accepted"
+	AuditProposalRejected = "proposal.rejected"
+	AuditProposalRevoked  = "proposal.revoked"
+)
+
+var (
+	ErrProposalNotFound = errcode.New(errcode.NotFound, "no such proposal")
+	ErrProposalDecided  = errcode.New(errcode.Conflict, "the proposal was already decided")
+	ErrProposalKind     = errcode.New(errcode.InvalidRequest, `kind must be "egress_host" or "pattern"`)
+	ErrProposalValue    = errcode.New(errcode.InvalidRequest, "value is not a host name (egress_host: host or host:port) or a risk pattern id (pattern)")
+	ErrProposalJustify  = errcode.New(errcode.InvalidRequest, "justification is required, at most 2000 bytes")
+	ErrProposalDecision = errcode.New(errcode.InvalidRequest, `decision must be "accept" or "reject"`)
+	ErrProposalFor      = errcode.New(errcode.InvalidRequest, "for_s must be between 60 and 604800")
+)
+
+// Proposal is one request for an exception.
+type Proposal struct {
+	ID            string `json:"id"`
+	Tenant        string `json:"tenant"`
+	SessionID     string `json:"session_id"`
+	Kind          string `json:"kind"`
+	Value         string `json:"value"`
+	Justification string `json:"justification"`
+	// Principal is the agent that proposed it.
+	Principal string    `json:"principal"`
+	Status    string    `json:"status"`
+	CreatedAt time.Time `json:"created_at"`
+	DecidedBy string    `json:"decided_by,omitempty"`
+	DecidedAt time.Time `json:"decided_at,omitzero"`
+	// Reason is the approver's word, which the agent reads.
+	Reason    string    `json:"reason,omitempty"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	// Overlay is the policy data the proposal adds: an egress rule
+	// (egress_host) or a grant (pattern).
+	Overlay map[string]any `json:"overlay"`
+	Effect  Effect         `json:"effect"`
+}
+
+// Effect is the replay of the tenant's recent window against the
+// candidate: how many decisions were replayed and those that would change.
+type Effect struct {
+	Since    time.Time `json:"since"`
+	Replayed int       `json:"replayed"`
+	// Changed lists the decisions that would change, newest first (at
+	// most 200; ChangedCount counts them all).
+	Changed      []Change `json:"changed"`
+	ChangedCount int      `json:"changed_count"`
+	ReplayMS     int64    `json:"replay_ms"`
+}
+
+// Change is one recorded decision the candidate would decide otherwise.
+type Change struct {
+	RecordID  int64     `json:"record_id"`
+	Time      time.Time `json:"time"`
+	Kind      string    `json:"kind"`
+	SessionID string    `json:"session_id"`
+	// What is the connection's host:port, or the run's risk and patterns.
+	What      string `json:"what"`
+	Recorded  string `json:"recorded"`
+	Now       string `json:"now"`
+	Candidate string `json:"candidate"`
+	Rule      string `json:"rule,omitempty"`
+}
+
+// ProposalOptions configure OpenProposals.
+type ProposalOptions struct {
+	Store  Store
+	Audit  audit.Store
+	Policy *policy.Engine
+	// Mode is the gateway's security mode (the replay's input).
+	Mode   string
+	Logger *slog.Logger
+	// Grants receives the grant an accepted pattern proposal becomes;
+	// nil refuses pattern proposals.
+	Grants *Grants
+	// Window and Limit bound the replay: the tenant's records of the
+	// last Window, at most Limit. Defaults DefaultReplayWindow and
+	// DefaultReplayLimit.
+	Window time.Duration
+	Limit  int
+	// Refresh is how often the overlay is re-read from the database (a
+	// peer's decisions, expiries, policy reloads). Default 1 s.
+	Refresh time.Duration
+}
+
+// Proposals is the book of proposals and the overlay they make.
+type Proposals struct {
+	opts  ProposalOptions
+	store proposalStore
+	log   *slog.Logger
+
+	mu      sync.Mutex // serialises overlay writes
+	applied string     // the live overlay's ids and the engine's reload count
+	stop    chan struct{}
+	done    chan struct{}
+	close   sync.Once
+}
+
+// OpenProposals creates or migrates the proposals table, puts the live
+// overlay in force and keeps it so until Close.
+func OpenProposals(ctx context.Context, opts ProposalOptions) (*Proposals, error) {
+	if opts.Store == nil || opts.Policy == nil {
+		return nil, errors.New("confirm: ProposalOptions.Store and Policy are required")
+	}
+	if opts.Window <= 0 {
+		opts.Window = DefaultReplayWindow
+	}
+	if opts.Limit <= 0 {
+		opts.Limit = DefaultReplayLimit
+	}
+	if opts.Refresh <= 0 {
+		opts.Refresh = time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := opts.Store.Migrate(ctx, proposalsComponent, proposalsMigrations); err != nil {
+		return nil, fmt.Errorf("confirm: proposals: %w", err)
+	}
+	p := &Proposals{opts: opts, store: proposalStore{db: opts.Store}, log: opts.Logger,
+		stop: make(chan struct{}), done: make(chan struct{})}
+	if err := p.apply(ctx, true); err != nil {
+		return nil, err
+	}
+	go p.refresh()
+	return p, nil
+}
+
+// Close stops keeping the overlay (it stays in the engine as it is).
+func (p *Proposals) Close() {
+	p.close.Do(func() { close(p.stop) })
+	<-p.done
+}
+
+func (p *Proposals) refresh() {
+	defer close(p.done)
+	t := time.NewTicker(p.opts.Refresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			if err := p.apply(ctx, false); err != nil {
+				p.log.Error("proposal overlay not refreshed", "err", err)
+			}
+			cancel()
+		}
+	}
+}
+
+// apply puts the accepted, unexpired egress proposals in force when they
+// or the policy revision changed since the last time (or always, force).
+func (p *Proposals) apply(ctx context.Context, force bool) error {
+	live, err := p.store.list(ctx, ProposalQuery{Status: ProposalAccepted, LiveAt: time.Now()}, nil)
+	if err != nil {
+		return err
+	}
+	var rules []map[string]any
+	key := strconv.FormatUint(p.opts.Policy.Status().Reloads, 10)
+	for _, pr := range live {
+		if pr.Kind == ProposalEgressHost {
+			rules = append(rules, pr.Overlay)
+			key += "," + pr.ID
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !force && key == p.applied {
+		return nil
+	}
+	if err := p.opts.Policy.SetEgressOverlay(ctx, rules); err != nil && !errors.Is(err, policy.ErrNoEgressData) {
+		return err
+	}
+	p.applied = key
+	return nil
+}
+
+// ProposalRequest is what an agent sends.
+type ProposalRequest struct {
+	Tenant, SessionID, Principal string
+	Kind, Value, Justification   string
+}
+
+var hostRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$`)
+var patternRE = regexp.MustCompile(`^[a-z0-9_.]{1,100}$`)
+
+// Propose records a proposal with its effect. The replay runs before the
+// answer (a second at most over DefaultReplayLimit records), so the
+// approver sees the effect as soon as the proposal is listed.
+func (p *Proposals) Propose(ctx context.Context, req ProposalRequest) (Proposal, error) {
+	pr := Proposal{ID: newProposalID(), Tenant: req.Tenant, SessionID: req.SessionID, Principal: req.Principal,
+		Kind: req.Kind, Value: strings.TrimSpace(strings.ToLower(req.Value)), Justification: strings.TrimSpace(req.Justification),
+		Status: ProposalPending, CreatedAt: time.Now()}
+	if pr.Justification == "" || len(pr.Justification) > MaxJustificationBytes {
+		return Proposal{}, ErrProposalJustify
+	}
+	var err error
+	switch pr.Kind {
+	case ProposalEgressHost:
+		pr.Overlay, err = egressOverlay(pr)
+		if err == nil {
+			pr.Effect, err = p.egressEffect(ctx, pr)
+		}
+	case ProposalPattern:
+		if p.opts.Grants == nil {
+			return Proposal{}, ErrProposalKind
+		}
+		if !patternRE.MatchString(pr.Value) {
+			return Proposal{}, ErrProposalValue
+		}
+		pr.Overlay = map[string]any{"grant": map[string]any{"scope": "session", "tenant": pr.Tenant, "session_id": pr.SessionID,
+			"language": "*", "level": "HIGH", "patterns": []string{pr.Value}}}
+		pr.Effect, err = p.patternEffect(ctx, pr)
+	default:
+		return Proposal{}, ErrProposalKind
+	}
+	if err != nil {
+		return Proposal{}, err
+	}
+	if err := p.store.insert(ctx, pr); err != nil {
+		return Proposal{}, fmt.Errorf("confirm: record proposal: %w", err)
+	}
+	p.audit(ctx, AuditProposalCreated, pr, req.Principal, map[string]string{"kind": pr.Kind, "value": pr.Value,
+		"changed": strconv.Itoa(pr.Effect.ChangedCount), "replayed": strconv.Itoa(pr.Effect.Replayed)})
+	p.log.InfoContext(ctx, "proposal made", "proposal_id", pr.ID, "tenant", pr.Tenant, "session_id", pr.SessionID,
+		"kind", pr.Kind, "value", pr.Value, "changed", pr.Effect.ChangedCount)
+	return pr, nil
+}
+
+// egressOverlay is the rule an egress_host proposal adds: allow the host
+// (one port when named, else the policy's ports) to the session only.
+func egressOverlay(pr Proposal) (map[string]any, error) {
+	host, port := pr.Value, 0
+	if h, ps, ok := strings.Cut(pr.Value, ":"); ok {
+		n, err := strconv.Atoi(ps)
+		if err != nil || n < 1 || n > 65535 {
+			return nil, ErrProposalValue
+		}
+		host, port = h, n
+	}
+	host = strings.TrimSuffix(host, ".")
+	if len(host) > 253 || !hostRE.MatchString(host) {
+		return nil, ErrProposalValue
+	}
+	rule := map[string]any{"name": "proposal:" + pr.ID, "action": "allow", "hosts": []any{host},
+		"sessions": []any{pr.Tenant + "/" + pr.SessionID}}
+	if port != 0 {
+		rule["ports"] = []any{port}
+	}
+	return rule, nil
+}
+
+// egressEffect replays the tenant's recent egress records against the
+// policy with the rule added.
+func (p *Proposals) egressEffect(ctx context.Context, pr Proposal) (Effect, error) {
+	start := time.Now()
+	since := start.Add(-p.opts.Window)
+	recs, err := replay.Window(ctx, p.opts.Audit, audit.Query{Tenant: pr.Tenant, Kind: replay.KindEgress, Since: since},
+		p.opts.Limit, replay.IsEgress)
+	if err != nil {
+		return Effect{}, err
+	}
+	return p.replayEgress(ctx, pr.Overlay, recs, since, start)
+}
+
+// ReplayEgress is the replay of recs against rule (the benchmark's entry).
+func (p *Proposals) replayEgress(ctx context.Context, rule map[string]any, recs []audit.Record, since, start time.Time) (Effect, error) {
+	// Records of one connection target decide alike: each distinct input
+	// is decided once.
+	type key struct {
+		host, scheme, session, tenant, addr, risk string
+		port                                      int
+	}
+	index := map[key]int{}
+	var ins []policy.EgressInput
+	which := make([]int, len(recs))
+	for i, rec := range recs {
+		in := replay.EgressInput(rec, p.opts.Mode)
+		k := key{in.Host, in.Scheme, in.SessionID, in.Tenant, strings.Join(in.Resolved, ","), in.Risk, in.Port}
+		j, ok := index[k]
+		if !ok {
+			j = len(ins)
+			index[k] = j
+			ins = append(ins, in)
+		}
+		which[i] = j
+	}
+	now, cand, err := p.opts.Policy.ReplayEgress(ctx, []map[string]any{rule}, ins)
+	if err != nil {
+		return Effect{}, err
+	}
+	eff := Effect{Since: since, Replayed: len(recs), Changed: []Change{}}
+	for i, rec := range recs {
+		n, c := now[which[i]], cand[which[i]]
+		if n.Action == c.Action {
+			continue
+		}
+		eff.ChangedCount++
+		if len(eff.Changed) < maxProposalChangesShown {
+			eff.Changed = append(eff.Changed, Change{RecordID: rec.ID, Time: rec.Time, Kind: rec.Kind, SessionID: rec.SessionID,
+				What: rec.Detail["host"] + ":" + rec.Detail["port"], Recorded: rec.Action, Now: n.Action, Candidate: c.Action, Rule: c.Rule})
+		}
+	}
+	eff.ReplayMS = time.Since(start).Milliseconds()
+	return eff, nil
+}
+
+// patternEffect replays the tenant's recent runs held for approval: those
+// the candidate grant would have spared a prompt.
+func (p *Proposals) patternEffect(ctx context.Context, pr Proposal) (Effect, error) {
+	start := time.Now()
+	since := start.Add(-p.opts.Window)
+	recs, err := replay.Window(ctx, p.opts.Audit, audit.Query{Tenant: pr.Tenant, Since: since}, p.opts.Limit, replay.IsExec)
+	if err != nil {
+		return Effect{}, err
+	}
+	g := policy.Grant{ID: "candidate", Scope: "session", Tenant: pr.Tenant, SessionID: pr.SessionID, Language: "*", Level: "HIGH",
+		Patterns: []string{pr.Value}, ExpiresAt: start.Add(DefaultProposalFor)}
+	eff := Effect{Since: since, Replayed: len(recs), Changed: []Change{}}
+	for _, rec := range recs {
+		if rec.Approval == nil && rec.Action != policy.ActionRequireApproval {
+			continue
+		}
+		id, err := p.opts.Policy.CoveringGrant(ctx, replay.ExecInput(rec, p.opts.Mode, 1), []policy.Grant{g})
+		if err != nil || id == "" {
+			continue
+		}
+		eff.ChangedCount++
+		if len(eff.Changed) < maxProposalChangesShown {
+			eff.Changed = append(eff.Changed, Change{RecordID: rec.ID, Time: rec.Time, Kind: rec.Kind, SessionID: rec.SessionID,
+				What: rec.RiskLevel + " " + strings.Join(rec.RiskPatterns, ","), Recorded: rec.Action,
+				Now: policy.ActionRequireApproval, Candidate: "allow (grant)"})
+		}
+	}
+	eff.ReplayMS = time.Since(start).Milliseconds()
+	return eff, nil
+}
+
+// List returns the proposals q selects that who may see, newest first.
+func (p *Proposals) List(ctx context.Context, who Approver, q ProposalQuery) ([]Proposal, error) {
+	return p.store.list(ctx, q, who.Tenants)
+}
+
+// Get returns proposal id if who may see it.
+func (p *Proposals) Get(ctx context.Context, who Approver, id string) (Proposal, error) {
+	pr, err := p.store.get(ctx, id)
+	if err != nil {
+		return Proposal{}, err
+	}
+	if !who.Sees(pr.Tenant) {
+		return Proposal{}, ErrProposalNotFound
+	}
+	return pr, nil
+}
+
+// ProposalDecision is an approver's answer.
+type ProposalDecision struct {
+	Decision string `json:"decision"` // accept | reject
+	Reason   string `json:"reason"`
+	// ForS is how long an accepted proposal lasts; default 24 h, at most
+	// 7 days.
+	ForS int `json:"for_s,omitempty"`
+}
+
+// Decide accepts or rejects proposal id; the first decision wins. An
+// accepted egress proposal is in force on this replica when Decide
+// returns (and on the others within the refresh period).
+func (p *Proposals) Decide(ctx context.Context, who Approver, id string, d ProposalDecision) (Proposal, error) {
+	if who.Name == "" {
+		return Proposal{}, ErrNoIdentity
+	}
+	if len(d.Reason) > MaxReasonBytes {
+		return Proposal{}, ErrReasonTooLong
+	}
+	pr, err := p.Get(ctx, who, id)
+	if err != nil {
+		return Proposal{}, err
+	}
+	now := time.Now()
+	pr.DecidedBy, pr.DecidedAt, pr.Reason = who.Name, now, d.Reason
+	switch d.Decision {
+	case "accept":
+		forS := DefaultProposalFor
+		if d.ForS != 0 {
+			forS = time.Duration(d.ForS) * time.Second
+		}
+		if forS < time.Minute || forS > MaxProposalFor {
+			return Proposal{}, ErrProposalFor
+		}
+		pr.Status, pr.ExpiresAt = ProposalAccepted, now.Add(forS)
+	case "reject":
+		pr.Status = ProposalRejected
+	default:
+		return Proposal{}, ErrProposalDecision
+	}
+	if err := p.store.decide(ctx, pr, ProposalPending); errors.Is(err, errNotPending) {
+		return Proposal{}, ErrProposalDecided
+	} else if err != nil {
+		return Proposal{}, fmt.Errorf("confirm: record proposal decision: %w", err)
+	}
+	if pr.Status == ProposalAccepted {
+		if err := p.enact(ctx, pr, d, who); err != nil {
+			return Proposal{}, err
+		}
+	}
+	kind := AuditProposalRejected
+	if pr.Status == ProposalAccepted {
+		kind = AuditProposalAccepted
+	}
+	p.audit(ctx, kind, pr, who.Name, map[string]string{"kind": pr.Kind, "value": pr.Value, "reason": truncate(pr.Reason, 200),
+		"expires_at": fmtIfSet(pr.ExpiresAt)})
+	return pr, nil
+}
+
+// enact puts an accepted proposal in force: the overlay now, or the grant.
+func (p *Proposals) enact(ctx context.Context, pr Proposal, d ProposalDecision, who Approver) error {
+	if pr.Kind == ProposalPattern {
+		v := View{ID: pr.ID, Tenant: pr.Tenant, SessionID: pr.SessionID, Language: "*", RiskLevel: "HIGH",
+			Patterns: []Pattern{{ID: pr.Value}}}
+		_, err := p.opts.Grants.give(ctx, v, ScopeSession, int(pr.ExpiresAt.Sub(pr.DecidedAt)/time.Second), who.Name)
+		return err
+	}
+	return p.apply(ctx, true)
+}
+
+// Revoke ends an accepted proposal now.
+func (p *Proposals) Revoke(ctx context.Context, who Approver, id, reason string) (Proposal, error) {
+	pr, err := p.Get(ctx, who, id)
+	if err != nil {
+		return Proposal{}, err
+	}
+	pr.Status, pr.DecidedBy, pr.DecidedAt, pr.Reason = ProposalRevoked, who.Name, time.Now(), reason
+	if err := p.store.decide(ctx, pr, ProposalAccepted); errors.Is(err, errNotPending) {
+		return Proposal{}, ErrProposalDecided
+	} else if err != nil {
+		return Proposal{}, err
+	}
+	if err := p.apply(ctx, true); err != nil {
+		return Proposal{}, err
+	}
+	p.audit(ctx, AuditProposalRevoked, pr, who.Name, map[string]string{"reason": truncate(reason, 200)})
+	return pr, nil
+}
+
+func (p *Proposals) audit(ctx context.Context, kind string, pr Proposal, by string, detail map[string]string) {
+	if p.opts.Audit == nil {
+		return
+	}
+	detail["proposal_id"] = pr.ID
+	rec := &audit.Record{Kind: kind, Tenant: pr.Tenant, SessionID: pr.SessionID, Principal: by, Outcome: audit.OutcomeOK, Detail: detail}
+	if err := p.opts.Audit.Append(context.WithoutCancel(ctx), rec); err != nil {
+		p.log.ErrorContext(ctx, "proposal audit record not written", "proposal_id", pr.ID, "err", err)
+	}
+}
+
+func fmtIfSet(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return fmtTime(t)
+}
+
+func newProposalID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "prp_" + hex.EncodeToString(b[:])
+}
+
+// Proposals returns the hub's proposals; nil when they are not enabled.
+func (h *Hub) Proposals() *Proposals { return h.opts.Proposals }
