@@ -40,3 +40,25 @@ func TestCheckPath(t *testing.T) {
 		}
 	}
 }
+
+// TestNormalPath: rules meet a path in one spelling whatever escapes the
+// sandbox chose, and escapes that matter stay escaped.
+func TestNormalPath(t *testing.T) {
+	cases := []struct{ target, want string }{
+		{"/admin", "/admin"},
+		{"/%61dmin", "/admin"},
+		{"/o/r.git/git-receive-p%61ck", "/o/r.git/git-receive-pack"},
+		{"/%7euser/%2d%5F", "/~user/-_"},
+		{"/api/v4/projects/group%2fproject", "/api/v4/projects/group%2Fproject"},
+		{"/a%20b", "/a%20b"},
+	}
+	for _, c := range cases {
+		req, err := http.ReadRequest(bufio.NewReader(strings.NewReader("GET " + c.target + " HTTP/1.1\r\nHost: h\r\n\r\n")))
+		if err != nil {
+			t.Fatalf("%s: %v", c.target, err)
+		}
+		if got := normalPath(req); got != c.want {
+			t.Errorf("normalPath(%s) = %q, want %q", c.target, got, c.want)
+		}
+	}
+}

@@ -58,7 +58,7 @@ func (h *Handle) relayOne(ctx context.Context, client, server net.Conn, sr *bufi
 		return rr.keepAlive
 	}
 	stripHopByHop(req.Header)
-	if cred, ok := h.s.credentialFor(t.host, req.Method, req.URL.EscapedPath()); ok {
+	if cred, ok := h.s.credentialFor(t.host, req.Method, normalPath(req)); ok {
 		req.Header.Set(cred.Header, cred.Value)
 		rr.credential = cred.Header
 	}
@@ -98,7 +98,7 @@ func (h *Handle) relayOne(ctx context.Context, client, server net.Conn, sr *bufi
 // path, which the policy and the credentials match on). A refused request
 // is answered here; rr says whether the connection stays usable.
 func (h *Handle) admit(ctx context.Context, client net.Conn, req *http.Request, t target, v verdict, rr *reqRecord) bool {
-	path := req.URL.EscapedPath()
+	path := normalPath(req)
 	noBody := req.ContentLength == 0 && len(req.TransferEncoding) == 0
 	if msg := checkPath(req); msg != "" {
 		rr.refused(ruleBadPath, policy.ActionDeny, msg, http.StatusBadRequest)
@@ -159,6 +159,50 @@ func checkPath(req *http.Request) string {
 		}
 	}
 	return ""
+}
+
+// normalPath is the request's path as rules and credentials match it: in
+// RFC 3986's normal form (§6.2.2), percent-encoded unreserved characters
+// decoded and the remaining escapes in upper case, so "/%61dmin" meets the
+// rules about "/admin" and cannot slip past a deny written for it.
+func normalPath(req *http.Request) string {
+	raw := req.URL.EscapedPath()
+	if !strings.Contains(raw, "%") {
+		return raw
+	}
+	var b strings.Builder
+	for i := 0; i < len(raw); i++ {
+		if raw[i] == '%' && i+2 < len(raw) && ishex(raw[i+1]) && ishex(raw[i+2]) {
+			c := unhex(raw[i+1])<<4 | unhex(raw[i+2])
+			if unreserved(c) {
+				b.WriteByte(c)
+			} else {
+				b.WriteString(strings.ToUpper(raw[i : i+3]))
+			}
+			i += 2
+			continue
+		}
+		b.WriteByte(raw[i])
+	}
+	return b.String()
+}
+
+func unreserved(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~'
+}
+
+func ishex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c >= 'a':
+		return c - 'a' + 10
+	case c >= 'A':
+		return c - 'A' + 10
+	}
+	return c - '0'
 }
 
 func truncate(s string, n int) string {

@@ -53,7 +53,7 @@ func (r *connRecord) request(req *http.Request, t target) *reqRecord {
 	r.requests++
 	seq := r.requests
 	r.mu.Unlock()
-	return &reqRecord{conn: r, seq: seq, start: time.Now(), t: t, method: req.Method, path: req.URL.EscapedPath()}
+	return &reqRecord{conn: r, seq: seq, start: time.Now(), t: t, method: req.Method, path: normalPath(req)}
 }
 
 func (r *reqRecord) decision(d policy.EgressDecision) {
