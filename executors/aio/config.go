@@ -150,9 +150,10 @@ type PoolConfig struct {
 type Workspace struct {
 	Dir      string
 	UID, GID int
-	// Home is the HOME of the session's commands, its layout's workdir
-	// (layout.go); "" is /workspace.
-	Home string
+	// Root and Home are the session's layout (layout.go): the root its
+	// workspace also shows at ("" none), and the HOME of its commands,
+	// its workdir ("" is /workspace).
+	Root, Home string
 }
 
 var instanceRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$`)

@@ -35,9 +35,8 @@ func TestConformancePool(t *testing.T) {
 			})
 			return e
 		},
-		ProcessesVisible:  true,
-		LayoutRootsShared: "an instance starts before its session is known, and the engine fixes its mounts then",
-		DataStack:         true, // the image is built on the runtime root (images/)
+		ProcessesVisible: true,
+		DataStack:        true, // the image is built on the runtime root (images/)
 		FingerprintExceptions: map[string]string{
 			"env SANDBOXD_RUN": sandboxdMarkerReason,
 		},

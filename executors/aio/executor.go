@@ -86,7 +86,7 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 	if spec.SessionID == "" {
 		return executors.Result{}, errors.New("aio: a run needs a session id: the instance belongs to the session")
 	}
-	ws := Workspace{Dir: spec.WorkspaceDir, UID: spec.UID, GID: spec.GID, Home: homeOf(spec.Layout)}
+	ws := Workspace{Dir: spec.WorkspaceDir, UID: spec.UID, GID: spec.GID, Root: spec.Layout.Root, Home: homeOf(spec.Layout)}
 	for attempt := 1; ; attempt++ {
 		l, err := e.acquire(ctx, spec.SessionID, ws)
 		if err != nil {

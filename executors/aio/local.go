@@ -291,6 +291,10 @@ func (b *localBackend) prepareState(h *handle) error {
 		b.cleanState(h)
 		return fmt.Errorf("aio: state dir: %w", err)
 	}
+	if err := makeLayoutDirs(h); err != nil {
+		b.cleanState(h)
+		return err
+	}
 	if err := os.WriteFile(filepath.Join(h.dir, stateKey), []byte(h.key), 0o600); err != nil {
 		b.cleanState(h)
 		return fmt.Errorf("aio: state dir: %w", err)
@@ -344,7 +348,7 @@ func (b *localBackend) containerConfig(h *handle, labels map[string]string) (*co
 			Ulimits: []*container.Ulimit{{Name: "core", Soft: 0, Hard: 0}},
 		},
 	}
-	hc.Mounts = append(hc.Mounts, layoutMounts(filepath.Join(h.dir, stateWS))...)
+	hc.Mounts = append(hc.Mounts, layoutMounts(h)...)
 	if b.cfg.Network == NetworkBridge {
 		// The real agent-infra image: its own entrypoint and user, its
 		// API key from SANDBOX_API_KEY, port 8080 on 127.0.0.1 only.
@@ -411,7 +415,11 @@ func (b *localBackend) bind(ctx context.Context, h *handle, bd binding) (*Client
 	if err := bindWorkspace(bd.ws.Dir, target); err != nil {
 		return nil, fmt.Errorf("aio: %w", err)
 	}
-	rec, _ := json.Marshal(sessionRecord{Session: bd.session, Dir: bd.ws.Dir, UID: bd.ws.UID, GID: bd.ws.GID})
+	if err := bindLayout(h, bd.ws); err != nil {
+		return nil, err
+	}
+	rec, _ := json.Marshal(sessionRecord{Session: bd.session, Dir: bd.ws.Dir, UID: bd.ws.UID, GID: bd.ws.GID,
+		Root: bd.ws.Root, Home: bd.ws.Home})
 	if err := os.WriteFile(filepath.Join(h.dir, stateSession), rec, 0o600); err != nil {
 		return nil, fmt.Errorf("aio: state dir: %w", err)
 	}
@@ -502,7 +510,7 @@ func (b *localBackend) destroy(ctx context.Context, h *handle) error {
 	}
 	b.closeEgress(h.slot)
 	if h.dir != "" {
-		if err := unmountAll(filepath.Join(h.dir, stateWS)); err != nil {
+		if err := errors.Join(unmountAll(filepath.Join(h.dir, stateWS)), unmountLayout(h)); err != nil {
 			errs = append(errs, err)
 		}
 		b.cleanState(h)
@@ -536,8 +544,12 @@ func (b *localBackend) cleanState(h *handle) {
 		filepath.Join(h.dir, stateEgress, executors.EgressBundleName+".new"),
 		filepath.Join(h.dir, stateEgress),
 		filepath.Join(h.dir, stateEtc),
-		filepath.Join(h.dir, stateKey), filepath.Join(h.dir, stateSession), h.dir,
 	}...) {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			b.log.Warn("aio: state entry left behind", "path", p, "err", err.Error())
+		}
+	}
+	for _, p := range append(layoutEntries(h), filepath.Join(h.dir, stateKey), filepath.Join(h.dir, stateSession), h.dir) {
 		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			b.log.Warn("aio: state entry left behind", "path", p, "err", err.Error())
 		}
@@ -551,6 +563,9 @@ type sessionRecord struct {
 	Dir     string `json:"dir"`
 	UID     int    `json:"uid"`
 	GID     int    `json:"gid"`
+	// Root and Home are its layout's (Workspace).
+	Root string `json:"root,omitempty"`
+	Home string `json:"home,omitempty"`
 }
 
 // adopt lists this gateway's labelled containers after a restart. Running
@@ -591,7 +606,7 @@ func (b *localBackend) adopt(ctx context.Context) ([]adoptable, error) {
 }
 
 func (b *localBackend) cleanAfterUnmount(h *handle) {
-	if err := unmountAll(filepath.Join(h.dir, stateWS)); err != nil {
+	if err := errors.Join(unmountAll(filepath.Join(h.dir, stateWS)), unmountLayout(h)); err != nil {
 		b.log.Warn("aio: stale mount left behind", "dir", h.dir, "err", err.Error())
 		return
 	}
@@ -639,7 +654,7 @@ func (b *localBackend) adoptOne(ctx context.Context, c container.Summary, h *han
 	if mounted, _, err := isMountPoint(filepath.Join(h.dir, stateWS)); err != nil || !mounted {
 		return adoptable{}, false
 	}
-	a.session, a.ws = rec.Session, Workspace{Dir: rec.Dir, UID: rec.UID, GID: rec.GID}
+	a.session, a.ws = rec.Session, Workspace{Dir: rec.Dir, UID: rec.UID, GID: rec.GID, Root: rec.Root, Home: rec.Home}
 	if b.cfg.Network == NetworkBridge {
 		a.client = NewHTTPClient("http://127.0.0.1:"+strconv.Itoa(h.port), h.key)
 	} else {

@@ -73,12 +73,6 @@ type Harness struct {
 	// overlaps runs, where it otherwise runs the languages of the cases
 	// that wait out a timeout or a sleep in parallel.
 	Serial bool
-	// LayoutRootsShared, when non-empty, says why this backend shows the
-	// session workspace at every layout root, not only at its layout's
-	// (the aio pool: an instance is started before its session is known,
-	// and the engine fixes its mounts then). The Layouts case then
-	// accepts the others, which hold the same session's own files.
-	LayoutRootsShared string
 	// NoLayouts, when non-empty, says why the Layouts case cannot run
 	// (a fixture that is one sandbox for every run, its HOME fixed).
 	NoLayouts string
