@@ -19,8 +19,12 @@ const CapDetached = "detached"
 // or the session's release (ReleaseSession), whichever comes first; ctx
 // only bounds the start. Output reaches Spec.Output as Execute's does,
 // within the same caps, and the Result Wait returns is the whole answer.
+//
+// stdin keeps the program's standard input open for Detached.Stdin;
+// without it the program reads EOF, and the backend may serve the run
+// as it serves a blocking one (a warm container, say).
 type DetachedHost interface {
-	StartDetached(ctx context.Context, spec Spec) (Detached, error)
+	StartDetached(ctx context.Context, spec Spec, stdin bool) (Detached, error)
 }
 
 // Detached is one started detached run.

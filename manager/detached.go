@@ -184,13 +184,10 @@ func (m *Manager) StartDetached(ctx context.Context, req RunRequest, stdin bool)
 		return nil, out, err
 	}
 	d = &DetachedRun{RequestID: req.RequestID, Started: out, changed: make(chan struct{})}
-	h, err := m.startDetached(ctx, sess, host, exec.Kind(), spec, d, decision)
+	h, err := m.startDetached(ctx, sess, host, exec.Kind(), spec, stdin, d, decision)
 	if err != nil {
 		recordDenial(rec, err)
 		return nil, out, err
-	}
-	if !stdin {
-		_ = h.Stdin().Close()
 	}
 	d.h, handed, ranOn = h, true, string(exec.Kind())
 	out.SandboxType = string(exec.Kind())
@@ -202,7 +199,7 @@ func (m *Manager) StartDetached(ctx context.Context, req RunRequest, stdin bool)
 // startDetached is execute's part for a detached run: the workspace, the
 // session still served, the executor's start and its errors' meaning.
 func (m *Manager) startDetached(ctx context.Context, sess *Session, host executors.DetachedHost, kind executors.Kind,
-	spec executors.Spec, d *DetachedRun, decision policy.Decision) (executors.Detached, error) {
+	spec executors.Spec, stdin bool, d *DetachedRun, decision policy.Decision) (executors.Detached, error) {
 	dir, err := m.deps.Workspaces.Ensure(ctx, spec.SessionID)
 	if err != nil {
 		return nil, err
@@ -215,7 +212,7 @@ func (m *Manager) startDetached(ctx context.Context, sess *Session, host executo
 	}
 	spec.WorkspaceDir, spec.UID, spec.GID = dir.Path, dir.UID, dir.GID
 	spec.Output = d.tap
-	h, err := host.StartDetached(ctx, spec)
+	h, err := host.StartDetached(ctx, spec, stdin)
 	switch {
 	case err == nil:
 		return h, nil

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/moby/moby/client"
 
@@ -40,9 +41,11 @@ import (
 // input and buffered output); the isolation the policy chose for it is
 // kept, not traded for the shared loopback.
 //
-// The program's standard input is the container's stdin after the
-// program text: the boot script reads exactly the program's length
-// (Cmd's third argument) and hands the rest to the program.
+// A run that takes input gets a container of its own whose boot script
+// reads exactly the program's length (Cmd's third argument) from stdin
+// and hands the rest to the program. One that does not (E2B's default)
+// is served like a blocking run, from the session's warm containers when
+// it has one ready: only its life differs.
 
 // detachedScript is the boot script of a detached run under runc: the
 // run's (bootScript) with the program text read by length, so that the
@@ -191,7 +194,7 @@ func (r *detachedRun) Wait() (executors.Result, error) {
 }
 
 // StartDetached implements executors.DetachedHost.
-func (e *Executor) StartDetached(ctx context.Context, spec executors.Spec) (executors.Detached, error) {
+func (e *Executor) StartDetached(ctx context.Context, spec executors.Spec, stdin bool) (executors.Detached, error) {
 	if e.closed.Load() {
 		return nil, e.unavailable("executor closed", nil)
 	}
@@ -218,18 +221,16 @@ func (e *Executor) StartDetached(ctx context.Context, spec executors.Spec) (exec
 			return nil, err
 		}
 	}
-	script := detachedScript
-	if e.cfg.OwnKernel {
-		script = detachedScriptRelay
-	}
-	b, err := e.launch(ctx, sh, e.labels(spec.SessionID, spec.RequestID), func(o *client.ContainerCreateOptions) {
-		o.Config.Entrypoint = []string{"/bin/sh", "-c", script, bootArg0}
-		o.Config.Cmd = []string{strconv.Itoa(sh.limits.MemoryMB), "-", strconv.Itoa(len(spec.Code))}
-	})
+	b, later, err := e.detachedBox(ctx, spec, sh, stdin)
 	if err != nil {
 		return nil, err
 	}
 	pr, pw := io.Pipe()
+	var in io.Reader = pr
+	if !stdin {
+		in = nil
+		_ = pr.CloseWithError(io.ErrClosedPipe) // writes fail: the program reads EOF
+	}
 	life, cancel := context.WithCancel(e.life)
 	r := &detachedRun{e: e, stdin: pw, cancel: cancel, done: make(chan struct{})}
 	e.detached.add(spec.SessionID, r)
@@ -239,11 +240,14 @@ func (e *Executor) StartDetached(ctx context.Context, spec executors.Spec) (exec
 		defer e.detached.remove(spec.SessionID, r)
 		res, err := e.run(life, b, runInput{
 			lang: spec.Language, code: spec.Code, timeout: spec.Timeout, limits: spec.Limits,
-			dir: dir, requestID: spec.RequestID, log: log, tap: spec.Output, stdin: pr,
+			dir: dir, requestID: spec.RequestID, log: log, tap: spec.Output, stdin: in,
 		})
 		_ = pr.CloseWithError(io.ErrClosedPipe) // the feed stops; later writes fail
 		cancel()
 		e.discard(b)
+		if later && err == nil {
+			e.warm.topUp(spec.SessionID, sh)
+		}
 		r.mu.Lock()
 		killed := r.killed
 		r.mu.Unlock()
@@ -254,6 +258,31 @@ func (e *Executor) StartDetached(ctx context.Context, spec executors.Spec) (exec
 		r.res, r.err = res, err
 	}()
 	return r, nil
+}
+
+// detachedBox is the container of a detached run: with its input, one
+// made for it whose boot script hands the program the rest of stdin;
+// without, a run's container, warm when the session has one ready, and
+// the warm pool is told of the run as Execute tells it (later: top it
+// up after the run).
+func (e *Executor) detachedBox(ctx context.Context, spec executors.Spec, sh shape, stdin bool) (*box, bool, error) {
+	if !stdin {
+		arrived := time.Now()
+		b, _, err := e.acquire(ctx, spec.SessionID, spec.RequestID, sh)
+		if err != nil {
+			return nil, false, err
+		}
+		return b, spec.SessionID != "" && e.warm.replenish(spec.SessionID, arrived, sh), nil
+	}
+	script := detachedScript
+	if e.cfg.OwnKernel {
+		script = detachedScriptRelay
+	}
+	b, err := e.launch(ctx, sh, e.labels(spec.SessionID, spec.RequestID), func(o *client.ContainerCreateOptions) {
+		o.Config.Entrypoint = []string{"/bin/sh", "-c", script, bootArg0}
+		o.Config.Cmd = []string{strconv.Itoa(sh.limits.MemoryMB), "-", strconv.Itoa(len(spec.Code))}
+	})
+	return b, false, err
 }
 
 func (d *detachedRuns) add(session string, r *detachedRun) {

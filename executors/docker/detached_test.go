@@ -43,7 +43,7 @@ func TestDetachedServerReachedFromLaterRun(t *testing.T) {
 	srv := spec(t, executors.LangBash, "cd /workspace && echo hello-over-lo > index.html && exec python3 -m http.server 8123 --bind 127.0.0.1")
 	var tap tapBuffer
 	srv.Output = tap.tap
-	h, err := e.StartDetached(t.Context(), srv)
+	h, err := e.StartDetached(t.Context(), srv, false)
 	if err != nil {
 		t.Fatalf("StartDetached: %v", err)
 	}
@@ -66,7 +66,7 @@ func TestDetachedServerReachedFromLaterRun(t *testing.T) {
 	echo := srv
 	echo.RequestID, echo.Output = "req-"+t.Name()[:8]+"-stdin", nil
 	echo.Code = "read -r line; echo got:$line"
-	eh, err := e.StartDetached(t.Context(), echo)
+	eh, err := e.StartDetached(t.Context(), echo, true)
 	if err != nil {
 		t.Fatal(err)
 	}
