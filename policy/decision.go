@@ -10,7 +10,7 @@ import (
 var errBadDecision = errors.New("decision does not match the decision document")
 
 // knownExecutors are the executors an allow or require_approval may name.
-var knownExecutors = map[string]bool{"subprocess": true, "docker": true, "gvisor": true, "aio": true}
+var knownExecutors = map[string]bool{"subprocess": true, "docker": true, "gvisor": true, "aio": true, "kubernetes": true}
 
 // parseDecision checks an evaluated value against the decision document of
 // DESIGN.md §4 and converts it. It is strict on purpose: a decision with an

@@ -295,6 +295,8 @@ type ExecutorsConfig struct {
 	// engine without runsc).
 	GVisor DockerConfig `yaml:"gvisor"`
 	AIO    AIOConfig    `yaml:"aio"`
+	// Kubernetes is the pod-per-session tier (kubernetes.go).
+	Kubernetes KubernetesConfig `yaml:"kubernetes"`
 }
 
 // AIOConfig is the pooled all-in-one sandbox (executors/aio). Its fields

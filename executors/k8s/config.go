@@ -40,35 +40,36 @@ const (
 type Config struct {
 	// Kubeconfig is the path of a kubeconfig; empty means in-cluster
 	// (the gateway's ServiceAccount).
-	Kubeconfig string
+	Kubeconfig string `yaml:"kubeconfig"`
 	// Namespace holds the sandbox pods. The executor creates it if
 	// missing, labelled to enforce Pod Security "restricted".
-	Namespace string
+	Namespace string `yaml:"namespace"`
 	// Image is the sandbox image: the runtime root plus sandboxd
 	// (scripts/k8s-images.sh builds sandgate/k8s-sandbox).
-	Image string
+	Image string `yaml:"image"`
 	// ImagePullPolicy: "Never" on a cluster whose images are imported
 	// (the test cluster), "IfNotPresent" by default.
-	ImagePullPolicy string
+	ImagePullPolicy string `yaml:"image_pull_policy"`
 	// RuntimeClassName is set on every pod when non-empty ("gvisor" in
 	// production).
-	RuntimeClassName string
+	RuntimeClassName string `yaml:"runtime_class_name"`
 	// Instance labels the pods of this gateway (its replica name), so
 	// Close reaps only its own; sessions are found by their own label.
-	Instance string
+	Instance string `yaml:"instance"`
 	// SandboxUID and SandboxGID: see DefaultSandboxID.
-	SandboxUID, SandboxGID int
-	DefaultTimeout         time.Duration
-	ReadyTimeout           time.Duration
+	SandboxUID     int           `yaml:"sandbox_uid"`
+	SandboxGID     int           `yaml:"sandbox_gid"`
+	DefaultTimeout time.Duration `yaml:"default_timeout"`
+	ReadyTimeout   time.Duration `yaml:"ready_timeout"`
 	// PodMemoryMB and PodCPU are the pod's requests and limits (equal:
 	// Guaranteed QoS); a run's memory obligation above PodMemoryMB raises
 	// the pod's at its creation.
-	PodMemoryMB int
-	PodCPU      string
-	WorkspaceMB int
+	PodMemoryMB int    `yaml:"pod_memory_mb"`
+	PodCPU      string `yaml:"pod_cpu"`
+	WorkspaceMB int    `yaml:"workspace_mb"`
 	// Limits are the per-run defaults (aio.DefaultLimits when zero).
-	Limits executors.Limits
-	Logger *slog.Logger
+	Limits executors.Limits `yaml:"-"`
+	Logger *slog.Logger     `yaml:"-"`
 }
 
 func (c Config) withDefaults() Config {
