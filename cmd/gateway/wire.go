@@ -340,13 +340,6 @@ func (gw *gateway) executors(ctx context.Context, ws *workspace.Workspaces) (_ [
 		}
 		out = append(out, e)
 	}
-	if k := gw.cfg.Executors.Kubernetes; k.Enabled {
-		e, err := gw.kubernetesExecutor(ctx, k)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, e)
-	}
 	return out, nil
 }
 
