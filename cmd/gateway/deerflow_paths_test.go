@@ -127,7 +127,10 @@ func startDeerFlowGateway(t *testing.T, executor, root string, nonRoot bool, req
 	})
 	var ready struct {
 		Executors map[string]struct {
-			Status string `json:"status"`
+			Status       string `json:"status"`
+			Capabilities struct {
+				Isolation string `json:"isolation"`
+			} `json:"capabilities"`
 		} `json:"executors"`
 	}
 	res, err := http.Get(base + "/readyz")
@@ -142,6 +145,10 @@ func startDeerFlowGateway(t *testing.T, executor, root string, nonRoot bool, req
 			t.Fatal(msg)
 		}
 		t.Skip(msg)
+	}
+	// The non-root gateway isolates through user namespaces.
+	if iso := ready.Executors["subprocess"].Capabilities.Isolation; nonRoot && iso != "userns" {
+		t.Fatalf("a non-root gateway's subprocess isolation is %q, want userns", iso)
 	}
 	return base
 }
