@@ -369,3 +369,35 @@ func TestLargeInspectedResponse(t *testing.T) {
 		t.Errorf("the three requests did not share one kept-alive connection: %v %v", recs[0].Detail, recs[2].Detail)
 	}
 }
+
+// TestReloadThatInspectsClosesPassThrough: a tunnel opened end to end is
+// closed when a reload puts a request rule on its host (its requests
+// were never decided); the next connection is inspected.
+func TestReloadThatInspectsClosesPassThrough(t *testing.T) {
+	t.Parallel()
+	h, u := setup(t, func(u *upstreams) []rule { return []rule{loopbackRule("keep", "allow", []int{u.tPort}, "keep.test")} })
+	proxy := h.listen(binding("team-a", "ri"))
+	c, resp := connect(t, proxy, hostPort("keep.test", u.tPort))
+	if resp.StatusCode != 200 {
+		t.Fatal(resp.Status)
+	}
+	tc := tls.Client(c, &tls.Config{ServerName: "keep.test", RootCAs: h.pki.pool})
+	if err := tc.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	ro := loopbackRule("keep", "allow", []int{u.tPort}, "keep.test")
+	ro["methods"] = []string{"GET"}
+	h.reload([]rule{ro})
+	_ = tc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := tc.Read(make([]byte, 1)); err == nil || isTimeout(err) {
+		t.Fatalf("the pass-through tunnel is still open after its host became inspected (read: %v)", err)
+	}
+	req, _ := http.NewRequest("DELETE", fmt.Sprintf("https://keep.test:%d/x", u.tPort), nil)
+	resp, err := h.client(proxy).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := readDenied(t, resp); d.Rule != "keep" {
+		t.Errorf("refusal %+v", d)
+	}
+}

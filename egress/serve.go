@@ -65,7 +65,7 @@ func (h *Handle) ServeConn(ctx context.Context, conn net.Conn) {
 		h.finish(rec)
 		return
 	}
-	h.s.decided(tun, v.in, v.human)
+	h.s.decided(tun, v)
 	// The run's end or a reload that forbids the tunnel closes both sides.
 	var up atomic.Pointer[net.Conn]
 	stop := context.AfterFunc(tctx, func() {

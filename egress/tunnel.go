@@ -22,13 +22,15 @@ type tunnel struct {
 	ok    bool
 	in    policy.EgressInput
 	human bool
+	// inspected: its requests are decided one by one.
+	inspected bool
 }
 
 // decided records what allowed tun, for reloads to re-decide.
-func (s *Service) decided(tun *tunnel, in policy.EgressInput, human bool) {
+func (s *Service) decided(tun *tunnel, v verdict) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	tun.ok, tun.in, tun.human = true, in, human
+	tun.ok, tun.in, tun.human, tun.inspected = true, v.in, v.human, v.inspect
 }
 
 // open registers a tunnel of session, or reports that the session is at
@@ -73,7 +75,9 @@ func (s *Service) OpenTunnels(sessionKey string) int {
 // Reloaded re-decides every open tunnel under the policy now in force and
 // closes those it denies. A tunnel a person approved stays open while the
 // policy still only requires approval for it; one it now allows stays open
-// too. Register it with policy.Engine.OnReload.
+// too, unless the policy now inspects its host and it is not inspected
+// (its requests were never decided; the client's next connection is).
+// Register it with policy.Engine.OnReload.
 func (s *Service) Reloaded(ctx context.Context) {
 	s.mu.Lock()
 	var all []tunnel
@@ -88,12 +92,16 @@ func (s *Service) Reloaded(ctx context.Context) {
 	for _, t := range all {
 		d := s.deps.Policy.DecideEgress(ctx, t.in)
 		keep := d.Action == policy.ActionAllow || (d.Action == policy.ActionRequireApproval && t.human)
-		if keep {
+		if keep && (!d.Inspect || t.inspected) {
 			continue
 		}
+		reason := d.Rule
+		if keep {
+			reason = "inspected now"
+		}
 		s.log.InfoContext(ctx, "egress tunnel closed by a policy reload", "session_id", t.in.SessionID,
-			"host", t.in.Host, "port", t.in.Port, "rule", d.Rule)
-		t.rec.closed(ruleReload + ": " + d.Rule)
+			"host", t.in.Host, "port", t.in.Port, "rule", d.Rule, "reason", reason)
+		t.rec.closed(ruleReload + ": " + reason)
 		t.cancel()
 	}
 }
