@@ -173,6 +173,9 @@ type Config struct {
 	// executors.KindDocker; executors/gvisor sets executors.KindGVisor
 	// along with Runtime.
 	Kind executors.Kind
+	// Pool sizes the pool of pre-started sandboxes that belong to no
+	// session until a run claims one (pool.go).
+	Pool PoolConfig
 	// Logger receives operational messages. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -207,6 +210,7 @@ func (c Config) withDefaults() Config {
 	c.PingTimeout = orDuration(c.PingTimeout, DefaultPingTimeout)
 	c.KillGrace = orDuration(c.KillGrace, DefaultKillGrace)
 	c.EgressDir = orString(c.EgressDir, os.TempDir())
+	c.Pool = c.Pool.withDefaults(c.OwnKernel)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

@@ -47,6 +47,7 @@ type Executor struct {
 
 	warm     *warmPool
 	warmHits atomic.Int64 // runs served by a warm container
+	pool     *sandboxPool // pre-started sandboxes of no session (pool.go)
 
 	kernels *kernels // stateful runs' kernel containers, by session (kernel.go)
 
@@ -120,7 +121,8 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 		e.reapOrphans(ctx)
 		_ = e.checkRuntime(ctx) // capabilities know the runtime's flags from the start
 	}
-	e.log.Info("docker executor ready", "images", cfg.Images, "warm_max", cfg.WarmMax)
+	e.pool = newSandboxPool(e)
+	e.log.Info("docker executor ready", "images", cfg.Images, "warm_max", cfg.WarmMax, "pool_max", cfg.Pool.Max, "pool", e.pool.off)
 	return e, nil
 }
 
@@ -262,6 +264,7 @@ func (e *Executor) Close(ctx context.Context) error {
 		return nil
 	}
 	e.warm.closeAll()
+	e.pool.closeAll()
 	e.kernels.closeAll()
 	e.closeDetached()
 	done := make(chan struct{})
@@ -524,6 +527,9 @@ func (e *Executor) acquire(ctx context.Context, session, request string, sh shap
 		if ctx.Err() != nil {
 			return nil, false, fmt.Errorf("docker: %w", context.Cause(ctx))
 		}
+	}
+	if b := e.pool.claim(ctx, sh); b != nil {
+		return b, true, nil
 	}
 	t0 := time.Now()
 	b, err := e.prepare(ctx, sh, e.labels(session, request))

@@ -19,7 +19,7 @@ import (
 const requireEnv = "SANDGATE_REQUIRE_DOCKER"
 
 var engineCheck = sync.OnceValue(func() error {
-	e, err := New(context.Background(), Config{Logger: slog.New(slog.DiscardHandler), Instance: "probe-" + executortest.Nonce()})
+	e, err := New(context.Background(), Config{Logger: slog.New(slog.DiscardHandler), Instance: "probe-" + executortest.Nonce(), Pool: noPool})
 	if err != nil {
 		return err
 	}
@@ -56,7 +56,7 @@ func newTestExecutor(t testing.TB, mutate ...func(*Config)) *Executor {
 	needEngine(t)
 	// WarmAfter 1: the warm tests check the container prepared after a
 	// session's first run; TestWarmAfterSecondRun checks the default.
-	cfg := Config{Instance: "test-" + executortest.Nonce(), Logger: testLogger(t), WarmAfter: 1}
+	cfg := Config{Instance: "test-" + executortest.Nonce(), Logger: testLogger(t), WarmAfter: 1, Pool: noPool}
 	for _, m := range mutate {
 		m(&cfg)
 	}

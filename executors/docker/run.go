@@ -27,6 +27,10 @@ type box struct {
 	conn   client.HijackedResponse
 	exit   *exitWatch
 	egress *egressBox // nil unless the shape is granted network
+	// slot is a pooled container's slot directory and release, when
+	// set, removes it once the container is discarded (pool.go).
+	slot    string
+	release func()
 }
 
 // exitWatch holds the outcome of the engine's wait on one container. The
@@ -162,6 +166,9 @@ func (e *Executor) discard(b *box) {
 	}
 	if b.egress != nil {
 		b.egress.close()
+	}
+	if b.release != nil {
+		b.release()
 	}
 	e.remove(b.id)
 }

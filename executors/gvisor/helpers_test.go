@@ -25,7 +25,7 @@ const (
 
 // probe reports whether a gvisor executor would be available here.
 var probe = sync.OnceValue(func() error {
-	e, err := New(context.Background(), Config{Logger: slog.New(slog.DiscardHandler), Instance: "probe-" + executortest.Nonce()})
+	e, err := New(context.Background(), Config{Logger: slog.New(slog.DiscardHandler), Instance: "probe-" + executortest.Nonce(), Pool: noPool})
 	if err != nil {
 		return err
 	}
@@ -72,7 +72,7 @@ func testLogger(t testing.TB) *slog.Logger {
 func newTestExecutor(t testing.TB, mutate ...func(*Config)) *Executor {
 	t.Helper()
 	needGVisor(t)
-	cfg := Config{Instance: "test-" + executortest.Nonce(), Logger: testLogger(t), WarmAfter: 1}
+	cfg := Config{Instance: "test-" + executortest.Nonce(), Logger: testLogger(t), WarmAfter: 1, Pool: noPool}
 	for _, m := range mutate {
 		m(&cfg)
 	}

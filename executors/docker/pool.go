@@ -1,0 +1,437 @@
+package docker
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// sandboxPool keeps pre-started, never-used sandboxes that belong to no
+// session, so that a session's first run (and any run its own warm
+// containers cannot serve) finds one ready and the container start leaves
+// the request's path (issue 34).
+//
+// A pooled container is created with everything a run of its shape fixes
+// at creation (image, limits, layout, runtime) except the three things
+// only a claim knows: the workspace, the uid and the gid. Its boot step
+// runs as root with CAP_SETUID, CAP_SETGID and CAP_SETPCAP only (and, under
+// a runtime with its own kernel, CAP_SYS_ADMIN inside that kernel), no
+// program of anyone in it, and waits on stdin. A claim:
+//
+//  1. bind-mounts the session's workspace, from the host, onto the
+//     container's slot directory (poolmount.go); mount propagation
+//     (the slot is an rslave bind of a shared host directory) carries it
+//     into the container at /workspace and the layout's root. Under
+//     gVisor, whose gofer keeps the mount's original directory open, the
+//     slot's parent is mounted in the sandbox and the boot step binds its
+//     workspace in the sandbox's own kernel instead;
+//  2. writes the session's uid and gid as the first line of stdin: the
+//     boot step (poolBootPrefix) checks them, makes the binds, and execs
+//     setpriv, which sets the uid, the gid, no supplementary groups, and
+//     clears every capability set, including the bounding set, before it
+//     execs the ordinary boot script; from then on the container is the
+//     same as a fresh one of the session (no-new-privileges, read-only
+//     root, its own PID namespace), and the program arrives as in any run.
+//
+// So the program never runs as root and never shares its container: a
+// pooled container serves exactly one run of one session (the claim
+// removes it from the pool), and no run touched it before. Root exists
+// in it only while it idles with nothing of anyone inside, and never with
+// CAP_DAC_OVERRIDE: the boot step cannot even read the workspace.
+//
+// Pools are kept per shape (poolKeyOf), a few shapes at a time (the most
+// recently claimed); a shape's pool exists once a run of that shape asked
+// for one. Its size follows demand: Config.Pool.Size sandboxes idle,
+// more (up to the claims of the last poolWindow) while sessions arrive
+// faster, and never more than Config.Pool.Max in all, which the memory
+// of the machine bounds (poolconfig.go). Preparations run one at a time,
+// in the background: on a 2-core machine a container start beside a run
+// slows the run down. A claim that finds none ready is not held: the run
+// prepares its own container as before, so a burst larger than the pool
+// loses nothing, it only waits for container starts.
+//
+// Every pooled container carries the sandgate.pool label and its
+// instance's labels: the orphan reaper removes those a crashed gateway
+// left, and the pool's start unmounts and removes the slot directories
+// it left (poolmount.go).
+type sandboxPool struct {
+	e *Executor
+
+	// off is why the pool is disabled ("" when it serves claims).
+	off string
+	// root is this executor's slot directory (<Dir>/<kind>-<instance>).
+	root string
+
+	mu     sync.Mutex
+	keys   map[shape]*poolKey
+	total  int // idle and being prepared, every key
+	closed bool
+	wake   chan struct{} // tells the filler that a key wants more
+
+	seq                        atomic.Int64
+	claims, misses, made, lost atomic.Int64
+}
+
+// poolKey is one shape's pool.
+type poolKey struct {
+	idle      []*box // prepared, oldest first
+	preparing int
+	used      time.Time   // last claim, for the choice of shapes kept
+	recent    []time.Time // claims within poolWindow
+}
+
+// poolWindow is how far back claims count toward a pool's size.
+const poolWindow = 10 * time.Second
+
+// labelPool marks a pooled container (it has no session until claimed).
+const labelPool = labelPrefix + "pool"
+
+// newSandboxPool prepares the pool: when it can serve, the slot directory
+// is made (and what a crashed predecessor left there is removed), and the
+// filler starts.
+func newSandboxPool(e *Executor) *sandboxPool {
+	p := &sandboxPool{e: e, keys: map[shape]*poolKey{}, wake: make(chan struct{}, 1)}
+	cfg := e.cfg.Pool
+	switch {
+	case cfg.Max <= 0:
+		p.off = "disabled by configuration"
+	case os.Geteuid() != 0:
+		p.off = "the gateway is not root: a claim mounts the workspace into a pooled sandbox"
+	}
+	if p.off != "" {
+		return p
+	}
+	p.root = filepath.Join(cfg.Dir, string(e.cfg.Kind)+"-"+e.cfg.Instance)
+	if err := preparePoolRoot(cfg.Dir, p.root); err != nil {
+		p.off = "slot directory: " + err.Error()
+		e.log.Warn("sandbox pool disabled", "err", err.Error())
+		return p
+	}
+	if n := reapSlots(p.root, e.boot); n > 0 {
+		e.log.Info("removed the slots of an earlier process's pool", "count", n)
+	}
+	e.goBackground(p.fillLoop)
+	return p
+}
+
+// poolKeyOf is sh without what a claim brings (workspace and identity).
+func poolKeyOf(sh shape) shape {
+	sh.dir, sh.uid, sh.gid = "", 0, 0
+	return sh
+}
+
+// poolable reports whether a run of shape sh can be served from a pool:
+// not one granted network (its socket and CA are fixed at creation) nor
+// one joining a session's network holder.
+func poolable(sh shape) bool { return !sh.egress && sh.ca == "" && sh.netns == "" }
+
+// claim hands a pooled sandbox to a run of shape sh, with the workspace
+// mounted and the identity set, or nil when none is ready (the caller
+// prepares one). A pool for sh's shape is made by the first claim.
+func (p *sandboxPool) claim(ctx context.Context, sh shape) *box {
+	if p.off != "" || !poolable(sh) || ctx.Err() != nil {
+		return nil
+	}
+	key := poolKeyOf(sh)
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	k := p.keyFor(key)
+	now := time.Now()
+	k.used = now
+	k.recent = append(slices.DeleteFunc(k.recent, func(t time.Time) bool { return now.Sub(t) > poolWindow }), now)
+	var b *box
+	for len(k.idle) > 0 && b == nil {
+		b, k.idle = k.idle[0], k.idle[1:]
+		p.total--
+		if b.exit.exited() { // died waiting (engine restart, killed from outside)
+			p.lost.Add(1)
+			p.e.discard(b)
+			b = nil
+		}
+	}
+	p.mu.Unlock()
+	p.kick()
+	if b == nil {
+		p.misses.Add(1)
+		return nil
+	}
+	if err := p.attach(b, sh); err != nil {
+		p.e.log.Warn("pooled sandbox: attach", "container", shortID(b.id), "err", err.Error())
+		p.e.discard(b)
+		p.misses.Add(1)
+		return nil
+	}
+	p.claims.Add(1)
+	return b
+}
+
+// attach gives b to a run of shape sh: the workspace mounted onto its
+// slot, then the identity written to its boot step.
+func (p *sandboxPool) attach(b *box, sh shape) error {
+	slot := b.slot
+	if err := mountWorkspace(sh.dir, slotWorkspace(slot)); err != nil {
+		return err
+	}
+	b.release = func() { removeSlot(slot) }
+	b.shape = sh
+	if _, err := fmt.Fprintf(b.conn.Conn, "%d %d\n", sh.uid, sh.gid); err != nil {
+		return fmt.Errorf("write identity: %w", err)
+	}
+	return nil
+}
+
+// keyFor returns key's pool, making it (and dropping the least recently
+// claimed shape's when there are Config.Pool.Shapes already). Call with
+// p.mu held.
+func (p *sandboxPool) keyFor(key shape) *poolKey {
+	if k, ok := p.keys[key]; ok {
+		return k
+	}
+	if len(p.keys) >= p.e.cfg.Pool.Shapes {
+		var oldest shape
+		var at time.Time
+		for s, k := range p.keys {
+			if at.IsZero() || k.used.Before(at) {
+				oldest, at = s, k.used
+			}
+		}
+		p.dropKey(oldest)
+	}
+	k := &poolKey{}
+	p.keys[key] = k
+	return k
+}
+
+// dropKey removes a shape's pool and its idle sandboxes (those being
+// prepared are removed when ready). Call with p.mu held.
+func (p *sandboxPool) dropKey(key shape) {
+	k := p.keys[key]
+	if k == nil {
+		return
+	}
+	for _, b := range k.idle {
+		p.e.discard(b)
+	}
+	p.total -= len(k.idle)
+	k.idle = nil
+	delete(p.keys, key)
+}
+
+// want is how many sandboxes key's pool should hold: Size, or the claims
+// of the last poolWindow when sessions arrive faster. Call with p.mu held.
+func (p *sandboxPool) want(k *poolKey) int {
+	now := time.Now()
+	n := 0
+	for _, t := range k.recent {
+		if now.Sub(t) <= poolWindow {
+			n++
+		}
+	}
+	return max(p.e.cfg.Pool.Size, min(n, p.e.cfg.Pool.Max))
+}
+
+// kick wakes the filler.
+func (p *sandboxPool) kick() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// next picks the shape whose pool lacks the most, reserving one
+// preparation for it, or reports none. Call with p.mu held.
+func (p *sandboxPool) next() (shape, bool) {
+	if p.closed || p.total >= p.e.cfg.Pool.Max {
+		return shape{}, false
+	}
+	var best shape
+	gap := 0
+	for s, k := range p.keys {
+		if g := p.want(k) - len(k.idle) - k.preparing; g > gap {
+			best, gap = s, g
+		}
+	}
+	if gap == 0 {
+		return shape{}, false
+	}
+	p.keys[best].preparing++
+	p.total++
+	return best, true
+}
+
+// fillLoop prepares sandboxes one at a time while a pool wants more, and
+// sleeps until a claim, a death or Close otherwise. A failed preparation
+// (engine down) pauses it for a second.
+func (p *sandboxPool) fillLoop() {
+	p.mu.Lock()
+	p.keyFor(p.defaultKey()) // the likeliest shape is ready from the start
+	p.mu.Unlock()
+	for {
+		p.mu.Lock()
+		key, ok := p.next()
+		closed := p.closed
+		p.mu.Unlock()
+		if closed {
+			return
+		}
+		if !ok {
+			select {
+			case <-p.wake:
+				continue
+			case <-p.e.life.Done():
+				return
+			}
+		}
+		b, err := p.prepare(key)
+		p.mu.Lock()
+		k := p.keys[key]
+		if k != nil {
+			k.preparing--
+		}
+		switch {
+		case err != nil:
+			p.total--
+		case k == nil || p.closed:
+			p.total--
+			p.e.discard(b)
+		default:
+			k.idle = append(k.idle, b)
+			go p.watch(key, b)
+		}
+		p.mu.Unlock()
+		if err != nil {
+			if p.e.life.Err() != nil {
+				return
+			}
+			p.e.log.Debug("pooled sandbox", "err", err.Error())
+			select {
+			case <-time.After(time.Second):
+			case <-p.e.life.Done():
+				return
+			}
+		}
+	}
+}
+
+// defaultKey is the shape of a run with the configured defaults: Python
+// in the default layout, the likeliest first run.
+func (p *sandboxPool) defaultKey() shape {
+	return poolKeyOf(newShape(p.e.cfg.Images["python"], "", 0, 0, p.e.cfg.Limits.Or(DefaultLimits), p.e.cfg.Runtime))
+}
+
+// prepare creates and starts one pooled sandbox of shape key.
+func (p *sandboxPool) prepare(key shape) (*box, error) {
+	slot := filepath.Join(p.root, p.e.boot+"-"+strconv.FormatInt(p.seq.Add(1), 10))
+	if err := makeSlot(slot); err != nil {
+		return nil, err
+	}
+	labels := p.e.labels("", "")
+	labels[labelPool] = "true"
+	b, err := p.e.launch(p.e.life, key, labels, p.adjust(slot, key))
+	if err != nil {
+		removeSlot(slot)
+		return nil, err
+	}
+	b.slot = slot
+	b.release = func() { removeSlot(slot) }
+	p.made.Add(1)
+	return b, nil
+}
+
+// watch removes b from its pool as soon as its container exits while it
+// waits (killed from outside, or stopped with its engine).
+func (p *sandboxPool) watch(key shape, b *box) {
+	select {
+	case <-b.exit.done:
+	case <-p.e.life.Done():
+		return
+	}
+	p.mu.Lock()
+	k := p.keys[key]
+	found := false
+	if k != nil {
+		if i := slices.Index(k.idle, b); i >= 0 {
+			k.idle = slices.Delete(k.idle, i, i+1)
+			p.total--
+			found = true
+		}
+	}
+	p.mu.Unlock()
+	if found {
+		p.lost.Add(1)
+		p.e.discard(b)
+		p.kick()
+	}
+}
+
+// closeAll removes every idle pooled sandbox and stops the filler (with
+// the executor's life).
+func (p *sandboxPool) closeAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	for key := range p.keys {
+		p.dropKey(key)
+	}
+	p.kick()
+}
+
+// PoolStatus is what /readyz and the metrics show of a pool.
+type PoolStatus struct {
+	// Enabled is false with Reason when the pool cannot serve (not root,
+	// disabled by configuration, no slot directory).
+	Enabled bool   `json:"enabled"`
+	Reason  string `json:"reason,omitempty"`
+	// Idle sandboxes ready to claim, Preparing being started, Max the cap.
+	Idle      int `json:"idle"`
+	Preparing int `json:"preparing"`
+	Max       int `json:"max"`
+	Size      int `json:"size"`
+	Shapes    int `json:"shapes"`
+	// Claims served from the pool, Misses that found none ready (the run
+	// started its own container), Made sandboxes started, Lost that died
+	// waiting.
+	Claims int64 `json:"claims"`
+	Misses int64 `json:"misses"`
+	Made   int64 `json:"made"`
+	Lost   int64 `json:"lost"`
+}
+
+// PoolStatus reports the pool of pre-started sandboxes.
+func (e *Executor) PoolStatus() PoolStatus {
+	p := e.pool
+	st := PoolStatus{Enabled: p.off == "", Reason: p.off, Max: e.cfg.Pool.Max, Size: e.cfg.Pool.Size,
+		Claims: p.claims.Load(), Misses: p.misses.Load(), Made: p.made.Load(), Lost: p.lost.Load()}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st.Shapes = len(p.keys)
+	for _, k := range p.keys {
+		st.Idle += len(k.idle)
+		st.Preparing += k.preparing
+	}
+	return st
+}
+
+// waitPoolReady waits until the pool of the default shape holds n idle
+// sandboxes, for tests and benchmarks.
+func (e *Executor) waitPoolReady(ctx context.Context, n int) bool {
+	for {
+		if e.PoolStatus().Idle >= n {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,126 @@
+package docker
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate/executors"
+)
+
+// noPool turns the pool of pre-started sandboxes off: the other tests
+// check runs of their own containers and must not pay for pool starts.
+var noPool = PoolConfig{Max: -1}
+
+// withPool gives the executor a pool of size n (max m) in a slot
+// directory of the test's own.
+func withPool(t testing.TB, n, m int) func(*Config) {
+	dir := filepath.Join(DefaultPoolDir, "test-"+strings.ReplaceAll(t.Name(), "/", "-"))
+	return func(c *Config) { c.Pool = PoolConfig{Size: n, Max: m, Dir: dir} }
+}
+
+// needRoot skips a pool test when the gateway would not be root (claims
+// mount the workspace).
+func needRoot(t testing.TB) {
+	if os.Geteuid() != 0 {
+		if os.Getenv(requireEnv) == "1" {
+			t.Fatal("the pool tests need root (a claim mounts the workspace)")
+		}
+		t.Skip("the pool needs root")
+	}
+}
+
+// readyPool waits for n idle pooled sandboxes.
+func readyPool(t testing.TB, e *Executor, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	if !e.waitPoolReady(ctx, n) {
+		t.Fatalf("pool not ready: %+v", e.PoolStatus())
+	}
+}
+
+// TestPoolClaimIsFreshAndTheSessions: a run served from the pool runs as
+// its session's uid, sees its own workspace at /workspace (and nothing of
+// another session's), no process of an earlier run, and the claim took
+// the sandbox out of the pool.
+func TestPoolClaimIsFreshAndTheSessions(t *testing.T) {
+	needRoot(t)
+	e := newTestExecutor(t, withPool(t, 2, 2))
+	readyPool(t, e, 2)
+	// Session A leaves a file and a process behind.
+	a := spec(t, executors.LangBash, `echo secret-a > a.txt; (sleep 300 &) ; echo started`)
+	a.UID, a.GID = 61001, 61001
+	if err := os.Chown(a.WorkspaceDir, 61001, 61001); err != nil {
+		t.Fatal(err)
+	}
+	if res := execute(t, e, a); res.ExitCode != 0 {
+		t.Fatalf("A: %+v", res)
+	}
+	b := spec(t, executors.LangBash, `id -u; id -G; pwd; ls -A /workspace; cat a.txt 2>&1; ps -eo user,args | grep -c 'sleep 300' ; grep CapBnd /proc/self/status; echo > mine.txt`)
+	b.UID, b.GID = 61002, 61002
+	if err := os.Chown(b.WorkspaceDir, 61002, 61002); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(b.WorkspaceDir, "b.txt"), []byte("b"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res := execute(t, e, b)
+	lines := strings.Split(strings.TrimSpace(res.Stdout), "\n")
+	if res.ExitCode != 0 || len(lines) < 7 {
+		t.Fatalf("B: %+v", res)
+	}
+	want := []string{"61002", "61002", "/workspace", "b.txt", "cat: a.txt: No such file or directory", "1", "CapBnd:\t0000000000000000"}
+	for i, w := range want {
+		if lines[i] != w {
+			t.Errorf("B line %d = %q, want %q (all: %q)", i, lines[i], w, res.Stdout)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(b.WorkspaceDir, "mine.txt")); err != nil {
+		t.Errorf("B's file not in its workspace: %v", err)
+	} else if st := fi.Sys(); st != nil {
+		if uid := fileUID(fi); uid != 61002 {
+			t.Errorf("B's file owned by %d", uid)
+		}
+	}
+	st := e.PoolStatus()
+	if st.Claims < 2 {
+		t.Errorf("runs not served from the pool: %+v", st)
+	}
+}
+
+// TestPoolBurstLosesNothing: 50 runs of 50 new sessions at once, against
+// a pool of 2 refilling, all succeed.
+func TestPoolBurstLosesNothing(t *testing.T) {
+	needRoot(t)
+	e := newTestExecutor(t, withPool(t, 2, 4))
+	readyPool(t, e, 2)
+	const n = 50
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		s := spec(t, executors.LangPython, fmt.Sprintf("print(%d)", i))
+		wg.Go(func() {
+			res, err := e.Execute(t.Context(), s)
+			switch {
+			case err != nil:
+				errs <- err
+			case res.ExitCode != 0 || strings.TrimSpace(res.Stdout) != fmt.Sprint(i):
+				errs <- fmt.Errorf("run %d: %+v", i, res)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if st := e.PoolStatus(); st.Claims == 0 {
+		t.Errorf("no run of the burst was served from the pool: %+v", st)
+	}
+}

@@ -1,0 +1,148 @@
+package docker
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// The host side of the pool's slots. A slot is a directory of its own
+// per pooled container, <root>/<boot>-<n>, holding ws: the container
+// mounts ws (or, under gVisor, the slot) with rslave propagation, and a
+// claim bind-mounts the session's workspace onto ws, which the kernel
+// propagates into the container. For propagation to reach it, the pool's
+// directory is a shared mount (a bind of itself, made shared once).
+// Nothing here ever removes anything recursively: a slot is unmounted
+// first and then removed with rmdir, so a workspace still mounted on it
+// can never be deleted through it.
+
+// poolRootMu serialises the shared mount of the pool directory between
+// executors (docker and gvisor share it).
+var poolRootMu sync.Mutex
+
+// preparePoolRoot makes dir a shared mount (binding it onto itself if it
+// is not a mount point yet) and makes root under it.
+func preparePoolRoot(dir, root string) error {
+	poolRootMu.Lock()
+	defer poolRootMu.Unlock()
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return err
+	}
+	dir = filepath.Clean(dir)
+	mounted, err := isMountPoint(dir)
+	if err != nil {
+		return err
+	}
+	if !mounted {
+		if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind %s onto itself: %w", dir, err)
+		}
+	}
+	if err := unix.Mount("", dir, "", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("make %s shared: %w", dir, err)
+	}
+	return os.MkdirAll(root, 0o711)
+}
+
+// isMountPoint reports whether path is a mount point in this process's
+// mount namespace.
+func isMountPoint(path string) (bool, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && unescapeMountPath(fields[4]) == path {
+			return true, nil
+		}
+	}
+	return false, sc.Err()
+}
+
+// unescapeMountPath undoes mountinfo's octal escapes of space, tab,
+// newline and backslash.
+func unescapeMountPath(s string) string {
+	r := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
+	return r.Replace(s)
+}
+
+// slotWorkspace is the directory of slot that the workspace is mounted on.
+func slotWorkspace(slot string) string { return filepath.Join(slot, "ws") }
+
+// makeSlot makes a slot and its empty ws directory.
+func makeSlot(slot string) error {
+	if err := os.Mkdir(slot, 0o711); err != nil {
+		return err
+	}
+	if err := os.Mkdir(slotWorkspace(slot), 0o755); err != nil {
+		_ = unix.Rmdir(slot)
+		return err
+	}
+	return nil
+}
+
+// mountWorkspace bind-mounts the workspace dir onto target. dir is opened
+// without following a link in its last component, and the descriptor is
+// what is mounted, so a name changed in between cannot redirect it.
+func mountWorkspace(dir, target string) error {
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open workspace: %w", err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Mount(fmt.Sprintf("/proc/self/fd/%d", fd), target, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("mount workspace on the slot: %w", err)
+	}
+	return nil
+}
+
+// unmountAll detaches every mount stacked on path.
+func unmountAll(path string) {
+	for range 16 {
+		if err := unix.Unmount(path, unix.MNT_DETACH); err != nil {
+			return
+		}
+	}
+}
+
+// removeSlot unmounts slot's workspace and removes the (then empty)
+// directories. A failure leaves them for the next start's reap.
+func removeSlot(slot string) {
+	ws := slotWorkspace(slot)
+	unmountAll(ws)
+	if err := unix.Rmdir(ws); err != nil && !errors.Is(err, unix.ENOENT) {
+		return
+	}
+	_ = unix.Rmdir(slot)
+}
+
+// reapSlots removes the slots under root that the Executor value boot did
+// not make: those of a crashed or killed predecessor, whose containers
+// the orphan reaper removes. It returns how many it removed.
+func reapSlots(root, boot string) int {
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, en := range entries {
+		if !en.IsDir() || strings.HasPrefix(en.Name(), boot+"-") {
+			continue
+		}
+		slot := filepath.Join(root, en.Name())
+		removeSlot(slot)
+		if _, err := os.Lstat(slot); errors.Is(err, os.ErrNotExist) {
+			n++
+		}
+	}
+	return n
+}
