@@ -173,11 +173,6 @@ effective(rule) := "allow" if {
 	rule.action in {"allow", "require_approval"}
 }
 
-applies(rule) if {
-	conn_applies(rule)
-	effective(rule)
-}
-
 matching(action) := [rule.name | some rule in rules; conn_applies(rule); effective(rule) == action]
 
 deny_rules := matching("deny")

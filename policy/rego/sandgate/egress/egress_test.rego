@@ -175,3 +175,13 @@ test_requests_keep_the_address_checks if {
 	e := egress.decision with input as elsewhere with data.sandgate.config.egress.rules as rules
 	e.rule == "egress.blocked_address"
 }
+
+test_inspect_true_inspects_a_plain_rule if {
+	rules := [{"name": "watched", "action": "allow", "hosts": ["api.example"], "inspect": true}]
+	c := egress.decision with input as conn("STRICT", "api.example", 443, public) with data.sandgate.config.egress.rules as rules
+	c.inspect == true
+	r := egress.decision with input as req("api.example", "DELETE", "/x", "") with data.sandgate.config.egress.rules as rules
+	r.action == "allow"
+	r.rule == "watched"
+	not r.inspect
+}
