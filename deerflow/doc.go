@@ -27,6 +27,11 @@
 // is never logged: the gateway has no access log, and its error log names
 // request ids, never paths.
 //
+// Paths are DeerFlow's own (layout.go): the session workspace is
+// /mnt/user-data, for the file calls and, through the manager's layout,
+// inside every executor, with workspace/, uploads/ and outputs/ always
+// there and commands starting in /mnt/user-data/workspace.
+//
 // The sandboxes live in the store (Registry, a table of the audit
 // database), so they survive a restart of the gateway, and in a
 // PostgreSQL fleet every replica sees the same ones: a sandbox id and its

@@ -87,10 +87,7 @@
 // Processes that outlive their request (E2B's background: true beyond
 // the Start stream's life, connect(pid) after it, stdin): they need a
 // detached run in the manager. getMetrics, pause/resume, snapshots,
-// watchDir, PTY, signed file URLs, getHost port forwarding. /home/user
-// inside the executors (commands see the files at /workspace, their
-// working directory; the file calls accept both spellings, see
-// paths.go). A fleet: the registry is per process, so a sandbox's calls
+// watchDir, PTY, signed file URLs, getHost port forwarding. A fleet: the registry is per process, so a sandbox's calls
 // must reach the replica that created or connected it (others answer
 // 502).
 package e2b
