@@ -19,7 +19,10 @@
 // PostgreSQL replica and three behind a round-robin client (fleet);
 // issue 27's sessions: a request through a non-owner replica vs the owner,
 // the manager's session open vs a SQLite point write and read, and a
-// run's run.finished webhook vs the run's own round trip (sessions).
+// run's run.finished webhook vs the run's own round trip (sessions);
+// issue 28's E2B front end: commands.run and runCode against REST execute
+// and stateful run_code on the same session, and Sandbox.create to first
+// command output (e2b, bench/e2b.go).
 package main
 
 import (
@@ -57,6 +60,7 @@ type opts struct {
 	openN       int
 	eventsN     int
 	ttfoN       int
+	e2bCreateN  int
 	ttfoBlock   int
 	mixedDur    time.Duration
 	think       time.Duration
@@ -81,12 +85,13 @@ func main() {
 	flag.IntVar(&o.forwardN, "forward-n", 1000, "samples per side of the forwarding GET (sessions; the forwarded execute takes a quarter as many)")
 	flag.IntVar(&o.openN, "open-n", 2000, "samples per side of the session open scenario (sessions)")
 	flag.IntVar(&o.eventsN, "events-n", 300, "runs whose run.finished webhook is timed (sessions; issue 27 wants at least 200)")
+	flag.IntVar(&o.e2bCreateN, "e2b-create-n", 30, "E2B sandboxes created for the create-to-first-output figure")
 	flag.IntVar(&o.ttfoN, "ttfo-n", 100, "samples per side and tier of the time-to-first-output scenario")
 	flag.IntVar(&o.ttfoBlock, "ttfo-block", 10, "requests per alternating block (time to first output)")
 	flag.DurationVar(&o.mixedDur, "mixed-duration", 30*time.Second, "duration of each mixed workload level")
 	flag.DurationVar(&o.think, "docker-think", time.Second, "untimed pause before each paced warm Docker run (an agent's model call)")
 	flag.StringVar(&o.image, "image", "sandgate/runtime:latest", "image of the docker run baseline")
-	only := flag.String("only", "", "comma-separated scenarios to run (subprocess,rootcost,docker,gvisor,kernel,aio,policy,files,mixed,fleet,egress,sessions,ttfo; ttfo-subprocess, ttfo-docker, ttfo-gvisor or ttfo-aio for one tier; sessions-forward, sessions-open or sessions-events for one part of sessions); empty: all")
+	only := flag.String("only", "", "comma-separated scenarios to run (subprocess,rootcost,docker,gvisor,kernel,aio,policy,files,mixed,fleet,egress,sessions,ttfo,e2b; ttfo-subprocess, ttfo-docker, ttfo-gvisor or ttfo-aio for one tier; sessions-forward, sessions-open or sessions-events for one part of sessions); empty: all")
 	out := flag.String("out", "", "write the report under this docs directory (performance.md, perf/)")
 	readme := flag.String("readme", "", "README whose perf:begin/perf:end block gets the headline figures")
 	render := flag.String("render", "", "only re-render the report under this docs directory from its JSON")
@@ -215,6 +220,7 @@ type report struct {
 	Fleet        *fleetResult      `json:"fleet,omitempty"`
 	Sessions     *sessionsResult   `json:"sessions,omitempty"`
 	TTFO         *ttfoResult       `json:"ttfo,omitempty"`
+	E2B          *e2bResult        `json:"e2b,omitempty"`
 	Unavailable  map[string]string `json:"unavailable,omitempty"`
 	GatewayRSSMB float64           `json:"gateway_rss_mb_end"`
 }
@@ -238,7 +244,7 @@ func run(ctx context.Context, o opts, out, readme, jsonOut string) error {
 	// fleet) and egress do without the shared one.
 	var gw *gatewayProc
 	startGoroutines := 0
-	if slices.ContainsFunc([]string{"subprocess", "docker", "aio", "policy", "files", "mixed", "kernel", "ttfo", "ttfo-subprocess", "ttfo-docker", "ttfo-aio"}, o.want) {
+	if slices.ContainsFunc([]string{"subprocess", "docker", "aio", "policy", "files", "mixed", "kernel", "e2b", "ttfo", "ttfo-subprocess", "ttfo-docker", "ttfo-aio"}, o.want) {
 		var err error
 		if gw, err = startGateway(ctx); err != nil {
 			return err
@@ -285,6 +291,13 @@ func run(ctx context.Context, o opts, out, readme, jsonOut string) error {
 			fail("kernel", err)
 		} else {
 			rep.Kernel = &r
+		}
+	}
+	if o.want("e2b") {
+		if r, err := scenarioE2B(ctx, gw, o); err != nil {
+			fail("e2b", err)
+		} else {
+			rep.E2B = &r
 		}
 	}
 	if o.want("aio") {
