@@ -48,10 +48,10 @@ const (
 
 // Labels of the E2B scenario's sides.
 const (
-	e2bRunLabel      = "E2B commands.run (envd Start)"
-	e2bRESTRunLabel  = "REST execute (same session)"
-	e2bCodeLabel     = "E2B runCode (/execute)"
-	e2bRESTCodeLabel = "REST stateful run_code (same session)"
+	e2bRunLabel      = "gateway /e2b commands.run (envd Start)"
+	e2bRESTRunLabel  = "gateway REST execute (same session)"
+	e2bCodeLabel     = "gateway /e2b runCode (/execute)"
+	e2bRESTCodeLabel = "gateway REST stateful run_code (same session)"
 )
 
 // e2bResult is the scenario's report part.
@@ -332,3 +332,40 @@ func (g *gatewayProc) restExecute(ctx context.Context, session, cmd, want string
 	}
 	return nil
 }
+
+// e2bHeadline adds the scenario's targets and its headline line.
+func e2bHeadline(rep *report, add func(target), lines *[]string) {
+	r := rep.E2B
+	if r == nil {
+		add(target{Name: "E2B commands.run and runCode ≤ 1.2× REST on the same session (p50)", Missing: true, Reason: unavailable(rep, "e2b")})
+		return
+	}
+	for _, c := range []struct {
+		name string
+		r    abResult
+		a, b string
+	}{
+		{"E2B commands.run ≤ 1.2× REST execute, same session (p50)", r.Commands, e2bRunLabel, e2bRESTRunLabel},
+		{"E2B runCode ≤ 1.2× REST stateful run_code, same session (p50)", r.RunCode, e2bCodeLabel, e2bRESTCodeLabel},
+	} {
+		a, _ := c.r.side(c.a)
+		b, _ := c.r.side(c.b)
+		ratio := a.Stats.P50 / b.Stats.P50
+		t := target{Name: c.name, Measured: fmt.Sprintf("%s against %s: %.2f×", ms(a.Stats.P50), ms(b.Stats.P50), ratio), Met: ratio <= 1.2}
+		if !t.Met {
+			t.Reason = fmt.Sprintf("%.2f×", ratio)
+		}
+		add(t)
+	}
+	*lines = append(*lines, e2bCreateLine(r))
+}
+
+// e2bCreateLine is the create-to-first-output figure beside the
+// published ones.
+func e2bCreateLine(r *e2bResult) string {
+	return fmt.Sprintf("E2B Sandbox.create to first command output (the SDK's wire protocol from Go, a fresh sandbox each time, n=%d): p50 %s, p95 %s; published, not measured here: E2B ≈%.0f ms, Daytona ≈%.0f ms.",
+		r.CreateFirstOutput.N, ms(r.CreateFirstOutput.P50), ms(r.CreateFirstOutput.P95), r.E2BPublishedMS, r.DaytonaPublishedMS)
+}
+
+// e2bNote describes the scenario in the report.
+const e2bNote = "The E2B front end (/e2b) against sandgate's REST API on the same session, each side a LOW command (docker) or a cell of the session's kernel, alternated in blocks. The E2B side speaks the wire protocol of e2b@2.51.0 from Go (process.Process/Start in Connect's JSON envelopes, /execute NDJSON), so Node and the SDK's own work are left out; e2e/TestE2BSDK drives the real SDK."

@@ -205,6 +205,7 @@ func headlines(rep *report, sk *soakResult) headline {
 	} else {
 		add(target{Name: "Stateful cell ≤ 0.5× a stateless run_code", Missing: true, Reason: unavailable(rep, "kernel")})
 	}
+	e2bHeadline(rep, add, &h.lines)
 	// 3. aio
 	if r := rep.AIO; r != nil {
 		gw, _ := r.side("gateway")
@@ -365,6 +366,10 @@ func markdown(rep *report, sk *soakResult, h headline) string {
 	}
 	if rep.Kernel != nil {
 		scen("Stateful cells (session kernel)", "`run_code` with `stateful: true` of a pandas cell (import, a 1000-row DataFrame, a groupby) in one session's IPython kernel, against the same code as a stateless `run_code` in a warm docker session, both routed to docker by the default policy. The stateless run starts an interpreter and imports pandas every time; the cell does not. E2B code-interpreter publishes "+e2bWarmRunMS+" for a warm second run: a reference only, measured on its infrastructure, not here.", *rep.Kernel)
+	}
+	if r := rep.E2B; r != nil {
+		scen("E2B front end", e2bNote, r.Commands, r.RunCode)
+		p("%s\n\n", e2bCreateLine(r))
 	}
 	if rep.AIO != nil {
 		scen("aio on a warm instance", "`run_code` of `print(1)` with `needs_persistent_fs` (the aio pool) on the session's warm instance, against `POST /v1/code/execute` sent straight to that instance's sandboxd over its Unix socket (the gateway's pool state directory is the run's, so bench reads the socket and key from it).", *rep.AIO)
