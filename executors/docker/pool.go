@@ -98,6 +98,13 @@ const labelPool = labelPrefix + "pool"
 func newSandboxPool(e *Executor) *sandboxPool {
 	p := &sandboxPool{e: e, keys: map[shape]*poolKey{}, wake: make(chan struct{}, 1)}
 	cfg := e.cfg.Pool
+	p.root = filepath.Join(cfg.Dir, string(e.cfg.Kind)+"-"+e.cfg.Instance)
+	if os.Geteuid() == 0 {
+		// Also with the pool disabled now: a predecessor may have had one.
+		if n := reapSlots(p.root, e.boot); n > 0 {
+			e.log.Info("removed the slots of an earlier process's pool", "count", n)
+		}
+	}
 	switch {
 	case cfg.Max <= 0:
 		p.off = "disabled by configuration"
@@ -107,14 +114,10 @@ func newSandboxPool(e *Executor) *sandboxPool {
 	if p.off != "" {
 		return p
 	}
-	p.root = filepath.Join(cfg.Dir, string(e.cfg.Kind)+"-"+e.cfg.Instance)
 	if err := preparePoolRoot(cfg.Dir, p.root); err != nil {
 		p.off = "slot directory: " + err.Error()
 		e.log.Warn("sandbox pool disabled", "err", err.Error())
 		return p
-	}
-	if n := reapSlots(p.root, e.boot); n > 0 {
-		e.log.Info("removed the slots of an earlier process's pool", "count", n)
 	}
 	e.goBackground(p.fillLoop)
 	return p
