@@ -21,6 +21,9 @@ type ExecutorStatus struct {
 	// Reason), never a wrapped internal error.
 	Reason       string                 `json:"reason,omitempty"`
 	Capabilities executors.Capabilities `json:"capabilities"`
+	// Pool is the executor's pool of pre-started sandboxes, when it has
+	// one (executors.Pooler).
+	Pool *executors.PoolStatus `json:"pool,omitempty"`
 }
 
 // availability caches executor probes for a short TTL: probing a Docker
@@ -139,6 +142,10 @@ func (a *availability) probe(ctx context.Context) map[string]ExecutorStatus {
 		// Capabilities are read after the probe: a probe may learn what
 		// they report (the image id of the root filesystem).
 		st.Capabilities = e.Capabilities()
+		if p, ok := e.(executors.Pooler); ok {
+			ps := p.PoolStatus()
+			st.Pool = &ps
+		}
 		status[string(e.Kind())] = st
 	}
 	return status

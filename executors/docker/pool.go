@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sandgate/sandgate/executors"
 )
 
 // sandboxPool keeps pre-started, never-used sandboxes that belong to no
@@ -388,26 +390,10 @@ func (p *sandboxPool) closeAll() {
 	p.kick()
 }
 
-// PoolStatus is what /readyz and the metrics show of a pool.
-type PoolStatus struct {
-	// Enabled is false with Reason when the pool cannot serve (not root,
-	// disabled by configuration, no slot directory).
-	Enabled bool   `json:"enabled"`
-	Reason  string `json:"reason,omitempty"`
-	// Idle sandboxes ready to claim, Preparing being started, Max the cap.
-	Idle      int `json:"idle"`
-	Preparing int `json:"preparing"`
-	Max       int `json:"max"`
-	Size      int `json:"size"`
-	Shapes    int `json:"shapes"`
-	// Claims served from the pool, Misses that found none ready (the run
-	// started its own container), Made sandboxes started, Lost that died
-	// waiting.
-	Claims int64 `json:"claims"`
-	Misses int64 `json:"misses"`
-	Made   int64 `json:"made"`
-	Lost   int64 `json:"lost"`
-}
+// PoolStatus is what /readyz and the metrics show of the pool.
+type PoolStatus = executors.PoolStatus
+
+var _ executors.Pooler = (*Executor)(nil)
 
 // PoolStatus reports the pool of pre-started sandboxes.
 func (e *Executor) PoolStatus() PoolStatus {
