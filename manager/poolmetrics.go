@@ -49,7 +49,9 @@ func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	for i, p := range c.execs {
 		st, k := p.PoolStatus(), c.kinds[i]
-		g := func(d *prometheus.Desc, v float64) { ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, k) }
+		g := func(d *prometheus.Desc, v float64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, k)
+		}
 		n := func(d *prometheus.Desc, v int64) {
 			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), k)
 		}
