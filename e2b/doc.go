@@ -18,14 +18,16 @@
 // from the SDKs; no E2B code or .proto file is in this repository):
 //
 //   - the control plane (control.go): create (POST /sandboxes and
-//     /v2/sandboxes), list, get, connect, kill, setTimeout, in E2B's JSON
-//     and error shapes. A sandbox is a session of the key's tenant, its id
-//     the session's id, created with front end "e2b" and a TTL (E2B's
+//     /v2/sandboxes), list, get, connect, kill, setTimeout and metrics
+//     (metrics.go), in E2B's JSON and error shapes. A sandbox is a
+//     session of the key's tenant, its id the session's id, created with front end "e2b" and a TTL (E2B's
 //     timeout, 300 s by default); kill deletes the session and its
 //     workspace. Templates maps template names to runtimes; another name
 //     is a 400;
 //   - envd's Connect services in the JSON codec (connect.go):
-//     process.Process Start, Connect, List, SendSignal (process.go) and
+//     process.Process Start, Connect, List, SendSignal, SendInput and
+//     CloseStdin (process.go; every process a detached run of the
+//     manager that outlives its stream, detached.go) and
 //     filesystem.Filesystem Stat, ListDir, MakeDir, Move, Remove
 //     (filesystem.go); and envd's /files and /health (files.go);
 //   - the code interpreter's /execute and /contexts (interpreter.go).
@@ -84,10 +86,9 @@
 //
 // # Not served yet
 //
-// Processes that outlive their request (E2B's background: true beyond
-// the Start stream's life, connect(pid) after it, stdin): they need a
-// detached run in the manager. getMetrics, pause/resume, snapshots,
-// watchDir, PTY, signed file URLs, getHost port forwarding. A fleet: the registry is per process, so a sandbox's calls
+// Pause/resume, snapshots, watchDir, PTY, signed file URLs, getHost port
+// forwarding; getMetrics' history (one reading, now, is served, see
+// metrics.go); a process outliving the gateway's restart. A fleet: the registry is per process, so a sandbox's calls
 // must reach the replica that created or connected it (others answer
 // 502).
 package e2b

@@ -16,17 +16,18 @@ import (
 	"github.com/sandgate/sandgate/manager"
 )
 
-// envd's process.Process service. Each Start is one manager.Run (kind
-// execute, language bash) in the sandbox's session: validation, risk,
+// envd's process.Process service. Each Start is one
+// manager.StartDetached (kind execute, language bash) in the sandbox's
+// session: validation, risk,
 // policy, approval, the executor the policy chooses, and one audit
-// record. The process lives as long as the Start request: it is a
-// foreground run (a command that outlives its request, E2B's background
-// process, needs a detached run in the manager, issue 28 item 3). While
-// it lives, other requests see it: List shows it, SendSignal kills it
-// (SIGKILL and SIGTERM cancel the run, which kills its process tree), and
-// Connect streams the rest of its output. Stdin is not served: the
-// manager's runs take no input, so SendInput, CloseStdin and StreamInput
-// are unimplemented, and a Start that asks for a PTY is refused.
+// record. The process is a detached run (detached.go): it outlives the
+// Start stream, as envd's processes do, until it exits, its time limit,
+// SendSignal or the sandbox's end. While it lives, other requests see it:
+// List shows it, SendSignal kills it (SIGKILL and SIGTERM kill its
+// process tree), Connect streams the rest of its output, and SendInput
+// and CloseStdin reach its input when its Start asked for one.
+// StreamInput (client streaming, which the SDKs do not use over HTTP/1.1)
+// and a Start that asks for a PTY are refused.
 
 // processConfig is envd's ProcessConfig.
 type processConfig struct {
