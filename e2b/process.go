@@ -18,9 +18,8 @@ import (
 
 // envd's process.Process service. Each Start is one
 // manager.StartDetached (kind execute, language bash) in the sandbox's
-// session: validation, risk,
-// policy, approval, the executor the policy chooses, and one audit
-// record. The process is a detached run (detached.go): it outlives the
+// session: validation, risk, policy, approval, the executor the policy
+// chooses, and one audit record. The process is a detached run (detached.go): it outlives the
 // Start stream, as envd's processes do, until it exits, its time limit,
 // SendSignal or the sandbox's end. While it lives, other requests see it:
 // List shows it, SendSignal kills it (SIGKILL and SIGTERM kill its
