@@ -99,7 +99,13 @@ type Effect struct {
 	// most 200; ChangedCount counts them all).
 	Changed      []Change `json:"changed"`
 	ChangedCount int      `json:"changed_count"`
-	ReplayMS     int64    `json:"replay_ms"`
+	// Distinct is how many distinct inputs the records made (each is
+	// decided once); Drifted counts records the candidate decides
+	// otherwise than recorded but as the policy decides them now (the
+	// policy moved since, not the proposal's doing).
+	Distinct int   `json:"distinct"`
+	Drifted  int   `json:"drifted"`
+	ReplayMS int64 `json:"replay_ms"`
 }
 
 // Change is one recorded decision the candidate would decide otherwise.
@@ -319,10 +325,15 @@ func (p *Proposals) egressEffect(ctx context.Context, pr Proposal) (Effect, erro
 	return p.replayEgress(ctx, pr.Overlay, recs, since, start)
 }
 
-// ReplayEgress is the replay of recs against rule (the benchmark's entry).
+// replayEgress is the replay of recs against rule, as `sandgate policy
+// diff` replays a window: each distinct connection target is decided
+// once with the candidate, and compared with what its records say was
+// decided; where they differ, the policy as it is now decides it too, and
+// the record is a change of the proposal's when now and the candidate
+// differ (otherwise the policy moved since the record, and the record is
+// counted in Drifted). A record the candidate decides as it was recorded
+// is no change.
 func (p *Proposals) replayEgress(ctx context.Context, rule map[string]any, recs []audit.Record, since, start time.Time) (Effect, error) {
-	// Records of one connection target decide alike: each distinct input
-	// is decided once.
 	type key struct {
 		host, scheme, session, tenant, addr, risk string
 		port                                      int
@@ -341,14 +352,25 @@ func (p *Proposals) replayEgress(ctx context.Context, rule map[string]any, recs 
 		}
 		which[i] = j
 	}
-	now, cand, err := p.opts.Policy.ReplayEgress(ctx, []map[string]any{rule}, ins)
+	cand, err := p.opts.Policy.ReplayEgress(ctx, []map[string]any{rule}, ins)
 	if err != nil {
 		return Effect{}, err
 	}
-	eff := Effect{Since: since, Replayed: len(recs), Changed: []Change{}}
+	now := map[int]policy.EgressDecision{}
+	eff := Effect{Since: since, Replayed: len(recs), Distinct: len(ins), Changed: []Change{}}
 	for i, rec := range recs {
-		n, c := now[which[i]], cand[which[i]]
+		j := which[i]
+		c := cand[j]
+		if c.Action == rec.Action {
+			continue
+		}
+		n, ok := now[j]
+		if !ok {
+			n = p.opts.Policy.DecideEgressQuietly(ctx, ins[j])
+			now[j] = n
+		}
 		if n.Action == c.Action {
+			eff.Drifted++
 			continue
 		}
 		eff.ChangedCount++

@@ -74,25 +74,18 @@ func anyRules(rules []map[string]any) []any {
 	return out
 }
 
-// ReplayEgress decides each of inputs twice: as the policy decides now
-// (its overlay included), and as it would with extra appended to its
-// egress rules. The candidate is written in a transaction that is never
-// committed, so no other decision sees it. Neither is logged: a replay is
-// not a decision about a connection.
-func (e *Engine) ReplayEgress(ctx context.Context, extra []map[string]any, inputs []EgressInput) (now, candidate []EgressDecision, err error) {
+// ReplayEgress decides each of inputs as the policy would with extra
+// appended to its egress rules (after its overlay). The candidate is
+// written in a transaction that is never committed, so no other decision
+// sees it. Nothing is logged: a replay decides no connection.
+func (e *Engine) ReplayEgress(ctx context.Context, extra []map[string]any, inputs []EgressInput) ([]EgressDecision, error) {
 	c := e.cur.Load()
 	if c == nil {
-		return nil, nil, errors.New("policy: no policy is loaded")
-	}
-	now = make([]EgressDecision, len(inputs))
-	maps := make([]map[string]any, len(inputs))
-	for i, in := range inputs {
-		maps[i] = in.Map()
-		now[i] = e.decideEgress(ctx, c, maps[i])
+		return nil, errors.New("policy: no policy is loaded")
 	}
 	txn, err := c.store.NewTransaction(ctx, storage.WriteParams)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	defer c.store.Abort(ctx, txn)
 	cur, err := c.store.Read(ctx, txn, egressRulesPath)
@@ -100,20 +93,29 @@ func (e *Engine) ReplayEgress(ctx context.Context, extra []map[string]any, input
 	switch {
 	case storage.IsNotFound(err):
 	case err != nil:
-		return nil, nil, err
+		return nil, err
 	default:
 		if err := readInto(cur, &rules); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
 	if err := writeRules(ctx, c.store, txn, append(rules, anyRules(extra)...)); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	candidate = make([]EgressDecision, len(inputs))
-	for i := range inputs {
-		candidate[i] = e.replayOne(ctx, c, txn, maps[i])
+	out := make([]EgressDecision, len(inputs))
+	for i, in := range inputs {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		out[i] = e.replayOne(ctx, c, txn, in.Map())
 	}
-	return now, candidate, nil
+	return out, nil
+}
+
+// DecideEgressQuietly is DecideEgress without the decision log or the
+// shadow policy: a replay's "as now", which decides no connection.
+func (e *Engine) DecideEgressQuietly(ctx context.Context, in EgressInput) EgressDecision {
+	return e.decideEgress(ctx, e.cur.Load(), in.Map())
 }
 
 // readInto converts a value read from the store (an ast.Value, the store
