@@ -463,6 +463,12 @@ func (gw *gateway) egressProxy(confirmer confirm.Service, reg prometheus.Registe
 		}
 		creds = append(creds, egress.Credential{Host: c.Host, Header: c.Header, Value: v, Methods: c.Methods, PathPrefix: c.PathPrefix})
 	}
+	// A refusal names the session's proposal endpoint when the gateway
+	// takes proposals (the approval hub's).
+	proposalEndpoint := ""
+	if gw.hub != nil && gw.hub.Proposals() != nil {
+		proposalEndpoint = "/v1/sessions/{session}/proposals"
+	}
 	hosts := map[string][]netip.Addr{}
 	for name, addrs := range e.Hosts {
 		for _, a := range addrs {
@@ -472,7 +478,7 @@ func (gw *gateway) egressProxy(confirmer confirm.Service, reg prometheus.Registe
 	svc, err := egress.New(egress.Config{
 		Mode: gw.cfg.Mode, HandshakeTimeout: e.HandshakeTimeout, ApprovalTimeout: gw.cfg.Approval.Timeout,
 		MaxTunnelsPerSession: e.MaxTunnelsPerSession, TLSPorts: e.TLSPorts, Credentials: creds,
-		CADir: filepath.Join(gw.cfg.DataDir, "egress"),
+		CADir: filepath.Join(gw.cfg.DataDir, "egress"), ProposalEndpoint: proposalEndpoint,
 	}, egress.Deps{
 		Policy: gw.policy, Confirm: confirmer, Audit: egressEvents{gw.audit, gw.events}, Metrics: egress.NewMetrics(reg), Logger: gw.log,
 		Resolver: egress.StaticResolver(hosts, net.DefaultResolver),
