@@ -45,7 +45,8 @@ func TestEgressConfig(t *testing.T) {
 // TestEgressCredentialFromEnvironment: value_env is read from the
 // gateway's environment; an empty variable refuses to start, rather than
 // sending requests without the credential. The CA is made in the data
-// directory only when a credential is bound.
+// directory, key 0600 (it is made whether or not a credential is bound:
+// a reload may mark any host for inspection).
 func TestEgressCredentialFromEnvironment(t *testing.T) {
 	eng, err := policy.New(context.Background(), policy.Options{EvalTimeout: policytest.EvalTimeout})
 	if err != nil {
