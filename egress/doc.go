@@ -17,9 +17,15 @@
 //     rebinding) changes nothing,
 //  4. checks that the TLS ClientHello's server name (CONNECT) or the Host
 //     header (plain HTTP) is the host that was decided,
-//  5. attaches the credentials an administrator bound to the host,
-//     terminating TLS with the gateway CA for those hosts only; every
-//     other tunnel stays end-to-end TLS,
+//  5. for a host the decision marks for inspection (a rule with methods,
+//     paths or query) or with a bound credential, terminates TLS with the
+//     gateway CA (offering only http/1.1) and handles each HTTP/1.1
+//     request on its own: decided by sandgate.egress with input.http
+//     (inspected hosts; pipelined requests too, each read after the
+//     previous answer), refused with a 403 an agent can read, held for a
+//     person, given the credential whose host, methods and path prefix
+//     match, and recorded (kind egress_request, linked to its connection);
+//     every other tunnel stays end-to-end TLS,
 //  6. writes one audit record (kind egress) and counts it in metrics.
 //
 // A policy reload re-decides every open tunnel and closes those the new
