@@ -389,3 +389,8 @@ func TestEgressHTTPAcceptanceGVisor(t *testing.T) {
 	}
 	testEgressHTTPAcceptance(t, "gvisor", g)
 }
+
+func TestEgressHTTPAcceptanceAIO(t *testing.T) {
+	t.Parallel() // each has its own gateway, servers and resolver
+	testEgressHTTPAcceptance(t, "aio", newAIOExecutor(t))
+}
