@@ -124,3 +124,38 @@ func TestPoolBurstLosesNothing(t *testing.T) {
 		t.Errorf("no run of the burst was served from the pool: %+v", st)
 	}
 }
+
+// TestPoolClaimWithLayout: a pooled sandbox of a front end's layout
+// (DeerFlow's /mnt/user-data, its commands in workspace/ under it) has
+// the session's workspace at the layout's root as well as at
+// /workspace, and starts in the layout's workdir.
+func TestPoolClaimWithLayout(t *testing.T) {
+	needRoot(t)
+	e := newTestExecutor(t, withPool(t, 1, 2))
+	l := executors.Layout{Root: "/mnt/user-data", Workdir: "/mnt/user-data/workspace"}
+	run := func() executors.Result {
+		s := spec(t, executors.LangBash, `pwd; cat /mnt/user-data/seen.txt; echo made > /workspace/made.txt; cat /mnt/user-data/made.txt`)
+		s.Layout = l
+		if err := os.Mkdir(filepath.Join(s.WorkspaceDir, "workspace"), 0o777); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(s.WorkspaceDir, "seen.txt"), []byte("seen\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return execute(t, e, s)
+	}
+	run() // the layout's first run makes its shape's pool
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	for e.PoolStatus().Idle < 2 && ctx.Err() == nil { // the default shape's and the layout's
+		time.Sleep(50 * time.Millisecond)
+	}
+	before := e.PoolStatus().Claims
+	res := run()
+	if want := "/mnt/user-data/workspace\nseen\nmade\n"; res.ExitCode != 0 || res.Stdout != want {
+		t.Fatalf("exit %d stdout %q stderr %q, want %q", res.ExitCode, res.Stdout, res.Stderr, want)
+	}
+	if e.PoolStatus().Claims != before+1 {
+		t.Errorf("the run was not served from the layout's pool: %+v", e.PoolStatus())
+	}
+}
