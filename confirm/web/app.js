@@ -219,16 +219,22 @@
     return true;
   }
 
+  // Grants a run approval can give (scope, seconds): "for this session
+  // for 30 minutes" and "for this pattern in this tenant for 8 hours".
+  const GRANT_FOR_S = { session: 30 * 60, pattern: 8 * 3600 };
+
   // decide sends a decision; scope "session" allows a network request's
-  // host for the rest of its session (egress approvals only).
+  // host for the rest of its session, and on a run approval gives a grant
+  // (with "pattern": for this tenant) that lasts GRANT_FOR_S.
   function decide(id, decision, scope) {
     const c = state.cards.get(id);
     if (!c || c.resolved || c.busy) return;
-    if (scope === "session" && c.view.kind !== "egress") return;
+    if (scope === "pattern" && c.view.kind === "egress") return;
     const reason = c.el.querySelector(".reason-input").value.trim();
     const ref = "r" + (++state.refSeq);
     const msg = { type: "decide", ref, id, decision, reason, digest: c.view.digest };
     if (decision === "approve") msg.scope = scope || "once";
+    if (decision === "approve" && c.view.kind !== "egress" && GRANT_FOR_S[scope]) msg.for_s = GRANT_FOR_S[scope];
     if (!send(msg)) {
       toast("Not connected: the decision was not sent.");
       return;
@@ -310,6 +316,7 @@
     }
     node.querySelector(".digest").textContent = "digest " + v.digest + " · policy " + shortRev(v.policy_revision);
     if (v.kind === "egress") egressCard(node, v);
+    else runGrantButtons(node, v);
     loadConnections(node, v);
 
     const form = node.querySelector(".actions");
@@ -347,6 +354,17 @@
     const s = node.querySelector(".approve-session");
     s.hidden = false;
     s.addEventListener("click", () => decide(v.id, "approve", "session"));
+  }
+
+  // runGrantButtons offers the two grants on a run approval.
+  function runGrantButtons(node, v) {
+    const s = node.querySelector(".approve-session");
+    s.hidden = false;
+    s.firstChild.textContent = "Approve for this session, 30 min ";
+    s.addEventListener("click", () => decide(v.id, "approve", "session"));
+    const p = node.querySelector(".approve-pattern");
+    p.hidden = false;
+    p.addEventListener("click", () => decide(v.id, "approve", "pattern"));
   }
 
   // loadConnections shows the session's recent egress connections next to
@@ -537,7 +555,7 @@
     const sub = [v.tenant ? v.tenant + " / " + v.session_id : v.session_id, v.language, v.risk_level];
     if (v.kind === "egress") {
       sub.splice(1, 1, v.target);
-      if (v.scope) sub.push(v.scope === "session" ? "for the session" : "once");
+      if (v.scope) sub.push({ session: "for the session", pattern: "for the pattern" }[v.scope] || "once");
     }
     if (v.time_to_decide_ms) sub.push(fmtDuration(v.time_to_decide_ms) + " to decide");
     li.append(el("div", "h-sub", sub.filter(Boolean).join(" · ")));
@@ -586,6 +604,7 @@
       case "a": if (state.selected) decide(state.selected, "approve"); break;
       case "d": if (state.selected) decide(state.selected, "deny"); break;
       case "s": if (state.selected) decide(state.selected, "approve", "session"); break;
+      case "p": if (state.selected) decide(state.selected, "approve", "pattern"); break;
       case "r": {
         const c = state.selected && state.cards.get(state.selected);
         if (c && !c.resolved) c.el.querySelector(".reason-input").focus();
