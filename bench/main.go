@@ -96,6 +96,7 @@ func main() {
 	readme := flag.String("readme", "", "README whose perf:begin/perf:end block gets the headline figures")
 	render := flag.String("render", "", "only re-render the report under this docs directory from its JSON")
 	jsonOut := flag.String("json", "", "also write the raw results to this file")
+	flag.BoolVar(&mergeOut, "merge", false, "with -out: keep the scenarios this run did not measure from the results.json already there (a -only run then updates its sections instead of replacing the report)")
 	soakDur := flag.Duration("soak", 0, "run the soak (the mixed workload for this long) instead of the scenarios")
 	soakC := flag.Int("soak-c", 8, "concurrent sessions of the soak")
 	soakEvery := flag.Duration("soak-interval", 5*time.Second, "soak sampling interval")
@@ -355,6 +356,12 @@ func run(ctx context.Context, o opts, out, readme, jsonOut string) error {
 func writeReport(rep report, start time.Time, out, readme, jsonOut string) error {
 	rep.WallS = time.Since(start).Seconds()
 	b, _ := json.Marshal(rep)
+	if out != "" && mergeOut {
+		var err error
+		if b, err = mergeResults(filepath.Join(out, "perf", "results.json"), b); err != nil {
+			return err
+		}
+	}
 	if jsonOut != "" {
 		if err := os.WriteFile(jsonOut, b, 0o644); err != nil {
 			return err

@@ -36,6 +36,9 @@ const (
 // output, by tier.
 var ttfoTargetsMS = map[string]float64{"subprocess": 15, "docker": 50, "gvisor": 120, "aio": 50}
 
+// ttfoTiers orders the tiers in the report.
+var ttfoTiers = []string{"subprocess", "docker", "gvisor", "aio"}
+
 // ttfoE2BRatio is the target of the E2B front end against REST, same tier.
 const ttfoE2BRatio = 1.2
 
@@ -55,6 +58,10 @@ var publishedPeers = []peerFigure{
 
 // ttfoResult is one abResult per tier; Sides[0] is REST.
 type ttfoResult struct {
+	// Date and Commit are this scenario's own: a -merge run lays it
+	// over an earlier report's other scenarios.
+	Date      time.Time    `json:"date"`
+	Commit    string       `json:"commit"`
 	Tiers     []abResult   `json:"tiers"`
 	Published []peerFigure `json:"published_peers"`
 }
@@ -71,7 +78,7 @@ type ttfoTier struct {
 
 // scenarioTTFO measures every tier the gateways here serve.
 func scenarioTTFO(ctx context.Context, gw *gatewayProc, o opts) (ttfoResult, error) {
-	res := ttfoResult{Published: publishedPeers}
+	res := ttfoResult{Published: publishedPeers, Date: time.Now().UTC(), Commit: gitCommit()}
 	python, err := sandboxPython()
 	if err != nil {
 		return res, err
@@ -395,8 +402,8 @@ func ttfoTargets(rep *report) ([]target, []string) {
 				"E2B", "REST", e.Stats.P50, rest.Stats.P50, ttfoE2BRatio, "%.2f× REST"))
 		}
 	}
-	for tier, lim := range ttfoTargetsMS {
-		if !seen[tier] {
+	for _, tier := range ttfoTiers {
+		if lim := ttfoTargetsMS[tier]; !seen[tier] {
 			ts = append(ts, target{Name: fmt.Sprintf("issue 34: %s, session create to first output p50 ≤ %.0f ms", tier, lim),
 				Missing: true, Reason: unavailable(rep, "ttfo")})
 		}
@@ -415,7 +422,7 @@ func ttfoMarkdown(r *ttfoResult) string {
 	}
 	var b strings.Builder
 	p := func(f string, a ...any) { fmt.Fprintf(&b, f, a...) }
-	p("## Time to first output (issue 34)\n\nEach sample creates a session and runs its first command (`print(1)`; `import os` first for the container tiers, which the policy sends there), timed from the create request to the first output, and deletes the session untimed; concurrency 1, blocks alternating with the tier's CLI baseline in the same run. REST is `POST /v1/sessions` then `run_code`; MCP is `initialize` (the MCP session makes its sandgate session) then `tools/call run_code`; E2B is `POST /e2b/sandboxes` then envd's `process.Process/Start` read up to its first stdout, as the SDK's `Sandbox.create()` and `commands.run()` do (E2B commands are detached runs, which the policy sends to docker).\n\n")
+	p("## Time to first output (issue 34)\n\nMeasured %s, commit `%s`. Each sample creates a session and runs its first command (`print(1)`; `import os` first for the container tiers, which the policy sends there), timed from the create request to the first output, and deletes the session untimed; concurrency 1, blocks alternating with the tier's CLI baseline in the same run. REST is `POST /v1/sessions` then `run_code`; MCP is `initialize` (the MCP session makes its sandgate session) then `tools/call run_code`; E2B is `POST /e2b/sandboxes` then envd's `process.Process/Start` read up to its first stdout, as the SDK's `Sandbox.create()` and `commands.run()` do (E2B commands are detached runs, which the policy sends to docker).\n\n", r.Date.Format("2006-01-02 15:04 MST"), r.Commit)
 	p("| tier | front end | p50 | p95 | p99 | n | ratio to the CLI baseline (p50) |\n|---|---|---|---|---|---|---|\n")
 	for _, t := range r.Tiers {
 		base := t.Sides[len(t.Sides)-1]
