@@ -119,7 +119,7 @@ func newProposalEnv(t *testing.T) *proposalEnv {
 	reg := prometheus.NewRegistry()
 	proxy, err := egress.New(egress.Config{Mode: "STRICT", ApprovalTimeout: time.Minute, CADir: filepath.Join(dataDir, "egress"),
 		// Not the host's own (loopback among them): the test's servers are on loopback.
-		GatewayAddresses: []netip.Addr{netip.MustParseAddr("192.0.2.200")}},
+		GatewayAddresses: []netip.Addr{netip.MustParseAddr("192.0.2.200")}, ProposalEndpoint: "/v1/sessions/{session}/proposals"},
 		egress.Deps{Policy: eng, Confirm: hub, Audit: st, Resolver: loopbackResolver{}, Metrics: egress.NewMetrics(reg)})
 	if err != nil {
 		t.Fatal(err)
@@ -178,12 +178,25 @@ func TestEgressProposal(t *testing.T) {
 	if len(lines) != 3 || lines[0] != "hello "+propOpen || !strings.HasPrefix(lines[1], "refused 403") {
 		t.Fatalf("before: %q", lines)
 	}
+	// The refusal's JSON, after "refused 403 ", leads to the proposal.
+	var refusal struct {
+		Proposal struct {
+			Endpoint string            `json:"endpoint"`
+			Body     map[string]string `json:"body"`
+		} `json:"proposal"`
+	}
+	if err := json.Unmarshal([]byte(strings.TrimPrefix(lines[1], "refused 403 ")), &refusal); err != nil ||
+		refusal.Proposal.Endpoint != "/v1/sessions/p-1/proposals" || refusal.Proposal.Body["kind"] != "egress_host" ||
+		refusal.Proposal.Body["value"] != fmt.Sprintf("%s:%d", propWanted, e.port) {
+		t.Fatalf("the denial does not lead to a proposal (%v): %q", err, lines[1])
+	}
 	e.fetch("p-2", propWanted) // another session's denial: not changed by p-1's proposal
 
+	// The agent follows the refusal: its endpoint, kind and value.
 	propose := func(justification string) map[string]any {
 		t.Helper()
-		r := e.do("POST", "/v1/sessions/p-1/proposals", agentTok, map[string]any{"kind": "egress_host",
-			"value": fmt.Sprintf("%s:%d", propWanted, e.port), "justification": justification})
+		r := e.do("POST", refusal.Proposal.Endpoint, agentTok, map[string]any{"kind": refusal.Proposal.Body["kind"],
+			"value": refusal.Proposal.Body["value"], "justification": justification})
 		if r.status != 201 || r.body["status"] != "pending" {
 			t.Fatalf("propose: %d %s", r.status, r.raw)
 		}
