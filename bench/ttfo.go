@@ -90,7 +90,7 @@ func scenarioTTFO(ctx context.Context, gw *gatewayProc, o opts) (ttfoResult, err
 	tiers := []ttfoTier{
 		{name: "subprocess", g: gw, code: "print(1)", baseline: named{label: "raw python3", s: rawSide(python, "-c", "print(1)")}},
 		{name: "docker", g: gw, code: strictCode, e2b: true, baseline: named{label: "docker run --rm CLI", s: rawSide("docker", cliArgs()...)}},
-		{name: "aio", g: gw, code: "print(1)", ctx: map[string]any{"needs_persistent_fs": true},
+		{name: "aio", g: gw, code: "print(1)", ctx: map[string]any{"needs_browser": false, "needs_persistent_fs": true}, // MCP's schema wants both
 			baseline: named{label: "docker run --rm CLI", s: rawSide("docker", cliArgs()...)}},
 	}
 	if o.want("ttfo") || o.want("ttfo-gvisor") {
