@@ -89,9 +89,22 @@ func TestDetachedServerReachedFromLaterRun(t *testing.T) {
 	if err != nil || kres.ExitCode != exitSIGKILL {
 		t.Errorf("killed server: %+v %v", kres, err)
 	}
+	// The session's release ends what still runs in it, and its holder.
+	sleeper := srv
+	sleeper.RequestID, sleeper.Output, sleeper.Code = "req-"+t.Name()[:8]+"-sleep", nil, "sleep 120"
+	sh, err := e.StartDetached(t.Context(), sleeper, false)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := e.ReleaseSession(ctx, srv.SessionID); err != nil {
 		t.Fatal(err)
+	}
+	if res, err := sh.Wait(); err != nil || res.ExitCode != exitSIGKILL {
+		t.Errorf("a detached run after its session's release: %+v %v", res, err)
+	}
+	if id := e.detached.netns(srv.SessionID); id != "" {
+		t.Errorf("the session's network holder %s outlived its release", id)
 	}
 }
