@@ -56,8 +56,11 @@ const (
 	slackApprove      = "approve"
 	slackDeny         = "deny"
 	// slackApproveSession allows a network request's host for the rest
-	// of its session (egress approvals only, as on the page).
+	// of its session, or approves a run with a grant for its session
+	// (SessionGrantFor); slackApprovePattern approves a run with a grant
+	// for its patterns in its tenant (PatternGrantFor). As on the page.
 	slackApproveSession = "approve_session"
+	slackApprovePattern = "approve_pattern"
 )
 
 // Secret is a credential read from the configuration: it never prints,
@@ -103,6 +106,10 @@ type SlackOptions struct {
 	// DefaultChannelTimeout.
 	Client  *http.Client
 	Timeout time.Duration
+	// Grants adds to a run's message the grants the page offers: approve
+	// for this session for SessionGrantFor, or for this pattern in this
+	// tenant for PatternGrantFor (set it when the hub has grants).
+	Grants bool
 }
 
 // Slack is an approval channel to a Slack app: it posts each held request
@@ -291,6 +298,9 @@ func outcomeText(v View) string {
 		if v.Scope == ScopeSession {
 			return "approved for the session by " + v.DecidedBy
 		}
+		if v.Scope == ScopePattern {
+			return "approved for the pattern in the tenant by " + v.DecidedBy
+		}
 		return "approved by " + v.DecidedBy
 	case StatusDenied:
 		return "denied by " + v.DecidedBy
@@ -417,6 +427,10 @@ func (s *Slack) blocks(v View) []any {
 		buttons := []any{map[string]any{"type": "button", "action_id": slackApprove, "text": plain("Approve"), "style": "primary", "value": value}}
 		if v.Kind == KindEgress {
 			buttons = append(buttons, map[string]any{"type": "button", "action_id": slackApproveSession, "text": plain("Allow for this session"), "value": value})
+		} else if s.opts.Grants {
+			buttons = append(buttons,
+				map[string]any{"type": "button", "action_id": slackApproveSession, "text": plain("Approve for this session, 30 min"), "value": value},
+				map[string]any{"type": "button", "action_id": slackApprovePattern, "text": plain("This pattern in this tenant, 8 h"), "value": value})
 		}
 		buttons = append(buttons, map[string]any{"type": "button", "action_id": slackDeny, "text": plain("Deny"), "style": "danger", "value": value})
 		out = append(out, map[string]any{"type": "actions", "block_id": slackActionsBlock, "elements": buttons})
@@ -518,7 +532,7 @@ func (s *Slack) ServeCallback(w http.ResponseWriter, r *http.Request, hub *Hub) 
 	var in SlackInteraction
 	form, perr := url.ParseQuery(string(body))
 	if perr != nil || json.Unmarshal([]byte(form.Get("payload")), &in) != nil || in.Type != "block_actions" || len(in.Actions) != 1 ||
-		in.Actions[0].BlockID != slackActionsBlock || !slices.Contains([]string{slackApprove, slackApproveSession, slackDeny}, in.Actions[0].ActionID) {
+		in.Actions[0].BlockID != slackActionsBlock || !slices.Contains([]string{slackApprove, slackApproveSession, slackApprovePattern, slackDeny}, in.Actions[0].ActionID) {
 		s.refuse(r.Context(), rec, ErrSlackPayload)
 		return ErrSlackPayload
 	}
@@ -543,8 +557,14 @@ func (s *Slack) ServeCallback(w http.ResponseWriter, r *http.Request, hub *Hub) 
 	}
 	rec.Principal = who
 	d := Decision{Decision: act.ActionID, Digest: digest}
-	if act.ActionID == slackApproveSession {
+	if act.ActionID == slackApproveSession || act.ActionID == slackApprovePattern {
 		d.Decision, d.Scope = "approve", ScopeSession
+		if act.ActionID == slackApprovePattern {
+			d.Scope = ScopePattern
+		}
+		if p, err := hub.Get(r.Context(), id); err == nil && p.Kind != KindEgress {
+			d.ForS = int(GrantFor(d.Scope) / time.Second)
+		}
 	}
 	v, err := hub.Decide(r.Context(), id, s.opts.Route.Approver(who), d)
 	var ce *ConflictError

@@ -30,8 +30,11 @@ const ScopePattern = "pattern"
 // ScopeGrant is an Outcome's scope when a grant, not a person, answered.
 const ScopeGrant = "grant"
 
-// Bounds of a grant's lifetime, and the audit kinds of its changes.
+// Bounds of a grant's lifetime, the grants a channel's buttons give (the
+// page's too), and the audit kinds of a grant's changes.
 const (
+	SessionGrantFor        = 30 * time.Minute
+	PatternGrantFor        = 8 * time.Hour
 	DefaultMaxSessionGrant = 24 * time.Hour
 	DefaultMaxPatternGrant = 7 * 24 * time.Hour
 	AuditGrantCreated      = "grant.created"
@@ -66,6 +69,14 @@ type Grant struct {
 	RevokedAt  time.Time `json:"revoked_at,omitzero"`
 	Uses       int64     `json:"uses"`
 	LastUsedAt time.Time `json:"last_used_at,omitzero"`
+}
+
+// GrantFor is how long a channel's grant of scope lasts.
+func GrantFor(scope string) time.Duration {
+	if scope == ScopePattern {
+		return PatternGrantFor
+	}
+	return SessionGrantFor
 }
 
 // Live reports whether g can still cover a request at now.

@@ -171,7 +171,7 @@ func approvalChannels(cfg ApprovalConfig, pageURL string, getenv func(string) st
 			}
 			ch, err := confirm.NewSlack(confirm.SlackOptions{Name: c.Name, Route: route, APIURL: c.Slack.APIURL, BotToken: tok,
 				SigningSecret: sig, Channel: c.Slack.Channel, TeamID: c.Slack.TeamID, Users: c.Slack.Users, PageURL: pageURL,
-				Audit: store, Logger: log})
+				Audit: store, Logger: log, Grants: true}) // the hub always has grants (confirmer)
 			if err != nil {
 				return nil, err
 			}
