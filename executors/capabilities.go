@@ -39,6 +39,9 @@ type Capabilities struct {
 	Kernels bool `json:"kernels"`
 	// RequiresSession: every run must name a session.
 	RequiresSession bool `json:"requires_session"`
+	// Snapshot is what a pause keeps of a session (SnapshotMemory,
+	// SnapshotFilesystem, SnapshotNone; pause.go); empty is none.
+	Snapshot string `json:"snapshot"`
 	// RootFS identifies the root filesystem runs see: "rootfs:<name>" for
 	// the runtime root (scripts/images.sh names each build
 	// runtime-<recipe hash>; every executor on that root reports the same
@@ -75,9 +78,18 @@ func (c Capabilities) Map() map[string]any {
 		CapFilesystemIsolation: c.FilesystemIsolation,
 		CapKernels:             c.Kernels,
 		"requires_session":     c.RequiresSession,
+		"snapshot":             c.SnapshotMode(),
 		"root_fs":              c.RootFS,
 		"isolation":            c.Isolation,
 	}
+}
+
+// SnapshotMode is c.Snapshot, "none" when the backend names none.
+func (c Capabilities) SnapshotMode() string {
+	if c.Snapshot == "" {
+		return SnapshotNone
+	}
+	return c.Snapshot
 }
 
 // Has reports whether c includes the named boolean capability. Unknown

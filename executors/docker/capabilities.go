@@ -39,7 +39,8 @@ func (e *Executor) Capabilities() executors.Capabilities {
 		ProcessLimit:        true,
 		KillDetached:        true,
 		FilesystemIsolation: true,
-		Kernels:             true, // kernel.go
+		Kernels:             true,             // kernel.go
+		Snapshot:            e.snapshotMode(), // checkpoint.go
 		RootFS:              imageIdentity(e.cfg.Images, e.imageIDs.get()),
 		Isolation:           isolation,
 	}

@@ -41,5 +41,8 @@ func (e *Executor) Capabilities() executors.Capabilities {
 		FilesystemIsolation: isolated,
 		RootFS:              e.rootID,
 		Isolation:           string(e.isolation),
+		// A pause keeps the workspace (it is the host directory); no
+		// process outlives its run.
+		Snapshot: executors.SnapshotFilesystem,
 	}
 }
