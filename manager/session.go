@@ -71,7 +71,9 @@ type sessionRecord struct {
 // replica took it.
 type Session struct {
 	// saveMu serialises the writes of the record (save).
-	saveMu       sync.Mutex
+	saveMu sync.Mutex
+	// pauseMu serialises pause and resume (pause.go).
+	pauseMu      sync.Mutex
 	mu           sync.Mutex
 	rec          sessionRecord
 	lastActive   time.Time
@@ -189,6 +191,9 @@ func (m *Manager) open(ctx context.Context, ref SessionRef, o OpenOptions) (*Ses
 		}
 	}
 	s, err := m.table.get(ctx, m, ref, o, owner)
+	if err == nil && !o.peek {
+		err = m.autoResume(ctx, s) // pause.go
+	}
 	return s, owner, err
 }
 

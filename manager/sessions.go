@@ -345,6 +345,7 @@ func (m *Manager) release(ctx context.Context, ref SessionRef, why string, purge
 	if why == releaseShutdown {
 		return errors.Join(errs...)
 	}
+	m.dropPaused(ctx, ref.Key) // pause.go
 	existed := m.existed(ctx, ref)
 	errs = append(errs, m.settle(ctx, ref, why))
 	if purge {
