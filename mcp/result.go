@@ -28,6 +28,11 @@ type errorBody struct {
 	Fields    []errcode.FieldError `json:"fields,omitempty"`
 	Decision  *decisionView        `json:"decision,omitempty"`
 	RequestID string               `json:"request_id"`
+	// Rule, AgentGuidance and Proposal are a denial's way to ask for a
+	// narrow exception (proposal.go).
+	Rule          string        `json:"rule,omitempty"`
+	AgentGuidance string        `json:"agent_guidance,omitempty"`
+	Proposal      *proposalHint `json:"proposal,omitempty"`
 }
 
 // okResult is a successful call: out as structuredContent, the reply's text
@@ -65,6 +70,7 @@ func (s *Server) errorResult(ctx context.Context, c *call, err error) *sdk.CallT
 	if errors.As(err, &invalid) {
 		body.Fields = invalid.Fields
 	}
+	withGuidance(c, &body)
 	if status >= 500 {
 		s.log.ErrorContext(ctx, "mcp tool call failed", "request_id", c.requestID, "tool", toolName(c), "code", code, "err", err)
 	}
@@ -91,6 +97,12 @@ func renderError(b errorBody) string {
 	}
 	for _, f := range b.Fields {
 		fmt.Fprintf(&sb, "argument %s %s (%s)\n", f.Field, f.Message, f.Code)
+	}
+	if b.Proposal != nil {
+		// The endpoint (with its session id) stays in _meta: the text
+		// never echoes request-derived values.
+		fmt.Fprintf(&sb, "to ask for a narrow exception to %s: POST a proposal (kind egress_host or pattern, value, justification) "+
+			"to the endpoint in _meta %s .proposal\n", b.Rule, ErrorMetaKey)
 	}
 	fmt.Fprintf(&sb, "request_id: %s", b.RequestID)
 	return sb.String()

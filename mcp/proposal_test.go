@@ -1,0 +1,30 @@
+package mcp
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestDenialLeadsToProposal: a policy denial reaching an MCP client names
+// the rule, tells the model how to ask, and gives the proposal endpoint of
+// the session the call worked in, in _meta and in the text.
+func TestDenialLeadsToProposal(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	cs := e.connect(agentTok, nil)
+	res := callTool(t, cs, "execute", map[string]any{"command": criticalBash, "session_id": "work"})
+	body := errorOf(t, res)
+	if body.Rule != "risk.critical" || body.Proposal == nil || body.Proposal.Endpoint != "/v1/sessions/work/proposals" ||
+		!strings.Contains(body.AgentGuidance, "justification") {
+		t.Fatalf("denial body %+v", body)
+	}
+	if !strings.Contains(text(res), "to ask for a narrow exception to risk.critical: POST a proposal") {
+		t.Errorf("text %q", text(res))
+	}
+	own := errorOf(t, callTool(t, cs, "execute", map[string]any{"command": criticalBash}))
+	if own.Proposal == nil || !strings.HasPrefix(own.Proposal.Endpoint, "/v1/sessions/") {
+		t.Errorf("the MCP session's own: %+v", own.Proposal)
+	}
+	if inv := errorOf(t, callTool(t, cs, "run_code", map[string]any{})); inv.Proposal != nil {
+		t.Errorf("a validation error carries a proposal: %+v", inv)
+	}
+}
