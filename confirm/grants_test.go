@@ -171,3 +171,45 @@ func TestProposalsOnTheStore(t *testing.T) {
 		t.Fatalf("read back: %+v %v", got, err)
 	}
 }
+
+// TestProposalsPerSessionBounded: a session has at most 5 pending
+// proposals; a decision makes room.
+func TestProposalsPerSessionBounded(t *testing.T) {
+	db := openTestDB(t)
+	ctx := context.Background()
+	eng, err := policy.New(ctx, policy.Options{EvalTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := OpenProposals(ctx, ProposalOptions{Store: db, Policy: eng, Mode: "STRICT"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	p.opts.Audit = db
+	req := ProposalRequest{Tenant: "t", SessionID: "s1", Kind: ProposalEgressHost, Value: "a.example.org", Justification: "x"}
+	var first Proposal
+	for i := range 5 {
+		pr, err := p.Propose(ctx, req)
+		if err != nil {
+			t.Fatalf("%d: %v", i, err)
+		}
+		if i == 0 {
+			first = pr
+		}
+	}
+	if _, err := p.Propose(ctx, req); !errors.Is(err, ErrProposalsPending) {
+		t.Fatalf("sixth: %v", err)
+	}
+	other := req
+	other.SessionID = "s2"
+	if _, err := p.Propose(ctx, other); err != nil {
+		t.Fatalf("another session: %v", err)
+	}
+	if _, err := p.Decide(ctx, Approver{Name: "alice"}, first.ID, ProposalDecision{Decision: "reject"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Propose(ctx, req); err != nil {
+		t.Fatalf("after a decision: %v", err)
+	}
+}

@@ -50,6 +50,7 @@ const (
 	DefaultReplayLimit      = 10000
 	MaxJustificationBytes   = 2000
 	maxProposalChangesShown = 200
+	maxPendingPerSession    = 5
 	// AuditProposal* are the audit kinds of a proposal's life.
 	AuditProposalCreated  = "proposal.created"
 	AuditProposalAccepted = "proposal.accepted"
@@ -65,6 +66,9 @@ var (
 	ErrProposalJustify  = errcode.New(errcode.InvalidRequest, "justification is required, at most 2000 bytes")
 	ErrProposalDecision = errcode.New(errcode.InvalidRequest, `decision must be "accept" or "reject"`)
 	ErrProposalFor      = errcode.New(errcode.InvalidRequest, "for_s must be between 60 and 604800")
+	// ErrProposalsPending bounds what one session can ask: each proposal
+	// costs a replay and a person's attention.
+	ErrProposalsPending = errcode.New(errcode.Conflict, "the session already has 5 pending proposals; wait for their answers")
 )
 
 // Proposal is one request for an exception.
@@ -256,7 +260,14 @@ func (p *Proposals) Propose(ctx context.Context, req ProposalRequest) (Proposal,
 	if pr.Justification == "" || len(pr.Justification) > MaxJustificationBytes {
 		return Proposal{}, ErrProposalJustify
 	}
-	var err error
+	pending, err := p.store.list(ctx, ProposalQuery{Status: ProposalPending, Tenant: pr.Tenant, SessionID: pr.SessionID,
+		Limit: maxPendingPerSession}, nil)
+	if err != nil {
+		return Proposal{}, err
+	}
+	if len(pending) >= maxPendingPerSession {
+		return Proposal{}, ErrProposalsPending
+	}
 	switch pr.Kind {
 	case ProposalEgressHost:
 		pr.Overlay, err = egressOverlay(pr)
