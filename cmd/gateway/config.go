@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandgate/sandgate/events"
 	"github.com/sandgate/sandgate/executors/aio"
+	"github.com/sandgate/sandgate/executors/docker"
 	"github.com/sandgate/sandgate/executors/subprocess"
 	"github.com/sandgate/sandgate/fleet"
 	"github.com/sandgate/sandgate/mcp"
@@ -335,6 +336,11 @@ type DockerConfig struct {
 	// Runtime is the OCI runtime; empty is the engine's default (runc) for
 	// docker, and "runsc" for gvisor.
 	Runtime string `yaml:"runtime"`
+	// Pool sizes the pool of pre-started sandboxes of no session that a
+	// session's first run claims (size per shape, max in all, shapes,
+	// dir); zero fields take the docker package's defaults (the memory
+	// of the machine sets max), max: -1 turns it off.
+	Pool docker.PoolConfig `yaml:"pool"`
 	// Instance labels this gateway's containers; at start the executor
 	// removes the leftovers of its own instance (a crash's) and nothing
 	// else, so gateways sharing one engine need distinct instances. Empty

@@ -181,6 +181,7 @@ func build(ctx context.Context, cfg Config, getenv func(string) string, stdout, 
 		return nil, err
 	}
 	metrics := manager.NewMetrics(reg)
+	reg.MustRegister(manager.NewPoolCollector(execs)) // sandgate_pool_*: the executors' pre-started sandboxes
 	runAudit := gw.runAudit(metrics)
 	deps := manager.Deps{
 		Assessor: assessor, Policy: gw.policy, Confirm: confirmer, Executors: execs, Workspaces: workspaces,
@@ -399,7 +400,7 @@ func dockerConfig(d DockerConfig, log *slog.Logger) docker.Config {
 	return docker.Config{
 		Host: d.Host, Images: images, CPUs: d.CPUs, TmpfsMB: d.TmpfsMB, Runtime: d.Runtime, Instance: d.Instance, Logger: log,
 		WarmMax: d.WarmMax, WarmPerSession: d.WarmPerSession, WarmIdle: d.WarmIdle,
-		Limits: executors.Limits{MemoryMB: d.MemoryMB, MaxProcs: d.MaxProcs},
+		Limits: executors.Limits{MemoryMB: d.MemoryMB, MaxProcs: d.MaxProcs}, Pool: d.Pool,
 	}
 }
 

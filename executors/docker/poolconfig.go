@@ -13,18 +13,18 @@ type PoolConfig struct {
 	// Size is how many sandboxes each shape's pool keeps idle when
 	// sessions arrive slowly; more are kept (up to Max) while they arrive
 	// faster. Default DefaultPoolSize.
-	Size int
+	Size int `yaml:"size"`
 	// Max bounds the pooled sandboxes (idle and being started) across
 	// shapes. Zero: what the machine's memory allows (defaultPoolMax);
 	// negative disables the pool.
-	Max int
+	Max int `yaml:"max"`
 	// Shapes bounds the shapes (image, limits, layout) pooled at once,
 	// the most recently claimed ones. Default DefaultPoolShapes.
-	Shapes int
+	Shapes int `yaml:"shapes"`
 	// Dir is the host directory of the pool's slots (made a shared
 	// mount). It must be on the engine's host, in its mount namespace.
 	// Default DefaultPoolDir.
-	Dir string
+	Dir string `yaml:"dir"`
 }
 
 // Pool defaults. An idle pooled sandbox costs what an idle warm container
