@@ -40,6 +40,7 @@ func operations() []op {
 	out := append(coreOperations(), fileOperations()...)
 	out = append(out, approvalOperations()...)
 	out = append(out, grantOperations()...)
+	out = append(out, pauseOperations()...)
 	out = append(out, proposalOperations()...)
 	out = append(out, mcpOperations()...)
 	out = append(out, deerflowOperations()...)

@@ -416,6 +416,9 @@ func TestOpenAPIResponses(t *testing.T) {
 	e.do("POST", "/v1/sessions", agentTok, map[string]any{"timeout_s": -1}) // 400
 	e.do("PATCH", "/v1/sessions/s2", agentTok, map[string]any{"timeout_s": 600})
 	e.do("GET", "/v1/sessions?label=team=a", agentTok, nil)
+	e.do("POST", "/v1/sessions/s2/pause", agentTok, nil)
+	e.do("POST", "/v1/sessions/s2/resume", agentTok, nil)
+	e.do("POST", "/v1/sessions/nosuch/pause", agentTok, nil) // 404
 	e.do("GET", "/v1/audit?limit=5", adminTok, nil)
 
 	call := e.runAsync("s2", highRisk)

@@ -174,6 +174,7 @@ func (s *Server) routes() {
 	s.handle("POST /v1/policy/evaluate", agentOrAdmin, s.evaluate)
 	s.handle("GET /v1/audit", admin, s.listAudit)
 	s.fileRoutes()
+	s.pauseRoutes()
 	s.approvalRoutes()
 	s.browserRoutes()
 	s.mcpRoutes()
