@@ -159,3 +159,19 @@ func TestPoolClaimWithLayout(t *testing.T) {
 		t.Errorf("the run was not served from the layout's pool: %+v", e.PoolStatus())
 	}
 }
+
+// TestDefaultPoolMax: the defaults on a 2-core, 24 GiB machine (MemTotal
+// 24105 MiB here), on a small one, and on a large one (the cap).
+func TestDefaultPoolMax(t *testing.T) {
+	for _, tc := range []struct {
+		mem       int
+		ownKernel bool
+		want      int
+	}{
+		{24105, false, 8}, {24105, true, 4}, {2048, false, 2}, {2048, true, 1}, {256 << 10, true, 8},
+	} {
+		if got := defaultPoolMax(tc.mem, tc.ownKernel); got != tc.want {
+			t.Errorf("defaultPoolMax(%d MiB, own kernel %v) = %d, want %d", tc.mem, tc.ownKernel, got, tc.want)
+		}
+	}
+}

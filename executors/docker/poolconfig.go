@@ -39,7 +39,7 @@ const (
 	// small machine's runs share.
 	poolMaxCap = 8
 	// poolMemShare is the share of the machine's memory idle pooled
-	// sandboxes may take by default: 1/64 (384 MiB of 24 GiB).
+	// sandboxes may take by default: 1/64 (376 MiB of a 24 GiB machine).
 	poolMemShare = 64
 	// The memory an idle pooled sandbox costs, in MiB (measured, see
 	// above), by runtime kind.
@@ -63,8 +63,9 @@ func (c PoolConfig) withDefaults(ownKernel bool) PoolConfig {
 
 // defaultPoolMax is the pool cap for a machine of memMiB: its memory
 // share divided by one sandbox's cost, at least one and at most
-// poolMaxCap. On a 2-core, 24 GiB machine: 8 under runc (384 / 16 = 24,
-// capped), 5 under gVisor (384 / 76).
+// poolMaxCap. On a 2-core, 24 GiB machine (MemTotal 24105 MiB, 1/64 of it
+// 376 MiB): 8 under runc (376 / 16 = 23,
+// capped), 4 under gVisor (376 / 76).
 func defaultPoolMax(memMiB int, ownKernel bool) int {
 	cost := poolCostRuncMiB
 	if ownKernel {
