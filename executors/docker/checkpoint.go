@@ -150,7 +150,7 @@ func (e *Executor) ResumeSession(ctx context.Context, session string) error {
 	}
 	k, err := e.restoreKernel(ctx, session, ck)
 	if err != nil {
-		_ = os.RemoveAll(ck.dir)
+		removeSnapshot(ck.dir)
 		return err
 	}
 	ks := e.kernels
@@ -231,7 +231,7 @@ func (e *Executor) DropPaused(_ context.Context, session string) {
 	delete(ckState.paused[e], session)
 	ckState.mu.Unlock()
 	if ck != nil {
-		_ = os.RemoveAll(ck.dir)
+		removeSnapshot(ck.dir)
 	}
 }
 
@@ -452,7 +452,14 @@ func (rb *restoredBox) delete(rt runsc) {
 	ctx, cancel := context.WithTimeout(context.Background(), checkpointTimeout)
 	defer cancel()
 	_ = rt.run(ctx, rb.root, nil, "delete", "-force", rb.id)
-	_ = os.RemoveAll(rb.bundle)
+	removeSnapshot(rb.bundle)
+}
+
+// removeSnapshot deletes a checkpoint's directory and its session's
+// directory once that is empty.
+func removeSnapshot(dir string) {
+	_ = os.RemoveAll(dir)
+	_ = os.Remove(filepath.Dir(dir))
 }
 
 // RestoredSandboxes is how many kernels this executor restored outside
