@@ -341,7 +341,10 @@ trap 'for w in "${WORKDIRS[@]}"; do cleanup "$w"; done' EXIT
 
 docker version >/dev/null 2>&1 || die "no Docker engine answers (scripts/dockerd.sh start)"
 if [ $# -eq 0 ]; then
-  set -- images/*/
+  # Only recipes: a folder without image.conf (images/k8s-pause, built by
+  # scripts/k8s-images.sh) is not this script's.
+  set --
+  for c in images/*/image.conf; do set -- "$@" "${c%image.conf}"; done
 fi
 for d in "$@"; do
   build "$d"
