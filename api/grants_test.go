@@ -101,6 +101,7 @@ func TestOpenAPIGrantsAndProposals(t *testing.T) {
 	doc := fetchDoc(t, e.env)
 	call := e.runAsync("s1", highRisk)
 	v := pendingForTenant(t, e.hub, "a", "s1")
+	e.do("GET", "/v1/approvals/"+v.ID+"/context", approverTok, nil)
 	r := e.do("POST", "/v1/approvals/"+v.ID+"/decision", approverTok, map[string]any{"decision": "approve", "scope": "pattern", "for_s": 3600})
 	call.wait(t)
 	id, _ := obj(r.body["grant"])["id"].(string)

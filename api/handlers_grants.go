@@ -94,6 +94,9 @@ func (s *Server) revokeGrant(w http.ResponseWriter, r *http.Request) error {
 
 func grantOperations() []op {
 	return []op{
+		{method: "GET", path: "/v1/approvals/{id}/context", id: "approvalContext", tag: "grants", roles: rolesApprovers,
+			summary: "Context for deciding an approval: the session's recent timeline (runs, file changes, connections) and the grants that almost matched, with why",
+			ok:      200, okBody: sch("ApprovalContext", approvalContextBody{}), errs: errsApproval},
 		{method: "GET", path: "/v1/grants", id: "listGrants", tag: "grants", roles: rolesApprovers,
 			summary: "Grants (standing approvals), newest first",
 			query: []param{q("tenant", "string", ""), q("session_id", "string", "this session's grants and its tenant's"),

@@ -25,6 +25,7 @@ func (s *Server) approvalRoutes() {
 	// verifies each request's signature (Slack's v0 scheme) and maps its
 	// user to an approver, refusing and auditing anything else.
 	s.mount("POST /v1/channels/{name}/callback", s.wrap(s.channelCallback))
+	s.handle("GET /v1/approvals/{id}/context", approvers, s.approvalContext)
 	s.grantRoutes()
 	s.proposalRoutes()
 }

@@ -86,6 +86,9 @@ func (g Grant) Live(now time.Time) bool { return g.RevokedAt.IsZero() && now.Bef
 // covers req (held for approval). "" means none, and a person is asked.
 type GrantPolicy interface {
 	CoveringGrant(ctx context.Context, req Request, live []Grant) (string, error)
+	// GrantMisses says why each of live does not cover req (grant id to
+	// reasons; none for one that covers it).
+	GrantMisses(ctx context.Context, req Request, live []Grant) (map[string][]string, error)
 }
 
 // GrantOptions configure OpenGrants.
@@ -327,3 +330,35 @@ func (h *Hub) withGrant(ctx context.Context, fin View, err error, d Decision, by
 
 // Grants returns the hub's grants; nil when they are not enabled.
 func (h *Hub) Grants() *Grants { return h.opts.Grants }
+
+// NearGrant is a live grant of the request's session or tenant that did
+// not cover it, and why, as the policy says.
+type NearGrant struct {
+	Grant Grant    `json:"grant"`
+	Why   []string `json:"why"`
+}
+
+// NearMisses are the grants that almost matched v (a run approval): the
+// live grants of its session and tenant, with why each did not cover it.
+func (g *Grants) NearMisses(ctx context.Context, v View) ([]NearGrant, error) {
+	out := []NearGrant{}
+	if g == nil || v.Kind == KindEgress {
+		return out, nil
+	}
+	live, err := g.store.list(ctx, GrantQuery{Tenant: v.Tenant, SessionID: v.SessionID, Live: true, Now: time.Now()}, nil)
+	if err != nil || len(live) == 0 {
+		return out, err
+	}
+	req := Request{Tenant: v.Tenant, SessionID: v.SessionID, Language: v.Language, CodeSHA256: v.CodeSHA256,
+		RiskLevel: v.RiskLevel, Patterns: v.Patterns, Context: v.Context, Principal: v.Principal}
+	why, err := g.opts.Policy.GrantMisses(ctx, req, live)
+	if err != nil {
+		return out, err
+	}
+	for _, gr := range live {
+		if len(why[gr.ID]) > 0 {
+			out = append(out, NearGrant{Grant: gr, Why: why[gr.ID]})
+		}
+	}
+	return out, nil
+}

@@ -25,6 +25,16 @@ type engineGrants struct {
 }
 
 func (e engineGrants) CoveringGrant(ctx context.Context, req Request, live []Grant) (string, error) {
+	in, gs := e.input(req, live)
+	return e.eng.CoveringGrant(ctx, in, gs)
+}
+
+func (e engineGrants) GrantMisses(ctx context.Context, req Request, live []Grant) (map[string][]string, error) {
+	in, gs := e.input(req, live)
+	return e.eng.GrantMisses(ctx, in, gs)
+}
+
+func (e engineGrants) input(req Request, live []Grant) (policy.Input, []policy.Grant) {
 	in := policy.Input{
 		Mode: e.mode,
 		Request: policy.Request{Kind: "run_code", SessionID: req.SessionID, Language: req.Language, CodeSHA256: req.CodeSHA256,
@@ -44,5 +54,5 @@ func (e engineGrants) CoveringGrant(ctx context.Context, req Request, live []Gra
 			gs[i].SessionID = ""
 		}
 	}
-	return e.eng.CoveringGrant(ctx, in, gs)
+	return in, gs
 }

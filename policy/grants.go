@@ -36,24 +36,30 @@ type Grant struct {
 // approval service then asks a person, as without grants.
 var ErrGrantEval = errors.New("policy: grant evaluation failed")
 
-// grantQuery is the grant rule prepared for one compiled revision.
+// GrantMissQuery names why each grant does not cover a request.
+const GrantMissQuery = "data.sandgate.exec.grant_miss"
+
+// grantQuery holds the grant rules prepared for one compiled revision.
 type grantQuery struct {
 	mu sync.Mutex
 	c  *compiled
-	pq rego.PreparedEvalQuery
+	pq map[string]rego.PreparedEvalQuery
 }
 
-func (q *grantQuery) get(ctx context.Context, c *compiled) (rego.PreparedEvalQuery, error) {
+func (q *grantQuery) get(ctx context.Context, c *compiled, query string) (rego.PreparedEvalQuery, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.c == c {
-		return q.pq, nil
+	if q.c != c {
+		q.c, q.pq = c, map[string]rego.PreparedEvalQuery{}
+	}
+	if pq, ok := q.pq[query]; ok {
+		return pq, nil
 	}
 	schemas, err := loadSchemas()
 	if err != nil {
 		return rego.PreparedEvalQuery{}, err
 	}
-	opts := []func(*rego.Rego){rego.Query(GrantQuery), rego.Store(c.store), rego.Strict(true),
+	opts := []func(*rego.Rego){rego.Query(query), rego.Store(c.store), rego.Strict(true),
 		rego.StrictBuiltinErrors(true), rego.Schemas(schemas), rego.UnsafeBuiltins(unsafeBuiltins)}
 	for _, m := range c.modules {
 		opts = append(opts, rego.ParsedModule(m))
@@ -62,7 +68,7 @@ func (q *grantQuery) get(ctx context.Context, c *compiled) (rego.PreparedEvalQue
 	if err != nil {
 		return pq, err
 	}
-	q.c, q.pq = c, pq
+	q.pq[query] = pq
 	return pq, nil
 }
 
@@ -70,33 +76,14 @@ func (q *grantQuery) get(ctx context.Context, c *compiled) (rego.PreparedEvalQue
 // request in (held for approval). "" means none: a person is asked. A
 // policy without the grant rule covers nothing.
 func (e *Engine) CoveringGrant(ctx context.Context, in Input, grants []Grant) (string, error) {
-	c := e.cur.Load()
-	if c == nil || len(grants) == 0 {
+	if len(grants) == 0 {
 		return "", nil
 	}
-	pq, err := e.grantQ.get(ctx, c)
-	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrGrantEval, err)
+	v, err := e.evalGrants(ctx, GrantQuery, in, grants)
+	if err != nil || v == nil {
+		return "", err
 	}
-	v, err := in.value(&e.executors)
-	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrGrantEval, err)
-	}
-	obj, ok := v.(ast.Object)
-	if !ok {
-		return "", ErrGrantEval
-	}
-	obj.Insert(ast.StringTerm("grants"), ast.NewTerm(grantsValue(grants)))
-	ectx, cancel := context.WithTimeout(ctx, e.evalTimeout)
-	defer cancel()
-	rs, err := pq.Eval(ectx, rego.EvalParsedInput(obj))
-	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrGrantEval, err)
-	}
-	if len(rs) == 0 || len(rs[0].Expressions) == 0 {
-		return "", nil
-	}
-	id, ok := rs[0].Expressions[0].Value.(string)
+	id, ok := v.(string)
 	if !ok {
 		return "", fmt.Errorf("%w: grant is not a string", ErrGrantEval)
 	}
@@ -122,4 +109,63 @@ func grantsValue(grants []Grant) *ast.Array {
 		)
 	}
 	return ast.NewArray(terms...)
+}
+
+// evalGrants evaluates query with in and input.grants; nil when undefined.
+func (e *Engine) evalGrants(ctx context.Context, query string, in Input, grants []Grant) (any, error) {
+	c := e.cur.Load()
+	if c == nil {
+		return nil, nil
+	}
+	pq, err := e.grantQ.get(ctx, c, query)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrGrantEval, err)
+	}
+	v, err := in.value(&e.executors)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrGrantEval, err)
+	}
+	obj, ok := v.(ast.Object)
+	if !ok {
+		return nil, ErrGrantEval
+	}
+	obj.Insert(ast.StringTerm("grants"), ast.NewTerm(grantsValue(grants)))
+	ectx, cancel := context.WithTimeout(ctx, e.evalTimeout)
+	defer cancel()
+	rs, err := pq.Eval(ectx, rego.EvalParsedInput(obj))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrGrantEval, err)
+	}
+	if len(rs) == 0 || len(rs[0].Expressions) == 0 {
+		return nil, nil
+	}
+	return rs[0].Expressions[0].Value, nil
+}
+
+// GrantMisses asks the policy why each of grants does not cover the
+// request in: grant id to reasons (a covering grant has none). The
+// approval page shows them as the grants that almost matched.
+func (e *Engine) GrantMisses(ctx context.Context, in Input, grants []Grant) (map[string][]string, error) {
+	out := map[string][]string{}
+	if len(grants) == 0 {
+		return out, nil
+	}
+	v, err := e.evalGrants(ctx, GrantMissQuery, in, grants)
+	if err != nil || v == nil {
+		return out, err
+	}
+	pairs, ok := v.([]any)
+	if !ok {
+		return out, fmt.Errorf("%w: grant_miss is not a set", ErrGrantEval)
+	}
+	for _, p := range pairs {
+		pair, ok := p.([]any)
+		if !ok || len(pair) != 2 {
+			continue
+		}
+		id, _ := pair[0].(string)
+		why, _ := pair[1].(string)
+		out[id] = append(out[id], why)
+	}
+	return out, nil
 }

@@ -45,3 +45,25 @@ func TestCoveringGrant(t *testing.T) {
 		}
 	}
 }
+
+// TestGrantMisses: the policy says why a grant of the session does not
+// cover a request with a pattern it lacks, and names nothing for one
+// that covers it.
+func TestGrantMisses(t *testing.T) {
+	ctx := context.Background()
+	e, err := New(ctx, Options{EvalTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := Input{Mode: "PERMISSIVE", Request: Request{Kind: "run_code", SessionID: "s1", Language: "python", TimeoutS: 30},
+		Risk:      Risk{Level: "HIGH", Patterns: []RiskPattern{{ID: "subprocess"}, {ID: "socket"}}},
+		Principal: Principal{Tenant: "t1"}}
+	near := Grant{ID: "gr_near", Scope: "session", Tenant: "t1", SessionID: "s1", Language: "python", Level: "HIGH",
+		Patterns: []string{"subprocess"}, ExpiresAt: time.Now().Add(time.Hour)}
+	full := near
+	full.ID, full.Patterns = "gr_full", []string{"subprocess", "socket"}
+	got, err := e.GrantMisses(ctx, in, []Grant{near, full})
+	if err != nil || len(got) != 1 || len(got["gr_near"]) != 1 || got["gr_near"][0] != "pattern socket is not among the grant's" {
+		t.Fatalf("%v %v", got, err)
+	}
+}

@@ -318,6 +318,7 @@
     if (v.kind === "egress") egressCard(node, v);
     else runGrantButtons(node, v);
     loadConnections(node, v);
+    loadContext(node, v);
 
     const form = node.querySelector(".actions");
     form.addEventListener("submit", (e) => { e.preventDefault(); decide(v.id, "approve"); });
@@ -386,6 +387,42 @@
           return li;
         }));
         box.hidden = false;
+      })
+      .catch(() => {});
+  }
+
+  // loadContext shows the session's timeline (runs, file changes,
+  // connections: outcomes, not output) and the grants that almost
+  // matched a run, with why each did not, as the policy says.
+  function loadContext(node, v) {
+    fetch("/v1/approvals/" + encodeURIComponent(v.id) + "/context", { headers: { Authorization: "Bearer " + state.token }, cache: "no-store" })
+      .then((r) => (r.ok ? r.json() : { timeline: [], near_grants: [] }))
+      .then((body) => {
+        const items = (body.timeline || []).filter((t) => t.kind !== "egress"); // connections have their own list
+        if (items.length) {
+          const box = node.querySelector(".timeline");
+          box.querySelector("ol").replaceChildren(...items.map((t) => {
+            const li = el("li", "t-" + (t.outcome === "ok" ? "ok" : "bad"));
+            const how = t.kind.startsWith("file.") ? t.outcome : (t.exit_code != null ? "exit " + t.exit_code : t.outcome) +
+              (t.error_code ? " (" + t.error_code + ")" : "");
+            li.append(el("span", "c-action", t.kind), el("code", null, t.what), el("span", "c-rule", (t.risk_level ? t.risk_level + " · " : "") + how),
+              el("span", "h-time", new Date(t.time).toLocaleTimeString()));
+            return li;
+          }));
+          box.hidden = false;
+        }
+        const near = body.near_grants || [];
+        if (near.length) {
+          const box = node.querySelector(".near");
+          box.querySelector("ol").replaceChildren(...near.map((n) => {
+            const g = n.grant;
+            const li = el("li");
+            li.append(el("strong", null, (g.scope === "tenant" ? "tenant " + g.tenant : "session " + g.session_id) + " · " + g.risk_level),
+              el("span", "c-rule", " by " + g.created_by + ": " + n.why.join("; ")));
+            return li;
+          }));
+          box.hidden = false;
+        }
       })
       .catch(() => {});
   }

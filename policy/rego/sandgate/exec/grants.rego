@@ -61,3 +61,43 @@ grant_level_allowed(g) if {
 
 # The administrators' switch for CRITICAL; by default it lists nothing.
 grant_covers_critical(g) if g.id in object.get(object.get(config, "grants", {}), "critical_ids", [])
+
+# grant_miss names, for each grant in input.grants, why it does not cover
+# the request: [grant id, reason] pairs, which the approval page shows as
+# "grants that almost matched". A grant with no pair covers it.
+grant_miss contains [g.id, "another session or tenant"] if {
+	some g in input.grants
+	not grant_in_scope(g)
+}
+
+grant_miss contains [g.id, sprintf("language %s, not %s", [input.request.language, g.language])] if {
+	some g in input.grants
+	not grant_language(g)
+}
+
+grant_miss contains [g.id, sprintf("risk %s is above the grant's %s", [level, g.level])] if {
+	some g in input.grants
+	level_rank[level] > level_rank[g.level]
+}
+
+grant_miss contains [g.id, "CRITICAL is covered only when an administrator's rule says so"] if {
+	some g in input.grants
+	level == "CRITICAL"
+	not grant_covers_critical(g)
+}
+
+grant_miss contains [g.id, sprintf("pattern %s is not among the grant's", [p.id])] if {
+	some g in input.grants
+	some p in input.risk.patterns
+	not p.id in g.patterns
+}
+
+grant_miss contains [g.id, "expired"] if {
+	some g in input.grants
+	time.now_ns() >= g.expires_ns
+}
+
+grant_miss contains [g.id, "the request's approval does not come from the mode table"] if {
+	some g in input.grants
+	not row.action == "require_approval"
+}

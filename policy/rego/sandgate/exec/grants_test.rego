@@ -81,3 +81,12 @@ test_other_language_not_covered if {
 	gr := object.union(g("gr_1", "session", "s-1", "HIGH", ["subprocess"], far), {"language": "bash"})
 	not exec.grant with input as held("HIGH", ["subprocess"], [gr])
 }
+
+test_grant_miss_names_why if {
+	misses := exec.grant_miss with input as held("HIGH", ["subprocess", "socket"], [g("gr_1", "session", "s-1", "HIGH", ["subprocess"], far)])
+	misses == {["gr_1", "pattern socket is not among the grant's"]}
+}
+
+test_covering_grant_misses_nothing if {
+	count(exec.grant_miss) == 0 with input as held("HIGH", ["subprocess"], [g("gr_1", "session", "s-1", "HIGH", ["subprocess"], far)])
+}
