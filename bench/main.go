@@ -51,6 +51,7 @@ type opts struct {
 	srtN        int
 	dockerN     int
 	kernelN     int
+	pauseN      int
 	dockerBlock int
 	aioN        int
 	policyN     int
@@ -77,6 +78,7 @@ func main() {
 	flag.IntVar(&o.srtN, "srt-n", 150, "samples of srt (slower) per level")
 	flag.IntVar(&o.dockerN, "docker-n", 40, "samples per side of the Docker scenario")
 	flag.IntVar(&o.kernelN, "kernel-n", 40, "samples per side of the kernel scenario")
+	flag.IntVar(&o.pauseN, "pause-n", 20, "samples per side of the pause scenario (pause.go)")
 	flag.IntVar(&o.dockerBlock, "docker-block", 5, "requests per alternating block (Docker)")
 	flag.IntVar(&o.aioN, "aio-n", 300, "samples per side of the aio scenario")
 	flag.IntVar(&o.policyN, "policy-n", 3000, "samples per side of the policy scenario")
@@ -91,7 +93,7 @@ func main() {
 	flag.DurationVar(&o.mixedDur, "mixed-duration", 30*time.Second, "duration of each mixed workload level")
 	flag.DurationVar(&o.think, "docker-think", time.Second, "untimed pause before each paced warm Docker run (an agent's model call)")
 	flag.StringVar(&o.image, "image", "sandgate/runtime:latest", "image of the docker run baseline")
-	only := flag.String("only", "", "comma-separated scenarios to run (subprocess,rootcost,docker,gvisor,kernel,aio,policy,files,mixed,fleet,egress,sessions,ttfo,e2b; ttfo-subprocess, ttfo-docker, ttfo-gvisor or ttfo-aio for one tier; sessions-forward, sessions-open or sessions-events for one part of sessions); empty: all")
+	only := flag.String("only", "", "comma-separated scenarios to run (subprocess,rootcost,docker,gvisor,kernel,pause,aio,policy,files,mixed,fleet,egress,sessions,ttfo,e2b; ttfo-subprocess, ttfo-docker, ttfo-gvisor or ttfo-aio for one tier; sessions-forward, sessions-open or sessions-events for one part of sessions); empty: all")
 	out := flag.String("out", "", "write the report under this docs directory (performance.md, perf/)")
 	readme := flag.String("readme", "", "README whose perf:begin/perf:end block gets the headline figures")
 	render := flag.String("render", "", "only re-render the report under this docs directory from its JSON")
@@ -212,6 +214,7 @@ type report struct {
 	DockerThinkS float64           `json:"docker_think_s,omitempty"`
 	GVisor       *abResult         `json:"gvisor,omitempty"`
 	Kernel       *abResult         `json:"kernel,omitempty"`
+	Pause        *abResult         `json:"pause,omitempty"`
 	AIO          *abResult         `json:"aio,omitempty"`
 	Policy       *policyResult     `json:"policy,omitempty"`
 	Egress       *egressResult     `json:"egress,omitempty"`
@@ -292,6 +295,13 @@ func run(ctx context.Context, o opts, out, readme, jsonOut string) error {
 			fail("kernel", err)
 		} else {
 			rep.Kernel = &r
+		}
+	}
+	if o.want("pause") {
+		if r, err := scenarioPause(ctx, o); err != nil {
+			fail("pause", err)
+		} else {
+			rep.Pause = &r
 		}
 	}
 	if o.want("e2b") {

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// The pause scenario (issue 30): a gVisor session whose kernel holds
+// pandas and a DataFrame is paused (its containers freed, its kernel
+// checkpointed) and brought back by its next cell (auto-resume); the
+// first answer after resume is timed against a cold start to the same
+// state (a new session's kernel importing pandas and building the
+// DataFrame), in the same run, through the same gateway.
+
+// pauseState builds the state; pauseRead reads it back.
+const (
+	pauseState = "import pandas as pd, numpy as np\n" +
+		"df = pd.DataFrame({'a': np.arange(100000), 'b': np.arange(100000) * 2})\n" +
+		"secret = 'v-%d' % df.b.sum()"
+	pauseRead = "print(secret, df.shape)"
+	pauseWant = "v-9999900000 (100000, 2)\n"
+)
+
+// Labels of the pause scenario's sides.
+const (
+	pauseResumeLabel = "resume to first answer (gVisor, pandas in memory)"
+	pauseColdLabel   = "cold start to the same state (gVisor kernel, pandas)"
+	pausePauseLabel  = "pause (checkpoint, containers freed)"
+)
+
+// Published peer figures, measured on their own infrastructure, not here.
+const pausePeers = "E2B (published): pause ≈4 s per GB of memory, resume ≈1 s; " +
+	"CubeSandbox (published): restore 60–85 ms, clone 220 ms on bare-metal microVMs"
+
+// startPauseGateway starts a gateway whose stateful cells go to gVisor
+// (config.stateful.executor), with only the gvisor executor running
+// containers, under an instance of its own.
+func startPauseGateway(ctx context.Context) (*gatewayProc, error) {
+	dir, bin, err := buildGateway(ctx)
+	if err != nil {
+		return nil, err
+	}
+	pol := filepath.Join(dir, "policy")
+	if err := copyPolicy("policy/rego", pol); err != nil {
+		return nil, err
+	}
+	if err := statefulOn(pol, "gvisor"); err != nil {
+		return nil, err
+	}
+	yaml := fmt.Sprintf("policy:\n  dir: %s\nbrowser:\n  enabled: false\nexecutors:\n  docker:\n    enabled: false\n"+
+		"  aio:\n    enabled: false\n  gvisor:\n    enabled: true\n    instance: sgbench-ps%s\n", pol, randHex())
+	return launchGateway(dir, bin, yaml, "sandgate-bench-pause-gateway.log")
+}
+
+// statefulOn sets the copied policy's stateful executor.
+func statefulOn(pol, kind string) error {
+	data := filepath.Join(pol, "sandgate", "config", "data.json")
+	b, err := os.ReadFile(data)
+	if err != nil {
+		return err
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		return err
+	}
+	st, ok := cfg["stateful"].(map[string]any)
+	if !ok {
+		return fmt.Errorf("%s has no stateful", data)
+	}
+	st["executor"] = kind
+	if b, err = json.MarshalIndent(cfg, "", "  "); err != nil {
+		return err
+	}
+	return os.WriteFile(data, b, 0o644)
+}
+
+// scenarioPause measures, per sample: a cold start to the state in a
+// new session, the pause of a session holding it, and its resume to the
+// first answer. The three alternate, so load drifts alike on each.
+func scenarioPause(ctx context.Context, o opts) (abResult, error) {
+	g, err := startPauseGateway(ctx)
+	if err != nil {
+		return abResult{}, err
+	}
+	defer g.stop()
+	cell := func(ctx context.Context, session, code, want string) error {
+		return g.runChecked(ctx, session, map[string]any{"code": code, "language": "python", "stateful": true, "timeout_s": 120}, want, "gvisor")
+	}
+	prefix := "bench-pause-" + randHex()
+	held := prefix + "-held"
+	if err := cell(ctx, held, pauseState, ""); err != nil {
+		return abResult{}, fmt.Errorf("build the state: %w", err)
+	}
+	var cold, pause, resume []time.Duration
+	t0 := time.Now()
+	for i := range o.pauseN + 1 { // the first round is a warm-up
+		id := fmt.Sprintf("%s-cold-%d", prefix, i)
+		s := time.Now()
+		if err := cell(ctx, id, pauseState+"\n"+pauseRead, pauseWant); err != nil {
+			return abResult{}, fmt.Errorf("cold start: %w", err)
+		}
+		dc := time.Since(s)
+		if err := g.deleteSession(ctx, id); err != nil {
+			return abResult{}, err
+		}
+		s = time.Now()
+		if _, err := g.do(ctx, "POST", "/v1/sessions/"+held+"/pause", "application/json", nil); err != nil {
+			return abResult{}, fmt.Errorf("pause: %w", err)
+		}
+		dp := time.Since(s)
+		s = time.Now()
+		if err := cell(ctx, held, pauseRead, pauseWant); err != nil {
+			return abResult{}, fmt.Errorf("resume: %w", err)
+		}
+		dr := time.Since(s)
+		if i > 0 {
+			cold, pause, resume = append(cold, dc), append(pause, dp), append(resume, dr)
+		}
+	}
+	wall := time.Since(t0)
+	_ = g.deleteSession(ctx, held)
+	r := abResult{Name: "Pause and resume of a gVisor session holding pandas: resume to first answer vs a cold start to the same state",
+		Key: "pause", Concurrency: 1, Sides: []sideResult{
+			{Label: pauseResumeLabel, Stats: summarize(resume, wall)},
+			{Label: pauseColdLabel, Stats: summarize(cold, wall)},
+			{Label: pausePauseLabel, Stats: summarize(pause, wall)},
+		}}
+	r.print(os.Stdout)
+	if c := r.Sides[1].Stats.P50; c > 0 {
+		fmt.Printf("resume/cold p50 ratio %.2f (target: resume p50 ≤ 250 ms; pause p50 ≤ 1 s)\n", r.Sides[0].Stats.P50/c)
+	}
+	fmt.Println("reference only, not measured here: " + strings.TrimSpace(pausePeers))
+	return r, nil
+}
