@@ -132,8 +132,15 @@ func (m *Manager) StartDetached(ctx context.Context, req RunRequest, stdin bool)
 		return nil, nil, err
 	}
 	rec.Tenant, rec.SessionID = req.ref.Tenant, req.ref.ID
+	// The run holds its place among the tenant's concurrent runs until it
+	// ends (awaitDetached), not only while it starts: a loop of
+	// background commands would otherwise hold any number of sandboxes.
 	release, err := m.admit(ctx, req.ref, opRun)
-	defer release()
+	defer func() {
+		if !handed {
+			release()
+		}
+	}()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -192,7 +199,10 @@ func (m *Manager) StartDetached(ctx context.Context, req RunRequest, stdin bool)
 	d.h, handed, ranOn = h, true, string(exec.Kind())
 	out.SandboxType = string(exec.Kind())
 	m.emit(ctx, "run.started", req.ref, runEventData(rec, ""))
-	go m.awaitDetached(context.WithoutCancel(ctx), req.ref, rec, d, start)
+	go func() {
+		defer release()
+		m.awaitDetached(context.WithoutCancel(ctx), req.ref, rec, d, start)
+	}()
 	return d, out, nil
 }
 
@@ -215,6 +225,17 @@ func (m *Manager) startDetached(ctx context.Context, sess *Session, host executo
 	h, err := host.StartDetached(ctx, spec, stdin)
 	switch {
 	case err == nil:
+		// A session deleted while the run started (a container start
+		// takes a while) was released without it: the run must not
+		// outlive it, nor leave the executor holding state for it.
+		if err := m.stillServed(sess); err != nil {
+			h.Kill()
+			_, _ = h.Wait()
+			if r, ok := host.(executors.SessionReleaser); ok {
+				_ = r.ReleaseSession(context.WithoutCancel(ctx), spec.SessionID)
+			}
+			return nil, err
+		}
 		return h, nil
 	case ctx.Err() != nil: // killed while it started, or the client left
 		return nil, fmt.Errorf("%w: %w", ErrCancelled, context.Cause(ctx))

@@ -133,3 +133,38 @@ func TestStartDetachedOutlivesItsRequest(t *testing.T) {
 		t.Errorf("want the record completed at the end: %+v", recs)
 	}
 }
+
+// TestDetachedRunHoldsItsConcurrencySlot: a detached run counts among its
+// tenant's concurrent runs for as long as it lives, not only while it
+// starts, so background commands cannot hold sandboxes past the quota.
+func TestDetachedRunHoldsItsConcurrencySlot(t *testing.T) {
+	fake := &detachedFake{Fake: &executortest.Fake{KindValue: executors.KindDocker}, started: make(chan executors.Spec, 2)}
+	h := newHarness(t, hopts{decision: detachedDecision(), execs: []executors.Executor{fake},
+		cfg: manager.Config{Quotas: manager.QuotaConfig{Tenants: map[string]manager.Quota{"team-a": {MaxConcurrentRuns: 1}}}}})
+	req := request("bash", "python3 -m http.server 8000")
+	req.Kind, req.Principal = manager.KindExecute, teamA
+	d, _, err := h.m.StartDetached(t.Context(), req, false)
+	if err != nil {
+		t.Fatalf("first: %v", err)
+	}
+	<-fake.started
+	second := req
+	second.RequestID = "req-2"
+	if _, _, err := h.m.StartDetached(t.Context(), second, false); !errors.Is(err, manager.ErrConcurrencyQuota) {
+		t.Fatalf("second while the first lives: %v, want the concurrency quota", err)
+	}
+	d.Kill()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		third := req
+		third.RequestID = "req-3"
+		_, _, err := h.m.StartDetached(t.Context(), third, false)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, manager.ErrConcurrencyQuota) || time.Now().After(deadline) {
+			t.Fatalf("after the first ended: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
