@@ -15,8 +15,8 @@ import (
 // (python.net.socket); it is never run.
 const socketRisk = "import socket\ns = socket.socket()\n"
 
-// TestApprovalContextInBrowser: a held run's card shows the session so
-// far (an earlier run and a file written) and the grant that almost
+// TestApprovalContextInBrowser: a held run's card shows the agent's
+// stated intent (context.intent), the session so far (an earlier run and a file written) and the grant that almost
 // matched, with the policy's reason (the pattern it lacks); the API
 // answers the same. SANDGATE_UPDATE_DOCS=1 writes docs/approval-context.png.
 func TestApprovalContextInBrowser(t *testing.T) {
@@ -36,8 +36,12 @@ func TestApprovalContextInBrowser(t *testing.T) {
 	}
 	first.wait(t)
 
-	held := e.runAsync("cx", socketRisk)
+	held := e.postAsync(agentTok, "cx", map[string]any{"code": socketRisk, "language": "python",
+		"context": map[string]any{"intent": "check that the build server answers on its port"}})
 	w := pendingFor(t, e.hub, "cx")
+	if w.Intent != "check that the build server answers on its port" {
+		t.Errorf("intent %q", w.Intent)
+	}
 	ctxBody := e.do("GET", "/v1/approvals/"+w.ID+"/context", approverTok, nil)
 	near, _ := ctxBody.body["near_grants"].([]any)
 	if len(near) != 1 || !strings.Contains(fmt.Sprint(obj(near[0])["why"]), "pattern python.net.socket is not among the grant's") {
@@ -56,6 +60,9 @@ func TestApprovalContextInBrowser(t *testing.T) {
 	timeline := eval[string](b, fmt.Sprintf(`document.querySelector('.card[data-id=%q] .timeline').textContent`, w.ID))
 	if !strings.Contains(timeline, "run_code") || !strings.Contains(timeline, "notes.txt") || !strings.Contains(timeline, "exit 0") {
 		t.Errorf("timeline on the page: %q", timeline)
+	}
+	if got := eval[string](b, fmt.Sprintf(`document.querySelector('.card[data-id=%q] .intent').textContent`, w.ID)); !strings.Contains(got, "build server answers") {
+		t.Errorf("intent on the page: %q", got)
 	}
 	nearText := eval[string](b, fmt.Sprintf(`document.querySelector('.card[data-id=%q] .near').textContent`, w.ID))
 	if !strings.Contains(nearText, "session cx") || !strings.Contains(nearText, "python.net.socket") {

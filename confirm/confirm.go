@@ -75,6 +75,10 @@ type Request struct {
 	// approver knows which agent is waiting. It is shown, not bound: it is
 	// not part of the digest, and like Code it is not stored.
 	Via string
+	// Intent is the agent's stated reason for the request (the API's
+	// context.intent), shown to the approver like Via: not bound by the
+	// digest, not stored.
+	Intent string
 	// Published, when set, is called with the approval's id once approvers
 	// can see it, before Confirm starts waiting. A caller that waits on
 	// Confirm uses it to tell its own client what it is waiting for (MCP

@@ -43,7 +43,10 @@ type View struct {
 	// Via is the request's channel when it was not the HTTP API (shown on
 	// the page next to the principal). Like Code, it is held in memory
 	// only: a resolved approval read back from the store has none.
-	Via            string    `json:"via,omitempty"`
+	Via string `json:"via,omitempty"`
+	// Intent is the agent's stated reason, shown like Via, held in
+	// memory only.
+	Intent         string    `json:"intent,omitempty"`
 	Status         string    `json:"status"`
 	RequestedAt    time.Time `json:"requested_at"`
 	Deadline       time.Time `json:"deadline"`

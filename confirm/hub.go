@@ -292,7 +292,7 @@ func (h *Hub) Confirm(ctx context.Context, req Request) (Outcome, error) {
 		ID: newID(), Kind: req.Kind, Target: req.Target, RequestID: req.RequestID, Tenant: req.Tenant, SessionID: req.SessionID, Language: req.Language, Code: req.Code,
 		CodeSHA256: req.CodeSHA256, Digest: req.Digest(), RiskLevel: req.RiskLevel,
 		Patterns: nonNil(req.Patterns), Reasons: nonNil(req.Reasons), Executor: req.Executor,
-		PolicyRevision: req.PolicyRevision, Principal: req.Principal, Context: req.Context, Via: req.Via,
+		PolicyRevision: req.PolicyRevision, Principal: req.Principal, Context: req.Context, Via: req.Via, Intent: req.Intent,
 		Status: StatusPending, RequestedAt: now, Deadline: deadline,
 	}
 	p.raw = mustJSON(p.view)

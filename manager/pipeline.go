@@ -70,11 +70,17 @@ type ApprovalPending struct {
 	Deadline  time.Time
 }
 
-// RunContext carries the routing flags a request may set.
+// RunContext carries the routing flags a request may set, and the
+// agent's stated intent, which an approver is shown (never bound, never
+// stored; at most MaxIntentRunes printable characters reach the page).
 type RunContext struct {
-	NeedsBrowser      bool `json:"needs_browser"`
-	NeedsPersistentFS bool `json:"needs_persistent_fs"`
+	NeedsBrowser      bool   `json:"needs_browser"`
+	NeedsPersistentFS bool   `json:"needs_persistent_fs"`
+	Intent            string `json:"intent,omitempty"`
 }
+
+// MaxIntentRunes bounds the intent an approver is shown.
+const MaxIntentRunes = 500
 
 // Principal is the authenticated caller. Name identifies the token's owner,
 // never the token. Tenant owns the sessions the caller creates and is the
@@ -320,6 +326,7 @@ func (m *Manager) confirmRequest(req RunRequest, out *RunResult) confirm.Request
 		Principal: req.Principal.Name,
 		Context:   cctx,
 		Deadline:  deadline, Via: req.Via, Published: m.published(req, out, deadline),
+		Intent: Printable(req.Context.Intent, MaxIntentRunes),
 	}
 }
 

@@ -303,6 +303,11 @@
     node.querySelector(".principal").textContent =
       (v.principal ? "by " + v.principal : "") + (v.via ? " via " + v.via : "");
 
+    if (v.intent) {
+      const intent = node.querySelector(".intent");
+      intent.append(el("span", "intent-label", "The agent says: "), el("q", null, v.intent));
+      intent.hidden = false;
+    }
     const reasons = node.querySelector(".reasons");
     for (const r of v.reasons || []) {
       const li = el("li");
