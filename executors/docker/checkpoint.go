@@ -211,6 +211,7 @@ func (e *Executor) checkpointKernel(ctx context.Context, session string) (execut
 		return executors.Paused{}, fmt.Errorf("docker: checkpoint the kernel: %w", err)
 	}
 	ck.bytes = dirSize(filepath.Join(ck.dir, "image"))
+	e.log.Info("kernel checkpointed", "session_id", session, "image_mb", ck.bytes>>20)
 	ckState.mu.Lock()
 	if ckState.paused[e] == nil {
 		ckState.paused[e] = map[string]*checkpoint{}
@@ -413,9 +414,12 @@ func (e *Executor) restoreKernel(ctx context.Context, session string, ck *checkp
 	}
 	rctx, cancel := context.WithTimeout(ctx, checkpointTimeout)
 	defer cancel()
+	began := time.Now()
+	var created time.Duration
 	// The sandbox takes the driver's stdio at create; restore then
 	// rebinds the checkpointed process's stdin and stdout to them.
 	err = rt.run(rctx, root, &[3]*os.File{inR, outW, logf}, "create", "-bundle", ck.dir, id)
+	created = time.Since(began)
 	if err == nil {
 		err = rt.run(rctx, root, nil, "restore", "-bundle", ck.dir, "-detach", "--image-path="+filepath.Join(ck.dir, "image"), id)
 	}
@@ -443,7 +447,8 @@ func (e *Executor) restoreKernel(ctx context.Context, session string, ck *checkp
 	ckState.mu.Lock()
 	ckState.restored[b] = rb
 	ckState.mu.Unlock()
-	e.log.Info("kernel restored", "session_id", session, "sandbox", id)
+	e.log.Info("kernel restored", "session_id", session, "sandbox", id,
+		"create_ms", created.Milliseconds(), "restore_ms", (time.Since(began) - created).Milliseconds())
 	return &dkernel{b: b, conn: kernel.New(inW, outR)}, nil
 }
 
