@@ -8,7 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/sandgate/sandgate/internal/policytest"
@@ -43,6 +45,11 @@ func TestDeerFlowSequenceInEveryExecutor(t *testing.T) {
 		{"docker", "docker", false, "SANDGATE_REQUIRE_DOCKER"},
 		{"gvisor", "gvisor", false, "SANDGATE_REQUIRE_GVISOR"},
 		{"aio", "aio", false, "SANDGATE_REQUIRE_DOCKER"},
+		{"docker/non-root", "docker", true, "SANDGATE_REQUIRE_DOCKER"},
+		{"gvisor/non-root", "gvisor", true, "SANDGATE_REQUIRE_GVISOR"},
+		// aio has no non-root case: binding a session to a running
+		// instance moves mounts in the host's mount namespace, which a
+		// non-root gateway cannot do (its pool reports why at start).
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			base := startDeerFlowGateway(t, tc.executor, root, tc.nonRoot, tc.require)
@@ -110,11 +117,18 @@ func startDeerFlowGateway(t *testing.T, executor, root string, nonRoot bool, req
 	cmd := exec.CommandContext(t.Context(), gatewayBinary(t), args...)
 	if nonRoot {
 		ensureUser(t, rootlessUser)
-		if out, err := exec.Command("chown", rootlessUser+":"+rootlessUser, data).CombinedOutput(); err != nil {
+		if out, err := exec.Command("chown", rootlessUser+":"+rootlessUser, data, state).CombinedOutput(); err != nil {
 			t.Fatalf("chown: %v: %s", err, out)
 		}
-		cmd = exec.CommandContext(t.Context(), "setpriv", append([]string{"--reuid", rootlessUser, "--regid", rootlessUser,
-			"--clear-groups", "--", gatewayBinary(t)}, args...)...)
+		// The engine's socket is the one privilege a non-root gateway
+		// with a container executor is given: its group, as the docker
+		// group gives it to an operator's service account.
+		groups := []string{"--clear-groups"}
+		if executor != "subprocess" {
+			groups = []string{"--groups", engineSocketGroup(t)}
+		}
+		cmd = exec.CommandContext(t.Context(), "setpriv", append(append([]string{"--reuid", rootlessUser, "--regid", rootlessUser},
+			groups...), append([]string{"--", gatewayBinary(t)}, args...)...)...)
 	}
 	cmd.Dir = dir
 	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "SANDGATE_AGENT_TOKEN=" + dfAgent,
@@ -151,6 +165,16 @@ func startDeerFlowGateway(t *testing.T, executor, root string, nonRoot bool, req
 		t.Fatalf("a non-root gateway's subprocess isolation is %q, want userns", iso)
 	}
 	return base
+}
+
+// engineSocketGroup is the group id that owns the Docker engine's socket.
+func engineSocketGroup(t *testing.T) string {
+	t.Helper()
+	fi, err := os.Stat("/var/run/docker.sock")
+	if err != nil {
+		t.Skipf("no engine socket: %v", err)
+	}
+	return strconv.FormatUint(uint64(fi.Sys().(*syscall.Stat_t).Gid), 10)
 }
 
 // onlyExecutorPolicy writes the shipped policy to dir with every
