@@ -78,7 +78,7 @@ func (c Capabilities) Map() map[string]any {
 		CapFilesystemIsolation: c.FilesystemIsolation,
 		CapKernels:             c.Kernels,
 		"requires_session":     c.RequiresSession,
-		"snapshot":             c.SnapshotMode(),
+		"snapshot":             c.Snapshot,
 		"root_fs":              c.RootFS,
 		"isolation":            c.Isolation,
 	}
