@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"image/png"
+	"maps"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,8 +26,9 @@ var e2bSDKs = []string{"e2b", "@e2b/code-interpreter"}
 
 // The commands of run.mjs that the policy judges; keep them in step.
 const (
-	e2bHigh     = "c=ec; ${c}ho approved-over-e2b"
-	e2bCritical = "rm -rf /"
+	e2bHigh       = "c=ec; ${c}ho approved-over-e2b"
+	e2bHighDenied = "c=ec; ${c}ho denied-over-e2b"
+	e2bCritical   = "rm -rf /"
 )
 
 // TestE2BSDK drives /e2b of a real STRICT gateway with the unmodified npm
@@ -36,7 +39,8 @@ const (
 // command's onStdout; files written, read back, seen by a command,
 // listed, a directory made, removed; a non-zero exit as CommandExitError;
 // the HIGH command held and then run, its approval showing "via E2B SDK
-// (e2b-js 2.51.0)"; the CRITICAL command raising CommandExitError with
+// (e2b-js 2.51.0)"; another HIGH command held and denied by the approver,
+// raising CommandExitError with sandgate's approval_denied reason; the CRITICAL command raising CommandExitError with
 // sandgate's reason; setTimeout; list; runCode with a pandas DataFrame
 // (text and HTML), a matplotlib PNG that decodes, kernel state across
 // cells, an exception as the execution's error and a CRITICAL cell's
@@ -53,7 +57,7 @@ func TestE2BSDK(t *testing.T) {
 	g := startGateway(t, "STRICT", "--config", cfg)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
-	approver := g.approveFirst(ctx, t)
+	approver := g.decideHeld(ctx, map[string]string{e2bHigh: "approve", e2bHighDenied: "deny"})
 	rep := runE2BClient(ctx, t, node, g, key)
 	seen := approver.wait(t)
 	for _, name := range e2bSDKs {
@@ -244,6 +248,14 @@ var e2bChecks = []e2bCheck{
 		}
 		return nil
 	}},
+	{"high_held_then_denied", func(raw json.RawMessage, _ e2bReport) error {
+		r, err := decodeAs[commandExit](raw)
+		if err != nil || !r.Thrown || !r.IsCommandExit || r.ExitCode != 126 ||
+			!strings.HasPrefix(r.Error, "approval_denied: ") || !strings.Contains(r.Stderr, r.Error) {
+			return fmt.Errorf("want CommandExitError 126 carrying sandgate's approval_denied reason (%v)", err)
+		}
+		return nil
+	}},
 	{"critical_denied", func(raw json.RawMessage, _ e2bReport) error {
 		r, err := decodeAs[commandExit](raw)
 		if err != nil || !r.Thrown || !r.IsCommandExit || r.ExitCode != 126 ||
@@ -419,12 +431,14 @@ var e2bChecks = []e2bCheck{
 
 // checkE2BAudit reads each sandbox's audit records: every command, cell
 // and file call run.mjs made is there, under the E2B key's principal,
-// with the CRITICAL command denied and the HIGH one approved.
+// with the CRITICAL command denied, one HIGH command approved and the
+// other denied by the approver.
 func checkE2BAudit(ctx context.Context, t *testing.T, g *gatewayProc, admin string, rep e2bReport) {
 	want := map[string]map[string]int{
 		// The commands (10 of run.mjs, 1 of makeDir's mkdir), the file
 		// calls, and the kill.
-		rep.SandboxID: {"execute": 11, "file.write": 1, "file.get": 1, "file.delete": 1, "session.delete": 1},
+		rep.SandboxID: {"execute": 11, "file.write": 1, "file.get": 1, "file.delete": 1, "session.delete": 1,
+			"high approved": 1, "high denied": 1},
 		// Five cells of its own (one refused) and one in a context, and
 		// the kill.
 		rep.InterpreterID: {"run_code": 6, "session.delete": 1},
@@ -454,8 +468,12 @@ func checkE2BAudit(ctx context.Context, t *testing.T, g *gatewayProc, admin stri
 			switch {
 			case r.RiskLevel == "CRITICAL" && r.Outcome != "denied":
 				t.Errorf("%s: the CRITICAL command's record says %s", id, r.Outcome)
-			case r.RiskLevel == "HIGH" && (r.Approval == nil || r.Approval.Status != "approved" || r.Outcome != "ok"):
-				t.Errorf("%s: the HIGH command's record: %+v", id, r)
+			case r.RiskLevel == "HIGH" && r.Approval != nil && r.Approval.Status == "approved" && r.Outcome == "ok":
+				got["high approved"]++
+			case r.RiskLevel == "HIGH" && r.Approval != nil && r.Approval.Status == "denied" && r.Outcome == "denied":
+				got["high denied"]++
+			case r.RiskLevel == "HIGH":
+				t.Errorf("%s: a HIGH command's record: %+v", id, r)
 			}
 		}
 		for k, n := range kinds {
@@ -464,4 +482,46 @@ func checkE2BAudit(ctx context.Context, t *testing.T, g *gatewayProc, admin stri
 			}
 		}
 	}
+}
+
+// decideHeld polls the pending approvals with the approver token and
+// decides each held request whose code is a key of decisions, after a
+// human's pause, until every one is decided. It reports the approved one.
+func (g *gatewayProc) decideHeld(ctx context.Context, decisions map[string]string) *approverRun {
+	a := &approverRun{done: make(chan struct{})}
+	go func() {
+		defer close(a.done)
+		left := maps.Clone(decisions)
+		for len(left) > 0 && ctx.Err() == nil {
+			var list struct {
+				Approvals []approvalSeen `json:"approvals"`
+			}
+			if err := g.rest(ctx, http.MethodGet, "/v1/approvals?status=pending", g.approver, nil, &list); err != nil {
+				a.err = err
+				return
+			}
+			for _, p := range list.Approvals {
+				decision, ok := left[p.Code]
+				if !ok {
+					continue
+				}
+				time.Sleep(approverPause)
+				var res approvalSeen
+				if a.err = g.rest(ctx, http.MethodPost, "/v1/approvals/"+p.ID+"/decision", g.approver,
+					map[string]string{"decision": decision, "reason": "e2e approver"}, &res); a.err != nil {
+					return
+				}
+				if decision == "approve" {
+					a.seen = p
+					a.seen.Status = res.Status
+				}
+				delete(left, p.Code)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if len(left) > 0 {
+			a.err = ctx.Err()
+		}
+	}()
+	return a
 }

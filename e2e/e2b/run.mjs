@@ -16,6 +16,8 @@ import { Sandbox, CommandExitError } from "e2b";
 // The commands; keep them in step with the checks in e2e/e2b_test.go.
 // HIGH: the command name is built at run time, so the policy asks a human.
 const HIGH = "c=ec; ${c}ho approved-over-e2b";
+// HIGH_DENIED: held like HIGH, and the approver denies it.
+const HIGH_DENIED = "c=ec; ${c}ho denied-over-e2b";
 // CRITICAL: never runs in STRICT.
 const CRITICAL = "rm -rf /";
 
@@ -69,6 +71,16 @@ await step("high_held_then_approved", async () => {
   const t0 = Date.now();
   const res = await sbx.commands.run(HIGH, { timeoutMs: 120_000 });
   return { stdout: res.stdout, exitCode: res.exitCode, waitedMs: Date.now() - t0 };
+});
+
+await step("high_held_then_denied", async () => {
+  try {
+    await sbx.commands.run(HIGH_DENIED, { timeoutMs: 120_000 });
+    return { thrown: false };
+  } catch (e) {
+    return { thrown: true, name: e.name, isCommandExit: e instanceof CommandExitError, exitCode: e.exitCode,
+      error: e.error, message: e.message, stderr: e.stderr };
+  }
 });
 
 await step("critical_denied", async () => {
