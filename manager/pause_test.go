@@ -176,3 +176,30 @@ func startSessionsWith(t *testing.T, dir string, k *kernelFake, exec executors.E
 	})
 	return g
 }
+
+// TestPauseBusy: a session with a run in flight is not paused (409
+// conflict); once the run ends it is.
+func TestPauseBusy(t *testing.T) {
+	ctx := context.Background()
+	k := newKernelFake()
+	started, release := make(chan struct{}), make(chan struct{})
+	k.Fake.ExecuteFunc = func(ctx context.Context, _ executors.Spec) (executors.Result, error) {
+		close(started)
+		<-release
+		return executors.Result{Stdout: "ok\n"}, nil
+	}
+	g := startSessionsWith(t, t.TempDir(), k, k)
+	done := make(chan error, 1)
+	go func() { _, err := g.run(t, "s1", false); done <- err }()
+	<-started
+	if _, err := g.m.PauseSession(ctx, agent, "s1"); !codeIs(err, errcode.Conflict) {
+		t.Fatalf("pause with a run in flight: %v, want conflict", err)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if info, err := g.m.PauseSession(ctx, agent, "s1"); err != nil || info.State != manager.StatePaused {
+		t.Fatalf("pause after the run: %+v %v", info, err)
+	}
+}
