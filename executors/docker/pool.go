@@ -50,8 +50,9 @@ import (
 // Pools are kept per shape (poolKeyOf), a few shapes at a time (the most
 // recently claimed); a shape's pool exists once a run of that shape asked
 // for one. Its size follows demand: Config.Pool.Size sandboxes idle,
-// more (up to the claims of the last poolWindow) while sessions arrive
-// faster, and never more than Config.Pool.Max in all, which the memory
+// more while sessions arrive faster than those can be replaced (twice the
+// claims expected during one start, see want), and never more than
+// Config.Pool.Max in all, which the memory
 // of the machine bounds (poolconfig.go). Preparations run one at a time,
 // in the background: on a 2-core machine a container start beside a run
 // slows the run down. A claim that finds none ready is not held: the run
@@ -75,6 +76,8 @@ type sandboxPool struct {
 	total  int // idle and being prepared, every key
 	closed bool
 	wake   chan struct{} // tells the filler that a key wants more
+
+	prep time.Duration // moving average of a pooled sandbox's start; guarded by mu
 
 	seq                        atomic.Int64
 	claims, misses, made, lost atomic.Int64
@@ -231,8 +234,10 @@ func (p *sandboxPool) dropKey(key shape) {
 	delete(p.keys, key)
 }
 
-// want is how many sandboxes key's pool should hold: Size, or the claims
-// of the last poolWindow when sessions arrive faster. Call with p.mu held.
+// want is how many sandboxes key's pool should hold: Size, or, when
+// sessions arrive faster than Size sandboxes can be replaced, twice the
+// claims expected while one sandbox starts (the claim rate of the last
+// poolWindow times the measured start time). Call with p.mu held.
 func (p *sandboxPool) want(k *poolKey) int {
 	now := time.Now()
 	n := 0
@@ -241,7 +246,12 @@ func (p *sandboxPool) want(k *poolKey) int {
 			n++
 		}
 	}
-	return max(p.e.cfg.Pool.Size, min(n, p.e.cfg.Pool.Max))
+	prep := p.prep
+	if prep <= 0 {
+		prep = prepGuess
+	}
+	demand := int((2*time.Duration(n)*prep + poolWindow - 1) / poolWindow)
+	return max(p.e.cfg.Pool.Size, min(demand, p.e.cfg.Pool.Max))
 }
 
 // kick wakes the filler.
@@ -341,11 +351,15 @@ func (p *sandboxPool) prepare(key shape) (*box, error) {
 	}
 	labels := p.e.labels("", "")
 	labels[labelPool] = "true"
+	t0 := time.Now()
 	b, err := p.e.launch(p.e.life, key, labels, p.adjust(slot, key))
 	if err != nil {
 		removeSlot(slot)
 		return nil, err
 	}
+	p.mu.Lock()
+	p.prep = ewma(p.prep, time.Since(t0))
+	p.mu.Unlock()
 	b.slot = slot
 	b.release = func() { removeSlot(slot) }
 	p.made.Add(1)

@@ -175,3 +175,21 @@ func TestDefaultPoolMax(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolWantFollowsDemand: a pool keeps Size while sessions arrive
+// slower than one start, and grows with the claim rate up to Max.
+func TestPoolWantFollowsDemand(t *testing.T) {
+	p := &sandboxPool{e: &Executor{cfg: Config{Pool: PoolConfig{Size: 2, Max: 8}}}, prep: 500 * time.Millisecond}
+	claims := func(n int) *poolKey {
+		k := &poolKey{}
+		for range n {
+			k.recent = append(k.recent, time.Now())
+		}
+		return k
+	}
+	for _, tc := range []struct{ claims, want int }{{0, 2}, {10, 2}, {30, 3}, {50, 5}, {500, 8}} {
+		if got := p.want(claims(tc.claims)); got != tc.want {
+			t.Errorf("%d claims in %s, start %s: want() = %d, want %d", tc.claims, poolWindow, p.prep, got, tc.want)
+		}
+	}
+}

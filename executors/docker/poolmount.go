@@ -1,7 +1,6 @@
 package docker
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -27,7 +26,11 @@ import (
 var poolRootMu sync.Mutex
 
 // preparePoolRoot makes dir a shared mount (binding it onto itself if it
-// is not a mount point yet) and makes root under it.
+// is not a mount point yet) and makes root under it. Whether dir is a
+// mount point is asked of the kernel (a propagation change on a directory
+// that is none fails with EINVAL), not read from mountinfo: a path listed
+// there can be covered by a later mount of a parent directory, under
+// which it is a plain directory again.
 func preparePoolRoot(dir, root string) error {
 	poolRootMu.Lock()
 	defer poolRootMu.Unlock()
@@ -35,44 +38,17 @@ func preparePoolRoot(dir, root string) error {
 		return err
 	}
 	dir = filepath.Clean(dir)
-	mounted, err := isMountPoint(dir)
-	if err != nil {
-		return err
-	}
-	if !mounted {
-		if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+	err := unix.Mount("", dir, "", unix.MS_SHARED|unix.MS_REC, "")
+	if errors.Is(err, unix.EINVAL) {
+		if err := unix.Mount(dir, dir, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 			return fmt.Errorf("bind %s onto itself: %w", dir, err)
 		}
+		err = unix.Mount("", dir, "", unix.MS_SHARED|unix.MS_REC, "")
 	}
-	if err := unix.Mount("", dir, "", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
+	if err != nil {
 		return fmt.Errorf("make %s shared: %w", dir, err)
 	}
 	return os.MkdirAll(root, 0o711)
-}
-
-// isMountPoint reports whether path is a mount point in this process's
-// mount namespace.
-func isMountPoint(path string) (bool, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return false, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && unescapeMountPath(fields[4]) == path {
-			return true, nil
-		}
-	}
-	return false, sc.Err()
-}
-
-// unescapeMountPath undoes mountinfo's octal escapes of space, tab,
-// newline and backslash.
-func unescapeMountPath(s string) string {
-	r := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
-	return r.Replace(s)
 }
 
 // slotWorkspace is the directory of slot that the workspace is mounted on.
