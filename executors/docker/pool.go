@@ -62,7 +62,11 @@ import (
 // Every pooled container carries the sandgate.pool label and its
 // instance's labels: the orphan reaper removes those a crashed gateway
 // left, and the pool's start unmounts and removes the slot directories
-// it left (poolmount.go).
+// it left (poolmount.go). The engine cannot relabel a container, so a
+// claimed one has no sandgate.session or sandgate.request label: an
+// operator filtering the engine's containers by session does not see a
+// run served from the pool (its audit record names the session and the
+// request; the executor itself tracks it in memory).
 type sandboxPool struct {
 	e *Executor
 
