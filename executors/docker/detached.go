@@ -216,14 +216,22 @@ func (e *Executor) StartDetached(ctx context.Context, spec executors.Spec, stdin
 		return nil, err
 	}
 	sh := newShape(e.cfg.Images[spec.Language], dir, spec.UID, spec.GID, spec.Limits, e.cfg.Runtime).withLayout(spec.Layout)
-	if !e.cfg.OwnKernel && spec.SessionID != "" {
-		if sh.netns, err = e.holder(ctx, spec.SessionID, sh); err != nil {
+	var b *box
+	later := false
+	if !e.cfg.OwnKernel && spec.SessionID != "" && !stdin && e.detached.netns(spec.SessionID) == "" {
+		b = e.pool.claimPair(ctx, spec.SessionID, sh) // holder and sandbox pre-started (poolpair.go)
+	}
+	if b == nil {
+		if !e.cfg.OwnKernel && spec.SessionID != "" {
+			if sh.netns, err = e.holder(ctx, spec.SessionID, sh); err != nil {
+				return nil, err
+			}
+		}
+		if b, later, err = e.detachedBox(ctx, spec, sh, stdin); err != nil {
 			return nil, err
 		}
-	}
-	b, later, err := e.detachedBox(ctx, spec, sh, stdin)
-	if err != nil {
-		return nil, err
+	} else {
+		sh = b.shape
 	}
 	pr, pw := io.Pipe()
 	var in io.Reader = pr

@@ -77,7 +77,8 @@ type sandboxPool struct {
 
 	mu     sync.Mutex
 	keys   map[shape]*poolKey
-	total  int // idle and being prepared, every key
+	pairs  map[shape]*pairKey // holder and sandbox pairs (poolpair.go)
+	total  int                // idle and being prepared, every key
 	closed bool
 	wake   chan struct{} // tells the filler that a key wants more
 
@@ -105,7 +106,7 @@ const labelPool = labelPrefix + "pool"
 // is made (and what a crashed predecessor left there is removed), and the
 // filler starts.
 func newSandboxPool(e *Executor) *sandboxPool {
-	p := &sandboxPool{e: e, keys: map[shape]*poolKey{}, wake: make(chan struct{}, 1)}
+	p := &sandboxPool{e: e, keys: map[shape]*poolKey{}, pairs: map[shape]*pairKey{}, wake: make(chan struct{}, 1)}
 	cfg := e.cfg.Pool
 	p.root = filepath.Join(cfg.Dir, string(e.cfg.Kind)+"-"+e.cfg.Instance)
 	if os.Geteuid() == 0 {
@@ -297,10 +298,25 @@ func (p *sandboxPool) fillLoop() {
 	for {
 		p.mu.Lock()
 		key, ok := p.next()
+		pair := false
+		if !ok {
+			key, ok = p.nextPair()
+			pair = ok
+		}
 		closed := p.closed
 		p.mu.Unlock()
 		if closed {
 			return
+		}
+		if pair {
+			b, err := p.preparePair(key)
+			p.mu.Lock()
+			p.fillPair(key, b, err)
+			p.mu.Unlock()
+			if err != nil && !p.pause(err) {
+				return
+			}
+			continue
 		}
 		if !ok {
 			select {
@@ -327,17 +343,24 @@ func (p *sandboxPool) fillLoop() {
 			go p.watch(key, b)
 		}
 		p.mu.Unlock()
-		if err != nil {
-			if p.e.life.Err() != nil {
-				return
-			}
-			p.e.log.Debug("pooled sandbox", "err", err.Error())
-			select {
-			case <-time.After(time.Second):
-			case <-p.e.life.Done():
-				return
-			}
+		if err != nil && !p.pause(err) {
+			return
 		}
+	}
+}
+
+// pause waits a second after a failed preparation (engine down); false
+// when the executor is closing.
+func (p *sandboxPool) pause(err error) bool {
+	if p.e.life.Err() != nil {
+		return false
+	}
+	p.e.log.Debug("pooled sandbox", "err", err.Error())
+	select {
+	case <-time.After(time.Second):
+		return true
+	case <-p.e.life.Done():
+		return false
 	}
 }
 
@@ -405,6 +428,13 @@ func (p *sandboxPool) closeAll() {
 	for key := range p.keys {
 		p.dropKey(key)
 	}
+	for key, k := range p.pairs {
+		for _, b := range k.idle {
+			p.discardPair(b)
+		}
+		p.total -= 2 * len(k.idle)
+		delete(p.pairs, key)
+	}
 	p.kick()
 }
 
@@ -424,6 +454,10 @@ func (e *Executor) PoolStatus() PoolStatus {
 	for _, k := range p.keys {
 		st.Idle += len(k.idle)
 		st.Preparing += k.preparing
+	}
+	for _, k := range p.pairs {
+		st.Idle += 2 * len(k.idle)
+		st.Preparing += 2 * k.preparing
 	}
 	return st
 }

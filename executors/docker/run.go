@@ -31,6 +31,9 @@ type box struct {
 	// set, removes it once the container is discarded (pool.go).
 	slot    string
 	release func()
+	// holder is the network holder of a pooled pair until a claim makes
+	// it a session's (poolpair.go).
+	holder *box
 }
 
 // exitWatch holds the outcome of the engine's wait on one container. The
