@@ -22,7 +22,7 @@ type runCodeInput struct {
 	Code      string             `json:"code" jsonschema:"the program to run; its working directory is /workspace"`
 	Language  string             `json:"language,omitempty" jsonschema:"python (default), bash or javascript"`
 	TimeoutS  int                `json:"timeout_s,omitempty" jsonschema:"wall-clock limit in seconds; default 30, the policy caps it"`
-	Context   manager.RunContext `json:"context,omitempty" jsonschema:"routing flags: needs_browser, needs_persistent_fs (both run in the AIO sandbox)"`
+	Context   manager.RunContext `json:"context,omitempty" jsonschema:"routing flags: needs_browser, needs_persistent_fs (both run in the AIO sandbox); intent: why you run this, shown to a person if the request needs approval"`
 	Stateful  bool               `json:"stateful,omitempty" jsonschema:"python only: run as a cell of the session's IPython kernel, keeping variables, imports and functions from earlier stateful calls; plots and rich values come back as results"`
 	SessionID string             `json:"session_id,omitempty"`
 }
@@ -31,6 +31,7 @@ type executeInput struct {
 	Command   string `json:"command" jsonschema:"a bash command line, run in /workspace"`
 	TimeoutS  int    `json:"timeout_s,omitempty" jsonschema:"wall-clock limit in seconds; default 30, the policy caps it"`
 	SessionID string `json:"session_id,omitempty"`
+	Reason    string `json:"reason,omitempty" jsonschema:"why you run this, shown to a person if the command needs approval"`
 }
 
 // runOutput is run_code's and execute's structuredContent: the HTTP API's
@@ -118,7 +119,7 @@ func (s *Server) runCode(ctx context.Context, c *call, in runCodeInput) (runOutp
 
 func (s *Server) execute(ctx context.Context, c *call, in executeInput) (runOutput, reply, error) {
 	out, err := s.run(ctx, c, manager.RunRequest{Kind: manager.KindExecute, Language: "bash", Code: in.Command,
-		TimeoutS: in.TimeoutS, SessionID: c.session(in.SessionID)})
+		TimeoutS: in.TimeoutS, SessionID: c.session(in.SessionID), Context: manager.RunContext{Intent: in.Reason}})
 	if err != nil {
 		return out, reply{}, err
 	}
