@@ -152,7 +152,7 @@ func TestEngineLossMidRunAndRecovery(t *testing.T) {
 }
 
 func TestEngineAbsentAtStart(t *testing.T) {
-	e, err := New(t.Context(), Config{Host: "unix://" + filepath.Join(t.TempDir(), "none.sock"), Logger: testLogger(t)})
+	e, err := New(t.Context(), Config{Pool: noPool, Host: "unix://" + filepath.Join(t.TempDir(), "none.sock"), Logger: testLogger(t)})
 	if err != nil {
 		t.Fatalf("New must not fail for an absent engine: %v", err)
 	}

@@ -53,7 +53,7 @@ func TestDirsOfADeadGatewayRemoved(t *testing.T) {
 		}
 		stale = append(stale, dir)
 	}
-	e, err := New(t.Context(), Config{Host: "unix://" + filepath.Join(tmp, "no-engine.sock"), EgressDir: tmp})
+	e, err := New(t.Context(), Config{Pool: noPool, Host: "unix://" + filepath.Join(tmp, "no-engine.sock"), EgressDir: tmp})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestDirsOfADeadGatewayRemoved(t *testing.T) {
 	own := []string{filepath.Dir(mounts[0].Source), filepath.Dir(box.dir)}
 	// A second executor sharing the directory (another gateway) keeps
 	// the live owner's.
-	other, err := New(t.Context(), Config{Host: "unix://" + filepath.Join(tmp, "no-engine.sock"), EgressDir: tmp})
+	other, err := New(t.Context(), Config{Pool: noPool, Host: "unix://" + filepath.Join(tmp, "no-engine.sock"), EgressDir: tmp})
 	if err != nil {
 		t.Fatal(err)
 	}

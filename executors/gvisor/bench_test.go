@@ -98,7 +98,7 @@ func BenchmarkPrint1(b *testing.B) {
 // newDockerExecutor is the runc docker executor with warmMax (-1: no warm
 // containers; 0: the default), closed at the end.
 func newDockerExecutor(b *testing.B, warmMax int) *docker.Executor {
-	e, err := docker.New(b.Context(), docker.Config{Instance: "bench-" + executortest.Nonce(), Logger: testLogger(b),
+	e, err := docker.New(b.Context(), docker.Config{Pool: noPool, Instance: "bench-" + executortest.Nonce(), Logger: testLogger(b),
 		WarmMax: warmMax, WarmAfter: 1})
 	if err != nil {
 		b.Fatal(err)

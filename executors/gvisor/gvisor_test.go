@@ -16,7 +16,7 @@ import (
 // it holds only once the engine shows runsc may use host sockets
 // (TestNetworkGrant).
 func TestKindAndCapabilities(t *testing.T) {
-	e, err := New(t.Context(), Config{Instance: "caps-" + executortest.Nonce(), Logger: testLogger(t), Host: "unix:///nonexistent.sock"})
+	e, err := New(t.Context(), Config{Pool: noPool, Instance: "caps-" + executortest.Nonce(), Logger: testLogger(t), Host: "unix:///nonexistent.sock"})
 	if err != nil {
 		t.Fatal(err)
 	}

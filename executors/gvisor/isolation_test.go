@@ -118,7 +118,7 @@ except OSError as e:
 func TestUnavailableWithoutRuntime(t *testing.T) {
 	needEngine(t)
 	rt := "runsc-absent-" + executortest.Nonce()
-	e, err := New(t.Context(), Config{Instance: "test-" + executortest.Nonce(), Runtime: rt, Logger: testLogger(t)})
+	e, err := New(t.Context(), Config{Pool: noPool, Instance: "test-" + executortest.Nonce(), Runtime: rt, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,7 +40,7 @@ func TestMain(m *testing.M) {
 // for the restart after that.
 func crashHelper() int {
 	ctx := context.Background()
-	e, err := New(ctx, Config{Instance: os.Getenv(helperInstanceEnv), Logger: slog.New(slog.DiscardHandler), WarmAfter: 1})
+	e, err := New(ctx, Config{Pool: noPool, Instance: os.Getenv(helperInstanceEnv), Logger: slog.New(slog.DiscardHandler), WarmAfter: 1})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
