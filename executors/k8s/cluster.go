@@ -56,6 +56,13 @@ func ensureNamespace(ctx context.Context, cs kubernetes.Interface, e *Executor) 
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("k8s: network policy: %w", err)
 	}
+	_, err = cs.CoreV1().ConfigMaps(e.cfg.Namespace).Create(ctx, e.etcFiles(), metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		_, err = cs.CoreV1().ConfigMaps(e.cfg.Namespace).Update(ctx, e.etcFiles(), metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("k8s: sandbox /etc files: %w", err)
+	}
 	return nil
 }
 

@@ -18,10 +18,12 @@ const Kind executors.Kind = "kubernetes"
 const (
 	DefaultNamespace = "sandgate-sandboxes"
 	DefaultImage     = "sandgate/k8s-sandbox:latest"
-	// DefaultSandboxID is the uid/gid base of a session that names none:
-	// the pod runs as DefaultSandboxID + a per-session offset, so two
-	// sessions never share RLIMIT_NPROC's per-uid count on a node.
-	DefaultSandboxID = 300000
+	// DefaultSandboxID is the uid/gid of a session that names none: the
+	// aio executor's, which the runtime image names "sandbox"
+	// (images/runtime/trim.sh), so whoami answers as on every tier.
+	// sandboxd's process budget is relative to the uid's tasks at a run's
+	// start, so pods sharing the uid on a node do not starve each other.
+	DefaultSandboxID = 62000
 	DefaultTimeout   = 30 * time.Second
 	// DefaultReadyTimeout bounds pod creation to sandboxd answering: a
 	// cold pod reaches Running in about a second on an idle node.

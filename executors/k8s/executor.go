@@ -137,10 +137,6 @@ func (e *Executor) Capabilities() executors.Capabilities {
 // pod (created on the session's first run), with the host workspace
 // copied in before and back after (workspace.go).
 func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.Result, error) {
-	if spec.UID == 0 && spec.GID == 0 && spec.SessionID != "" {
-		spec.UID = sessionUID(e.cfg.SandboxUID, spec.SessionID)
-		spec.GID = spec.UID
-	}
 	spec, err := e.prologue.Resolve(spec)
 	if err != nil {
 		return executors.Result{}, err

@@ -99,7 +99,10 @@ func TestRestrictedAdmission(t *testing.T) {
 	t2, f := true, false
 	root := int64(0)
 	cases := map[string]func(p *corev1.Pod){
-		"privileged": func(p *corev1.Pod) { p.Spec.Containers[0].SecurityContext.Privileged = &t2 },
+		"privileged": func(p *corev1.Pod) {
+			sc := p.Spec.Containers[0].SecurityContext
+			sc.Privileged, sc.AllowPrivilegeEscalation = &t2, &t2
+		},
 		"host path": func(p *corev1.Pod) {
 			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "host",
 				VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/etc"}}})

@@ -42,13 +42,6 @@ func sessionHash(sessionID string) string {
 // session never has two.
 func podName(sessionID string) string { return "sbx-" + sessionHash(sessionID) }
 
-// sessionUID is the uid a session without one of its own runs as: the
-// base plus a per-session offset.
-func sessionUID(base int, sessionID string) int {
-	h := sha256.Sum256([]byte(sessionID))
-	return base + (int(h[0])<<8 | int(h[1]))
-}
-
 // podSpec is the locked-down pod of one session: non-root as the
 // session's uid, read-only root, every capability dropped, seccomp
 // RuntimeDefault, no privilege escalation, no service account token, no
@@ -116,12 +109,20 @@ func (e *Executor) podSpec(sessionID, secret string, uid, gid int, memMB int) *c
 					{Name: "workspace", MountPath: workspacePath},
 					{Name: "tmp", MountPath: "/tmp"},
 					{Name: "code", MountPath: executors.CodeDir},
+					// The sandbox's /etc/hosts (localhost only) and empty
+					// resolv.conf, as on every tier: a mount at these paths
+					// replaces the ones the runtime would write, which name
+					// the pod's address and the node's resolver.
+					{Name: "etc", MountPath: "/etc/hosts", SubPath: "hosts", ReadOnly: true},
+					{Name: "etc", MountPath: "/etc/resolv.conf", SubPath: "resolv.conf", ReadOnly: true},
 				},
 			}},
 			Volumes: []corev1.Volume{
 				{Name: "workspace", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &ws}}},
 				{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &tmp}}},
 				{Name: "code", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &code}}},
+				{Name: "etc", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+					LocalObjectReference: corev1.LocalObjectReference{Name: etcConfigMap}}}},
 			},
 		},
 	}
@@ -178,6 +179,17 @@ func (e *Executor) denyAllPolicy() *networkingv1.NetworkPolicy {
 			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{labelManagedBy: managedBy, labelComponent: componentSbx}},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
 		},
+	}
+}
+
+// etcConfigMap holds executors.NetworkFiles for every sandbox pod.
+const etcConfigMap = "sandgate-sandbox-etc"
+
+func (e *Executor) etcFiles() *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: etcConfigMap, Namespace: e.cfg.Namespace,
+			Labels: map[string]string{labelManagedBy: managedBy}},
+		Data: executors.NetworkFiles,
 	}
 }
 

@@ -90,7 +90,7 @@ func (e *Executor) podLost(sessionID string, uid types.UID, why string) {
 	}
 	e.mu.Lock()
 	sb := e.sandboxes[sessionID]
-	if sb == nil || sb.uid != uid || !sb.started() {
+	if sb == nil || !sb.started() || sb.uid != uid { // started first: it orders the read of uid
 		e.mu.Unlock()
 		return
 	}

@@ -81,6 +81,9 @@ func (sb *sandbox) pull(ctx context.Context, dir string, uid, gid int) error {
 		errc <- err
 	}()
 	err := extract(pr, dir, uid, gid, int64(sb.e.cfg.WorkspaceMB)<<20)
+	if err == nil {
+		_, _ = io.Copy(io.Discard, pr) // tar's padding after the end marker
+	}
 	pr.CloseWithError(errors.New("extract ended"))
 	if xerr := <-errc; err == nil && xerr != nil {
 		err = xerr

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/sandgate/sandgate/executors/executortest"
+	"github.com/sandgate/sandgate/policy"
+)
+
+// kubeTestCluster returns the test cluster's kubeconfig and sandbox
+// image (scripts/k8s.sh), skipping the test when there is none, or
+// failing it when SANDGATE_REQUIRE_KUBERNETES=1 (make test).
+func kubeTestCluster(t *testing.T) (kubeconfig, image string) {
+	t.Helper()
+	kubeconfig = os.Getenv("SANDGATE_K8S_KUBECONFIG")
+	if kubeconfig == "" {
+		kubeconfig = "/var/lib/sandgate/k8s/run/pki/admin.kubeconfig"
+	}
+	image = os.Getenv("SANDGATE_K8S_IMAGE")
+	if image == "" {
+		b, _ := os.ReadFile("/var/lib/sandgate/k8s/run/sandbox-image")
+		image = strings.TrimSpace(string(b))
+	}
+	_, err := os.Stat(kubeconfig)
+	if err == nil && image == "" {
+		err = fmt.Errorf("no sandbox image")
+	}
+	if err == nil {
+		return kubeconfig, image
+	}
+	if os.Getenv("SANDGATE_REQUIRE_KUBERNETES") == "1" || os.Getenv("SANDGATE_REQUIRE_K8S") == "1" {
+		t.Fatalf("Kubernetes required (SANDGATE_REQUIRE_KUBERNETES=1): %v (scripts/k8s.sh start)", err)
+	}
+	t.Skipf("no Kubernetes test cluster (scripts/k8s.sh start): %v", err)
+	return "", ""
+}
+
+// TestPolicyRoutesToKubernetes: a policy whose rows name the executor
+// "kubernetes" sends a session's run_code to a pod of the Kubernetes
+// tier: the decision names it, the code runs there, the session has
+// exactly one pod, and
+// deleting the session deletes it.
+func TestPolicyRoutesToKubernetes(t *testing.T) {
+	kubeconfig, image := kubeTestCluster(t)
+	tmp := t.TempDir()
+	chmodTraversable(t, tmp)
+	dir := filepath.Join(tmp, "policy")
+	writePolicyTree(t, dir, map[string]string{"sandgate/config/data.json": routeAllTo(t, "kubernetes")})
+	ns := "sandgate-gw-" + executortest.Nonce()
+	tok := "agent-" + executortest.Nonce()
+	g := startPolicyGateway(t, tmp, fmt.Sprintf(`executors:
+  subprocess: {enabled: false}
+  docker: {enabled: false}
+  gvisor: {enabled: false}
+  aio: {enabled: false}
+  kubernetes: {enabled: true, kubeconfig: %q, namespace: %q, image: %q, image_pull_policy: Never, pod_memory_mb: 512, pod_cpu: 500m}
+browser: {enabled: false}
+auth:
+  tokens:
+    - {name: a, role: agent, tenant: team-a, token: %s}
+policy:
+  dir: %s
+`, kubeconfig, ns, image, tok, dir))
+	cs := kubeClient(t, kubeconfig)
+	t.Cleanup(func() {
+		_ = cs.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+	})
+
+	body, _ := json.Marshal(map[string]any{"language": "bash",
+		"code": "hostname; echo routed > f.txt; cat f.txt"})
+	st, out, raw := g.call("POST", "/v1/sessions/k8s-routed/run_code", tok, string(body))
+	if st != 200 {
+		t.Fatalf("run_code: %d %s", st, raw)
+	}
+	d, _ := out["decision"].(map[string]any)
+	if out["stdout"] != "sandbox\nrouted\n" || d["executor"] != "kubernetes" {
+		t.Fatalf("run_code: stdout %q decision %v", out["stdout"], d)
+	}
+	pods, err := cs.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=sandgate"})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("pods after the run: %d (%v), want exactly the session's one", len(pods.Items), err)
+	}
+	if st, _, raw := g.call("DELETE", "/v1/sessions/k8s-routed", tok, ""); st/100 != 2 {
+		t.Fatalf("delete the session: %d %s", st, raw)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		pods, err = cs.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=sandgate"})
+		if err == nil && len(pods.Items) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the session's pod outlived the session by a minute (%d pods, %v)", len(pods.Items), err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// routeAllTo is the default policy's configuration with every row's
+// executor set to kind and no isolation upgrade.
+func routeAllTo(t *testing.T, kind string) string {
+	t.Helper()
+	tree, err := policy.DefaultTree()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(tree["sandgate/config/data.json"].Data, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	for _, levels := range cfg["modes"].(map[string]any) {
+		for _, row := range levels.(map[string]any) {
+			row.(map[string]any)["executor"] = kind
+		}
+	}
+	cfg["isolation_upgrade"].(map[string]any)["modes"] = []any{}
+	out, _ := json.Marshal(cfg)
+	return string(out)
+}
+
+func kubeClient(t *testing.T, kubeconfig string) kubernetes.Interface {
+	t.Helper()
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
