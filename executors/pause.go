@@ -26,11 +26,12 @@ type Paused struct {
 // for a session and bring it back later (POST /v1/sessions/{id}/pause,
 // issue 30). PauseSession frees every container and process the backend
 // holds for the session; what it keeps is in Paused. ResumeSession
-// brings back what PauseSession kept; without a checkpoint it does
-// nothing. Both are safe for a session the backend never served.
+// brings back what PauseSession kept and reports whether it restored a
+// kernel's memory; without a checkpoint it does nothing (false). Both
+// are safe for a session the backend never served.
 type SessionPauser interface {
 	PauseSession(ctx context.Context, sessionID string) (Paused, error)
-	ResumeSession(ctx context.Context, sessionID string) error
+	ResumeSession(ctx context.Context, sessionID string) (restored bool, err error)
 	// DropPaused deletes what PauseSession kept (the session is deleted
 	// or expired while paused).
 	DropPaused(ctx context.Context, sessionID string)

@@ -162,19 +162,24 @@ func (m *Manager) resume(ctx context.Context, s *Session, rec *audit.Record) err
 		return nil
 	}
 	began := time.Now()
-	failed := false
+	restored := false
 	for _, e := range m.deps.Executors {
 		if pz, ok := e.(executors.SessionPauser); ok {
-			if err := pz.ResumeSession(ctx, s.rec.Key); err != nil {
-				failed = true
+			ok, err := pz.ResumeSession(ctx, s.rec.Key)
+			if err != nil {
 				m.log.WarnContext(ctx, "resume: restore failed; the kernel starts afresh",
 					"session_id", s.rec.Name, "executor", e.Kind(), "err", err)
 			}
+			restored = restored || ok
 		}
 	}
 	s.mu.Lock()
 	s.rec.State = StateActive
-	if failed && slices.Contains(s.rec.Held, HeldKernel) {
+	// A kernel the pause kept that no executor brought back (its
+	// checkpoint failed to restore, or is gone with the disk it was on)
+	// is lost: the next stateful run says so.
+	failed := !restored && slices.Contains(s.rec.Held, HeldKernel)
+	if failed {
 		s.rec.Held = slices.DeleteFunc(s.rec.Held, func(h string) bool { return h == HeldKernel })
 		markLost(&s.rec, []string{HeldKernel})
 	}

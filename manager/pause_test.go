@@ -35,15 +35,16 @@ func (p *memoryPauser) PauseSession(ctx context.Context, id string) (executors.P
 	return executors.Paused{Memory: held, Bytes: 42}, nil
 }
 
-func (p *memoryPauser) ResumeSession(_ context.Context, id string) error {
+func (p *memoryPauser) ResumeSession(_ context.Context, id string) (bool, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.paused[id] {
+	held := p.paused[id]
+	if held {
 		p.kernel(id)
 	}
 	delete(p.paused, id)
 	p.resumed = append(p.resumed, id)
-	return nil
+	return held, nil
 }
 
 func (p *memoryPauser) DropPaused(_ context.Context, id string) {
@@ -201,5 +202,40 @@ func TestPauseBusy(t *testing.T) {
 	}
 	if info, err := g.m.PauseSession(ctx, agent, "s1"); err != nil || info.State != manager.StatePaused {
 		t.Fatalf("pause after the run: %+v %v", info, err)
+	}
+}
+
+// TestPausedKernelSurvivesRestart: a paused session's kept kernel is its
+// checkpoint, not a process, so a restart (kill -9: nothing released)
+// does not mark it lost; resumed by its next run it is restored with no
+// restart reported. When no executor can restore it (the checkpoint is
+// gone), the run says kernel_restarted.
+func TestPausedKernelSurvivesRestart(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		kept      bool // the new process finds the checkpoint
+		restarted bool
+	}{{"checkpoint kept", true, false}, {"checkpoint gone", false, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			k := newKernelFake()
+			g := startSessionsWith(t, dir, k, &memoryPauser{kernelFake: k, paused: map[string]bool{}})
+			if _, err := g.run(t, "s1", true); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := g.m.PauseSession(context.Background(), agent, "s1"); err != nil {
+				t.Fatal(err)
+			}
+			k2 := newKernelFake()
+			p2 := &memoryPauser{kernelFake: k2, paused: map[string]bool{"t1~s1": c.kept}}
+			g2 := startSessionsWith(t, dir, k2, p2)
+			res, err := g2.run(t, "s1", true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Result.Cell.KernelRestarted != c.restarted || len(p2.resumed) != 1 {
+				t.Fatalf("kernel_restarted %v (want %v), resumed %v", res.Result.Cell.KernelRestarted, c.restarted, p2.resumed)
+			}
+		})
 	}
 }

@@ -177,6 +177,8 @@ func (s *sessionStore) remove(ctx context.Context, key string) error {
 // orphaned turns what replica's records say its processes held into what
 // they lost: called at start, when no process of this replica holds
 // anything yet (a kill -9 or a crash left the records saying otherwise).
+// A paused session's hold is its checkpoint on disk, not a process: it is
+// kept, and a resume that cannot restore it marks it lost then (pause.go).
 func (s *sessionStore) orphaned(ctx context.Context, replica string) (int64, error) {
 	if s == nil {
 		return 0, nil
@@ -184,7 +186,7 @@ func (s *sessionStore) orphaned(ctx context.Context, replica string) (int64, err
 	var n int64
 	err := s.db.WriteTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, s.db.Rebind(`UPDATE session_records SET lost = held, told = '[]', held = '[]', moved_from = replica, moved_at = ?
-		WHERE replica = ? AND held <> '[]'`), fmtTime(time.Now()), replica)
+		WHERE replica = ? AND held <> '[]' AND state <> ?`), fmtTime(time.Now()), replica, StatePaused)
 		if err != nil {
 			return fmt.Errorf("manager: mark lost session state: %w", err)
 		}

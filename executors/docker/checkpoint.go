@@ -60,9 +60,10 @@ var engineRunscRoots = []string{"/var/run/docker/runtime-runc/moby", "/run/docke
 	"/var/run/docker/runtime-runsc/moby"}
 
 // snapshotBase is where checkpoint images and restored sandboxes' state
-// live, per executor kind.
+// live, per executor kind and instance: an executor started again with
+// the same instance (a gateway restart) finds its checkpoints there.
 func (e *Executor) snapshotBase() string {
-	return filepath.Join(os.TempDir(), "sandgate-snapshots", string(e.cfg.Kind))
+	return filepath.Join(os.TempDir(), "sandgate-snapshots", string(e.cfg.Kind)+"-"+e.cfg.Instance)
 }
 
 // checkpoint is one paused session's kernel image.
@@ -84,7 +85,8 @@ var ckState = struct {
 	mu       sync.Mutex
 	paused   map[*Executor]map[string]*checkpoint
 	restored map[*box]*restoredBox
-}{paused: map[*Executor]map[string]*checkpoint{}, restored: map[*box]*restoredBox{}}
+	reaped   map[*Executor]bool
+}{paused: map[*Executor]map[string]*checkpoint{}, restored: map[*box]*restoredBox{}, reaped: map[*Executor]bool{}}
 
 // snapshotMode is what a pause keeps: memory when the executor runs on
 // runsc, the engine's runsc state is reachable and the python image's
@@ -131,6 +133,7 @@ func (e *Executor) exportedRoot() string {
 func (e *Executor) PauseSession(ctx context.Context, session string) (executors.Paused, error) {
 	var p executors.Paused
 	var err error
+	e.reapRestored(ctx)
 	if e.snapshotMode() == executors.SnapshotMemory {
 		p, err = e.checkpointKernel(ctx, session)
 	}
@@ -140,18 +143,22 @@ func (e *Executor) PauseSession(ctx context.Context, session string) (executors.
 
 // ResumeSession implements executors.SessionPauser: a checkpointed
 // kernel is restored and becomes the session's kernel again.
-func (e *Executor) ResumeSession(ctx context.Context, session string) error {
+func (e *Executor) ResumeSession(ctx context.Context, session string) (bool, error) {
+	e.reapRestored(ctx)
 	ckState.mu.Lock()
 	ck := ckState.paused[e][session]
 	delete(ckState.paused[e], session)
 	ckState.mu.Unlock()
 	if ck == nil {
-		return nil
+		ck = e.loadCheckpoint(session)
+	}
+	if ck == nil {
+		return false, nil
 	}
 	k, err := e.restoreKernel(ctx, session, ck)
 	if err != nil {
 		removeSnapshot(ck.dir)
-		return err
+		return false, err
 	}
 	ks := e.kernels
 	ks.mu.Lock()
@@ -162,7 +169,7 @@ func (e *Executor) ResumeSession(ctx context.Context, session string) error {
 	ks.m[session] = k
 	ks.had[session] = true
 	k.idle = time.AfterFunc(kernelIdle, func() { ks.expire(session, k) })
-	return nil
+	return true, nil
 }
 
 // checkpointKernel takes the session's kernel from the executor, waits
@@ -211,6 +218,10 @@ func (e *Executor) checkpointKernel(ctx context.Context, session string) (execut
 		return executors.Paused{}, fmt.Errorf("docker: checkpoint the kernel: %w", err)
 	}
 	ck.bytes = dirSize(filepath.Join(ck.dir, "image"))
+	if err := saveShape(ck); err != nil {
+		removeSnapshot(ck.dir)
+		return executors.Paused{}, err
+	}
 	e.log.Info("kernel checkpointed", "session_id", session, "image_mb", ck.bytes>>20)
 	ckState.mu.Lock()
 	if ckState.paused[e] == nil {
@@ -228,11 +239,85 @@ func (e *Executor) checkpointKernel(ctx context.Context, session string) (execut
 // checkpoint is deleted (the session was deleted or expired).
 func (e *Executor) DropPaused(_ context.Context, session string) {
 	ckState.mu.Lock()
-	ck := ckState.paused[e][session]
 	delete(ckState.paused[e], session)
 	ckState.mu.Unlock()
-	if ck != nil {
-		removeSnapshot(ck.dir)
+	// Checkpoints an earlier process wrote too; the session's kernels
+	// were released before.
+	_ = os.RemoveAll(filepath.Join(e.snapshotBase(), dirName(session)))
+}
+
+// shapeRecord is a checkpoint's shape on disk (shape.json), so that an
+// executor started again after a restart restores what an earlier
+// process checkpointed, as the kernel of the same shape.
+type shapeRecord struct {
+	Image, Dir, Runtime, CA, Netns string
+	UID, GID                       int
+	Limits                         executors.Limits
+	Egress                         bool
+	Layout                         executors.Layout
+}
+
+func saveShape(ck *checkpoint) error {
+	sh := ck.shape
+	raw, err := json.Marshal(shapeRecord{Image: sh.image, Dir: sh.dir, Runtime: sh.runtime, CA: sh.ca, Netns: sh.netns,
+		UID: sh.uid, GID: sh.gid, Limits: sh.limits, Egress: sh.egress, Layout: sh.layout})
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(ck.dir, "shape.json"), raw, 0o600)
+}
+
+// loadCheckpoint finds the newest complete checkpoint of session on
+// disk, nil when there is none.
+func (e *Executor) loadCheckpoint(session string) *checkpoint {
+	paths, _ := filepath.Glob(filepath.Join(e.snapshotBase(), dirName(session), "*", "shape.json"))
+	var best *checkpoint
+	var bestAt time.Time
+	for _, p := range paths {
+		dir := filepath.Dir(p)
+		st, err := os.Stat(filepath.Join(dir, "image", "checkpoint.img"))
+		if err != nil || (best != nil && st.ModTime().Before(bestAt)) {
+			continue
+		}
+		raw, err := os.ReadFile(p)
+		var r shapeRecord
+		if err != nil || json.Unmarshal(raw, &r) != nil {
+			continue
+		}
+		best, bestAt = &checkpoint{dir: dir, shape: shape{image: r.Image, dir: r.Dir, runtime: r.Runtime, ca: r.CA,
+			netns: r.Netns, uid: r.UID, gid: r.GID, limits: r.Limits, egress: r.Egress, layout: r.Layout}}, st.ModTime()
+	}
+	return best
+}
+
+// reapRestored deletes, once per executor, the restored sandboxes an
+// earlier process of this instance left (it was killed): none of them is
+// a kernel this process holds.
+func (e *Executor) reapRestored(ctx context.Context) {
+	ckState.mu.Lock()
+	done := ckState.reaped[e]
+	ckState.reaped[e] = true
+	ckState.mu.Unlock()
+	root := filepath.Join(e.snapshotBase(), "state")
+	if done || !e.cfg.OwnKernel {
+		return
+	}
+	if _, err := os.Stat(root); err != nil {
+		return
+	}
+	rt, err := e.runscRuntime(ctx)
+	if err != nil {
+		return
+	}
+	out, err := exec.CommandContext(ctx, rt.path, "--root="+root, "list", "-quiet").Output()
+	if err != nil {
+		return
+	}
+	for _, id := range strings.Fields(string(out)) {
+		if strings.HasPrefix(id, "sg-") {
+			e.log.Warn("deleting a restored kernel sandbox an earlier process left", "sandbox", id)
+			(&restoredBox{root: root, id: id}).delete(rt)
+		}
 	}
 }
 
@@ -457,7 +542,9 @@ func (rb *restoredBox) delete(rt runsc) {
 	ctx, cancel := context.WithTimeout(context.Background(), checkpointTimeout)
 	defer cancel()
 	_ = rt.run(ctx, rb.root, nil, "delete", "-force", rb.id)
-	removeSnapshot(rb.bundle)
+	if rb.bundle != "" {
+		removeSnapshot(rb.bundle)
+	}
 }
 
 // removeSnapshot deletes a checkpoint's directory and its session's
