@@ -53,6 +53,10 @@ type Config struct {
 	// ReapInterval is how often sessions are checked for expiry; default
 	// 1 s.
 	ReapInterval time.Duration
+	// PauseIdleAfter pauses a session served here that has had no request
+	// for this long (pause.go): its containers and memory are freed, and
+	// its next request resumes it. 0 never pauses one.
+	PauseIdleAfter time.Duration
 }
 
 func (c *Config) applyDefaults() {

@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"time"
@@ -215,6 +216,37 @@ func (m *Manager) autoResume(ctx context.Context, s *Session) error {
 	err := m.resume(ctx, s, rec)
 	m.record(ctx, rec, fileOutcome(err), err, start)
 	return err
+}
+
+// idlePauser is the audit principal of a pause for idleness.
+const idlePauser = "system:idle-pause"
+
+// pauseIdle pauses every active session served here that has had no
+// request for Config.PauseIdleAfter (the reaper calls it).
+func (m *Manager) pauseIdle(ctx context.Context, now time.Time) {
+	if m.cfg.PauseIdleAfter <= 0 {
+		return
+	}
+	for _, s := range m.table.all() {
+		s.mu.Lock()
+		due := s.rec.State == StateActive && s.running == 0 && now.Sub(s.lastActive) > m.cfg.PauseIdleAfter
+		s.mu.Unlock()
+		if !due {
+			continue
+		}
+		start := time.Now()
+		ref := s.Ref()
+		rec := &audit.Record{Kind: KindSessionPause, Tenant: ref.Tenant, SessionID: ref.ID, Principal: idlePauser}
+		setDetail(rec, "idle", "true")
+		err := m.pause(ctx, s, rec)
+		if errors.Is(err, errSessionBusy) {
+			continue // a run began meanwhile: not idle
+		}
+		if err != nil {
+			m.log.WarnContext(ctx, "idle pause", "session_id", ref.ID, "err", err)
+		}
+		m.record(ctx, rec, fileOutcome(err), err, start)
+	}
 }
 
 // dropPaused deletes what executors kept for a paused session that is

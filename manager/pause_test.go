@@ -148,7 +148,7 @@ func codeIs(err error, c errcode.Code) bool {
 
 // startSessionsWith is startSessions with exec as the executor (k its
 // kernel fake).
-func startSessionsWith(t *testing.T, dir string, k *kernelFake, exec executors.Executor) *sessionGateway {
+func startSessionsWith(t *testing.T, dir string, k *kernelFake, exec executors.Executor, mutate ...func(*manager.Config)) *sessionGateway {
 	t.Helper()
 	ctx := context.Background()
 	db, err := audit.Open(ctx, filepath.Join(dir, "audit.db"), audit.Options{})
@@ -161,7 +161,11 @@ func startSessionsWith(t *testing.T, dir string, k *kernelFake, exec executors.E
 	}
 	g := &sessionGateway{kernel: k, events: &eventSink{}}
 	allow := policy.Decision{Action: policy.ActionAllow, Executor: string(executors.KindDocker)}
-	g.m, err = manager.New(manager.Config{Mode: "STRICT", ReapInterval: 20 * time.Millisecond}, manager.Deps{
+	cfg := manager.Config{Mode: "STRICT", ReapInterval: 20 * time.Millisecond}
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	g.m, err = manager.New(cfg, manager.Deps{
 		Assessor: risk.NewAssessor(nil, nil), Policy: &recDecider{fixed: &allow}, Executors: []executors.Executor{exec},
 		Workspaces: ws, Audit: db, Sessions: db, Events: g.events,
 	})
@@ -237,5 +241,38 @@ func TestPausedKernelSurvivesRestart(t *testing.T) {
 				t.Fatalf("kernel_restarted %v (want %v), resumed %v", res.Result.Cell.KernelRestarted, c.restarted, p2.resumed)
 			}
 		})
+	}
+}
+
+// TestIdlePause: a session with no request for PauseIdleAfter is paused
+// by the reaper (its kernel freed, audited as the idle pauser), and its
+// next request resumes it; a session in use is not paused.
+func TestIdlePause(t *testing.T) {
+	ctx := context.Background()
+	k := newKernelFake()
+	p := &memoryPauser{kernelFake: k, paused: map[string]bool{}}
+	g := startSessionsWith(t, t.TempDir(), k, p, func(c *manager.Config) { c.PauseIdleAfter = 300 * time.Millisecond })
+	if _, err := g.run(t, "s1", true); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		info, err := g.m.Session(ctx, agent, "s1")
+		return err == nil && info.State == manager.StatePaused
+	}, func() string { info, _ := g.m.Session(ctx, agent, "s1"); return "state " + info.State })
+	if k.live("t1~s1") {
+		t.Fatal("an idle-paused session kept its kernel process")
+	}
+	res, err := g.run(t, "s1", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Result.Cell.KernelRestarted || len(p.resumed) != 1 {
+		t.Fatalf("after the idle pause: restarted %v, resumed %v", res.Result.Cell.KernelRestarted, p.resumed)
+	}
+	if info, _ := g.m.Session(ctx, agent, "s1"); info.State == manager.StatePaused {
+		t.Fatal("still paused right after a run")
+	}
+	if !slices.Contains(g.events.types(), "session.paused") {
+		t.Fatalf("events %v", g.events.types())
 	}
 }

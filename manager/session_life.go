@@ -156,6 +156,7 @@ func (m *Manager) reap(ctx context.Context) {
 			return
 		case now := <-t.C:
 			m.expireDue(ctx, now)
+			m.pauseIdle(ctx, now) // pause.go
 		}
 	}
 }
