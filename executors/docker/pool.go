@@ -171,8 +171,14 @@ func (p *sandboxPool) claim(ctx context.Context, sh shape) *box {
 			b = nil
 		}
 	}
+	empty := len(k.idle) == 0
 	p.mu.Unlock()
-	p.kick()
+	if b == nil || empty {
+		// Otherwise the refill waits for the run's end (attach): a
+		// container start beside the run slows the run down on a small
+		// machine, and the pool still has one ready for the next claim.
+		p.kick()
+	}
 	if b == nil {
 		p.misses.Add(1)
 		return nil
@@ -194,7 +200,10 @@ func (p *sandboxPool) attach(b *box, sh shape) error {
 	if err := mountWorkspace(sh.dir, slotWorkspace(slot)); err != nil {
 		return err
 	}
-	b.release = func() { removeSlot(slot) }
+	b.release = func() {
+		removeSlot(slot)
+		p.kick() // the refill claim deferred
+	}
 	b.shape = sh
 	if _, err := fmt.Fprintf(b.conn.Conn, "%d %d\n", sh.uid, sh.gid); err != nil {
 		return fmt.Errorf("write identity: %w", err)

@@ -64,7 +64,7 @@ func (p *sandboxPool) claimPair(ctx context.Context, session string, sh shape) *
 		}
 	}
 	p.mu.Unlock()
-	p.kick()
+	p.kick() // a pair is Size at most: refill at once
 	if b == nil {
 		p.misses.Add(1)
 		return nil
