@@ -47,6 +47,8 @@ type Config struct {
 	Egress    EgressConfig    `yaml:"egress"`
 	Auth      AuthConfig      `yaml:"auth"`
 	Tenants   TenantsConfig   `yaml:"tenants"`
+	// Sessions tunes sessions' lifecycle (issue 30).
+	Sessions SessionsConfig `yaml:"sessions"`
 	// Events is the lifecycle event log: retention, and the webhooks
 	// (Standard Webhooks signatures) it delivers to (package events).
 	Events events.Config `yaml:"events"`
@@ -375,6 +377,15 @@ type SubprocessConfig struct {
 	TmpMB int `yaml:"tmp_mb"`
 }
 
+// SessionsConfig tunes sessions' lifecycle.
+type SessionsConfig struct {
+	// PauseIdleAfter pauses a session with no request for this long: its
+	// containers and processes are freed, a gVisor kernel keeping its
+	// memory in a checkpoint, and its next request resumes it. 0 (the
+	// default) never pauses one.
+	PauseIdleAfter time.Duration `yaml:"pause_idle_after"`
+}
+
 // ServerConfig holds the HTTP server's timeouts. None may be zero: a zero
 // http.Server timeout means none at all.
 type ServerConfig struct {
@@ -485,6 +496,9 @@ func (c Config) Validate() error {
 		if positive[name] <= 0 {
 			add("%s must be positive", name)
 		}
+	}
+	if c.Sessions.PauseIdleAfter < 0 {
+		add("sessions.pause_idle_after must not be negative")
 	}
 	if c.Limits.MaxCodeBytes <= 0 || c.Limits.MaxBodyBytes < int64(c.Limits.MaxCodeBytes) {
 		add("limits: max_code_bytes must be positive and max_body_bytes at least as large")

@@ -196,6 +196,7 @@ func build(ctx context.Context, cfg Config, getenv func(string) string, stdout, 
 	gw.manager, err = manager.New(manager.Config{
 		Mode: cfg.Mode, MaxCodeBytes: cfg.Limits.MaxCodeBytes, DefaultTimeout: cfg.Limits.DefaultTimeout,
 		ApprovalTimeout: cfg.Approval.Timeout, Quotas: quotas, Replica: replicaName(cfg.Storage),
+		PauseIdleAfter: cfg.Sessions.PauseIdleAfter,
 	}, deps)
 	if err != nil {
 		return nil, err
