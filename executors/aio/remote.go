@@ -13,9 +13,11 @@ import (
 // request, caps, spill file and streaming as the pool's runs. It is the
 // way in for a tier that places sandboxd itself and only needs the wire
 // (executors/k8s: a pod per session, reached through the apiserver).
-// margin is added to the run's hard timeout for the HTTP deadline.
+// The run's cwd is the session's layout workdir (spec.Layout.Dir()); the
+// sandbox must show the workspace at the layout's root too. margin is
+// added to the run's hard timeout for the HTTP deadline.
 func RunRemote(ctx context.Context, c *Client, spec executors.Spec, margin time.Duration) (executors.Result, error) {
-	return run(ctx, c, runRequest{dir: workspaceMount, id: spec.RequestID, lang: spec.Language, code: spec.Code,
+	return run(ctx, c, runRequest{dir: workspaceMount, cwd: spec.Layout.Dir(), id: spec.RequestID, lang: spec.Language, code: spec.Code,
 		timeout: spec.Timeout, margin: margin, limits: spec.Limits, extended: true, output: spec.Output})
 }
 

@@ -114,7 +114,7 @@ func TestRestrictedAdmission(t *testing.T) {
 	}
 	for name, weaken := range cases {
 		t.Run(name, func(t *testing.T) {
-			p := e.podSpec("admission-"+executortest.Nonce(), "no-such-secret", 4000, 4000, 256)
+			p := e.podSpec("admission-"+executortest.Nonce(), "no-such-secret", 4000, 4000, 256, executors.Layout{})
 			weaken(p)
 			_, err := e.cs.CoreV1().Pods(e.cfg.Namespace).Create(t.Context(), p, metav1.CreateOptions{})
 			if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "restricted") {
@@ -124,7 +124,7 @@ func TestRestrictedAdmission(t *testing.T) {
 	}
 	// The unweakened pod is admitted (so the refusals above are about
 	// what each case changed).
-	p := e.podSpec("admission-"+executortest.Nonce(), "no-such-secret", 4000, 4000, 256)
+	p := e.podSpec("admission-"+executortest.Nonce(), "no-such-secret", 4000, 4000, 256, executors.Layout{})
 	if _, err := e.cs.CoreV1().Pods(e.cfg.Namespace).Create(t.Context(), p, metav1.CreateOptions{DryRun: []string{"All"}}); err != nil {
 		t.Fatalf("the tier's own pod refused: %v", err)
 	}

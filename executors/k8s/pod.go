@@ -49,7 +49,7 @@ func podName(sessionID string) string { return "sbx-" + sessionHash(sessionID) }
 // sandbox that died is lost, never silently restarted empty), and
 // sandboxd listening on the pod's loopback only. The pause container is
 // PID 1 of a shared PID namespace and reaps the orphans of runs.
-func (e *Executor) podSpec(sessionID, secret string, uid, gid int, memMB int) *corev1.Pod {
+func (e *Executor) podSpec(sessionID, secret string, uid, gid int, memMB int, layout executors.Layout) *corev1.Pod {
 	t, f := true, false
 	uid64, gid64 := int64(uid), int64(gid)
 	grace := int64(1)
@@ -64,6 +64,17 @@ func (e *Executor) podSpec(sessionID, secret string, uid, gid int, memMB int) *c
 		rc = &e.cfg.RuntimeClassName
 	}
 	name := podName(sessionID)
+	// The session's path layout (executors.Layout): the workspace volume
+	// at the framework's root too, and its workdir as sandboxd's HOME.
+	args := []string{"/usr/local/bin/sandboxd", "serve", "--contained",
+		"--listen", "127.0.0.1:" + strconv.Itoa(sandboxdPort), "--workspace", workspacePath}
+	if d := layout.Dir(); d != workspacePath {
+		args = append(args, "--home", d)
+	}
+	mounts := []corev1.VolumeMount{{Name: "workspace", MountPath: workspacePath}}
+	if layout.Root != "" {
+		mounts = append(mounts, corev1.VolumeMount{Name: "workspace", MountPath: layout.Root})
+	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        name,
@@ -89,9 +100,8 @@ func (e *Executor) podSpec(sessionID, secret string, uid, gid int, memMB int) *c
 				Name:            containerName,
 				Image:           e.cfg.Image,
 				ImagePullPolicy: corev1.PullPolicy(e.cfg.ImagePullPolicy),
-				Command: []string{"/usr/local/bin/sandboxd", "serve", "--contained",
-					"--listen", "127.0.0.1:" + strconv.Itoa(sandboxdPort), "--workspace", workspacePath},
-				WorkingDir: workspacePath,
+				Command:         args,
+				WorkingDir:      workspacePath,
 				Env: []corev1.EnvVar{{Name: keyEnv, ValueFrom: &corev1.EnvVarSource{
 					SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: keyField},
 				}}},
@@ -105,8 +115,7 @@ func (e *Executor) podSpec(sessionID, secret string, uid, gid int, memMB int) *c
 					Requests: corev1.ResourceList{corev1.ResourceMemory: mem, corev1.ResourceCPU: cpu, corev1.ResourceEphemeralStorage: eph},
 					Limits:   corev1.ResourceList{corev1.ResourceMemory: mem, corev1.ResourceCPU: cpu, corev1.ResourceEphemeralStorage: eph},
 				},
-				VolumeMounts: []corev1.VolumeMount{
-					{Name: "workspace", MountPath: workspacePath},
+				VolumeMounts: append(mounts, []corev1.VolumeMount{
 					{Name: "tmp", MountPath: "/tmp"},
 					{Name: "code", MountPath: executors.CodeDir},
 					// The sandbox's /etc/hosts (localhost only) and empty
@@ -115,7 +124,7 @@ func (e *Executor) podSpec(sessionID, secret string, uid, gid int, memMB int) *c
 					// the pod's address and the node's resolver.
 					{Name: "etc", MountPath: "/etc/hosts", SubPath: "hosts", ReadOnly: true},
 					{Name: "etc", MountPath: "/etc/resolv.conf", SubPath: "resolv.conf", ReadOnly: true},
-				},
+				}...),
 			}},
 			Volumes: []corev1.Volume{
 				{Name: "workspace", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &ws}}},

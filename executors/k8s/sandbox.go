@@ -173,7 +173,7 @@ func (sb *sandbox) create(ctx context.Context, spec executors.Spec) (*corev1.Pod
 		return nil, unavailable("create the sandbox's key", err)
 	}
 	mem := max(e.cfg.PodMemoryMB, spec.Limits.MemoryMB+256)
-	pod, err := e.cs.CoreV1().Pods(e.cfg.Namespace).Create(ctx, e.podSpec(sb.session, secName, spec.UID, spec.GID, mem), metav1.CreateOptions{})
+	pod, err := e.cs.CoreV1().Pods(e.cfg.Namespace).Create(ctx, e.podSpec(sb.session, secName, spec.UID, spec.GID, mem, spec.Layout), metav1.CreateOptions{})
 	if err != nil {
 		_ = e.cs.CoreV1().Secrets(e.cfg.Namespace).Delete(context.WithoutCancel(ctx), secName, metav1.DeleteOptions{})
 	}
