@@ -76,6 +76,13 @@ type Harness struct {
 	// NoLayouts, when non-empty, says why the Layouts case cannot run
 	// (a fixture that is one sandbox for every run, its HOME fixed).
 	NoLayouts string
+	// CopiedWorkspace, when non-empty, says why the backend copies the
+	// host workspace in before a run and back after it instead of
+	// sharing it while the run runs (a pod on another node). The
+	// StreamWhileRunning case, whose program waits for a file the test
+	// writes on the host mid-run, then skips with the reason;
+	// StreamIsResult still checks the stream.
+	CopiedWorkspace string
 }
 
 // Run runs the conformance suite against h.

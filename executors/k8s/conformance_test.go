@@ -22,6 +22,7 @@ func TestConformance(t *testing.T) {
 		New:              func(*testing.T) executors.Executor { return releasing{e} },
 		ProcessesVisible: true, // the test cluster's runc pods run on this host
 		DataStack:        true, // the sandbox image is the runtime image plus sandboxd
+		CopiedWorkspace:  "the pod's workspace is an emptyDir, copied from and to the host around each run",
 		FingerprintExceptions: map[string]string{
 			"env SANDBOXD_RUN": "sandboxd's per-run marker variable (proctree.go)",
 		},
