@@ -63,8 +63,11 @@ func (p *sandboxPool) claimPair(ctx context.Context, session string, sh shape) *
 			b = nil
 		}
 	}
+	empty := len(k.idle) == 0
 	p.mu.Unlock()
-	p.kick() // a pair is Size at most: refill at once
+	if b == nil || empty {
+		p.kick() // else at the run's end (attach), as for a sandbox
+	}
 	if b == nil {
 		p.misses.Add(1)
 		return nil
