@@ -15,6 +15,26 @@ func (s *Server) pauseRoutes() {
 	agentOrAdmin := []Role{RoleAgent, RoleAdmin}
 	s.handleSession("POST /v1/sessions/{id}/pause", agentOrAdmin, s.pauseSession)
 	s.handleSession("POST /v1/sessions/{id}/resume", agentOrAdmin, s.resumeSession)
+	s.handleSession("POST /v1/sessions/{id}/fork", []Role{RoleAgent}, s.forkSession)
+}
+
+// forkBody is POST /v1/sessions/{id}/fork.
+type forkBody struct {
+	// Count is how many children to start (1 to manager.MaxForkCount).
+	Count int `json:"count"`
+}
+
+func (s *Server) forkSession(w http.ResponseWriter, r *http.Request) error {
+	var body forkBody
+	if err := decodeJSON(r, &body); err != nil {
+		return err
+	}
+	res, err := s.deps.Manager.ForkSession(r.Context(), principal(r), r.PathValue("id"), body.Count)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, res)
+	return nil
 }
 
 func (s *Server) pauseSession(w http.ResponseWriter, r *http.Request) error {
@@ -43,5 +63,9 @@ func pauseOperations() []op {
 		{method: "POST", path: "/v1/sessions/{id}/resume", id: "resumeSession", tag: "sessions", roles: rolesAgentAdmin,
 			summary: "Resume a paused session (any request to it does so too)",
 			ok:      200, okBody: sch("SessionInfo", manager.SessionInfo{}), errs: errsSession},
+		{method: "POST", path: "/v1/sessions/{id}/fork", id: "forkSession", tag: "sessions", roles: rolesAgent,
+			summary: "Start count new sessions from this one: each has a copy of its workspace and, under gVisor, a restore of its kernel (random generators reseeded); grants and approvals do not carry over",
+			body:    sch("ForkRequest", forkBody{}), ok: 201, okBody: sch("ForkResult", manager.ForkResult{}),
+			errs: []int{400, 401, 403, 404, 409, 429, 500}},
 	}
 }

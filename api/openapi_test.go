@@ -419,6 +419,8 @@ func TestOpenAPIResponses(t *testing.T) {
 	e.do("POST", "/v1/sessions/s2/pause", agentTok, nil)
 	e.do("POST", "/v1/sessions/s2/resume", agentTok, nil)
 	e.do("POST", "/v1/sessions/nosuch/pause", agentTok, nil) // 404
+	e.do("POST", "/v1/sessions/s2/fork", agentTok, map[string]any{"count": 1})
+	e.do("POST", "/v1/sessions/s2/fork", agentTok, map[string]any{"count": 0}) // 400
 	e.do("GET", "/v1/audit?limit=5", adminTok, nil)
 
 	call := e.runAsync("s2", highRisk)

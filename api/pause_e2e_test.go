@@ -307,3 +307,96 @@ func TestPauseBadInput(t *testing.T) {
 		t.Errorf("pause created the session: %d %s", r.status, r.raw)
 	}
 }
+
+// TestForkGVisor: fork ×3 of a gVisor session whose kernel holds a
+// DataFrame: each child reads the parent's variables and files, a write
+// in one child is seen by neither the others nor the parent, the
+// children's random generators differ, and each child's audit record
+// names its parent and snapshot.
+func TestForkGVisor(t *testing.T) {
+	g, _ := newPauseGVisor(t)
+	if got := g.Capabilities().Snapshot; got != executors.SnapshotMemory {
+		t.Fatalf("gvisor reports snapshot %q, want memory", got)
+	}
+	e := newEnv(t, envOpts{mode: "STRICT", executors: []executors.Executor{g}, policyFS: routeAllTo(t, "gvisor")})
+	const parent = "fp"
+	if r := e.do("PUT", "/v1/sessions/"+parent+"/files/content?path=shared.txt", agentTok, "from the parent"); r.status/100 != 2 {
+		t.Fatalf("put: %d %s", r.status, r.raw)
+	}
+	if r := pauseCell(t, e, parent, pandasState, 120); r.body["success"] != true {
+		t.Fatalf("state: %s", r.raw)
+	}
+	f := e.do("POST", "/v1/sessions/"+parent+"/fork", agentTok, map[string]any{"count": 3})
+	if f.status != 201 || f.body["memory"] != true || f.body["snapshot"] == "" {
+		t.Fatalf("fork: %d %s", f.status, f.raw)
+	}
+	var kids []string
+	for _, v := range f.body["sessions"].([]any) {
+		kids = append(kids, obj(v)["id"].(string))
+	}
+	if len(kids) != 3 {
+		t.Fatalf("children: %v", kids)
+	}
+	draws := map[string]bool{}
+	for _, k := range kids {
+		r := pauseCell(t, e, k, pandasRead, 60)
+		if r.body["stdout"] != pandasWant || r.body["kernel_restarted"] != false {
+			t.Fatalf("child %s reads: %s", k, r.raw)
+		}
+		if g := e.do("GET", "/v1/sessions/"+k+"/files/content?path=shared.txt", agentTok, nil); string(g.raw) != "from the parent" {
+			t.Fatalf("child %s file: %d %q", k, g.status, g.raw)
+		}
+		r = pauseCell(t, e, k, "import random\nprint(random.random(), np.random.random())", 60)
+		draws[r.body["stdout"].(string)] = true
+	}
+	if len(draws) != 3 {
+		t.Fatalf("random draws repeat across children: %v", draws)
+	}
+	// A write in child 0 (a variable and a file) is its own.
+	pauseCell(t, e, kids[0], "only_a = 1\nopen('/workspace/a.txt', 'w').write('a')", 60)
+	for _, other := range []string{kids[1], kids[2], parent} {
+		r := pauseCell(t, e, other, "import os\nprint('only_a' in dir(), os.path.exists('/workspace/a.txt'))", 60)
+		if r.body["stdout"] != "False False\n" {
+			t.Fatalf("%s sees child 0's write: %s", other, r.raw)
+		}
+	}
+	a := e.do("GET", "/v1/audit?limit=200", adminTok, nil)
+	if !strings.Contains(string(a.raw), `"kind":"session.fork"`) || !strings.Contains(string(a.raw), `"parent":"fp"`) {
+		t.Fatalf("no session.fork audit naming the parent: %.2000s", a.raw)
+	}
+	for _, id := range append(kids, parent) {
+		if d := e.do("DELETE", "/v1/sessions/"+id, agentTok, nil); d.status != 204 {
+			t.Fatalf("delete %s: %d", id, d.status)
+		}
+	}
+	if n := g.RestoredSandboxes(); n != 0 {
+		t.Fatalf("%d restored sandboxes after deleting the family", n)
+	}
+}
+
+// TestForkCopiesWorkspace: on a tier without memory the children get the
+// files only; bad counts are invalid_request.
+func TestForkCopiesWorkspace(t *testing.T) {
+	e := newEnv(t, envOpts{mode: ""})
+	if r := e.do("PUT", "/v1/sessions/fw/files/content?path=n.txt", agentTok, "kept"); r.status/100 != 2 {
+		t.Fatalf("put: %d %s", r.status, r.raw)
+	}
+	f := e.do("POST", "/v1/sessions/fw/fork", agentTok, map[string]any{"count": 2})
+	if f.status != 201 || f.body["memory"] != false || len(f.body["sessions"].([]any)) != 2 {
+		t.Fatalf("fork: %d %s", f.status, f.raw)
+	}
+	for _, v := range f.body["sessions"].([]any) {
+		id := obj(v)["id"].(string)
+		if g := e.do("GET", "/v1/sessions/"+id+"/files/content?path=n.txt", agentTok, nil); string(g.raw) != "kept" {
+			t.Fatalf("child %s: %d %q", id, g.status, g.raw)
+		}
+	}
+	for _, c := range []any{0, 11, "x"} {
+		if r := e.do("POST", "/v1/sessions/fw/fork", agentTok, map[string]any{"count": c}); r.status != 400 || r.errCode() != "invalid_request" {
+			t.Errorf("count %v: %d %s", c, r.status, r.raw)
+		}
+	}
+	if r := e.do("POST", "/v1/sessions/b~theirs/fork", agentTok, map[string]any{"count": 1}); r.status != 404 || r.errCode() != "not_found" {
+		t.Errorf("another tenant's: %d %s", r.status, r.raw)
+	}
+}

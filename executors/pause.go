@@ -36,3 +36,26 @@ type SessionPauser interface {
 	// or expired while paused).
 	DropPaused(ctx context.Context, sessionID string)
 }
+
+// ForkChild is one child of a fork: its session and its workspace,
+// already a copy of the parent's.
+type ForkChild struct {
+	SessionID    string
+	WorkspaceDir string
+}
+
+// Forked is what a SessionForker carried into the children.
+type Forked struct {
+	// Memory: each child's kernel is a restore of the parent's, with its
+	// variables, its random generators reseeded.
+	Memory bool
+	// Snapshot names the checkpoint the children were restored from.
+	Snapshot string
+}
+
+// SessionForker is implemented by backends that can start a session's
+// children from its live state (POST /v1/sessions/{id}/fork). The parent
+// keeps running.
+type SessionForker interface {
+	ForkSession(ctx context.Context, parent string, children []ForkChild) (Forked, error)
+}

@@ -470,6 +470,16 @@ func standalone(spec map[string]any, rootfs, dir string) error {
 // restoreKernel creates and restores ck's sandbox and returns it as a
 // kernel whose driver is on the executor's pipes.
 func (e *Executor) restoreKernel(ctx context.Context, session string, ck *checkpoint) (*dkernel, error) {
+	k, err := e.restoreFrom(ctx, session, ck, filepath.Join(ck.dir, "image"))
+	if err == nil {
+		// The image is spent: a later pause writes a new one.
+		_ = os.RemoveAll(filepath.Join(ck.dir, "image"))
+	}
+	return k, err
+}
+
+// restoreFrom restores image with ck's bundle and shape.
+func (e *Executor) restoreFrom(ctx context.Context, session string, ck *checkpoint, image string) (*dkernel, error) {
 	rt, err := e.runscRuntime(ctx)
 	if err != nil {
 		return nil, err
@@ -506,7 +516,7 @@ func (e *Executor) restoreKernel(ctx context.Context, session string, ck *checkp
 	err = rt.run(rctx, root, &[3]*os.File{inR, outW, logf}, "create", "-bundle", ck.dir, id)
 	created = time.Since(began)
 	if err == nil {
-		err = rt.run(rctx, root, nil, "restore", "-bundle", ck.dir, "-detach", "--image-path="+filepath.Join(ck.dir, "image"), id)
+		err = rt.run(rctx, root, nil, "restore", "-bundle", ck.dir, "-detach", "--image-path="+image, id)
 	}
 	inR.Close()
 	outW.Close()
@@ -518,8 +528,6 @@ func (e *Executor) restoreKernel(ctx context.Context, session string, ck *checkp
 		rb.delete(rt)
 		return nil, fmt.Errorf("docker: restore the kernel: %w", err)
 	}
-	// The image is spent: a later pause writes a new one.
-	_ = os.RemoveAll(filepath.Join(ck.dir, "image"))
 	b := &box{id: id, shape: ck.shape, exit: &exitWatch{done: make(chan struct{}), cancel: func() {}}}
 	b.release = func() {
 		inW.Close()
