@@ -3,9 +3,11 @@ package confirm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/policy"
 )
 
@@ -211,5 +213,33 @@ func TestProposalsPerSessionBounded(t *testing.T) {
 	}
 	if _, err := p.Propose(ctx, req); err != nil {
 		t.Fatalf("after a decision: %v", err)
+	}
+}
+
+// TestProposalReplayBudget: a replay past its budget stops between
+// batches, and the effect says it is partial and how many records it
+// covered.
+func TestProposalReplayBudget(t *testing.T) {
+	db := openTestDB(t)
+	ctx := context.Background()
+	for i := range 300 {
+		if err := db.Append(ctx, &audit.Record{Kind: "egress", Tenant: "t", SessionID: "s1", Action: "deny", Outcome: audit.OutcomeDenied,
+			Detail: map[string]string{"host": fmt.Sprintf("h%d.example.org", i), "port": "443", "scheme": "https", "rule": "default"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eng, err := policy.New(ctx, policy.Options{EvalTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := OpenProposals(ctx, ProposalOptions{Store: db, Audit: db, Policy: eng, Mode: "STRICT", Budget: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	pr, err := p.Propose(ctx, ProposalRequest{Tenant: "t", SessionID: "s1", Kind: ProposalEgressHost, Value: "h1.example.org",
+		Justification: "x"})
+	if err != nil || !pr.Effect.Truncated || pr.Effect.Replayed != replayBatch || pr.Effect.Distinct != 300 {
+		t.Fatalf("%+v %v", pr.Effect, err)
 	}
 }

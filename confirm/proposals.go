@@ -48,6 +48,7 @@ const (
 	MaxProposalFor          = 7 * 24 * time.Hour
 	DefaultReplayWindow     = 24 * time.Hour
 	DefaultReplayLimit      = 10000
+	DefaultReplayBudget     = 2 * time.Second
 	MaxJustificationBytes   = 2000
 	maxProposalChangesShown = 200
 	maxPendingPerSession    = 5
@@ -110,6 +111,9 @@ type Effect struct {
 	Distinct int   `json:"distinct"`
 	Drifted  int   `json:"drifted"`
 	ReplayMS int64 `json:"replay_ms"`
+	// Truncated: the replay stopped at its budget; Replayed counts the
+	// records it covered (the newest).
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 // Change is one recorded decision the candidate would decide otherwise.
@@ -145,6 +149,10 @@ type ProposalOptions struct {
 	// Refresh is how often the overlay is re-read from the database (a
 	// peer's decisions, expiries, policy reloads). Default 1 s.
 	Refresh time.Duration
+	// Budget bounds a proposal's replay (the agent's POST waits for it);
+	// past it the effect is partial and says so. Default
+	// DefaultReplayBudget.
+	Budget time.Duration
 }
 
 // Proposals is the book of proposals and the overlay they make.
@@ -174,6 +182,9 @@ func OpenProposals(ctx context.Context, opts ProposalOptions) (*Proposals, error
 	}
 	if opts.Refresh <= 0 {
 		opts.Refresh = time.Second
+	}
+	if opts.Budget <= 0 {
+		opts.Budget = DefaultReplayBudget
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -363,14 +374,18 @@ func (p *Proposals) replayEgress(ctx context.Context, rule map[string]any, recs 
 		}
 		which[i] = j
 	}
-	cand, err := p.opts.Policy.ReplayEgress(ctx, []map[string]any{rule}, ins)
+	cand, err := p.replayBudgeted(ctx, rule, ins, start)
 	if err != nil {
 		return Effect{}, err
 	}
 	now := map[int]policy.EgressDecision{}
-	eff := Effect{Since: since, Replayed: len(recs), Distinct: len(ins), Changed: []Change{}}
+	eff := Effect{Since: since, Distinct: len(ins), Changed: []Change{}, Truncated: len(cand) < len(ins)}
 	for i, rec := range recs {
 		j := which[i]
+		if j >= len(cand) {
+			continue // past the budget
+		}
+		eff.Replayed++
 		c := cand[j]
 		if c.Action == rec.Action {
 			continue
@@ -392,6 +407,30 @@ func (p *Proposals) replayEgress(ctx context.Context, rule map[string]any, recs 
 	}
 	eff.ReplayMS = time.Since(start).Milliseconds()
 	return eff, nil
+}
+
+// replayBatch is how many distinct inputs are decided between looks at
+// the replay's budget.
+const replayBatch = 250
+
+// replayBudgeted decides ins with the candidate in batches until the
+// budget (ProposalOptions.Budget from start) is spent: the agent's POST
+// answers in bounded time whatever the window holds, and the effect says
+// when it is partial (newest records first, so the most recent are in).
+func (p *Proposals) replayBudgeted(ctx context.Context, rule map[string]any, ins []policy.EgressInput, start time.Time) ([]policy.EgressDecision, error) {
+	out := make([]policy.EgressDecision, 0, len(ins))
+	for lo := 0; lo < len(ins); lo += replayBatch {
+		if lo > 0 && time.Since(start) > p.opts.Budget {
+			break
+		}
+		hi := min(lo+replayBatch, len(ins))
+		cand, err := p.opts.Policy.ReplayEgress(ctx, []map[string]any{rule}, ins[lo:hi])
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, cand...)
+	}
+	return out, nil
 }
 
 // patternEffect replays the tenant's recent runs held for approval: those
