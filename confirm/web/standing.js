@@ -65,7 +65,8 @@
     const eff = p.effect || {};
     const effect = el("div", "effect");
     effect.append(el("div", "effect-sum", "Replayed " + (eff.replayed || 0) + " recent decisions: " + (eff.changed_count || 0) +
-      " would change" + (eff.drifted ? " (" + eff.drifted + " already differ under the policy now)" : "") + "."));
+      " would change" + (eff.drifted ? " (" + eff.drifted + " already differ under the policy now)" : "") + "." +
+      (eff.truncated ? " Partial: the replay stopped at its time budget, newest records first." : "")));
     const ol = el("ol", "changes");
     for (const c of (eff.changed || []).slice(0, 20)) {
       const ci = el("li");
