@@ -14,7 +14,7 @@ SCHEMA_DIR := policy/schemas
 OPA        := $(GO) tool opa
 COVERAGE   := 90
 
-.PHONY: test deps npm-deps test-go test-go-postgres policy-check lint bench bench-gateway build images dockerd-start dockerd-stop gvisor
+.PHONY: test deps npm-deps test-go test-go-postgres policy-check lint bench bench-gateway build images dockerd-start dockerd-stop gvisor k8s-start k8s-stop
 
 # The runtime root filesystem `make images` exports (scripts/images.sh):
 # the subprocess executor's root in the tests, as in a gateway configured
@@ -41,21 +41,36 @@ export SANDGATE_ROOTFS_DIR
 ## report is .build/soak/reliability.md. The engine this run started is
 ## stopped afterwards whatever the tests did, and the first failure's
 ## exit status is kept. The recipe shell's pid is the engine
-## lease's holder (scripts/dockerd.sh).
+## lease's holder (scripts/dockerd.sh). The single-node Kubernetes cluster
+## (k8s-start) runs for the same holder; SANDGATE_REQUIRE_KUBERNETES=1
+## makes the executors/k8s tests fail rather than skip without it.
 test: deps
 	@holder=$$$$; rc=0; pgdir=$$(mktemp -d -u /tmp/sandgate-pg.XXXXXX); \
 	$(MAKE) --no-print-directory gvisor && \
 	$(MAKE) --no-print-directory dockerd-start DOCKERD_HOLDER=$$holder && \
 	$(MAKE) --no-print-directory images && \
+	$(MAKE) --no-print-directory k8s-start K8S_HOLDER=$$holder && \
 	$(MAKE) --no-print-directory policy-check && \
 	pgdsn=$$(./scripts/postgres.sh start $$pgdir) && \
 	SANDGATE_TEST_POSTGRES_DSN="$$pgdsn" SANDGATE_REQUIRE_POSTGRES=1 \
 	SANDGATE_REQUIRE_DOCKER=1 SANDGATE_REQUIRE_GVISOR=1 SANDGATE_REQUIRE_BROWSER=1 SANDGATE_REQUIRE_ROOT=1 SANDGATE_REQUIRE_NPM_CLIENTS=1 \
-	SANDGATE_REQUIRE_RUNTIME_ROOT=1 SANDGATE_RUNTIME_ROOT=$(SANDGATE_ROOTFS_DIR)/runtime \
+	SANDGATE_REQUIRE_RUNTIME_ROOT=1 SANDGATE_RUNTIME_ROOT=$(SANDGATE_ROOTFS_DIR)/runtime SANDGATE_REQUIRE_KUBERNETES=1 \
 		$(MAKE) --no-print-directory -j3 -Oline test-go test-go-postgres soak-faults-ci || rc=$$?; \
 	./scripts/postgres.sh stop $$pgdir || true; \
+	$(MAKE) --no-print-directory k8s-stop K8S_HOLDER=$$holder || true; \
 	$(MAKE) --no-print-directory dockerd-stop DOCKERD_HOLDER=$$holder || true; \
 	exit $$rc
+
+## k8s-start / k8s-stop: the single-node Kubernetes cluster the
+## executors/k8s tests run on (scripts/k8s.sh: loopback only, an isolated
+## pod bridge; stop restores the host). Its binaries are built once per
+## machine from the Go module proxy (scripts/k8s-build.sh, cached under
+## /var/lib/sandgate/k8s: 12-50 min cold on 2 cores, nothing after).
+k8s-start:
+	./scripts/k8s.sh start $(K8S_HOLDER)
+
+k8s-stop:
+	./scripts/k8s.sh stop $(K8S_HOLDER)
 
 ## dockerd-start / dockerd-stop: start dockerd when no engine answers, and
 ## stop it again only if scripts/dockerd.sh started it and no other holder
