@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/sandgate/sandgate/executors"
@@ -58,13 +59,24 @@ func (e *Executor) ForkSession(ctx context.Context, parent string, children []ex
 		return executors.Forked{}, err
 	}
 	defer removeSnapshot(dir)
-	var errs []error
-	for _, c := range children {
-		if err := e.forkChild(ctx, k.b.shape, dir, image, c); err != nil {
-			errs = append(errs, fmt.Errorf("child %s: %w", c.SessionID, err))
+	// The children are restored side by side from the one image.
+	errs := make([]error, len(children))
+	var wg sync.WaitGroup
+	for i, c := range children {
+		wg.Go(func() {
+			if err := e.forkChild(ctx, k.b.shape, dir, image, c); err != nil {
+				errs[i] = fmt.Errorf("child %s: %w", c.SessionID, err)
+			}
+		})
+	}
+	wg.Wait()
+	failed := 0
+	for _, err := range errs {
+		if err != nil {
+			failed++
 		}
 	}
-	return executors.Forked{Memory: len(errs) < len(children), Snapshot: name}, errors.Join(errs...)
+	return executors.Forked{Memory: failed < len(children), Snapshot: name}, errors.Join(errs...)
 }
 
 // checkpointRunning writes the kernel's bundle and a --leave-running
