@@ -400,3 +400,36 @@ func TestForkCopiesWorkspace(t *testing.T) {
 		t.Errorf("another tenant's: %d %s", r.status, r.raw)
 	}
 }
+
+// TestForkDropsSessionGrants: a session grant of the parent (an approval
+// remembered for that session) does not apply in its child: the child's
+// first HIGH run is held for a human again.
+func TestForkDropsSessionGrants(t *testing.T) {
+	e := newApprovalEnv(t, approvalOpts{timeout: 30 * time.Second, grants: true})
+	first := e.runAsync("gf", highRisk)
+	p := waitPendingAPI(t, e, 1)[0]
+	if r := e.do("POST", "/v1/approvals/"+p["id"].(string)+"/decision", approverTok,
+		map[string]any{"decision": "approve", "scope": "session", "for_s": 1800}); r.status != 200 {
+		t.Fatalf("decision: %d %s", r.status, r.raw)
+	}
+	if r := first.wait(t); r.status != 200 {
+		t.Fatalf("first run: %d %s", r.status, r.raw)
+	}
+	if r := e.runAsync("gf", highRisk).wait(t); r.status != 200 { // the grant applies in the parent
+		t.Fatalf("parent's second run: %d %s", r.status, r.raw)
+	}
+	f := e.do("POST", "/v1/sessions/gf/fork", agentTok, map[string]any{"count": 1})
+	if f.status != 201 {
+		t.Fatalf("fork: %d %s", f.status, f.raw)
+	}
+	child := obj(f.body["sessions"].([]any)[0])["id"].(string)
+	call := e.runAsync(child, highRisk)
+	held := waitPendingAPI(t, e, 1)[0]
+	if held["session_id"] != child {
+		t.Fatalf("held %v, want the child %s", held["session_id"], child)
+	}
+	e.do("POST", "/v1/approvals/"+held["id"].(string)+"/decision", approverTok, map[string]any{"decision": "deny"})
+	if r := call.wait(t); r.status != 403 {
+		t.Fatalf("child's run after a deny: %d %s", r.status, r.raw)
+	}
+}
