@@ -67,6 +67,14 @@ func TestPoolCrashLeavesNothing(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { // what a failure before the restart's reap leaves
+		_ = cmd.Process.Kill()
+		if ids := instanceContainers(t, instance); len(ids) > 0 {
+			_ = exec.Command("docker", append([]string{"rm", "-f"}, ids...)...).Run()
+		}
+		reapSlots(filepath.Join(dir, "docker-"+instance), "")
+		_ = os.Remove(filepath.Join(dir, "docker-"+instance))
+	})
 	ready := make(chan bool, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
