@@ -315,6 +315,7 @@ func (p *sandboxPool) fillLoop() {
 		closed := p.closed
 		p.mu.Unlock()
 		if closed {
+			_ = os.Remove(p.root) // when empty: no claimed run still holds a slot
 			return
 		}
 		if pair {
