@@ -66,6 +66,23 @@ func (e *Executor) snapshotBase() string {
 	return filepath.Join(os.TempDir(), "sandgate-snapshots", string(e.cfg.Kind)+"-"+e.cfg.Instance)
 }
 
+// restoredRoot is runsc's state root for every restored sandbox of this
+// host: one root, since runsc bind-mounts a network namespace file into
+// each root it uses and leaves it there.
+func restoredRoot() string { return filepath.Join(os.TempDir(), "sandgate-snapshots", "state") }
+
+// restoredPrefix starts the ids of this instance's restored sandboxes,
+// so that a restarted executor reaps its own and no other instance's.
+func (e *Executor) restoredPrefix() string {
+	inst := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			return r
+		}
+		return '_'
+	}, e.cfg.Instance)
+	return "sg-" + inst + "--"
+}
+
 // checkpoint is one paused session's kernel image.
 type checkpoint struct {
 	dir   string // bundle (config.json, copied files) and image/
@@ -298,7 +315,7 @@ func (e *Executor) reapRestored(ctx context.Context) {
 	done := ckState.reaped[e]
 	ckState.reaped[e] = true
 	ckState.mu.Unlock()
-	root := filepath.Join(e.snapshotBase(), "state")
+	root := restoredRoot()
 	if done || !e.cfg.OwnKernel {
 		return
 	}
@@ -314,7 +331,7 @@ func (e *Executor) reapRestored(ctx context.Context) {
 		return
 	}
 	for _, id := range strings.Fields(string(out)) {
-		if strings.HasPrefix(id, "sg-") {
+		if strings.HasPrefix(id, e.restoredPrefix()) {
 			e.log.Warn("deleting a restored kernel sandbox an earlier process left", "sandbox", id)
 			(&restoredBox{root: root, id: id}).delete(rt)
 		}
@@ -484,11 +501,11 @@ func (e *Executor) restoreFrom(ctx context.Context, session string, ck *checkpoi
 	if err != nil {
 		return nil, err
 	}
-	root := filepath.Join(e.snapshotBase(), "state")
+	root := restoredRoot()
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, err
 	}
-	id := "sg-" + randomID()
+	id := e.restoredPrefix() + randomID()
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return nil, err
