@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -120,6 +121,8 @@ func newSandboxPool(e *Executor) *sandboxPool {
 		p.off = "disabled by configuration"
 	case os.Geteuid() != 0:
 		p.off = "the gateway is not root: a claim mounts the workspace into a pooled sandbox"
+	case !localEngine(e.cfg.Host):
+		p.off = "the engine is not on this host's Unix socket: a claim's mount would not reach its containers"
 	}
 	if p.off != "" {
 		return p
@@ -131,6 +134,18 @@ func newSandboxPool(e *Executor) *sandboxPool {
 	}
 	e.goBackground(p.fillLoop)
 	return p
+}
+
+// localEngine reports whether the engine is reached over a Unix socket
+// (host, else DOCKER_HOST, else the default socket): only then can it be
+// on this host, where a claim mounts. An engine in another mount
+// namespace behind a local socket is caught by each claim instead (the
+// boot step refuses a workspace that is still the empty slot).
+func localEngine(host string) bool {
+	if host == "" {
+		host = os.Getenv("DOCKER_HOST")
+	}
+	return host == "" || strings.HasPrefix(host, "unix://")
 }
 
 // poolKeyOf is sh without what a claim brings (workspace and identity).

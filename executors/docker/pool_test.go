@@ -193,3 +193,32 @@ func TestPoolWantFollowsDemand(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolRefusesUnmountedWorkspace: a pooled sandbox whose claim's
+// mount did not reach it (an engine in another mount namespace) refuses
+// to run the program instead of running it in the empty slot.
+func TestPoolRefusesUnmountedWorkspace(t *testing.T) {
+	needRoot(t)
+	e := newTestExecutor(t, withPool(t, 1, 1))
+	readyPool(t, e, 1)
+	p := e.pool
+	var b *box
+	p.mu.Lock()
+	for _, k := range p.keys {
+		if len(k.idle) > 0 && b == nil {
+			b, k.idle = k.idle[0], k.idle[1:]
+			p.total--
+		}
+	}
+	p.mu.Unlock()
+	s := spec(t, executors.LangBash, "echo ran")
+	if _, err := fmt.Fprintf(b.conn.Conn, "61000 61000\n"); err != nil { // the identity, without the mount
+		t.Fatal(err)
+	}
+	res, err := e.run(t.Context(), b, runInput{lang: s.Language, code: s.Code, timeout: 30 * time.Second,
+		limits: DefaultLimits, dir: s.WorkspaceDir, requestID: s.RequestID, log: e.log})
+	e.discard(b)
+	if err != nil || res.ExitCode != 125 || strings.Contains(res.Stdout, "ran") || !strings.Contains(res.Stderr, "did not reach") {
+		t.Fatalf("want exit 125 with the reason and no run: %+v %v", res, err)
+	}
+}

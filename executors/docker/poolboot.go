@@ -16,7 +16,9 @@ import (
 // the gateway writes after it has mounted the workspace on the slot. Both
 // must be decimal and neither 0. Under gVisor it then binds the slot's
 // workspace (mounted in the sandbox at poolSlotMount) onto each target
-// ($4...). Then setpriv sets the identity, drops every supplementary
+// ($4...). A /workspace that still holds the slot's marker (the mount
+// never reached the container: an engine in another mount namespace) is
+// refused with exit 125 and the reason, never run in. Then setpriv sets the identity, drops every supplementary
 // group, clears the inheritable, ambient and bounding capability sets
 // (the permitted and effective ones go with the uid change) and execs
 // the run's boot script ($3), which enters the working directory anew
@@ -28,6 +30,7 @@ case "$g" in ''|0|*[!0-9]*) exit 125 ;; esac
 m=$1 x=$2 s=$3
 shift 3
 for t in "$@"; do mount --bind /run/sandgate/slot/ws "$t" || exit 125; done
+if [ -e /workspace/.sandgate-unclaimed ]; then echo "sandgate: the workspace did not reach the pooled sandbox" >&2; exit 125; fi
 exec setpriv --reuid="$u" --regid="$g" --clear-groups --inh-caps=-all --bounding-set=-all -- /bin/sh -c "$s" sandgate-boot "$m" "$x"`
 
 // poolSlotMount is where a sandbox with its own kernel sees its slot.

@@ -54,13 +54,23 @@ func preparePoolRoot(dir, root string) error {
 // slotWorkspace is the directory of slot that the workspace is mounted on.
 func slotWorkspace(slot string) string { return filepath.Join(slot, "ws") }
 
-// makeSlot makes a slot and its empty ws directory.
+// slotMarker is a file in an unclaimed slot's ws directory: a pooled
+// sandbox that still sees it after its claim did not get the workspace
+// (the mount did not reach it), and refuses to run (poolBootPrefix).
+const slotMarker = ".sandgate-unclaimed"
+
+// makeSlot makes a slot and its ws directory, empty but for the marker.
 func makeSlot(slot string) error {
 	if err := os.Mkdir(slot, 0o711); err != nil {
 		return err
 	}
-	if err := os.Mkdir(slotWorkspace(slot), 0o755); err != nil {
+	ws := slotWorkspace(slot)
+	if err := os.Mkdir(ws, 0o755); err != nil {
 		_ = unix.Rmdir(slot)
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(ws, slotMarker), nil, 0o444); err != nil {
+		removeSlot(slot)
 		return err
 	}
 	return nil
@@ -81,20 +91,30 @@ func mountWorkspace(dir, target string) error {
 	return nil
 }
 
-// unmountAll detaches every mount stacked on path.
-func unmountAll(path string) {
+// unmountAll detaches every mount stacked on path. It reports whether
+// nothing is mounted there any more (the kernel says EINVAL: not a mount
+// point), so that what follows touches the slot, not a workspace.
+func unmountAll(path string) bool {
 	for range 16 {
 		if err := unix.Unmount(path, unix.MNT_DETACH); err != nil {
-			return
+			return errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT)
 		}
 	}
+	return false
 }
 
-// removeSlot unmounts slot's workspace and removes the (then empty)
-// directories. A failure leaves them for the next start's reap.
+// removeSlot unmounts slot's workspace and removes the (then empty but
+// for the marker) directories. A failure leaves them for the next
+// start's reap. The marker is removed by name, after the unmount: never
+// anything of the workspace.
 func removeSlot(slot string) {
 	ws := slotWorkspace(slot)
-	unmountAll(ws)
+	if !unmountAll(ws) {
+		return
+	}
+	if err := unix.Unlinkat(unix.AT_FDCWD, filepath.Join(ws, slotMarker), 0); err != nil && !errors.Is(err, unix.ENOENT) {
+		return
+	}
 	if err := unix.Rmdir(ws); err != nil && !errors.Is(err, unix.ENOENT) {
 		return
 	}
