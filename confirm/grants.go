@@ -180,6 +180,51 @@ func (g *Grants) Revoke(ctx context.Context, who Approver, id, reason string) (G
 	return gr, nil
 }
 
+// sessionEnded is who revokes what a deleted or expired session held.
+const sessionEnded = "system:session-ended"
+
+// revokeFrom revokes the live grants of tenant's session that approval
+// (or accepted proposal) id gave.
+func (g *Grants) revokeFrom(ctx context.Context, tenant, sessionID, id, by string) error {
+	live, err := g.store.list(ctx, GrantQuery{Tenant: tenant, SessionID: sessionID, Live: true, Now: time.Now()}, nil)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, gr := range live {
+		if gr.ApprovalID == id {
+			errs = append(errs, g.revokeNow(ctx, gr, by, "its proposal was revoked"))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// EndSession revokes the live grants scoped to a session that was deleted
+// or expired, so a later session of the same name starts without them.
+func (g *Grants) EndSession(ctx context.Context, tenant, sessionID string) error {
+	live, err := g.store.list(ctx, GrantQuery{Tenant: tenant, SessionID: sessionID, Live: true, Now: time.Now()}, nil)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, gr := range live {
+		if gr.Scope == "session" && gr.SessionID == sessionID {
+			errs = append(errs, g.revokeNow(ctx, gr, sessionEnded, "the session ended"))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (g *Grants) revokeNow(ctx context.Context, gr Grant, by, reason string) error {
+	if err := g.store.revoke(ctx, gr.ID, by, time.Now()); errors.Is(err, errNotPending) {
+		return nil // revoked meanwhile
+	} else if err != nil {
+		return fmt.Errorf("confirm: revoke grant: %w", err)
+	}
+	g.audit(ctx, AuditGrantRevoked, gr, by, map[string]string{"reason": reason})
+	return nil
+}
+
 // scope checks an approval's scope and for_s: "once" (or nothing), an
 // egress "session", or for a run, with grants enabled, "session" or
 // "pattern" with a duration in bounds.

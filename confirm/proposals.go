@@ -161,11 +161,12 @@ type Proposals struct {
 	store proposalStore
 	log   *slog.Logger
 
-	mu      sync.Mutex // serialises overlay writes
-	applied string     // the live overlay's ids and the engine's reload count
-	stop    chan struct{}
-	done    chan struct{}
-	close   sync.Once
+	mu        sync.Mutex // serialises overlay writes
+	applied   string     // the live overlay's ids and the engine's reload count
+	onOverlay func(context.Context)
+	stop      chan struct{}
+	done      chan struct{}
+	close     sync.Once
 }
 
 // OpenProposals creates or migrates the proposals table, puts the live
@@ -248,8 +249,21 @@ func (p *Proposals) apply(ctx context.Context, force bool) error {
 	if err := p.opts.Policy.SetEgressOverlay(ctx, rules); err != nil && !errors.Is(err, policy.ErrNoEgressData) {
 		return err
 	}
+	changed := p.applied != "" && key != p.applied
 	p.applied = key
+	if changed && p.onOverlay != nil {
+		p.onOverlay(ctx)
+	}
 	return nil
+}
+
+// OnOverlay sets f to be called after the overlay in force changed (a
+// proposal accepted, revoked, ended with its session, or expired), so
+// that the egress proxy closes the tunnels it no longer allows.
+func (p *Proposals) OnOverlay(f func(context.Context)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.onOverlay = f
 }
 
 // ProposalRequest is what an agent sends.
@@ -326,8 +340,11 @@ func egressOverlay(pr Proposal) (map[string]any, error) {
 	if len(host) > 253 || !hostRE.MatchString(host) {
 		return nil, ErrProposalValue
 	}
+	// connection_only: the rule lets the session's connections to the
+	// host through, and on a host with HTTP rules its requests stay
+	// decided by those (the replay shows the approver connections only).
 	rule := map[string]any{"name": "proposal:" + pr.ID, "action": "allow", "hosts": []any{host},
-		"sessions": []any{pr.Tenant + "/" + pr.SessionID}}
+		"sessions": []any{pr.Tenant + "/" + pr.SessionID}, "connection_only": true}
 	if port != 0 {
 		rule["ports"] = []any{port}
 	}
@@ -515,6 +532,11 @@ func (p *Proposals) Decide(ctx context.Context, who Approver, id string, d Propo
 		if forS < time.Minute || forS > MaxProposalFor {
 			return Proposal{}, ErrProposalFor
 		}
+		// A pattern proposal becomes a session grant, bounded as every
+		// session grant is.
+		if pr.Kind == ProposalPattern && p.opts.Grants != nil {
+			forS = min(forS, p.opts.Grants.opts.MaxSession)
+		}
 		pr.Status, pr.ExpiresAt = ProposalAccepted, now.Add(forS)
 	case "reject":
 		pr.Status = ProposalRejected
@@ -563,11 +585,43 @@ func (p *Proposals) Revoke(ctx context.Context, who Approver, id, reason string)
 	} else if err != nil {
 		return Proposal{}, err
 	}
-	if err := p.apply(ctx, true); err != nil {
+	if err := p.end(ctx, pr, who.Name); err != nil {
 		return Proposal{}, err
 	}
 	p.audit(ctx, AuditProposalRevoked, pr, who.Name, map[string]string{"reason": truncate(reason, 200)})
 	return pr, nil
+}
+
+// end takes a revoked proposal out of force: its egress rule from the
+// overlay, or the grant an accepted pattern proposal became.
+func (p *Proposals) end(ctx context.Context, pr Proposal, by string) error {
+	if pr.Kind == ProposalPattern && p.opts.Grants != nil {
+		return p.opts.Grants.revokeFrom(ctx, pr.Tenant, pr.SessionID, pr.ID, by)
+	}
+	return p.apply(ctx, true)
+}
+
+// EndSession revokes the accepted proposals of a session that was
+// deleted or expired: a later session of the same name starts without
+// them (audited as proposal.revoked by "system:session-ended").
+func (p *Proposals) EndSession(ctx context.Context, tenant, sessionID string) error {
+	accepted, err := p.store.list(ctx, ProposalQuery{Status: ProposalAccepted, Tenant: tenant, SessionID: sessionID}, nil)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, pr := range accepted {
+		pr.Status, pr.DecidedBy, pr.DecidedAt, pr.Reason = ProposalRevoked, sessionEnded, time.Now(), "the session ended"
+		if err := p.store.decide(ctx, pr, ProposalAccepted); errors.Is(err, errNotPending) {
+			continue // revoked meanwhile
+		} else if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		errs = append(errs, p.end(ctx, pr, sessionEnded))
+		p.audit(ctx, AuditProposalRevoked, pr, sessionEnded, map[string]string{"reason": pr.Reason})
+	}
+	return errors.Join(errs...)
 }
 
 func (p *Proposals) audit(ctx context.Context, kind string, pr Proposal, by string, detail map[string]string) {

@@ -131,9 +131,11 @@ func textOnlyClient(userAgent string) bool {
 }
 
 // withProposal names the session's proposal endpoint in a policy
-// refusal, when the gateway has one.
+// refusal of a connection, when the gateway has one. A refused request on
+// an inspected host gets none: an egress_host proposal opens connections
+// only, so it would not let that request through.
 func (h *Handle) withProposal(r refusal) refusal {
-	if h.s.cfg.ProposalEndpoint != "" && r.status == http.StatusForbidden && r.host != "" {
+	if h.s.cfg.ProposalEndpoint != "" && r.status == http.StatusForbidden && r.host != "" && r.path == "" {
 		r.proposal = strings.ReplaceAll(h.s.cfg.ProposalEndpoint, "{session}", url.PathEscape(h.b.SessionID))
 	}
 	return r

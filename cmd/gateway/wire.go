@@ -489,8 +489,25 @@ func (gw *gateway) egressProxy(confirmer confirm.Service, reg prometheus.Registe
 		return fmt.Errorf("egress: %w", err)
 	}
 	gw.policy.OnReload(func(string) { svc.Reloaded(context.Background()) })
+	if gw.hub != nil && gw.hub.Proposals() != nil {
+		// A revoked or expired proposal's tunnels close like a reload's.
+		gw.hub.Proposals().OnOverlay(svc.Reloaded)
+	}
 	gw.egress = svc
 	return nil
+}
+
+// endSessionApprovals revokes what session key held in the approval hub.
+func (gw *gateway) endSessionApprovals(ctx context.Context, key string) error {
+	tenant, id := workspace.SplitKey(key)
+	var errs []error
+	if g := gw.hub.Grants(); g != nil {
+		errs = append(errs, g.EndSession(ctx, tenant, id))
+	}
+	if p := gw.hub.Proposals(); p != nil {
+		errs = append(errs, p.EndSession(ctx, tenant, id))
+	}
+	return errors.Join(errs...)
 }
 
 // resources are the per-session state DELETE /v1/sessions/{id} releases and
@@ -513,6 +530,12 @@ func (gw *gateway) resources() []manager.SessionResource {
 			gw.egress.ForgetSession(key)
 			return nil
 		}})
+	}
+	if gw.hub != nil {
+		// A deleted or expired session's grants and accepted proposals go
+		// with it: a later session of the same name starts with none. A
+		// shutdown keeps them (Durable), as it keeps the session.
+		out = append(out, manager.SessionResource{Name: "grants", Durable: true, Release: gw.endSessionApprovals})
 	}
 	if gw.aio != nil {
 		out = append(out, manager.SessionResource{Name: "aio", Describe: func(id string) (any, bool) {

@@ -156,9 +156,13 @@ query_matches(rule) if {
 # here: on a request that it matches, its own; on a connection, a plain
 # rule's own, and an HTTP rule's allow or require_approval lets the
 # connection through (its requests are decided one by one). Undefined
-# otherwise: an HTTP deny rule waits for the requests.
+# otherwise: an HTTP deny rule waits for the requests. A rule with
+# "connection_only": true (an accepted proposal's overlay) decides
+# connections only: on an inspected host the requests stay with its HTTP
+# rules, which the proposal did not show the approver.
 effective(rule) := rule.action if {
 	input.http
+	not rule.connection_only
 	request_matches(rule)
 }
 

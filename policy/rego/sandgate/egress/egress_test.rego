@@ -185,3 +185,23 @@ test_inspect_true_inspects_a_plain_rule if {
 	r.rule == "watched"
 	not r.inspect
 }
+
+# An accepted proposal's overlay (connection_only) lets the connection
+# through and leaves the requests on an inspected host to its HTTP rules:
+# it cannot widen a read-only host to writes.
+test_a_connection_only_rule_decides_no_request if {
+	rules := [
+		{"name": "ro", "action": "allow", "hosts": ["api.example"], "request_preset": "http-readonly"},
+		{"name": "proposal:p1", "action": "allow", "hosts": ["api.example"], "sessions": ["team-a/s-1"], "connection_only": true},
+	]
+	c := egress.decision with input as conn("STRICT", "api.example", 443, public) with data.sandgate.config.egress.rules as rules
+	c.action == "allow"
+	c.inspect == true
+	post := egress.decision with input as req("api.example", "POST", "/v1/items", "") with data.sandgate.config.egress.rules as rules
+	post.action == "deny"
+	post.rule == "ro"
+	plain := [{"name": "proposal:p1", "action": "allow", "hosts": ["other.example"], "sessions": ["team-a/s-1"], "connection_only": true}]
+	o := egress.decision with input as conn("STRICT", "other.example", 443, public) with data.sandgate.config.egress.rules as plain
+	o.action == "allow"
+	o.inspect == false
+}
