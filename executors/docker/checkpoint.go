@@ -261,6 +261,7 @@ func (e *Executor) DropPaused(_ context.Context, session string) {
 	// Checkpoints an earlier process wrote too; the session's kernels
 	// were released before.
 	_ = os.RemoveAll(filepath.Join(e.snapshotBase(), dirName(session)))
+	_ = os.Remove(e.snapshotBase())
 }
 
 // shapeRecord is a checkpoint's shape on disk (shape.json), so that an
@@ -572,11 +573,12 @@ func (rb *restoredBox) delete(rt runsc) {
 	}
 }
 
-// removeSnapshot deletes a checkpoint's directory and its session's
-// directory once that is empty.
+// removeSnapshot deletes a checkpoint's directory, and its session's
+// and its instance's directories once they are empty.
 func removeSnapshot(dir string) {
 	_ = os.RemoveAll(dir)
 	_ = os.Remove(filepath.Dir(dir))
+	_ = os.Remove(filepath.Dir(filepath.Dir(dir)))
 }
 
 // RestoredSandboxes is how many kernels this executor restored outside
