@@ -68,6 +68,10 @@ func (p *sandboxPool) adjust(slot string, key shape) func(*client.ContainerCreat
 		}
 		o.HostConfig.CapAdd = caps
 		o.Config.User = "0:0"
+		// The runtime would make a workdir under the layout's root inside
+		// the empty slot, which then could not be removed (rmdir) after the
+		// run; the prefix enters the workdir once the claim mounted it.
+		o.Config.WorkingDir = "/"
 		o.Config.Entrypoint = []string{"/bin/sh", "-c", poolBootPrefix, bootArg0}
 		o.Config.Cmd = args
 	}
