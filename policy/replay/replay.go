@@ -13,7 +13,6 @@ import (
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/policy"
-	"github.com/sandgate/sandgate/risk"
 )
 
 // Kinds of the records replayed.
@@ -69,7 +68,9 @@ func ExecInput(rec audit.Record, mode string, defaultTimeoutS int) policy.Input 
 		Mode: mode,
 		Request: policy.Request{Kind: rec.Kind, SessionID: rec.SessionID, Language: rec.Language, CodeBytes: rec.CodeBytes,
 			CodeSHA256: rec.CodeSHA256, TimeoutS: defaultTimeoutS, Stateful: rec.Detail["stateful"] == "true"},
-		Risk:      policy.Risk{Level: rec.RiskLevel, ProvenSafe: rec.RiskLevel == risk.SAFE.String()},
+		// A record says SAFE only for a run that had the allowlist's
+		// proof (the policy treats a SAFE without it as LOW).
+		Risk:      policy.Risk{Level: rec.RiskLevel, ProvenSafe: rec.RiskLevel == "SAFE"},
 		Principal: policy.Principal{Role: role, Name: name, Tenant: rec.Tenant},
 	}
 	for _, id := range slices.Compact(slices.Clone(rec.RiskPatterns)) {
