@@ -577,6 +577,10 @@ func startSoakGateway(ctx context.Context, env *soakEnv, o faultOpts) (*faultKit
 		return nil, err
 	}
 	conf := filepath.Join(dir, "gateway.yaml")
+	// The pools of pre-started sandboxes are off: the container_kill
+	// fault finds a run's container by its sandgate.session label, which
+	// a claimed pooled container (labelled at creation, before any
+	// session) does not carry.
 	yaml := fmt.Sprintf(`policy:
   dir: %s
 browser:
@@ -590,9 +594,11 @@ executors:
   docker:
     enabled: true
     instance: sgsoak
+    pool: {max: -1}
   gvisor:
     enabled: true
     instance: sgsoakgv
+    pool: {max: -1}
   aio:
     enabled: true
     state_dir: %s

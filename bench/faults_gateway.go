@@ -123,6 +123,9 @@ type answer struct {
 	Err       error
 	// Retries counts the attempts that found no gateway listening.
 	Retries int
+	// CutBeforeOutput: a streamed run whose stream ended (the gateway
+	// gone) before any output or its exit: its run may never have started.
+	CutBeforeOutput bool
 	// Then are the requests the operation made after this one (the
 	// delete of a large output's spill): each is recorded as a request
 	// of its own, with its own answer and the fault in force while it
@@ -264,6 +267,7 @@ func (g *soakGateway) stream(ctx context.Context, path string, body []byte, cutA
 	if err := sc.Err(); err != nil {
 		a.Err = err
 	}
+	a.CutBeforeOutput = outputs == 0 && last != "exit" && last != "error"
 	return a, last
 }
 

@@ -45,6 +45,8 @@ type opRecord struct {
 	Retries   int       `json:"retries,omitempty"`
 	// Streamed marks a streamed run (its answer started with 200).
 	Streamed bool `json:"streamed,omitempty"`
+	// CutBeforeOutput is answer.CutBeforeOutput.
+	CutBeforeOutput bool `json:"cut_before_output,omitempty"`
 }
 
 // recorder keeps every request and the fault in force while it ran.
@@ -128,7 +130,7 @@ func thenDur(a answer) time.Duration {
 // anything else that failed is an error.
 func newOpRecord(op, session string, t0 time.Time, dur time.Duration, fault string, a answer, streamed bool) opRecord {
 	r := opRecord{Op: op, Session: session, Start: t0, DurMS: ms64(dur), Status: a.Status, Code: a.Code,
-		RequestID: a.RequestID, Retries: a.Retries, Streamed: streamed, Fault: fault}
+		RequestID: a.RequestID, Retries: a.Retries, Streamed: streamed, Fault: fault, CutBeforeOutput: a.CutBeforeOutput}
 	if a.Err != nil {
 		if a.Status/100 == 2 && a.RequestID != "" && !isTransport(a.Err) {
 			r.Bad = a.Err.Error()
