@@ -308,7 +308,7 @@ func (gw *gateway) executors(ctx context.Context, ws *workspace.Workspaces) (_ [
 		out = append(out, e)
 	}
 	if d := gw.cfg.Executors.Docker; d.Enabled {
-		e, err := docker.New(ctx, dockerConfig(d, gw.log))
+		e, err := docker.New(ctx, gw.withSnapshots(dockerConfig(d, gw.log)))
 		if err != nil {
 			return nil, fmt.Errorf("docker executor: %w", err)
 		}
@@ -318,7 +318,7 @@ func (gw *gateway) executors(ctx context.Context, ws *workspace.Workspaces) (_ [
 		out = append(out, e)
 	}
 	if g := gw.cfg.Executors.GVisor; g.Enabled {
-		e, err := gvisor.New(ctx, dockerConfig(g, gw.log))
+		e, err := gvisor.New(ctx, gw.withSnapshots(dockerConfig(g, gw.log)))
 		if err != nil {
 			return nil, fmt.Errorf("gvisor executor: %w", err)
 		}
@@ -403,6 +403,14 @@ func dockerConfig(d DockerConfig, log *slog.Logger) docker.Config {
 		WarmMax: d.WarmMax, WarmPerSession: d.WarmPerSession, WarmIdle: d.WarmIdle,
 		Limits: executors.Limits{MemoryMB: d.MemoryMB, MaxProcs: d.MaxProcs}, Pool: d.Pool,
 	}
+}
+
+// withSnapshots keeps a container executor's checkpoints of paused
+// sessions in the data directory, which survives a restart as the
+// sessions' records do.
+func (gw *gateway) withSnapshots(c docker.Config) docker.Config {
+	c.SnapshotDir = filepath.Join(gw.cfg.DataDir, "snapshots")
+	return c
 }
 
 // aioPool starts the AIO pool. A pool that cannot start (no root for its

@@ -63,7 +63,7 @@ var engineRunscRoots = []string{"/var/run/docker/runtime-runc/moby", "/run/docke
 // live, per executor kind and instance: an executor started again with
 // the same instance (a gateway restart) finds its checkpoints there.
 func (e *Executor) snapshotBase() string {
-	return filepath.Join(os.TempDir(), "sandgate-snapshots", string(e.cfg.Kind)+"-"+e.cfg.Instance)
+	return filepath.Join(e.cfg.SnapshotDir, string(e.cfg.Kind)+"-"+e.cfg.Instance)
 }
 
 // restoredRoot is runsc's state root for every restored sandbox of this

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
@@ -166,6 +167,14 @@ type Config struct {
 	// executors.EgressDir). It must be on the engine's host. Default
 	// os.TempDir().
 	EgressDir string
+	// SnapshotDir is where paused sessions' checkpoint images are kept
+	// (checkpoint.go), under a directory per kind and instance, so that
+	// an executor started again with the same instance finds them. It
+	// must outlive the process: the gateway puts it in its data
+	// directory, since a temporary directory is private to a service
+	// unit (systemd's PrivateTmp) and emptied at boot. Default
+	// os.TempDir()/sandgate-snapshots.
+	SnapshotDir string
 	// Kind is the executor's name: what Kind returns, what the policy
 	// routes to, and the sandgate.executor label, which scopes the orphan
 	// reaper, so executors of different kinds sharing an engine and an
@@ -210,6 +219,7 @@ func (c Config) withDefaults() Config {
 	c.PingTimeout = orDuration(c.PingTimeout, DefaultPingTimeout)
 	c.KillGrace = orDuration(c.KillGrace, DefaultKillGrace)
 	c.EgressDir = orString(c.EgressDir, os.TempDir())
+	c.SnapshotDir = orString(c.SnapshotDir, filepath.Join(os.TempDir(), "sandgate-snapshots"))
 	c.Pool = c.Pool.withDefaults(c.OwnKernel)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
