@@ -201,18 +201,42 @@ func (e *Executor) ownSecret(ctx context.Context, sec *corev1.Secret, pod *corev
 }
 
 // connect opens the tunnel and waits for sandboxd to answer through it.
+// client-go ends a port-forward when the pod refuses one of its
+// connections, which a probe sent before sandboxd listens is: a tunnel
+// that ends while sandboxd is not ready yet is opened again, until ctx
+// ends (CI 12: one probe too early, then 90 s of a dead local port).
 func (sb *sandbox) connect(ctx context.Context) (*aio.Client, error) {
-	t, err := sb.e.openTunnel(ctx, sb.name)
-	if err != nil {
-		return nil, err
-	}
-	c := aio.NewHTTPClient(t.url(), sb.key)
-	if err := aio.WaitReady(ctx, c); err != nil {
+	for {
+		t, err := sb.e.openTunnel(ctx, sb.name)
+		if err != nil {
+			return nil, err
+		}
+		c := aio.NewHTTPClient(t.url(), sb.key)
+		wctx, cancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-t.done:
+				cancel()
+			case <-wctx.Done():
+			}
+		}()
+		err = aio.WaitReady(wctx, c)
+		cancel()
+		if err == nil {
+			sb.tun = t
+			return c, nil
+		}
+		died := t.dead()
 		t.close()
-		return nil, err
+		if !died || ctx.Err() != nil {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
-	sb.tun = t
-	return c, nil
 }
 
 // run runs spec in the pod: the host workspace in, the run, the pod's
