@@ -210,7 +210,7 @@ func daytonaChecks(g *gatewayProc) []daytonaCheck {
 			switch {
 			case err != nil:
 				return err
-			case r.ExitCode != 0 || r.Result != "Hello World from exec!\n/workspace\nto-stderr\n" || r.Stdout != r.Result:
+			case r.ExitCode != 0 || !combinedOutput(r.Result, "Hello World from exec!\n/workspace\n", "to-stderr\n") || r.Stdout != r.Result:
 				return fmt.Errorf("want the command's output, stderr included")
 			case r.InDir != "/workspace/sub\nhi from env\n":
 				return fmt.Errorf("want the command run in cwd sub with env GREETING")
@@ -390,4 +390,35 @@ func checkDaytonaAudit(ctx context.Context, t *testing.T, g *gatewayProc, admin 
 			t.Errorf("%d %s records, want at least %d (all: %v)", got[k], k, n, got)
 		}
 	}
+}
+
+// combinedOutput reports whether got is stdout and stderr merged as a
+// combined stream has them: each stream's text in its own order, the two
+// in any interleaving by line (they come through two pipes, so which of
+// two lines written close together was read first is not fixed).
+func combinedOutput(got, stdout, stderr string) bool {
+	var outs, errs []string
+	want := map[string]int{}
+	for _, l := range strings.SplitAfter(stdout, "\n") {
+		if l != "" {
+			want[l]++
+		}
+	}
+	for _, l := range strings.SplitAfter(stderr, "\n") {
+		if l != "" {
+			want[l]--
+		}
+	}
+	for _, l := range strings.SplitAfter(got, "\n") {
+		switch {
+		case l == "":
+		case want[l] > 0:
+			outs = append(outs, l)
+		case want[l] < 0:
+			errs = append(errs, l)
+		default:
+			return false
+		}
+	}
+	return strings.Join(outs, "") == stdout && strings.Join(errs, "") == stderr
 }
