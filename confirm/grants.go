@@ -186,30 +186,28 @@ const sessionEnded = "system:session-ended"
 // revokeFrom revokes the live grants of tenant's session that approval
 // (or accepted proposal) id gave.
 func (g *Grants) revokeFrom(ctx context.Context, tenant, sessionID, id, by string) error {
-	live, err := g.store.list(ctx, GrantQuery{Tenant: tenant, SessionID: sessionID, Live: true, Now: time.Now()}, nil)
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, gr := range live {
-		if gr.ApprovalID == id {
-			errs = append(errs, g.revokeNow(ctx, gr, by, "its proposal was revoked"))
-		}
-	}
-	return errors.Join(errs...)
+	return g.revokeWhere(ctx, tenant, sessionID, by, "its proposal was revoked", func(gr Grant) bool { return gr.ApprovalID == id })
 }
 
 // EndSession revokes the live grants scoped to a session that was deleted
 // or expired, so a later session of the same name starts without them.
 func (g *Grants) EndSession(ctx context.Context, tenant, sessionID string) error {
+	return g.revokeWhere(ctx, tenant, sessionID, sessionEnded, "the session ended", func(gr Grant) bool {
+		return gr.Scope == "session" && gr.SessionID == sessionID
+	})
+}
+
+// revokeWhere revokes the live grants that cover tenant's session and
+// that match.
+func (g *Grants) revokeWhere(ctx context.Context, tenant, sessionID, by, reason string, match func(Grant) bool) error {
 	live, err := g.store.list(ctx, GrantQuery{Tenant: tenant, SessionID: sessionID, Live: true, Now: time.Now()}, nil)
 	if err != nil {
 		return err
 	}
 	var errs []error
 	for _, gr := range live {
-		if gr.Scope == "session" && gr.SessionID == sessionID {
-			errs = append(errs, g.revokeNow(ctx, gr, sessionEnded, "the session ended"))
+		if match(gr) {
+			errs = append(errs, g.revokeNow(ctx, gr, by, reason))
 		}
 	}
 	return errors.Join(errs...)

@@ -579,16 +579,24 @@ func (p *Proposals) Revoke(ctx context.Context, who Approver, id, reason string)
 	if err != nil {
 		return Proposal{}, err
 	}
-	pr.Status, pr.DecidedBy, pr.DecidedAt, pr.Reason = ProposalRevoked, who.Name, time.Now(), reason
-	if err := p.store.decide(ctx, pr, ProposalAccepted); errors.Is(err, errNotPending) {
+	pr, err = p.revoke(ctx, pr, who.Name, reason)
+	if errors.Is(err, errNotPending) {
 		return Proposal{}, ErrProposalDecided
-	} else if err != nil {
+	}
+	return pr, err
+}
+
+// revoke ends accepted proposal pr now: recorded as revoked by by (the
+// first to revoke wins: errNotPending after), taken out of force, audited.
+func (p *Proposals) revoke(ctx context.Context, pr Proposal, by, reason string) (Proposal, error) {
+	pr.Status, pr.DecidedBy, pr.DecidedAt, pr.Reason = ProposalRevoked, by, time.Now(), reason
+	if err := p.store.decide(ctx, pr, ProposalAccepted); err != nil {
 		return Proposal{}, err
 	}
-	if err := p.end(ctx, pr, who.Name); err != nil {
+	if err := p.end(ctx, pr, by); err != nil {
 		return Proposal{}, err
 	}
-	p.audit(ctx, AuditProposalRevoked, pr, who.Name, map[string]string{"reason": truncate(reason, 200)})
+	p.audit(ctx, AuditProposalRevoked, pr, by, map[string]string{"reason": truncate(reason, 200)})
 	return pr, nil
 }
 
@@ -611,15 +619,9 @@ func (p *Proposals) EndSession(ctx context.Context, tenant, sessionID string) er
 	}
 	var errs []error
 	for _, pr := range accepted {
-		pr.Status, pr.DecidedBy, pr.DecidedAt, pr.Reason = ProposalRevoked, sessionEnded, time.Now(), "the session ended"
-		if err := p.store.decide(ctx, pr, ProposalAccepted); errors.Is(err, errNotPending) {
-			continue // revoked meanwhile
-		} else if err != nil {
-			errs = append(errs, err)
-			continue
+		if _, err := p.revoke(ctx, pr, sessionEnded, "the session ended"); err != nil && !errors.Is(err, errNotPending) {
+			errs = append(errs, err) // errNotPending: revoked meanwhile
 		}
-		errs = append(errs, p.end(ctx, pr, sessionEnded))
-		p.audit(ctx, AuditProposalRevoked, pr, sessionEnded, map[string]string{"reason": pr.Reason})
 	}
 	return errors.Join(errs...)
 }
