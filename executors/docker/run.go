@@ -324,13 +324,30 @@ func (e *Executor) exitStatus(b *box) (int64, error) {
 }
 
 // oomKilled asks the engine whether the memory limit killed the container
-// (exit 137 is also what any SIGKILL gives).
+// (exit 137 is also what any SIGKILL gives). The engine learns of an OOM
+// kill from its own event, which containerd may deliver after the exit
+// (seen under runsc's shim: CI 14 read OOMKilled false on a run the limit
+// had killed), so a "no" is asked again for a short while before it is
+// believed. Only a SIGKILLed run pays that wait.
 func (e *Executor) oomKilled(id string) bool {
 	ctx, cancel := context.WithTimeout(e.life, e.cfg.EngineTimeout)
 	defer cancel()
-	r, err := e.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
-	if err != nil || r.Container.State == nil {
-		return false
+	deadline := time.Now().Add(oomEventGrace)
+	for {
+		r, err := e.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+		if err != nil || r.Container.State == nil {
+			return false
+		}
+		if r.Container.State.OOMKilled || time.Now().After(deadline) {
+			return r.Container.State.OOMKilled
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(oomEventGrace / 10):
+		}
 	}
-	return r.Container.State.OOMKilled
 }
+
+// oomEventGrace bounds how long oomKilled waits for a late OOM event.
+const oomEventGrace = 300 * time.Millisecond
