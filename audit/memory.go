@@ -85,5 +85,7 @@ func (q Query) matches(r *Record) bool {
 		(q.Kind == "" || r.Kind == q.Kind) &&
 		(q.DecisionID == "" || r.DecisionID == q.DecisionID) &&
 		(q.Before <= 0 || r.ID < q.Before) &&
-		(q.Since.IsZero() || !r.Time.Before(q.Since))
+		(q.Since.IsZero() || !r.Time.Before(q.Since)) &&
+		(q.Until.IsZero() || r.Time.Before(q.Until)) &&
+		(q.Outcome == "" || r.Outcome == q.Outcome)
 }

@@ -122,6 +122,11 @@ type Query struct {
 	Before int64
 	// Since keeps only records whose Time is at or after it.
 	Since time.Time
+	// Until keeps only records whose Time is before it (exclusive, so
+	// consecutive windows [Since, Until) never count a record twice).
+	Until time.Time
+	// Outcome keeps only records with this outcome (ok, denied, ...).
+	Outcome string
 }
 
 // Page is one page of query results.
@@ -186,6 +191,9 @@ func (r *Record) clone() Record {
 func (q Query) normalize(maxLimit int) (Query, error) {
 	if q.Before < 0 {
 		return q, fmt.Errorf("%w: negative cursor %d", ErrInvalidQuery, q.Before)
+	}
+	if !q.Since.IsZero() && !q.Until.IsZero() && !q.Since.Before(q.Until) {
+		return q, fmt.Errorf("%w: since %s is not before until %s", ErrInvalidQuery, formatTime(q.Since), formatTime(q.Until))
 	}
 	if q.Limit <= 0 {
 		q.Limit = DefaultQueryLimit

@@ -184,6 +184,14 @@ func buildSelect(q Query) (string, []any) {
 		where = append(where, "time >= ?")
 		args = append(args, formatTime(q.Since))
 	}
+	if !q.Until.IsZero() {
+		where = append(where, "time < ?")
+		args = append(args, formatTime(q.Until))
+	}
+	if q.Outcome != "" {
+		where = append(where, "outcome = ?")
+		args = append(args, q.Outcome)
+	}
 	var b strings.Builder
 	b.WriteString("SELECT " + recordColumns + " FROM records")
 	if len(where) > 0 {

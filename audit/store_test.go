@@ -127,6 +127,9 @@ func TestStore_Query(t *testing.T) {
 		r.SessionID = string(rune('a' + i%3))
 		r.Kind = []string{"run_code", "execute"}[i%2]
 		r.Time = base.Add(time.Duration(i) * time.Second)
+		if i%7 == 3 {
+			r.Outcome = audit.OutcomeDenied
+		}
 		return r
 	}
 	cases := []struct {
@@ -150,6 +153,12 @@ func TestStore_Query(t *testing.T) {
 		{"unknown tenant", audit.Query{Tenant: "t3"}, nil, false},
 		{"unknown session", audit.Query{SessionID: "zzz"}, nil, false},
 		{"since in the future", audit.Query{Since: base.Add(time.Hour)}, nil, false},
+		{"until is exclusive", audit.Query{Until: base.Add(2 * time.Second)}, []int{1, 0}, false},
+		{"since and until", audit.Query{Since: base.Add(5 * time.Second), Until: base.Add(8 * time.Second)}, []int{7, 6, 5}, false},
+		{"outcome", audit.Query{Outcome: audit.OutcomeDenied}, []int{24, 17, 10, 3}, false},
+		{"outcome, tenant and window", audit.Query{Outcome: audit.OutcomeDenied, Tenant: "t2", Until: base.Add(20 * time.Second)},
+			[]int{17, 10}, false},
+		{"unknown outcome", audit.Query{Outcome: "nope"}, nil, false},
 	}
 	for name, open := range stores(t) {
 		t.Run(name, func(t *testing.T) {
@@ -216,6 +225,11 @@ func TestStore_QueryInvalid(t *testing.T) {
 			_, err := open(t).Query(t.Context(), audit.Query{Before: -1})
 			if !errors.Is(err, audit.ErrInvalidQuery) {
 				t.Fatalf("Query(Before: -1): err = %v, want ErrInvalidQuery", err)
+			}
+			at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+			_, err = open(t).Query(t.Context(), audit.Query{Since: at, Until: at})
+			if !errors.Is(err, audit.ErrInvalidQuery) {
+				t.Fatalf("Query(Since = Until): err = %v, want ErrInvalidQuery", err)
 			}
 		})
 	}
