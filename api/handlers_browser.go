@@ -29,8 +29,12 @@ type browserResponse struct {
 	// Blocked lists the requests the policy refused while the action ran.
 	Blocked        []browser.Blocked `json:"blocked"`
 	BlockedDropped int               `json:"blocked_dropped,omitempty"`
-	DurationMS     int64             `json:"duration_ms"`
-	RequestID      string            `json:"request_id"`
+	// Warnings lists the requests let through only because the rules
+	// that would have refused them are in warn mode: the agent is told,
+	// as a run's decision.warnings tells it.
+	Warnings   []browser.Warning `json:"warnings,omitempty"`
+	DurationMS int64             `json:"duration_ms"`
+	RequestID  string            `json:"request_id"`
 }
 
 func (s *Server) browserAction(w http.ResponseWriter, r *http.Request) error {
@@ -60,7 +64,7 @@ func (s *Server) browserAction(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusOK, browserResponse{
 		Action: res.Action, Backend: res.Backend, Started: res.Started, Result: res.Data,
-		Blocked: res.Blocked, BlockedDropped: res.BlockedDropped, DurationMS: res.Duration.Milliseconds(),
+		Blocked: res.Blocked, BlockedDropped: res.BlockedDropped, Warnings: res.Warnings, DurationMS: res.Duration.Milliseconds(),
 		RequestID: requestID(r.Context()),
 	})
 	return nil

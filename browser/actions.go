@@ -117,6 +117,9 @@ func (a *navigateAction) precheck(ctx context.Context, g *guard, rec *audit.Reco
 	if !v.decision.Allowed() {
 		return nil, &DeniedError{Reasons: v.decision.Reasons, PolicyRevision: v.decision.PolicyRevision}
 	}
+	// A navigation let through by dryrun or warn reasons: the action's
+	// record says what it would have been, as the request's does.
+	rec.WouldBe = v.decision.WouldBe
 	return &typedURL{raw: a.URL, v: v}, nil
 }
 

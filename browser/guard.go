@@ -12,6 +12,7 @@ import (
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/policy"
+	"github.com/sandgate/sandgate/workspace"
 )
 
 // Decider is the policy engine as the router uses it.
@@ -50,6 +51,19 @@ type Blocked struct {
 	Reasons      []policy.Reason `json:"reasons"`
 
 	frameID string
+}
+
+// Warning is one request the policy let through only because the reasons
+// that would have refused it are in warn mode: the agent is told which
+// rules it would have run into (Reasons are the warn ones). Requests let
+// through by dryrun reasons are not reported to the agent; their audit
+// records and decision-log events carry would_be.
+type Warning struct {
+	URL          string          `json:"url"`
+	ResourceType string          `json:"resource_type,omitempty"`
+	Navigation   bool            `json:"navigation"`
+	Layer        string          `json:"layer"`
+	Reasons      []policy.Reason `json:"reasons"`
 }
 
 // verdict is one decision with the addresses it was made on.
@@ -130,6 +144,9 @@ type actionState struct {
 	requestID string
 	blocked   []Blocked
 	dropped   int
+	// warnings are the action's requests allowed with warn reasons, at
+	// most maxBlocked of them.
+	warnings []Warning
 	// allowed holds the allow records of the action's requests, written
 	// together with the action's own record when it ends (one group commit
 	// instead of one per request on the action's path). Denials are never
@@ -256,8 +273,9 @@ func (g *guard) decide(ctx context.Context, t target, layer string) verdict {
 	if g.backend == BackendExternal && t.host != "" && isNetworkScheme(t.scheme) {
 		v.addrs = g.resolve(ctx, t.host)
 	}
+	tenant, _ := workspace.SplitKey(g.sessionID)
 	in := policy.BrowserInput{
-		Mode: g.cfg.Mode, SessionID: g.sessionID, Backend: g.backend,
+		Mode: g.cfg.Mode, SessionID: g.sessionID, Tenant: tenant, Backend: g.backend,
 		Request: policy.BrowserRequest{
 			URL: t.raw, Scheme: policyScheme(t.scheme), Host: t.host, Port: t.port, Method: t.method,
 			ResourceType: t.resourceType, Navigation: t.navigation,
@@ -353,8 +371,9 @@ func (g *guard) record(t target, layer string, v verdict) {
 	rec := &audit.Record{
 		Kind: KindRequest, SessionID: g.sessionID,
 		Action: v.decision.Action, Executor: "browser." + g.backend, Reasons: auditReasons(v.decision.Reasons),
-		PolicyRevision: v.decision.PolicyRevision, DecisionID: v.decision.DecisionID, Outcome: audit.OutcomeOK,
-		Detail: map[string]string{"layer": layer, "backend": g.backend, "scheme": t.scheme},
+		PolicyRevision: v.decision.PolicyRevision, DecisionID: v.decision.DecisionID, WouldBe: v.decision.WouldBe,
+		Outcome: audit.OutcomeOK,
+		Detail:  map[string]string{"layer": layer, "backend": g.backend, "scheme": t.scheme},
 	}
 	if !v.decision.Allowed() {
 		rec.Outcome = audit.OutcomeDenied
@@ -377,6 +396,9 @@ func (g *guard) record(t target, layer string, v verdict) {
 	g.mu.Lock()
 	if a := g.action; a != nil {
 		rec.RequestID = a.requestID
+		if w := v.decision.Warnings(); len(w) > 0 && v.decision.Allowed() {
+			a.warn(Warning{URL: t.origin(), ResourceType: t.resourceType, Navigation: t.navigation, Layer: layer, Reasons: w})
+		}
 		switch {
 		case v.decision.Allowed() && len(a.allowed) < maxHeldRecords:
 			a.allowed = append(a.allowed, rec)
@@ -393,13 +415,40 @@ func (g *guard) record(t target, layer string, v verdict) {
 	g.rec.append(rec, !v.decision.Allowed())
 }
 
+// warn notes w for the action, once per origin, kind of request and
+// reasons (a page's many requests to one host, or a navigation decided at
+// the action and again when the browser loads it, are one warning), up to
+// maxBlocked. The caller holds g.mu.
+func (a *actionState) warn(w Warning) {
+	for _, o := range a.warnings {
+		if o.URL == w.URL && o.Navigation == w.Navigation && sameCodes(o.Reasons, w.Reasons) {
+			return
+		}
+	}
+	if len(a.warnings) < maxBlocked {
+		a.warnings = append(a.warnings, w)
+	}
+}
+
+func sameCodes(a, b []policy.Reason) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Code != b[i].Code {
+			return false
+		}
+	}
+	return true
+}
+
 func auditReasons(rs []policy.Reason) []audit.Reason {
 	if len(rs) == 0 {
 		return nil
 	}
 	out := make([]audit.Reason, len(rs))
 	for i, r := range rs {
-		out[i] = audit.Reason{Code: r.Code, Message: r.Message}
+		out[i] = audit.Reason{Code: r.Code, Message: r.Message, Enforcement: r.Enforcement}
 	}
 	return out
 }

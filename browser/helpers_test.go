@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"html"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -229,7 +230,9 @@ type harness struct {
 }
 
 type harnessOpts struct {
-	allow  []string
+	allow []string
+	// policy replaces the embedded policy tree.
+	policy fs.FS
 	aio    AIOBrowsers
 	tune   func(*Config)
 	wsOpts workspace.Options
@@ -239,7 +242,7 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	t.Helper()
 	path := requireChromium(t)
 	ctx := context.Background()
-	eng, err := policy.New(ctx, policy.Options{EvalTimeout: policytest.EvalTimeout})
+	eng, err := policy.New(ctx, policy.Options{EvalTimeout: policytest.EvalTimeout, FS: o.policy})
 	if err != nil {
 		t.Fatal(err)
 	}

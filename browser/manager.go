@@ -76,9 +76,13 @@ type Result struct {
 	Data any `json:"result"`
 	// Blocked lists requests the policy refused while the action ran
 	// (sub-resources, redirects); BlockedDropped counts those past the cap.
-	Blocked        []Blocked     `json:"blocked"`
-	BlockedDropped int           `json:"blocked_dropped,omitempty"`
-	Duration       time.Duration `json:"-"`
+	Blocked        []Blocked `json:"blocked"`
+	BlockedDropped int       `json:"blocked_dropped,omitempty"`
+	// Warnings lists requests the policy let through only because the
+	// rules that would have refused them are in warn mode (enforcement
+	// modes); absent when there are none.
+	Warnings []Warning     `json:"warnings,omitempty"`
+	Duration time.Duration `json:"-"`
 }
 
 // Manager owns every session's Router. It is safe for concurrent use.
@@ -373,6 +377,9 @@ func (m *Manager) finish(ctx context.Context, rec *audit.Record, res *Result, er
 	}
 	if res != nil && len(res.Blocked) > 0 {
 		rec.Detail["blocked"] = fmt.Sprint(len(res.Blocked) + res.BlockedDropped)
+	}
+	if res != nil && len(res.Warnings) > 0 {
+		rec.Detail["warnings"] = fmt.Sprint(len(res.Warnings))
 	}
 	if rec.ErrorCode == "internal" {
 		m.log.ErrorContext(ctx, "browser action failed", "request_id", rec.RequestID, "session_id", rec.SessionID, "err", err)

@@ -174,6 +174,7 @@ func (r *Router) run(ctx context.Context, req Request, act action, backend strin
 		typed, err = pc.precheck(ctx, g, rec)
 		st := g.end()
 		r.held = append(r.held, st.allowed...)
+		res.Warnings = st.warnings
 		if err != nil {
 			res.Blocked = st.blocked
 			return res, err
@@ -197,6 +198,7 @@ func (r *Router) run(ctx context.Context, req Request, act action, backend strin
 	st := in.guard.end()
 	r.held = append(r.held, st.allowed...)
 	res.Blocked, res.BlockedDropped = st.blocked, st.dropped
+	res.Warnings = mergeWarnings(res.Warnings, st.warnings)
 	if res.Blocked == nil {
 		res.Blocked = []Blocked{}
 	}
@@ -205,6 +207,16 @@ func (r *Router) run(ctx context.Context, req Request, act action, backend strin
 	}
 	res.Data = data
 	return res, nil
+}
+
+// mergeWarnings adds the action's warnings to the typed URL's, without
+// repeating the navigation the browser loaded on the typed URL's decision.
+func mergeWarnings(typed, action []Warning) []Warning {
+	a := &actionState{warnings: typed}
+	for _, w := range action {
+		a.warn(w)
+	}
+	return a.warnings
 }
 
 // actionError turns a failed action's error into a coded one: the caller

@@ -13,6 +13,9 @@ import (
 type BrowserInput struct {
 	Mode      string
 	SessionID string
+	// Tenant owns the session: enforcement modes may be set per tenant
+	// (config.enforcement.tenants), as for runs.
+	Tenant string
 	// Backend is "external" (Chromium on the gateway host) or "aio" (the
 	// browser inside the session's sandbox container).
 	Backend string
@@ -44,16 +47,33 @@ type BrowserDecision struct {
 	PolicyRevision string   `json:"policy_revision"`
 	// DecisionID is as in Decision.
 	DecisionID string `json:"decision_id,omitempty"`
+	// WouldBe is "deny" when the request was allowed only because its
+	// reasons are in dryrun or warn mode; empty otherwise. The audit
+	// record and the decision log show it.
+	WouldBe string `json:"would_be,omitempty"`
 }
 
 // Allowed reports whether the request may proceed.
 func (d BrowserDecision) Allowed() bool { return d.Action == ActionAllow }
+
+// Warnings are the reasons in warn mode: what the agent is told about
+// rules that would have refused the request.
+func (d BrowserDecision) Warnings() []Reason {
+	var out []Reason
+	for _, r := range d.Reasons {
+		if r.Enforcement == EnforcementWarn {
+			out = append(out, r)
+		}
+	}
+	return out
+}
 
 // Map builds the OPA input.
 func (in BrowserInput) Map() map[string]any {
 	return map[string]any{
 		"mode":       in.Mode,
 		"session_id": in.SessionID,
+		"tenant":     in.Tenant,
 		"backend":    in.Backend,
 		"request": map[string]any{
 			"url": in.Request.URL, "scheme": in.Request.Scheme, "host": in.Request.Host, "port": in.Request.Port,
@@ -122,7 +142,7 @@ func parseBrowserDecision(v any) (BrowserDecision, error) {
 		return BrowserDecision{}, fmt.Errorf("%w: not an object", errBadDecision)
 	}
 	for k := range obj {
-		if k != "action" && k != "reasons" {
+		if k != "action" && k != "reasons" && k != "would_be" {
 			return BrowserDecision{}, fmt.Errorf("%w: unexpected field %q", errBadDecision, k)
 		}
 	}
@@ -137,5 +157,13 @@ func parseBrowserDecision(v any) (BrowserDecision, error) {
 	if err != nil {
 		return BrowserDecision{}, err
 	}
-	return BrowserDecision{Action: action, Reasons: rs}, nil
+	d := BrowserDecision{Action: action, Reasons: rs}
+	if v, ok := obj["would_be"]; ok {
+		// Only an allowed request has something it would have been.
+		if wb, _ := v.(string); wb != ActionDeny || action != ActionAllow {
+			return BrowserDecision{}, fmt.Errorf("%w: would_be %v on %s", errBadDecision, v, action)
+		}
+		d.WouldBe = ActionDeny
+	}
+	return d, nil
 }

@@ -18,11 +18,54 @@ import data.sandgate.config
 
 default decision := {"action": "deny", "reasons": [{"code": "policy.default", "message": "no rule produced a decision"}]}
 
+# A request is denied when an enforced reason denies it. Reasons in
+# dryrun or warn mode (see enforcement) do not decide: the request is
+# allowed, its reasons are listed and would_be says it would have been
+# denied. Without config.enforcement every reason is enforced and the
+# documents are the ones this policy always produced.
 decision := {"action": "deny", "reasons": sort(deny_reasons)} if {
+	count(_enforced_deny) > 0
+} else := {"action": "allow", "reasons": sort(deny_reasons), "would_be": "deny"} if {
 	count(deny_reasons) > 0
 } else := {"action": "allow", "reasons": []}
 
-reason(code, message) := {"code": code, "message": message}
+_enforced_deny := {r | some r in deny_reasons; not r.enforcement}
+
+# reason carries its enforcement mode only when it is not "enforce".
+reason(code, message) := {"code": code, "message": message, "enforcement": mode} if {
+	config.enforcement
+	mode := enforcement(code)
+	mode != "enforce"
+} else := {"code": code, "message": message}
+
+# Enforcement modes, as for runs (sandgate.exec, on the model of
+# Gatekeeper's enforcementAction): data.sandgate.config.enforcement.rules
+# [code] sets a mode per reason code, .tenants[tenant] per tenant (the
+# session's, input.tenant); when both apply the stricter wins, and a mode
+# this policy does not know is enforce.
+#
+# The checks that keep the browser off the gateway host and its networks
+# are always enforced, whatever the tables say: the external backend runs
+# on the gateway host, so a dry run of the scheme or address checks would
+# let an agent read the host's files (file:) or reach its loopback,
+# private and metadata addresses. browser.blocked_host and rules an
+# administrator adds can be dry-run or warned; a name blocked_hosts lists
+# that resolves to such an address is still refused by the address check.
+always_enforced := {"browser.scheme", "browser.blocked_address", "browser.unresolved"}
+
+mode_rank := {"dryrun": 0, "warn": 1, "enforce": 2}
+
+enforcement(code) := "enforce" if {
+	code in always_enforced
+} else := mode if {
+	modes := {m | m := config.enforcement.rules[code]} | {m |
+		m := config.enforcement.tenants[object.get(input, "tenant", "")]
+	}
+	some mode in modes
+	every other in modes {
+		mode_rank[mode] >= mode_rank[other]
+	}
+} else := "enforce"
 
 # Schemes that never load a network resource are allowed without an
 # address check; everything else must be http(s).

@@ -90,3 +90,83 @@ test_default_denies if {
 		with input as mk("external", req("https://example.com/", "https", "example.com", 443, true), ["93.184.216.34"], [])
 	d.action == "deny"
 }
+
+# Enforcement modes (config.enforcement): a host an administrator blocks
+# by name, in dryrun or warn.
+
+public_nav(tenant) := object.union(
+	mk("external", req("https://forms.example/", "https", "forms.example", 443, true), ["93.184.216.34"], []),
+	{"tenant": tenant},
+)
+
+test_dryrun_rule_allows_and_records_would_be if {
+	d := browser.decision with input as public_nav("acme")
+		with data.sandgate.config.browser.blocked_hosts as ["forms.example"]
+		with data.sandgate.config.enforcement.rules as {"browser.blocked_host": "dryrun"}
+	d.action == "allow"
+	d.would_be == "deny"
+	d.reasons == [{"code": "browser.blocked_host", "message": "host \"forms.example\" is blocked", "enforcement": "dryrun"}]
+}
+
+test_warn_tenant_allows_and_marks_warn if {
+	d := browser.decision with input as public_nav("acme")
+		with data.sandgate.config.browser.blocked_hosts as ["forms.example"]
+		with data.sandgate.config.enforcement.tenants as {"acme": "warn"}
+	d.action == "allow"
+	d.would_be == "deny"
+	[r.enforcement | some r in d.reasons] == ["warn"]
+
+	# another tenant is enforced
+	other := browser.decision with input as public_nav("other")
+		with data.sandgate.config.browser.blocked_hosts as ["forms.example"]
+		with data.sandgate.config.enforcement.tenants as {"acme": "warn"}
+	other.action == "deny"
+	not other.would_be
+}
+
+test_stricter_mode_wins if {
+	d := browser.decision with input as public_nav("acme")
+		with data.sandgate.config.browser.blocked_hosts as ["forms.example"]
+		with data.sandgate.config.enforcement as {"rules": {"browser.blocked_host": "dryrun"}, "tenants": {"acme": "enforce"}}
+	d.action == "deny"
+	not d.would_be
+}
+
+test_unknown_mode_is_enforced if {
+	d := browser.decision with input as public_nav("acme")
+		with data.sandgate.config.browser.blocked_hosts as ["forms.example"]
+		with data.sandgate.config.enforcement.rules as {"browser.blocked_host": "maybe"}
+	d.action == "deny"
+	not d.would_be
+}
+
+# The checks that keep the external browser off the gateway host cannot be
+# relaxed, by rule or by tenant.
+test_host_protections_always_enforced if {
+	every code in ["browser.blocked_address", "browser.scheme", "browser.unresolved"] {
+		d := browser.decision with input as object.union(mk("external", req("http://x.test/", "http", "x.test", 80, true), ["127.0.0.1"], []), {"tenant": "acme"})
+			with data.sandgate.config.enforcement as {"rules": {code: "dryrun"}, "tenants": {"acme": "dryrun"}}
+		d.action == "deny"
+		not d.would_be
+	}
+	f := browser.decision with input as object.union(mk("external", req("file:///etc/passwd", "file", "", 0, true), [], []), {"tenant": "acme"})
+		with data.sandgate.config.enforcement.tenants as {"acme": "dryrun"}
+	f.action == "deny"
+	"browser.scheme" in codes(f)
+}
+
+# An enforced reason denies even beside a relaxed one, and both are listed.
+test_enforced_beside_relaxed_denies if {
+	d := browser.decision with input as object.union(mk("external", req("http://forms.example/", "http", "forms.example", 80, true), ["10.0.0.1"], []), {"tenant": "acme"})
+		with data.sandgate.config.browser.blocked_hosts as ["forms.example"]
+		with data.sandgate.config.enforcement.rules as {"browser.blocked_host": "dryrun"}
+	d.action == "deny"
+	codes(d) == {"browser.blocked_host", "browser.blocked_address"}
+	not d.would_be
+}
+
+test_no_modes_no_would_be if {
+	d := browser.decision with input as public_nav("acme")
+		with data.sandgate.config.browser.blocked_hosts as ["forms.example"]
+	d == {"action": "deny", "reasons": [{"code": "browser.blocked_host", "message": "host \"forms.example\" is blocked"}]}
+}
