@@ -89,6 +89,11 @@ func stateOf(p *corev1.Pod) (podState, string) {
 		return podGone, msg
 	case corev1.PodRunning:
 		for _, c := range p.Status.ContainerStatuses {
+			if c.Name == containerName && c.RestartCount > 0 && p.Annotations[annSession] != "" {
+				// A pooled pod's (restartPolicy Always) sandbox restarted
+				// after its claim: what the session had is gone.
+				return podGone, "the sandbox container restarted"
+			}
 			if c.Name == containerName && c.State.Running != nil {
 				return podReady, ""
 			}

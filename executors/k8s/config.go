@@ -36,7 +36,21 @@ const (
 	// sandboxdPort is where sandboxd listens, on the pod's loopback only:
 	// the gateway reaches it through the apiserver's port-forward.
 	sandboxdPort = 8080
+	// DefaultPoolName names the pool's ReplicaSet: one per namespace,
+	// shared by every replica of the gateway (its pods belong to no
+	// session and no replica until claimed).
+	DefaultPoolName = "sandgate-pool"
+	// MaxPoolSize bounds pool.size: idle pods hold their requests.
+	MaxPoolSize = 200
 )
+
+// PoolConfig is the warm pool: a ReplicaSet keeps Size idle sandbox pods
+// running; a session whose sandbox fits a pooled pod (the default uid,
+// layout and pod resources) claims one instead of waiting for a new pod.
+type PoolConfig struct {
+	Size int    `yaml:"size"`
+	Name string `yaml:"name"`
+}
 
 // Config configures the tier. Zero fields take the defaults above.
 type Config struct {
@@ -69,6 +83,9 @@ type Config struct {
 	PodMemoryMB int    `yaml:"pod_memory_mb"`
 	PodCPU      string `yaml:"pod_cpu"`
 	WorkspaceMB int    `yaml:"workspace_mb"`
+	// Pool is the warm pool of idle sandbox pods (pool.go); off when its
+	// size is 0.
+	Pool PoolConfig `yaml:"pool"`
 	// Limits are the per-run defaults (aio.DefaultLimits when zero).
 	Limits executors.Limits `yaml:"-"`
 	Logger *slog.Logger     `yaml:"-"`
@@ -108,6 +125,9 @@ func (c Config) withDefaults() Config {
 	if c.WorkspaceMB <= 0 {
 		c.WorkspaceMB = DefaultWorkspaceMB
 	}
+	if c.Pool.Name == "" {
+		c.Pool.Name = DefaultPoolName
+	}
 	c.Limits = c.Limits.Or(aio.DefaultLimits)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -121,6 +141,9 @@ func (c Config) Validate() error {
 	case "", "Never", "IfNotPresent", "Always":
 	default:
 		return fmt.Errorf("image_pull_policy %q: want Never, IfNotPresent or Always", c.ImagePullPolicy)
+	}
+	if c.Pool.Size < 0 || c.Pool.Size > MaxPoolSize {
+		return fmt.Errorf("pool.size %d: want 0 (off) to %d", c.Pool.Size, MaxPoolSize)
 	}
 	if c.SandboxUID < 0 || c.SandboxGID < 0 {
 		return errors.New("sandbox uid and gid must not be negative")

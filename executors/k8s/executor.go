@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -33,9 +34,17 @@ type Executor struct {
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox // by session id
-	// lostTold holds the sessions whose pod was lost and whose next
-	// request has not been told yet (see errLost).
-	lost map[string]string
+	// lost holds the sessions whose pod was lost and whose next
+	// request has not been told yet (see lostError).
+	lost map[string]lostPod
+	// poolHash is the pool template's hash (pool.go).
+	poolHash string
+}
+
+// lostPod is why a session's pod (uid) was lost.
+type lostPod struct {
+	why string
+	uid types.UID
 }
 
 // Interface guards.
@@ -63,7 +72,7 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 		return nil, fmt.Errorf("k8s: client: %w", err)
 	}
 	e := &Executor{cfg: cfg, rc: rc, cs: cs, stop: make(chan struct{}),
-		sandboxes: map[string]*sandbox{}, lost: map[string]string{},
+		sandboxes: map[string]*sandbox{}, lost: map[string]lostPod{},
 		prologue: executors.Prologue{Kind: Kind, UID: cfg.SandboxUID, GID: cfg.SandboxGID,
 			Timeout: cfg.DefaultTimeout, Limits: cfg.Limits}}
 	if err := ensureNamespace(ctx, cs, e); err != nil {
@@ -86,6 +95,10 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 		return nil, fmt.Errorf("k8s: pod watch did not sync: %w", sctx.Err())
 	}
 	e.pods.lister = inf.GetIndexer()
+	if err := e.ensurePool(ctx); err != nil {
+		close(e.stop)
+		return nil, err
+	}
 	cfg.Logger.Info("kubernetes executor ready", "namespace", cfg.Namespace, "image", cfg.Image,
 		"runtime_class", cfg.RuntimeClassName, "instance", cfg.Instance)
 	return e, nil
@@ -161,7 +174,8 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 }
 
 // ReleaseSession implements executors.SessionReleaser: the session's pod
-// (and with it its key Secret) is deleted.
+// and its binding are deleted (found by the session's label, whichever
+// replica placed them).
 func (e *Executor) ReleaseSession(ctx context.Context, sessionID string) error {
 	e.mu.Lock()
 	sb := e.sandboxes[sessionID]
@@ -171,7 +185,7 @@ func (e *Executor) ReleaseSession(ctx context.Context, sessionID string) error {
 	if sb != nil {
 		sb.close()
 	}
-	return e.deletePod(ctx, podName(sessionID))
+	return e.reap(ctx, labelSession+"="+sessionHash(sessionID))
 }
 
 // Close implements executors.Closer: every pod this gateway instance

@@ -2,12 +2,14 @@ package k8s
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sandgate/sandgate/executors/executortest"
@@ -115,8 +117,10 @@ func newTestExecutor(t testing.TB, mutate ...func(*Config)) *Executor {
 		if err := e.Close(ctx); err != nil {
 			t.Errorf("Close: %v", err)
 		}
-		waitNoPods(t, e, "")
-		_ = e.cs.CoreV1().Namespaces().Delete(ctx, cfg.Namespace, metav1.DeleteOptions{})
+		// The instance's pods (the pool's idle ones are the
+		// ReplicaSet's, shared by every executor on the namespace).
+		waitNoPods(t, e, labelInstance+"="+e.cfg.Instance)
+		_ = e.cs.CoreV1().Namespaces().Delete(ctx, e.cfg.Namespace, metav1.DeleteOptions{})
 	})
 	return e
 }
@@ -141,4 +145,28 @@ func waitNoPods(t testing.TB, e *Executor, selector string) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// sessionPod is the session's one pod (found by its label, as any
+// replica finds it); an error unless there is exactly one.
+func sessionPod(t testing.TB, e *Executor, session string) (*corev1.Pod, error) {
+	t.Helper()
+	l, err := e.cs.CoreV1().Pods(e.cfg.Namespace).List(context.Background(),
+		metav1.ListOptions{LabelSelector: labelSession + "=" + sessionHash(session)})
+	if err != nil {
+		return nil, err
+	}
+	if len(l.Items) != 1 {
+		return nil, fmt.Errorf("pods of session %s: %v, want exactly one", session, names(l.Items))
+	}
+	return &l.Items[0], nil
+}
+
+func mustSessionPod(t testing.TB, e *Executor, session string) *corev1.Pod {
+	t.Helper()
+	p, err := sessionPod(t, e, session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

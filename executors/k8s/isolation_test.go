@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/executors/executortest"
@@ -27,7 +26,7 @@ func TestPodsCannotReachEachOther(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	p, err := e.cs.CoreV1().Pods(e.cfg.Namespace).Get(t.Context(), podName(listener), metav1.GetOptions{})
+	p, err := sessionPod(t, e, listener)
 	if err != nil || p.Status.PodIP == "" {
 		t.Fatalf("the listener's pod IP: %q %v", p.Status.PodIP, err)
 	}

@@ -73,7 +73,7 @@ func TestLostPodIsReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	grace := int64(0)
-	if err := e.cs.CoreV1().Pods(e.cfg.Namespace).Delete(t.Context(), podName(session),
+	if err := e.cs.CoreV1().Pods(e.cfg.Namespace).Delete(t.Context(), mustSessionPod(t, e, session).Name,
 		metav1.DeleteOptions{GracePeriodSeconds: &grace}); err != nil {
 		t.Fatal(err)
 	}

@@ -37,9 +37,10 @@ func sessionHash(sessionID string) string {
 	return hex.EncodeToString(h[:])[:20]
 }
 
-// podName is deterministic per session: a second create for the session
-// (another replica, a retry) meets AlreadyExists and adopts the pod, so a
-// session never has two.
+// podName is the prefix of the session's pod names (a new pod after a
+// loss gets a new suffix, so it never waits for the old one to go); a
+// session has one pod at a time because its binding (binding.go) is
+// created first.
 func podName(sessionID string) string { return "sbx-" + sessionHash(sessionID) }
 
 // podSpec is the locked-down pod of one session: non-root as the
@@ -50,6 +51,38 @@ func podName(sessionID string) string { return "sbx-" + sessionHash(sessionID) }
 // sandboxd listening on the pod's loopback only. The pause container is
 // PID 1 of a shared PID namespace and reaps the orphans of runs.
 func (e *Executor) podSpec(sessionID, secret string, uid, gid int, memMB int, layout executors.Layout) *corev1.Pod {
+	// The session's path layout (executors.Layout): the workspace volume
+	// at the framework's root too, and its workdir as sandboxd's HOME.
+	args := append([]string{"/usr/local/bin/sandboxd"}, serveArgs(layout)...)
+	spec := e.lockedSpec(uid, gid, memMB, layout.Root, args, []corev1.EnvVar{{Name: keyEnv, ValueFrom: &corev1.EnvVarSource{
+		SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: keyField},
+	}}})
+	spec.RestartPolicy = corev1.RestartPolicyNever
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			GenerateName: podName(sessionID) + "-",
+			Namespace:    e.cfg.Namespace,
+			Labels:       e.labels(sessionID),
+			Annotations:  map[string]string{annSession: sessionID},
+		},
+		Spec: spec,
+	}
+}
+
+// serveArgs is sandboxd's command line in a pod (after the binary).
+func serveArgs(layout executors.Layout) []string {
+	args := []string{"serve", "--contained",
+		"--listen", "127.0.0.1:" + strconv.Itoa(sandboxdPort), "--workspace", workspacePath}
+	if d := layout.Dir(); d != workspacePath {
+		args = append(args, "--home", d)
+	}
+	return args
+}
+
+// lockedSpec is what every sandbox pod shares, session pod or pooled
+// (pool.go): the security context, resources, volumes and mounts.
+// layoutRoot, when set, mounts the workspace there too.
+func (e *Executor) lockedSpec(uid, gid, memMB int, layoutRoot string, command []string, env []corev1.EnvVar) corev1.PodSpec {
 	t, f := true, false
 	uid64, gid64 := int64(uid), int64(gid)
 	grace := int64(1)
@@ -63,76 +96,57 @@ func (e *Executor) podSpec(sessionID, secret string, uid, gid int, memMB int, la
 	if e.cfg.RuntimeClassName != "" {
 		rc = &e.cfg.RuntimeClassName
 	}
-	name := podName(sessionID)
-	// The session's path layout (executors.Layout): the workspace volume
-	// at the framework's root too, and its workdir as sandboxd's HOME.
-	args := []string{"/usr/local/bin/sandboxd", "serve", "--contained",
-		"--listen", "127.0.0.1:" + strconv.Itoa(sandboxdPort), "--workspace", workspacePath}
-	if d := layout.Dir(); d != workspacePath {
-		args = append(args, "--home", d)
-	}
 	mounts := []corev1.VolumeMount{{Name: "workspace", MountPath: workspacePath}}
-	if layout.Root != "" {
-		mounts = append(mounts, corev1.VolumeMount{Name: "workspace", MountPath: layout.Root})
+	if layoutRoot != "" {
+		mounts = append(mounts, corev1.VolumeMount{Name: "workspace", MountPath: layoutRoot})
 	}
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:        name,
-			Namespace:   e.cfg.Namespace,
-			Labels:      e.labels(sessionID),
-			Annotations: map[string]string{annSession: sessionID},
+	return corev1.PodSpec{
+		AutomountServiceAccountToken:  &f,
+		EnableServiceLinks:            &f,
+		ShareProcessNamespace:         &t,
+		Hostname:                      executors.Hostname,
+		RuntimeClassName:              rc,
+		TerminationGracePeriodSeconds: &grace,
+		SecurityContext: &corev1.PodSecurityContext{
+			RunAsNonRoot:   &t,
+			RunAsUser:      &uid64,
+			RunAsGroup:     &gid64,
+			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		},
-		Spec: corev1.PodSpec{
-			RestartPolicy:                 corev1.RestartPolicyNever,
-			AutomountServiceAccountToken:  &f,
-			EnableServiceLinks:            &f,
-			ShareProcessNamespace:         &t,
-			Hostname:                      executors.Hostname,
-			RuntimeClassName:              rc,
-			TerminationGracePeriodSeconds: &grace,
-			SecurityContext: &corev1.PodSecurityContext{
-				RunAsNonRoot:   &t,
-				RunAsUser:      &uid64,
-				RunAsGroup:     &gid64,
-				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		Containers: []corev1.Container{{
+			Name:            containerName,
+			Image:           e.cfg.Image,
+			ImagePullPolicy: corev1.PullPolicy(e.cfg.ImagePullPolicy),
+			Command:         command,
+			WorkingDir:      workspacePath,
+			Env:             env,
+			SecurityContext: &corev1.SecurityContext{
+				AllowPrivilegeEscalation: &f,
+				ReadOnlyRootFilesystem:   &t,
+				RunAsNonRoot:             &t,
+				Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 			},
-			Containers: []corev1.Container{{
-				Name:            containerName,
-				Image:           e.cfg.Image,
-				ImagePullPolicy: corev1.PullPolicy(e.cfg.ImagePullPolicy),
-				Command:         args,
-				WorkingDir:      workspacePath,
-				Env: []corev1.EnvVar{{Name: keyEnv, ValueFrom: &corev1.EnvVarSource{
-					SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: keyField},
-				}}},
-				SecurityContext: &corev1.SecurityContext{
-					AllowPrivilegeEscalation: &f,
-					ReadOnlyRootFilesystem:   &t,
-					RunAsNonRoot:             &t,
-					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-				},
-				Resources: corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{corev1.ResourceMemory: mem, corev1.ResourceCPU: cpu, corev1.ResourceEphemeralStorage: eph},
-					Limits:   corev1.ResourceList{corev1.ResourceMemory: mem, corev1.ResourceCPU: cpu, corev1.ResourceEphemeralStorage: eph},
-				},
-				VolumeMounts: append(mounts, []corev1.VolumeMount{
-					{Name: "tmp", MountPath: "/tmp"},
-					{Name: "code", MountPath: executors.CodeDir},
-					// The sandbox's /etc/hosts (localhost only) and empty
-					// resolv.conf, as on every tier: a mount at these paths
-					// replaces the ones the runtime would write, which name
-					// the pod's address and the node's resolver.
-					{Name: "etc", MountPath: "/etc/hosts", SubPath: "hosts", ReadOnly: true},
-					{Name: "etc", MountPath: "/etc/resolv.conf", SubPath: "resolv.conf", ReadOnly: true},
-				}...),
-			}},
-			Volumes: []corev1.Volume{
-				{Name: "workspace", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &ws}}},
-				{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &tmp}}},
-				{Name: "code", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &code}}},
-				{Name: "etc", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
-					LocalObjectReference: corev1.LocalObjectReference{Name: etcConfigMap}}}},
+			Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceMemory: mem, corev1.ResourceCPU: cpu, corev1.ResourceEphemeralStorage: eph},
+				Limits:   corev1.ResourceList{corev1.ResourceMemory: mem, corev1.ResourceCPU: cpu, corev1.ResourceEphemeralStorage: eph},
 			},
+			VolumeMounts: append(mounts, []corev1.VolumeMount{
+				{Name: "tmp", MountPath: "/tmp"},
+				{Name: "code", MountPath: executors.CodeDir},
+				// The sandbox's /etc/hosts (localhost only) and empty
+				// resolv.conf, as on every tier: a mount at these paths
+				// replaces the ones the runtime would write, which name
+				// the pod's address and the node's resolver.
+				{Name: "etc", MountPath: "/etc/hosts", SubPath: "hosts", ReadOnly: true},
+				{Name: "etc", MountPath: "/etc/resolv.conf", SubPath: "resolv.conf", ReadOnly: true},
+			}...),
+		}},
+		Volumes: []corev1.Volume{
+			{Name: "workspace", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &ws}}},
+			{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &tmp}}},
+			{Name: "code", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &code}}},
+			{Name: "etc", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+				LocalObjectReference: corev1.LocalObjectReference{Name: etcConfigMap}}}},
 		},
 	}
 }

@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -35,6 +33,10 @@ type sandbox struct {
 	uid    types.UID // the pod's
 	key    string
 	client *aio.Client
+	// adopted: the pod was placed by another replica (or process); its
+	// workspace is the truth, so the first run pulls it before anything
+	// is pushed.
+	adopted bool
 
 	runMu sync.Mutex // runs of a session take turns: the workspace copy is per run
 	tun   *tunnel
@@ -45,14 +47,15 @@ type sandbox struct {
 // another replica created it, adopting) its pod.
 func (e *Executor) sandboxFor(ctx context.Context, spec executors.Spec) (*sandbox, error) {
 	e.mu.Lock()
-	if why, ok := e.lost[spec.SessionID]; ok {
+	if l, ok := e.lost[spec.SessionID]; ok {
 		delete(e.lost, spec.SessionID)
 		e.mu.Unlock()
-		return nil, lostError(why)
+		e.unbindLost(context.WithoutCancel(ctx), spec.SessionID, l.uid)
+		return nil, lostError(l.why)
 	}
 	sb, found := e.sandboxes[spec.SessionID]
 	if !found {
-		sb = &sandbox{e: e, session: spec.SessionID, name: podName(spec.SessionID), ready: make(chan struct{})}
+		sb = &sandbox{e: e, session: spec.SessionID, ready: make(chan struct{})}
 		e.sandboxes[spec.SessionID] = sb
 	}
 	e.mu.Unlock()
@@ -95,7 +98,7 @@ func (e *Executor) podLost(sessionID string, uid types.UID, why string) {
 		return
 	}
 	delete(e.sandboxes, sessionID)
-	e.lost[sessionID] = why
+	e.lost[sessionID] = lostPod{why: why, uid: uid}
 	e.mu.Unlock()
 	e.cfg.Logger.Warn("k8s: a session's sandbox pod is gone", "session_id", sessionID, "pod", sb.name, "reason", why)
 	sb.close()
@@ -110,94 +113,27 @@ func (sb *sandbox) started() bool {
 	}
 }
 
-// start creates the key Secret and the pod (or adopts both when they
-// exist: another replica made them), waits on the watch until sandboxd's
-// container runs, and opens the tunnel to it.
+// start binds the session to a pod (binding.go: adopted, claimed from
+// the pool, or created), waits on the watch until sandboxd's container
+// runs, and opens the tunnel to it.
 func (sb *sandbox) start(ctx context.Context, spec executors.Spec) error {
 	e := sb.e
 	began := time.Now()
-	var pod *corev1.Pod
-	for attempt := 0; pod == nil; attempt++ {
-		if attempt == 3 {
-			return unavailable("create the sandbox pod", errors.New("the session's previous pod keeps terminating"))
-		}
-		p, err := e.cs.CoreV1().Pods(e.cfg.Namespace).Get(ctx, sb.name, metav1.GetOptions{})
-		switch {
-		case apierrors.IsNotFound(err):
-			pod, err = sb.create(ctx, spec)
-			if err != nil {
-				return err
-			}
-		case err != nil:
-			return unavailable("look up the sandbox pod", err)
-		case p.DeletionTimestamp != nil:
-			// The session's previous pod (released, or lost) is still
-			// terminating: its name is taken until it is gone.
-			e.pods.waitGone(ctx, sb.name, p.UID)
-		default:
-			pod = p // another replica made it: adopt it
-		}
-	}
-	sb.uid = pod.UID
-	sec, err := e.cs.CoreV1().Secrets(e.cfg.Namespace).Get(ctx, secretOf(pod), metav1.GetOptions{})
+	pod, key, adopted, err := e.bind(ctx, spec)
 	if err != nil {
-		return unavailable("read the sandbox's key", err)
+		return err
 	}
-	sb.key = string(sec.Data[keyField])
-	e.ownSecret(ctx, sec, pod)
+	sb.name, sb.uid, sb.key, sb.adopted = pod.Name, pod.UID, key, adopted
 	if st, why := e.pods.waitReady(ctx, sb.name, pod.UID); st != podReady {
-		_ = e.deletePod(context.WithoutCancel(ctx), sb.name)
+		e.unbindLost(context.WithoutCancel(ctx), sb.session, pod.UID)
 		return unavailable("sandbox pod did not start", errors.New(why))
 	}
-	var err2 error
-	sb.client, err2 = sb.connect(ctx)
-	if err2 != nil {
-		return err2
+	if sb.client, err = sb.connect(ctx); err != nil {
+		return err
 	}
 	e.cfg.Logger.Info("k8s: sandbox pod ready", "session_id", sb.session, "pod", sb.name,
-		"took_ms", time.Since(began).Milliseconds())
+		"pooled", pod.Labels[labelPool] != "", "adopted", adopted, "took_ms", time.Since(began).Milliseconds())
 	return nil
-}
-
-// create makes the key Secret and then the pod. When another replica's
-// pod won the name, the Secret is deleted again and nil is returned
-// (the caller looks the pod up anew).
-func (sb *sandbox) create(ctx context.Context, spec executors.Spec) (*corev1.Pod, error) {
-	e := sb.e
-	key, err := newKey()
-	if err != nil {
-		return nil, err
-	}
-	secName := sb.name + "-" + key[:6]
-	if _, err := e.cs.CoreV1().Secrets(e.cfg.Namespace).Create(ctx, e.keySecret(sb.session, secName, key), metav1.CreateOptions{}); err != nil {
-		return nil, unavailable("create the sandbox's key", err)
-	}
-	mem := max(e.cfg.PodMemoryMB, spec.Limits.MemoryMB+256)
-	pod, err := e.cs.CoreV1().Pods(e.cfg.Namespace).Create(ctx, e.podSpec(sb.session, secName, spec.UID, spec.GID, mem, spec.Layout), metav1.CreateOptions{})
-	if err != nil {
-		_ = e.cs.CoreV1().Secrets(e.cfg.Namespace).Delete(context.WithoutCancel(ctx), secName, metav1.DeleteOptions{})
-	}
-	switch {
-	case apierrors.IsAlreadyExists(err):
-		return nil, nil
-	case apierrors.IsForbidden(err) || apierrors.IsInvalid(err):
-		return nil, fmt.Errorf("k8s: the cluster refused the sandbox pod: %w", err)
-	case err != nil:
-		return nil, unavailable("create the sandbox pod", err)
-	}
-	return pod, nil
-}
-
-// ownSecret makes the pod the Secret's owner, so the garbage collector
-// deletes the key with the pod, whoever deletes the pod.
-func (e *Executor) ownSecret(ctx context.Context, sec *corev1.Secret, pod *corev1.Pod) {
-	if len(sec.OwnerReferences) > 0 {
-		return
-	}
-	sec.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID}}
-	if _, err := e.cs.CoreV1().Secrets(e.cfg.Namespace).Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
-		e.cfg.Logger.Warn("k8s: own the sandbox key by its pod", "pod", pod.Name, "err", err)
-	}
 }
 
 // connect opens the tunnel and waits for sandboxd to answer through it.
@@ -256,9 +192,15 @@ func (sb *sandbox) run(ctx context.Context, spec executors.Spec) (executors.Resu
 		}
 		sb.client = c
 	}
-	if err := sb.push(ctx, spec.WorkspaceDir); err != nil {
+	sync := sb.push
+	if sb.adopted {
+		// Another replica's pod: its workspace is the session's.
+		sync = func(ctx context.Context, dir string) error { return sb.pull(ctx, dir, spec.UID, spec.GID) }
+	}
+	if err := sync(ctx, spec.WorkspaceDir); err != nil {
 		return executors.Result{}, sb.explain(err)
 	}
+	sb.adopted = false
 	res, err := aio.RunRemote(ctx, sb.client, spec, aio.DefaultClientMargin)
 	if err != nil {
 		return res, sb.explain(err)
@@ -285,6 +227,7 @@ func (sb *sandbox) explain(err error) error {
 	}
 	// Told now, so not again on the next request.
 	sb.e.forget(sb)
+	sb.e.unbindLost(context.Background(), sb.session, sb.uid)
 	return lostError(why)
 }
 
@@ -306,17 +249,6 @@ func (sb *sandbox) close() {
 	if sb.client != nil {
 		sb.client.Close()
 	}
-}
-
-// deletePod deletes the named pod now (grace 1 s); a pod already gone is
-// no error.
-func (e *Executor) deletePod(ctx context.Context, name string) error {
-	grace := int64(1)
-	err := e.cs.CoreV1().Pods(e.cfg.Namespace).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("k8s: delete pod %s: %w", name, err)
-	}
-	return nil
 }
 
 // reap deletes every sandbox pod (and key Secret) matching selector: a

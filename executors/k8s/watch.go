@@ -91,22 +91,3 @@ func (w *podWatch) waitReady(ctx context.Context, name string, uid types.UID) (p
 		}
 	}
 }
-
-// waitGone blocks until the pod uid (named name) is no longer in the
-// watch's view, or ctx ends.
-func (w *podWatch) waitGone(ctx context.Context, name string, uid types.UID) {
-	for {
-		ch := make(chan struct{})
-		w.mu.Lock()
-		w.waiters[name] = append(w.waiters[name], ch)
-		w.mu.Unlock()
-		if p, ok := w.get(name); !ok || p.UID != uid {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-ch:
-		}
-	}
-}
