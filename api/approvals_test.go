@@ -149,7 +149,7 @@ func newApprovalEnv(t *testing.T, o approvalOpts) *approvalEnv {
 	mgr, err := manager.New(manager.Config{Mode: "PERMISSIVE", ApprovalTimeout: o.timeout}, manager.Deps{
 		Assessor: risk.NewAssessor(nil, nil), Policy: eng, Confirm: hub,
 		Executors: []executors.Executor{sp}, Workspaces: ws, Audit: st, Metrics: manager.NewMetrics(reg),
-		Resources: resources, Logger: o.log,
+		Resources: resources, Logger: o.log, Activity: hub.Activity(),
 	})
 	if err != nil {
 		t.Fatal(err)

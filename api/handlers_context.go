@@ -8,6 +8,7 @@ import (
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/confirm"
+	"github.com/sandgate/sandgate/workspace"
 )
 
 // approvalContextBody is GET /v1/approvals/{id}/context: what an approver
@@ -17,8 +18,12 @@ import (
 // matched, with why each did not, as the policy says.
 //
 // The audit log keeps no output and no file contents (it never keeps
-// what a run printed or wrote), so the timeline shows outcomes, exit
-// codes, paths and sizes, not excerpts or diffs.
+// what a run printed or wrote): the items are its records (outcomes, exit
+// codes, paths and sizes), each joined by request id with what the hub's
+// activity ring still holds of it: a run's redacted output excerpt, a
+// written or edited file's bounded diff (confirm.Activity says why they
+// live there). In a fleet, the replica serving the session answers, as
+// it holds the ring.
 type approvalContextBody struct {
 	Timeline   []timelineItem      `json:"timeline"`
 	NearGrants []confirm.NearGrant `json:"near_grants"`
@@ -36,6 +41,10 @@ type timelineItem struct {
 	// file's path and bytes, a connection's host:port.
 	What       string `json:"what"`
 	DurationMS int64  `json:"duration_ms,omitempty"`
+	// Output is a run's output excerpt, Diff a file write's or edit's
+	// diff, while the session's activity ring holds them.
+	Output *confirm.RunOutput `json:"output,omitempty"`
+	Diff   *confirm.FileDiff  `json:"diff,omitempty"`
 }
 
 // maxTimeline is how many of the session's latest records are shown.
@@ -50,13 +59,27 @@ func (s *Server) approvalContext(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if s.deps.Fleet != nil {
+		ctx := r.Context()
+		if handled, err := s.deps.Fleet.Route(w, r, workspace.Key(v.Tenant, v.SessionID), requestID(ctx), forwarded(ctx)); err != nil || handled {
+			return err
+		}
+	}
 	out := approvalContextBody{Timeline: []timelineItem{}}
 	page, err := s.deps.Audit.Query(r.Context(), audit.Query{Tenant: v.Tenant, SessionID: v.SessionID, Limit: 100})
 	if err != nil {
 		return err
 	}
+	activity := hub.Activity().Session(v.Tenant, v.SessionID)
 	for _, rec := range page.Records {
 		if it, ok := timelineOf(rec); ok && len(out.Timeline) < maxTimeline {
+			if a, ok := activity[rec.RequestID]; ok && rec.RequestID != "" {
+				if it.Kind == "run_code" || it.Kind == "execute" {
+					it.Output = a.Output
+				} else if it.Kind == "file.write" || it.Kind == "file.edit" {
+					it.Diff = a.Diff
+				}
+			}
 			out.Timeline = append(out.Timeline, it)
 		}
 	}

@@ -118,11 +118,18 @@ type HubOptions struct {
 	// Proposals, when set, is the book of agents' proposals the API
 	// serves with the approvals (proposals.go); the hub does not use it.
 	Proposals *Proposals
+	// Activity keeps the sessions' output excerpts and file diffs the
+	// page's timeline shows (activity.go); the manager feeds it. Default
+	// NewActivity().
+	Activity *Activity
 }
 
 func (o HubOptions) withDefaults() HubOptions {
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
+	}
+	if o.Activity == nil {
+		o.Activity = NewActivity()
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

@@ -190,8 +190,12 @@ func (m *Manager) GetFile(ctx context.Context, req FileRequest, send func(*works
 func (m *Manager) WriteFile(ctx context.Context, req FileRequest, mode workspace.WriteMode, body io.Reader) (res workspace.WriteResult, err error) {
 	err = m.fileOp(ctx, KindFileWrite, req, func(rec *audit.Record, key string) error {
 		setDetail(rec, "mode", cut(string(mode), detailMax))
+		before, existed := m.snapshotFile(ctx, key, req.Path)
 		res, err = m.deps.Workspaces.Write(ctx, key, req.Path, mode, body)
 		rec.Bytes = res.Written
+		if err == nil {
+			m.fileChanged(ctx, rec, key, req.Path, before, existed)
+		}
 		return err
 	})
 	return res, err
@@ -200,10 +204,12 @@ func (m *Manager) WriteFile(ctx context.Context, req FileRequest, mode workspace
 // EditFile replaces old with new in the request's file.
 func (m *Manager) EditFile(ctx context.Context, req FileRequest, old, new string, replaceAll bool) (res workspace.EditResult, err error) {
 	err = m.fileOp(ctx, KindFileEdit, req, func(rec *audit.Record, key string) error {
+		before, existed := m.snapshotFile(ctx, key, req.Path)
 		res, err = m.deps.Workspaces.Edit(ctx, key, req.Path, old, new, replaceAll)
 		rec.Bytes = res.Size
 		if err == nil {
 			setDetail(rec, "occurrences", strconv.Itoa(res.Occurrences))
+			m.fileChanged(ctx, rec, key, req.Path, before, existed)
 		}
 		return err
 	})

@@ -116,6 +116,9 @@ type Deps struct {
 	// Layouts are the front ends' path layouts, by front end name
 	// (layout.go); a front end without one gets /workspace alone.
 	Layouts map[string]Layout
+	// Activity is told runs' output and file changes for the approval
+	// page's timeline (ActivitySink); nil tells nobody.
+	Activity ActivitySink
 }
 
 // EgressService gives one run its way to the egress proxy, bound to the

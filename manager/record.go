@@ -42,6 +42,7 @@ func (m *Manager) finish(ctx context.Context, rec *audit.Record, res *RunResult,
 		rec.Executor = res.SandboxType
 	}
 	elapsed := m.stamp(ctx, rec, outcomeOf(code, res, err), err, start)
+	m.runFinished(rec, res, err)
 	if l, ok := m.deps.Audit.(laterCompleter); !ok || rec.ID == 0 || !l.CompleteLater(rec) {
 		m.write(ctx, rec)
 	}

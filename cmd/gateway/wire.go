@@ -193,6 +193,9 @@ func build(ctx context.Context, cfg Config, getenv func(string) string, stdout, 
 	if gw.egress != nil { // a nil *Service in the interface would not read as "no proxy"
 		deps.Egress = gw.egress
 	}
+	if gw.hub != nil { // the page's timeline: runs' output excerpts and file diffs
+		deps.Activity = gw.hub.Activity()
+	}
 	gw.manager, err = manager.New(manager.Config{
 		Mode: cfg.Mode, MaxCodeBytes: cfg.Limits.MaxCodeBytes, DefaultTimeout: cfg.Limits.DefaultTimeout,
 		ApprovalTimeout: cfg.Approval.Timeout, Quotas: quotas, Replica: replicaName(cfg.Storage),
@@ -508,6 +511,7 @@ func (gw *gateway) egressProxy(confirmer confirm.Service, reg prometheus.Registe
 // endSessionApprovals revokes what session key held in the approval hub.
 func (gw *gateway) endSessionApprovals(ctx context.Context, key string) error {
 	tenant, id := workspace.SplitKey(key)
+	gw.hub.Activity().Forget(tenant, id)
 	var errs []error
 	if g := gw.hub.Grants(); g != nil {
 		errs = append(errs, g.EndSession(ctx, tenant, id))

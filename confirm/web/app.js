@@ -396,9 +396,43 @@
       .catch(() => {});
   }
 
-  // loadContext shows the session's timeline (runs, file changes,
-  // connections: outcomes, not output) and the grants that almost
-  // matched a run, with why each did not, as the policy says.
+  // outputExcerpt is a run's output excerpt (the gateway cut and redacted
+  // it): stdout, then stderr, each labelled; text only.
+  function outputExcerpt(o) {
+    const pre = el("pre", "excerpt");
+    for (const [name, x] of [["stdout", o.stdout], ["stderr", o.stderr]]) {
+      if (!x) continue;
+      pre.append(el("span", "x-label", name + (x.cut ? " (" + fmtBytes(x.bytes) + ", cut)" : "") + ":\n"),
+        el("span", name === "stderr" ? "x-err" : null, x.text + (x.text.endsWith("\n") ? "" : "\n")));
+    }
+    if (o.truncated) pre.append(el("span", "x-label", "(the run's output was cut at its limit)"));
+    const last = pre.lastChild;
+    if (last && last.textContent.endsWith("\n")) last.textContent = last.textContent.slice(0, -1);
+    return pre.childNodes.length ? [pre] : [];
+  }
+
+  // fileDiff is a file write's or edit's diff, a line per span, or what
+  // stands for it (binary, too large, unchanged).
+  function fileDiff(d) {
+    if (d.binary || d.too_large || !d.text) {
+      return el("span", "t-note", d.status + ", " + (d.binary ? "binary" : d.too_large ? "too large to diff" : "no change"));
+    }
+    const pre = el("pre", "diff");
+    const lines = d.text.split("\n");
+    if (lines[lines.length - 1] === "") lines.pop();
+    for (const line of lines) {
+      const c = line.startsWith("@@") ? "d-hunk" : line.startsWith("+++") || line.startsWith("---") ? "x-label" :
+        line.startsWith("+") ? "d-add" : line.startsWith("-") ? "d-del" : "d-ctx";
+      pre.append(el("span", c + (c === "x-label" ? " d-ctx" : ""), line));
+    }
+    if (d.cut) pre.append(el("span", "x-label d-ctx", "… (cut; +" + d.added + " −" + d.removed + " in all)"));
+    return pre;
+  }
+
+  // loadContext shows the session's timeline (runs with an excerpt of
+  // their output, file changes with their diff, connections) and the
+  // grants that almost matched a run, with why each did not, as the
+  // policy says.
   function loadContext(node, v) {
     fetch("/v1/approvals/" + encodeURIComponent(v.id) + "/context", { headers: { Authorization: "Bearer " + state.token }, cache: "no-store" })
       .then((r) => (r.ok ? r.json() : { timeline: [], near_grants: [] }))
@@ -412,6 +446,8 @@
               (t.error_code ? " (" + t.error_code + ")" : "");
             li.append(el("span", "c-action", t.kind), el("code", null, t.what), el("span", "c-rule", (t.risk_level ? t.risk_level + " · " : "") + how),
               el("span", "h-time", new Date(t.time).toLocaleTimeString()));
+            if (t.output) li.append(...outputExcerpt(t.output));
+            if (t.diff) li.append(fileDiff(t.diff));
             return li;
           }));
           box.hidden = false;
