@@ -16,6 +16,7 @@ func (s *Server) pauseRoutes() {
 	s.handleSession("POST /v1/sessions/{id}/pause", agentOrAdmin, s.pauseSession)
 	s.handleSession("POST /v1/sessions/{id}/resume", agentOrAdmin, s.resumeSession)
 	s.handleSession("POST /v1/sessions/{id}/fork", []Role{RoleAgent}, s.forkSession)
+	s.snapshotRoutes()
 }
 
 // forkBody is POST /v1/sessions/{id}/fork.
@@ -56,7 +57,7 @@ func (s *Server) resumeSession(w http.ResponseWriter, r *http.Request) error {
 }
 
 func pauseOperations() []op {
-	return []op{
+	return append(snapshotOperations(), []op{
 		{method: "POST", path: "/v1/sessions/{id}/pause", id: "pauseSession", tag: "sessions", roles: rolesAgentAdmin,
 			summary: "Pause the session: its containers and processes are freed; a gVisor kernel keeps its memory (checkpoint), other tiers keep the workspace and the next stateful run says kernel_restarted; 409 while a run is in flight",
 			ok:      200, okBody: sch("SessionInfo", manager.SessionInfo{}), errs: []int{400, 401, 403, 404, 409, 429, 500}},
@@ -67,5 +68,5 @@ func pauseOperations() []op {
 			summary: "Start count new sessions from this one: each has a copy of its workspace and, under gVisor, a restore of its kernel (random generators reseeded); grants and approvals do not carry over",
 			body:    sch("ForkRequest", forkBody{}), ok: 201, okBody: sch("ForkResult", manager.ForkResult{}),
 			errs: []int{400, 401, 403, 404, 409, 429, 500}},
-	}
+	}...)
 }

@@ -19,6 +19,9 @@ type createSessionBody struct {
 	Metadata     map[string]string `json:"metadata"`
 	TimeoutS     int               `json:"timeout_s"`
 	IdleTimeoutS int               `json:"idle_timeout_s"`
+	// FromSnapshot starts the session from a named snapshot of the
+	// caller's tenant (its workspace, and its kernel where it kept one).
+	FromSnapshot string `json:"from_snapshot"`
 }
 
 // maxLabels bounds a session's labels and metadata entries, and
@@ -75,6 +78,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	info, _, err := s.deps.Manager.CreateSession(r.Context(), principal(r), body.ID, manager.OpenOptions{
 		FrontEnd: "rest", Client: r.UserAgent(), Labels: body.Labels, Metadata: body.Metadata,
 		TTL: time.Duration(body.TimeoutS) * time.Second, IdleTimeout: time.Duration(body.IdleTimeoutS) * time.Second,
+		FromSnapshot: body.FromSnapshot,
 	})
 	if err != nil {
 		return err

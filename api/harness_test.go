@@ -68,6 +68,9 @@ type envOpts struct {
 	api Config
 	// writeTimeout is the listener's http.Server WriteTimeout (0: none).
 	writeTimeout time.Duration
+	// snapshots configures named snapshots; its Dir defaults to
+	// <dataDir>/snapshots/named, as the gateway's does.
+	snapshots manager.SnapshotConfig
 }
 
 // errorLog is the test servers' log: errors only, to stderr, so a failed
@@ -123,7 +126,10 @@ func newEnv(t *testing.T, o envOpts) *env {
 			Describe: func(key string) (any, bool) { b, ok := bm.Live()[key]; return b, ok }})
 	}
 	reg := prometheus.NewRegistry()
-	mgr, err := manager.New(manager.Config{Mode: o.mode, Quotas: o.quotas}, manager.Deps{
+	if o.snapshots.Dir == "" {
+		o.snapshots.Dir = filepath.Join(o.dataDir, "snapshots", "named")
+	}
+	mgr, err := manager.New(manager.Config{Mode: o.mode, Quotas: o.quotas, Snapshots: o.snapshots}, manager.Deps{
 		Assessor: risk.NewAssessor(nil, nil), Policy: eng, Confirm: o.confirm,
 		Executors: append([]executors.Executor{sp}, o.executors...), Workspaces: ws, Audit: st, Metrics: manager.NewMetrics(reg),
 		Resources: resources,

@@ -421,6 +421,10 @@ func TestOpenAPIResponses(t *testing.T) {
 	e.do("POST", "/v1/sessions/nosuch/pause", agentTok, nil) // 404
 	e.do("POST", "/v1/sessions/s2/fork", agentTok, map[string]any{"count": 1})
 	e.do("POST", "/v1/sessions/s2/fork", agentTok, map[string]any{"count": 0}) // 400
+	e.do("POST", "/v1/sessions/s2/snapshots", agentTok, map[string]any{"name": "n1"})
+	e.do("POST", "/v1/sessions/s2/snapshots", agentTok, map[string]any{"name": "n1"}) // 409
+	e.do("GET", "/v1/snapshots", agentTok, nil)
+	e.do("DELETE", "/v1/snapshots/snap-0000000000000000", agentTok, nil) // 404
 	e.do("GET", "/v1/audit?limit=5", adminTok, nil)
 
 	call := e.runAsync("s2", highRisk)

@@ -57,6 +57,9 @@ type Config struct {
 	// for this long (pause.go): its containers and memory are freed, and
 	// its next request resumes it. 0 never pauses one.
 	PauseIdleAfter time.Duration
+	// Snapshots are the named snapshots' directory and retention
+	// (snapshot.go).
+	Snapshots SnapshotConfig
 }
 
 func (c *Config) applyDefaults() {
@@ -163,6 +166,8 @@ type Manager struct {
 	closeOnce sync.Once
 	// usage keeps each session's previous CPU reading (usage.go).
 	usage usageSamples
+	// snaps serialises each tenant's snapshot writes (snapshot.go).
+	snaps snapshotLocks
 }
 
 // New checks the wiring and builds a Manager.

@@ -37,6 +37,11 @@ type Quota struct {
 	// listings, dry runs): refused with rate_limited and Retry-After.
 	RequestsPerSecond float64
 	Burst             int
+	// MaxSnapshots and MaxSnapshotBytes bound the tenant's named
+	// snapshots (snapshot.go): a snapshot that would pass either is
+	// refused with quota_exceeded.
+	MaxSnapshots     int
+	MaxSnapshotBytes int64
 }
 
 // QuotaConfig is every tenant's quota: Default, or Tenants[name].

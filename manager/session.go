@@ -111,6 +111,9 @@ type OpenOptions struct {
 	// Create refuses to open a session that exists (POST /v1/sessions):
 	// ErrSessionExists.
 	Create bool
+	// FromSnapshot starts a created session from a named snapshot of its
+	// tenant (snapshot.go).
+	FromSnapshot string
 	// peek opens a session without creating its record when it has none
 	// (a read: probing a name creates nothing); the session returned is
 	// then not kept.

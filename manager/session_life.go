@@ -156,7 +156,8 @@ func (m *Manager) reap(ctx context.Context) {
 			return
 		case now := <-t.C:
 			m.expireDue(ctx, now)
-			m.pauseIdle(ctx, now) // pause.go
+			m.pauseIdle(ctx, now)      // pause.go
+			m.sweepSnapshots(ctx, now) // snapshot.go
 		}
 	}
 }
@@ -299,6 +300,9 @@ func (m *Manager) CreateSession(ctx context.Context, p Principal, id string, o O
 	defer release()
 	if err != nil {
 		return SessionInfo{}, Owner{}, err
+	}
+	if o.FromSnapshot != "" {
+		return m.createFromSnapshot(ctx, p, ref, o)
 	}
 	_, owner, err := m.open(ctx, ref, o)
 	if err != nil || !owner.Local {

@@ -123,6 +123,10 @@ type QuotaConfig struct {
 	MaxWorkspaceMiB   int64   `yaml:"max_workspace_mib"`
 	RequestsPerSecond float64 `yaml:"requests_per_second"`
 	Burst             int     `yaml:"burst"`
+	// MaxSnapshots and MaxSnapshotMiB bound the tenant's named
+	// snapshots (POST /v1/sessions/{id}/snapshots).
+	MaxSnapshots   int   `yaml:"max_snapshots"`
+	MaxSnapshotMiB int64 `yaml:"max_snapshot_mib"`
 }
 
 // QuotaOverride is a tenant's own limits; a field left out keeps the
@@ -133,6 +137,8 @@ type QuotaOverride struct {
 	MaxWorkspaceMiB   *int64   `yaml:"max_workspace_mib"`
 	RequestsPerSecond *float64 `yaml:"requests_per_second"`
 	Burst             *int     `yaml:"burst"`
+	MaxSnapshots      *int     `yaml:"max_snapshots"`
+	MaxSnapshotMiB    *int64   `yaml:"max_snapshot_mib"`
 }
 
 // over returns q with o's set fields.
@@ -142,6 +148,8 @@ func (o QuotaOverride) over(q QuotaConfig) QuotaConfig {
 	set(&q.MaxWorkspaceMiB, o.MaxWorkspaceMiB)
 	set(&q.RequestsPerSecond, o.RequestsPerSecond)
 	set(&q.Burst, o.Burst)
+	set(&q.MaxSnapshots, o.MaxSnapshots)
+	set(&q.MaxSnapshotMiB, o.MaxSnapshotMiB)
 	return q
 }
 
@@ -153,7 +161,8 @@ func set[T any](dst *T, v *T) {
 
 func (q QuotaConfig) validate(where string) []error {
 	var errs []error
-	if q.MaxSessions < 0 || q.MaxConcurrentRuns < 0 || q.MaxWorkspaceMiB < 0 || q.RequestsPerSecond < 0 || q.Burst < 0 {
+	if q.MaxSessions < 0 || q.MaxConcurrentRuns < 0 || q.MaxWorkspaceMiB < 0 || q.RequestsPerSecond < 0 || q.Burst < 0 ||
+		q.MaxSnapshots < 0 || q.MaxSnapshotMiB < 0 {
 		errs = append(errs, fmt.Errorf("%s: quotas must not be negative (0 turns a limit off)", where))
 	}
 	if q.RequestsPerSecond > 0 && q.Burst < 1 {

@@ -200,6 +200,10 @@ func build(ctx context.Context, cfg Config, getenv func(string) string, stdout, 
 		Mode: cfg.Mode, MaxCodeBytes: cfg.Limits.MaxCodeBytes, DefaultTimeout: cfg.Limits.DefaultTimeout,
 		ApprovalTimeout: cfg.Approval.Timeout, Quotas: quotas, Replica: replicaName(cfg.Storage),
 		PauseIdleAfter: cfg.Sessions.PauseIdleAfter,
+		// Named snapshots beside the paused sessions' checkpoints, in the
+		// data directory a fleet shares.
+		Snapshots: manager.SnapshotConfig{Dir: filepath.Join(cfg.DataDir, "snapshots", "named"),
+			Retention: cfg.Sessions.SnapshotRetention, Compress: cfg.Sessions.SnapshotCompress},
 	}, deps)
 	if err != nil {
 		return nil, err
@@ -262,7 +266,8 @@ func quotaConfig(cfg Config, tokens []api.Token) manager.QuotaConfig {
 
 func managerQuota(c QuotaConfig) manager.Quota {
 	return manager.Quota{MaxSessions: c.MaxSessions, MaxConcurrentRuns: c.MaxConcurrentRuns,
-		MaxWorkspaceBytes: c.MaxWorkspaceMiB << 20, RequestsPerSecond: c.RequestsPerSecond, Burst: c.Burst}
+		MaxWorkspaceBytes: c.MaxWorkspaceMiB << 20, RequestsPerSecond: c.RequestsPerSecond, Burst: c.Burst,
+		MaxSnapshots: c.MaxSnapshots, MaxSnapshotBytes: c.MaxSnapshotMiB << 20}
 }
 
 // prepareDataDir creates the data directory 0711: sandboxed code runs as

@@ -286,9 +286,27 @@ func saveShape(ck *checkpoint) error {
 }
 
 // loadCheckpoint finds the newest complete checkpoint of session on
-// disk, nil when there is none.
+// disk, nil when there is none. This instance's directory is looked in
+// first, then every other instance's of the same kind: in a fleet the
+// snapshot directory is shared, and a replica adopts the paused sessions
+// of one that is gone (its instance is another).
 func (e *Executor) loadCheckpoint(session string) *checkpoint {
-	paths, _ := filepath.Glob(filepath.Join(e.snapshotBase(), dirName(session), "*", "shape.json"))
+	if ck := newestCheckpoint(filepath.Join(e.snapshotBase(), dirName(session))); ck != nil {
+		return ck
+	}
+	others, _ := filepath.Glob(filepath.Join(e.cfg.SnapshotDir, string(e.cfg.Kind)+"-*", dirName(session)))
+	for _, d := range others {
+		if ck := newestCheckpoint(d); ck != nil {
+			return ck
+		}
+	}
+	return nil
+}
+
+// newestCheckpoint is the newest complete checkpoint under a session's
+// directory.
+func newestCheckpoint(sessionDir string) *checkpoint {
+	paths, _ := filepath.Glob(filepath.Join(sessionDir, "*", "shape.json"))
 	var best *checkpoint
 	var bestAt time.Time
 	for _, p := range paths {
@@ -297,15 +315,22 @@ func (e *Executor) loadCheckpoint(session string) *checkpoint {
 		if err != nil || (best != nil && st.ModTime().Before(bestAt)) {
 			continue
 		}
-		raw, err := os.ReadFile(p)
-		var r shapeRecord
-		if err != nil || json.Unmarshal(raw, &r) != nil {
-			continue
+		if sh, ok := readShape(dir); ok {
+			best, bestAt = &checkpoint{dir: dir, shape: sh}, st.ModTime()
 		}
-		best, bestAt = &checkpoint{dir: dir, shape: shape{image: r.Image, dir: r.Dir, runtime: r.Runtime, ca: r.CA,
-			netns: r.Netns, uid: r.UID, gid: r.GID, limits: r.Limits, egress: r.Egress, layout: r.Layout}}, st.ModTime()
 	}
 	return best
+}
+
+// readShape reads the shape.json saveShape wrote into dir.
+func readShape(dir string) (shape, bool) {
+	raw, err := os.ReadFile(filepath.Join(dir, "shape.json"))
+	var r shapeRecord
+	if err != nil || json.Unmarshal(raw, &r) != nil {
+		return shape{}, false
+	}
+	return shape{image: r.Image, dir: r.Dir, runtime: r.Runtime, ca: r.CA, netns: r.Netns, uid: r.UID, gid: r.GID,
+		limits: r.Limits, egress: r.Egress, layout: r.Layout}, true
 }
 
 // reapRestored deletes, once per executor, the restored sandboxes an

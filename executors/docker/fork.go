@@ -80,8 +80,9 @@ func (e *Executor) ForkSession(ctx context.Context, parent string, children []ex
 }
 
 // checkpointRunning writes the kernel's bundle and a --leave-running
-// checkpoint into dir and returns the image path.
-func (e *Executor) checkpointRunning(ctx context.Context, k *dkernel, dir string) (string, error) {
+// checkpoint into dir and returns the image path. extra are more
+// checkpoint flags (a named snapshot's compression).
+func (e *Executor) checkpointRunning(ctx context.Context, k *dkernel, dir string, extra ...string) (string, error) {
 	rt, err := e.runscRuntime(ctx)
 	if err != nil {
 		return "", err
@@ -102,7 +103,8 @@ func (e *Executor) checkpointRunning(ctx context.Context, k *dkernel, dir string
 	}
 	cctx, cancel := context.WithTimeout(ctx, checkpointTimeout)
 	defer cancel()
-	if err := rt.run(cctx, root, nil, "checkpoint", "--leave-running", "--image-path="+image, id); err != nil {
+	args := append([]string{"checkpoint", "--leave-running", "--image-path=" + image}, extra...)
+	if err := rt.run(cctx, root, nil, append(args, id)...); err != nil {
 		removeSnapshot(dir)
 		return "", fmt.Errorf("docker: checkpoint the kernel: %w", err)
 	}
