@@ -85,9 +85,18 @@ type httpE2E struct {
 	logs                       *bytes.Buffer
 }
 
+// httpE2EOptions vary the gateway newHTTPE2E builds.
+type httpE2EOptions struct {
+	// heldMethods are the API's methods held for approval (default POST).
+	heldMethods []string
+	// grants enables the approval hub's grants (confirm.Grants, egress
+	// grants among them), revoked at a session's end as in main.
+	grants bool
+}
+
 // httpPolicy is the shipped policy with every level routed to kind and
 // the rules, scoped to tenant "a".
-func httpPolicy(t *testing.T, kind string, gitPort, pypiPort, apiPort int) fs.FS {
+func httpPolicy(t *testing.T, kind string, gitPort, pypiPort, apiPort int, heldMethods []string) fs.FS {
 	t.Helper()
 	out, err := policy.DefaultTree()
 	if err != nil {
@@ -113,7 +122,7 @@ func httpPolicy(t *testing.T, kind string, gitPort, pypiPort, apiPort int) fs.FS
 		rule("gh", "allow", gitPort, e2eGit, map[string]any{"request_preset": "github-readonly"}),
 		rule("pypi", "allow", pypiPort, e2ePyPI, map[string]any{"request_preset": "pypi-install"}),
 		rule("api-read", "allow", apiPort, e2eRest, map[string]any{"methods": []string{"GET"}}),
-		rule("api-write", "require_approval", apiPort, e2eRest, map[string]any{"methods": []string{"POST"}}),
+		rule("api-write", "require_approval", apiPort, e2eRest, map[string]any{"methods": heldMethods}),
 	}
 	b, err := json.Marshal(doc)
 	if err != nil {
@@ -125,6 +134,14 @@ func httpPolicy(t *testing.T, kind string, gitPort, pypiPort, apiPort int) fs.FS
 
 func newHTTPE2E(t *testing.T, kind string, exec executors.Executor) *httpE2E {
 	t.Helper()
+	return newHTTPE2EWith(t, kind, exec, httpE2EOptions{})
+}
+
+func newHTTPE2EWith(t *testing.T, kind string, exec executors.Executor, opts httpE2EOptions) *httpE2E {
+	t.Helper()
+	if opts.heldMethods == nil {
+		opts.heldMethods = []string{"POST"}
+	}
 	ctx := context.Background()
 	var sb [16]byte
 	_, _ = rand.Read(sb[:])
@@ -150,11 +167,23 @@ func newHTTPE2E(t *testing.T, kind string, exec executors.Executor) *httpE2E {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := policy.New(ctx, policy.Options{EvalTimeout: testEvalTimeout, FS: httpPolicy(t, kind, e.gitPort, e.pypiPort, e.apiPort)})
+	eng, err := policy.New(ctx, policy.Options{EvalTimeout: testEvalTimeout, FS: httpPolicy(t, kind, e.gitPort, e.pypiPort, e.apiPort, opts.heldMethods)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.hub, err = confirm.NewHub(ctx, confirm.HubOptions{Store: e.audit}); err != nil {
+	hubOpts := confirm.HubOptions{Store: e.audit}
+	var resources []manager.SessionResource
+	if opts.grants {
+		if hubOpts.Grants, err = confirm.OpenGrants(ctx, confirm.GrantOptions{Store: e.audit, Audit: e.audit,
+			Policy: confirm.EngineGrants(eng, "STRICT")}); err != nil {
+			t.Fatal(err)
+		}
+		resources = append(resources, manager.SessionResource{Name: "grants", Durable: true, Release: func(ctx context.Context, key string) error {
+			tenant, id := workspace.SplitKey(key)
+			return hubOpts.Grants.EndSession(ctx, tenant, id)
+		}})
+	}
+	if e.hub, err = confirm.NewHub(ctx, hubOpts); err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
@@ -169,7 +198,7 @@ func newHTTPE2E(t *testing.T, kind string, exec executors.Executor) *httpE2E {
 	}
 	mgr, err := manager.New(manager.Config{Mode: "STRICT", ApprovalTimeout: time.Minute}, manager.Deps{
 		Assessor: risk.NewAssessor(nil, nil), Policy: eng, Confirm: e.hub, Executors: []executors.Executor{exec},
-		Workspaces: ws, Audit: e.audit, Metrics: manager.NewMetrics(reg), Egress: proxy, Logger: logger,
+		Workspaces: ws, Audit: e.audit, Metrics: manager.NewMetrics(reg), Egress: proxy, Logger: logger, Resources: resources,
 	})
 	if err != nil {
 		t.Fatal(err)

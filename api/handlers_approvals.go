@@ -34,6 +34,9 @@ type decisionBody struct {
 	// ForS, with scope "session" or "pattern" on a run approval, makes
 	// the approval a grant for that many seconds (confirm.Grants).
 	ForS int `json:"for_s,omitempty"`
+	// PathPrefix, with scope "session" and for_s on a held egress
+	// request, is the path prefix of the grant (confirm/grants_egress.go).
+	PathPrefix string `json:"path_prefix,omitempty"`
 }
 
 // conflictBody is the 409 answer: the usual error body plus the approval's
@@ -104,7 +107,8 @@ func (s *Server) decideApproval(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	v, err := s.deps.Approvals.Decide(r.Context(), r.PathValue("id"), approver(r),
-		confirm.Decision{Decision: body.Decision, Reason: body.Reason, Digest: body.Digest, Scope: body.Scope, ForS: body.ForS})
+		confirm.Decision{Decision: body.Decision, Reason: body.Reason, Digest: body.Digest, Scope: body.Scope, ForS: body.ForS,
+			PathPrefix: body.PathPrefix})
 	var ce *confirm.ConflictError
 	switch {
 	case errors.As(err, &ce):
@@ -120,6 +124,8 @@ func (s *Server) decideApproval(w http.ResponseWriter, r *http.Request) error {
 		return &fieldErr{field: fieldErrorOf("scope", `must be "once"; "session" for an egress approval; "session" or "pattern" with for_s for a run`)}
 	case errors.Is(err, confirm.ErrGrantDuration):
 		return &fieldErr{field: fieldErrorOf("for_s", err.Error())}
+	case errors.Is(err, confirm.ErrGrantPrefix):
+		return &fieldErr{field: fieldErrorOf("path_prefix", err.Error())}
 	case errors.Is(err, confirm.ErrReasonTooLong):
 		return &fieldErr{field: fieldErrorOf("reason", "must be at most 1000 bytes")}
 	case err != nil:

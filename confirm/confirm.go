@@ -13,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sandgate/sandgate/policy"
 )
 
 // Statuses of an approval.
@@ -86,6 +88,11 @@ type Request struct {
 	// not block; it is not called when no approval is published (a
 	// service that decides at once, or one that fails before publishing).
 	Published func(approvalID string)
+	// Egress is a held egress request's decision input (the egress
+	// proxy's), which the egress grant policy is asked with
+	// (grants_egress.go). Like Via it is not bound by the digest (the
+	// Target is, and names the same request) and not stored.
+	Egress *policy.EgressInput
 }
 
 // Pattern is a risk hit to highlight in the code.

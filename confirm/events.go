@@ -90,6 +90,10 @@ type Decision struct {
 	// Scope is "session" (this session) or "pattern" (this tenant's
 	// requests with these risk patterns); see grants.go.
 	ForS int `json:"for_s,omitempty"`
+	// PathPrefix, on an egress request approval approved for the session
+	// with ForS, is the path prefix the grant covers (grants_egress.go);
+	// empty: the held request's path.
+	PathPrefix string `json:"path_prefix,omitempty"`
 }
 
 // MaxReasonBytes caps a decision's reason.

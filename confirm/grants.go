@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/sandgate/sandgate/audit"
@@ -69,6 +70,12 @@ type Grant struct {
 	RevokedAt  time.Time `json:"revoked_at,omitzero"`
 	Uses       int64     `json:"uses"`
 	LastUsedAt time.Time `json:"last_used_at,omitzero"`
+	// Method, Host, Port and PathPrefix are the requests an egress grant
+	// (Kind egress) covers; empty on a run grant.
+	Method     string `json:"method,omitempty"`
+	Host       string `json:"host,omitempty"`
+	Port       int    `json:"port,omitempty"`
+	PathPrefix string `json:"path_prefix,omitempty"`
 }
 
 // GrantFor is how long a channel's grant of scope lasts.
@@ -224,9 +231,17 @@ func (g *Grants) revokeNow(ctx context.Context, gr Grant, by, reason string) err
 }
 
 // scope checks an approval's scope and for_s: "once" (or nothing), an
-// egress "session", or for a run, with grants enabled, "session" or
+// egress "session" (with for_s and path_prefix on a held request, a
+// grant: egressScope), or for a run, with grants enabled, "session" or
 // "pattern" with a duration in bounds.
-func (g *Grants) scope(kind, status string, d Decision) (string, error) {
+func (g *Grants) scope(v View, status string, d Decision) (string, error) {
+	kind := v.Kind
+	if kind == KindEgress && (d.ForS != 0 || d.PathPrefix != "") {
+		return g.egressScope(v, status, d)
+	}
+	if d.PathPrefix != "" {
+		return "", ErrGrantPrefix
+	}
 	if status != StatusApproved || kind != KindRun || (d.Scope != ScopeSession && d.Scope != ScopePattern) {
 		if d.ForS != 0 {
 			return "", ErrGrantDuration
@@ -274,11 +289,11 @@ func (g *Grants) give(ctx context.Context, v View, scope string, forS int, by st
 // cover asks the policy whether a live grant covers req. Any failure is
 // "no": a person is asked, as without grants (never a silent allow).
 func (g *Grants) cover(ctx context.Context, req Request) (Grant, bool) {
-	if req.Kind != KindRun {
+	if req.Kind != KindRun && req.Kind != KindEgress {
 		return Grant{}, false
 	}
 	now := time.Now()
-	live, err := g.store.list(ctx, GrantQuery{Tenant: req.Tenant, SessionID: req.SessionID, Live: true, Now: now}, nil)
+	live, err := g.liveOf(ctx, req.Kind, req.Tenant, req.SessionID, now)
 	if err != nil {
 		g.log.ErrorContext(ctx, "grants not read; asking a person", "err", err)
 		return Grant{}, false
@@ -286,7 +301,12 @@ func (g *Grants) cover(ctx context.Context, req Request) (Grant, bool) {
 	if len(live) == 0 {
 		return Grant{}, false
 	}
-	id, err := g.opts.Policy.CoveringGrant(ctx, req, live)
+	var id string
+	if req.Kind == KindEgress {
+		id, err = g.coveringEgress(ctx, req, live)
+	} else {
+		id, err = g.opts.Policy.CoveringGrant(ctx, req, live)
+	}
 	if err != nil {
 		g.log.ErrorContext(ctx, "grant policy failed; asking a person", "err", err)
 		return Grant{}, false
@@ -303,6 +323,13 @@ func (g *Grants) cover(ctx context.Context, req Request) (Grant, bool) {
 		g.log.ErrorContext(ctx, "the policy named a grant that is not live; asking a person", "grant_id", id)
 	}
 	return Grant{}, false
+}
+
+// liveOf are the live grants of kind that apply to tenant's session: the
+// run policy never sees an egress grant, nor the egress policy a run's.
+func (g *Grants) liveOf(ctx context.Context, kind, tenant, sessionID string, now time.Time) ([]Grant, error) {
+	live, err := g.store.list(ctx, GrantQuery{Tenant: tenant, SessionID: sessionID, Live: true, Now: now}, nil)
+	return slices.DeleteFunc(live, func(gr Grant) bool { return gr.Kind != kind }), err
 }
 
 func (g *Grants) audit(ctx context.Context, kind string, gr Grant, by string, detail map[string]string) {
@@ -359,10 +386,18 @@ func (g *Grants) coverIfSet(ctx context.Context, req Request) (Grant, bool) {
 // gives. The request itself is already approved; when the grant cannot
 // be written the approver is told (the approval stands, once).
 func (h *Hub) withGrant(ctx context.Context, fin View, err error, d Decision, by string) (View, error) {
-	if err != nil || fin.Status != StatusApproved || fin.Kind != KindRun || (fin.Scope != ScopeSession && fin.Scope != ScopePattern) {
+	egressGrant := fin.Kind == KindEgress && d.ForS > 0
+	runGrant := fin.Kind == KindRun && (fin.Scope == ScopeSession || fin.Scope == ScopePattern)
+	if err != nil || fin.Status != StatusApproved || (!egressGrant && !runGrant) {
 		return fin, err
 	}
-	gr, gerr := h.opts.Grants.give(context.WithoutCancel(ctx), fin, fin.Scope, d.ForS, by)
+	var gr Grant
+	var gerr error
+	if egressGrant {
+		gr, gerr = h.opts.Grants.giveEgress(context.WithoutCancel(ctx), fin, d, by)
+	} else {
+		gr, gerr = h.opts.Grants.give(context.WithoutCancel(ctx), fin, fin.Scope, d.ForS, by)
+	}
 	if gerr != nil {
 		h.log.ErrorContext(ctx, "grant not recorded; the approval was once", "approval_id", fin.ID, "err", gerr)
 		return fin, gerr
@@ -388,7 +423,7 @@ func (g *Grants) NearMisses(ctx context.Context, v View) ([]NearGrant, error) {
 	if g == nil || v.Kind == KindEgress {
 		return out, nil
 	}
-	live, err := g.store.list(ctx, GrantQuery{Tenant: v.Tenant, SessionID: v.SessionID, Live: true, Now: time.Now()}, nil)
+	live, err := g.liveOf(ctx, KindRun, v.Tenant, v.SessionID, time.Now())
 	if err != nil || len(live) == 0 {
 		return out, err
 	}

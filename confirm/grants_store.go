@@ -23,7 +23,21 @@ var grantsMigrations = []audit.Migration{{
 	Name:     "create grants",
 	SQL:      grantsTableV1 + " STRICT;\n" + grantsIndexV1,
 	Postgres: grantsTableV1 + ";\n" + grantsIndexV1,
+}, {
+	// An egress grant (kind egress) names the requests it covers: the
+	// method, host, port and path prefix of the held request it was given
+	// on (grants_egress.go). A run grant leaves them empty.
+	Version:  2,
+	Name:     "add egress request columns",
+	SQL:      grantsEgressV2,
+	Postgres: grantsEgressV2,
 }}
+
+const grantsEgressV2 = `
+ALTER TABLE grants ADD COLUMN method TEXT NOT NULL DEFAULT '';
+ALTER TABLE grants ADD COLUMN host TEXT NOT NULL DEFAULT '';
+ALTER TABLE grants ADD COLUMN port INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE grants ADD COLUMN path_prefix TEXT NOT NULL DEFAULT '';`
 
 const grantsTableV1 = `
 CREATE TABLE grants (
@@ -48,7 +62,7 @@ CREATE TABLE grants (
 const grantsIndexV1 = `CREATE INDEX grants_tenant_expires ON grants (tenant, expires_at)`
 
 const grantColumns = `id, kind, scope, tenant, session_id, language, risk_level, patterns, approval_id, created_by,
-	created_at, expires_at, revoked_by, revoked_at, uses, last_used_at`
+	created_at, expires_at, revoked_by, revoked_at, uses, last_used_at, method, host, port, path_prefix`
 
 type grantStore struct{ db Store }
 
@@ -59,9 +73,10 @@ func (s grantStore) insert(ctx context.Context, g Grant) error {
 	}
 	return s.db.WriteTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, s.db.Rebind(`INSERT INTO grants (id, kind, scope, tenant, session_id, language, risk_level,
-	patterns, approval_id, created_by, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+	patterns, approval_id, created_by, created_at, expires_at, method, host, port, path_prefix)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 			g.ID, g.Kind, g.Scope, g.Tenant, g.SessionID, g.Language, g.Level, string(pats), g.ApprovalID, g.CreatedBy,
-			fmtTime(g.CreatedAt), fmtTime(g.ExpiresAt))
+			fmtTime(g.CreatedAt), fmtTime(g.ExpiresAt), g.Method, g.Host, g.Port, g.PathPrefix)
 		return err
 	})
 }
@@ -165,7 +180,7 @@ func scanGrant(sc interface{ Scan(...any) error }) (Grant, error) {
 		revoked, lastUsed sql.NullString
 	)
 	err := sc.Scan(&g.ID, &g.Kind, &g.Scope, &g.Tenant, &g.SessionID, &g.Language, &g.Level, &pats, &g.ApprovalID,
-		&g.CreatedBy, &created, &expires, &g.RevokedBy, &revoked, &g.Uses, &lastUsed)
+		&g.CreatedBy, &created, &expires, &g.RevokedBy, &revoked, &g.Uses, &lastUsed, &g.Method, &g.Host, &g.Port, &g.PathPrefix)
 	if err != nil {
 		return Grant{}, err
 	}

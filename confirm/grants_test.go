@@ -86,20 +86,32 @@ func TestGrantsOnTheStore(t *testing.T) {
 func TestGrantScopes(t *testing.T) {
 	h, _ := newGrantHub(t)
 	g := h.opts.Grants
+	const held = "POST api.example:443/v1/items"
 	for _, tc := range []struct {
-		kind string
-		d    Decision
-		want error
+		kind   string
+		target string
+		d      Decision
+		want   error
 	}{
-		{KindRun, Decision{Scope: ScopeSession}, ErrGrantDuration},
-		{KindRun, Decision{Scope: ScopeSession, ForS: 25 * 3600}, ErrGrantDuration},
-		{KindRun, Decision{Scope: ScopePattern, ForS: 6 * 24 * 3600}, nil},
-		{KindRun, Decision{Scope: ScopeOnce, ForS: 60}, ErrGrantDuration},
-		{KindEgress, Decision{Scope: ScopeSession, ForS: 60}, ErrGrantDuration},
-		{KindEgress, Decision{Scope: ScopeSession}, nil},
+		{KindRun, "", Decision{Scope: ScopeSession}, ErrGrantDuration},
+		{KindRun, "", Decision{Scope: ScopeSession, ForS: 25 * 3600}, ErrGrantDuration},
+		{KindRun, "", Decision{Scope: ScopePattern, ForS: 6 * 24 * 3600}, nil},
+		{KindRun, "", Decision{Scope: ScopeOnce, ForS: 60}, ErrGrantDuration},
+		{KindRun, "", Decision{Scope: ScopeSession, ForS: 60, PathPrefix: "/"}, ErrGrantPrefix},
+		{KindEgress, "api.example:443", Decision{Scope: ScopeSession, ForS: 60}, ErrGrantPrefix},
+		{KindEgress, "api.example:443", Decision{Scope: ScopeSession}, nil},
+		{KindEgress, held, Decision{Scope: ScopeSession, ForS: 1800}, nil},
+		{KindEgress, held, Decision{Scope: ScopeSession, ForS: 1800, PathPrefix: "/v1/"}, nil},
+		{KindEgress, held, Decision{Scope: ScopeSession, ForS: 1800, PathPrefix: "/"}, nil},
+		{KindEgress, held, Decision{Scope: ScopeSession, ForS: 1800, PathPrefix: "/v1/it"}, ErrGrantPrefix},
+		{KindEgress, held, Decision{Scope: ScopeSession, ForS: 1800, PathPrefix: "/v2/"}, ErrGrantPrefix},
+		{KindEgress, held, Decision{Scope: ScopeSession, ForS: 1800, PathPrefix: "v1/"}, ErrGrantPrefix},
+		{KindEgress, held, Decision{Scope: ScopeOnce, ForS: 1800}, ErrGrantDuration},
+		{KindEgress, held, Decision{Scope: ScopeOnce, PathPrefix: "/v1/"}, ErrGrantPrefix},
+		{KindEgress, held, Decision{Scope: ScopeSession, ForS: 25 * 3600}, ErrGrantDuration},
 	} {
-		if _, err := g.scope(tc.kind, StatusApproved, tc.d); !errors.Is(err, tc.want) {
-			t.Errorf("%s %+v: %v, want %v", tc.kind, tc.d, err, tc.want)
+		if _, err := g.scope(View{Kind: tc.kind, Target: tc.target}, StatusApproved, tc.d); !errors.Is(err, tc.want) {
+			t.Errorf("%s %s %+v: %v, want %v", tc.kind, tc.target, tc.d, err, tc.want)
 		}
 	}
 }

@@ -392,7 +392,7 @@ func (h *Hub) Decide(ctx context.Context, id string, who Approver, d Decision) (
 	}
 	if p != nil {
 		var err error
-		if d.Scope, err = h.opts.Grants.scope(p.view.Kind, status, d); err != nil {
+		if d.Scope, err = h.opts.Grants.scope(p.view, status, d); err != nil {
 			return View{}, err
 		}
 	}
@@ -405,7 +405,7 @@ func (h *Hub) Decide(ctx context.Context, id string, who Approver, d Decision) (
 			return View{}, ErrNotFound
 		}
 		if v.Status == StatusPending {
-			if d.Scope, err = h.opts.Grants.scope(v.Kind, status, d); err != nil {
+			if d.Scope, err = h.opts.Grants.scope(v, status, d); err != nil {
 				return View{}, err
 			}
 			fin, err := h.decideRemote(ctx, v, status, who.Name, d)

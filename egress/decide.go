@@ -17,6 +17,7 @@ const (
 	ruleUnresolved      = "egress.unresolved"
 	ruleSessionApproval = "approval.session"
 	ruleApproved        = "approval.once"
+	ruleGrant           = "approval.grant"
 	ruleSNIMismatch     = "egress.sni_mismatch"
 	ruleHostMismatch    = "egress.host_mismatch"
 	ruleTunnelCap       = "egress.tunnel_cap"
@@ -40,6 +41,8 @@ type verdict struct {
 	// decision is the refusal's decision: deny, or approval_<status>
 	// when a person did not allow it.
 	decision string
+	// grant is the id of the grant that answered for a person.
+	grant string
 }
 
 // refusal is v's answer to the client, for what was asked of t.
@@ -90,7 +93,7 @@ func (h *Handle) decide(ctx context.Context, t target, rec *connRecord) verdict 
 // answer for it. The wait is bounded by the approval timeout (a deny) and
 // by the run's context.
 func (h *Handle) approve(ctx context.Context, t target, d policy.EgressDecision, v verdict, rec *connRecord) verdict {
-	v, approval := h.ask(ctx, t.String(), d, v)
+	v, approval := h.ask(ctx, t.String(), d, v, nil)
 	if approval != nil {
 		rec.approval = approval
 	}
@@ -100,7 +103,10 @@ func (h *Handle) approve(ctx context.Context, t target, d policy.EgressDecision,
 // ask asks a person about target (host:port, or a request's method,
 // host:port and path), unless this session already has an answer for it,
 // and returns the verdict and the approval's record, if one was asked.
-func (h *Handle) ask(ctx context.Context, target string, d policy.EgressDecision, v verdict) (verdict, *audit.Approval) {
+// in is a held request's decision input: the approval service puts it to
+// the egress grant policy first, and a grant that covers it answers
+// instead of a person (its id is the approval's).
+func (h *Handle) ask(ctx context.Context, target string, d policy.EgressDecision, v verdict, in *policy.EgressInput) (verdict, *audit.Approval) {
 	key := approvalKey{session: h.b.SessionKey, target: target}
 	if h.s.sessionApproved(key) {
 		v.allowed, v.human, v.rule = true, true, ruleSessionApproval
@@ -122,7 +128,7 @@ func (h *Handle) ask(ctx context.Context, target string, d policy.EgressDecision
 	out, err := h.s.deps.Confirm.Confirm(cctx, confirm.Request{
 		Kind: confirm.KindEgress, Target: target, RequestID: h.b.RequestID, Tenant: h.b.Tenant,
 		SessionID: h.b.SessionID, RiskLevel: h.b.Risk, Reasons: reasons, PolicyRevision: d.PolicyRevision,
-		Principal: h.b.Principal, Deadline: deadline, Via: "egress proxy",
+		Principal: h.b.Principal, Deadline: deadline, Via: "egress proxy", Egress: in,
 	})
 	if err != nil {
 		h.s.log.ErrorContext(ctx, "egress approval could not be asked", "session_id", h.b.SessionID, "target", target, "err", err)
@@ -139,7 +145,10 @@ func (h *Handle) ask(ctx context.Context, target string, d policy.EgressDecision
 		return v, approval
 	}
 	v.allowed, v.human, v.rule = true, true, ruleApproved
-	if out.Scope == confirm.ScopeSession {
+	switch out.Scope {
+	case confirm.ScopeGrant:
+		v.rule, v.grant = ruleGrant, out.ApprovalID
+	case confirm.ScopeSession:
 		h.s.approveSession(key)
 		v.rule = ruleSessionApproval
 	}

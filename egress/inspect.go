@@ -120,7 +120,8 @@ func (h *Handle) admit(ctx context.Context, client net.Conn, req *http.Request, 
 	case policy.ActionAllow:
 		rv.allowed = true
 	case policy.ActionRequireApproval:
-		rv, rr.approval = h.ask(ctx, req.Method+" "+t.String()+path, d, rv)
+		rv, rr.approval = h.ask(ctx, req.Method+" "+t.String()+path, d, rv, &in)
+		rr.grant = rv.grant
 	default:
 		rv.msg = reasonText(d.Reasons) // the policy's reasons name the request
 	}

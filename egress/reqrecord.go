@@ -37,6 +37,7 @@ type reqRecord struct {
 	reasons               []audit.Reason
 	status                int
 	credential            string // the name of the header attached, never its value
+	grant                 string // the id of the grant that let it through
 	keepAlive             bool   // a refused request left the connection usable
 }
 
@@ -107,6 +108,9 @@ func (h *Handle) finishRequest(r *reqRecord) {
 	}
 	if r.credential != "" {
 		rec.Detail["credential_header"] = r.credential
+	}
+	if r.grant != "" {
+		rec.Detail["grant_id"] = r.grant
 	}
 	if h.s.deps.Audit == nil {
 		return

@@ -1,0 +1,152 @@
+package confirm
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sandgate/sandgate/errcode"
+	"github.com/sandgate/sandgate/policy"
+)
+
+// Egress grants (issue 33): an approver answers an HTTP request the egress
+// proxy holds ("POST rest.example:443/v1/items") with "POST under this
+// path prefix on this host for this session for 30 minutes": a decision
+// {"decision": "approve", "scope": "session", "for_s": 1800,
+// "path_prefix": "/v1/"}. The approval itself covers the held request
+// once; the grant it gives is data the egress policy reads
+// (data.sandgate.egress.grant, policy/rego/sandgate/egress/grants.rego)
+// when a later request of the session is held, so a request the decision
+// denies is never let through by a grant. The grant's id is the covered
+// request's approval id in its audit record; the session's end revokes it
+// (EndSession), as every session grant.
+//
+// A grant binds the held request's method, host and port; its prefix must
+// cover the held request's path (it or a shorter prefix ending at a
+// segment), so an approver widens only what they were shown. Without a
+// path_prefix the grant covers the held path and what lies beneath it. A
+// connection approval (a CONNECT "host:port" with no request) cannot give
+// one: its "session" scope already covers the host for the session.
+
+// ErrGrantPrefix is a path_prefix the held request does not allow.
+var ErrGrantPrefix = errcode.New(errcode.InvalidRequest,
+	"path_prefix is for an egress request approval given for a session with for_s: it starts with / and is the held request's path or a prefix of it that ends at a segment")
+
+// EgressGrantPolicy is the policy's say on egress grants; EngineGrants
+// implements it. A GrantPolicy without it covers no egress request.
+type EgressGrantPolicy interface {
+	CoveringEgressGrant(ctx context.Context, in policy.EgressInput, live []Grant) (string, error)
+}
+
+// egressRequest is a held egress request as its approval's target names it.
+type egressRequest struct {
+	method, host string
+	port         int
+	path         string
+}
+
+// parseEgressTarget splits the target of a held request, "METHOD
+// host:port/path" as the egress proxy writes it (the digest binds it); ok
+// is false for a connection's "host:port".
+func parseEgressTarget(target string) (egressRequest, bool) {
+	method, rest, ok := strings.Cut(target, " ")
+	i := strings.IndexByte(rest, '/')
+	if !ok || method == "" || i < 0 {
+		return egressRequest{}, false
+	}
+	host, portStr, err := net.SplitHostPort(rest[:i])
+	port, perr := strconv.Atoi(portStr)
+	if err != nil || perr != nil || host == "" {
+		return egressRequest{}, false
+	}
+	return egressRequest{method: strings.ToUpper(method), host: strings.ToLower(host), port: port, path: rest[i:]}, true
+}
+
+// prefixCovers reports whether path is prefix or lies beneath it, as
+// grants.rego matches: a prefix ending in "/" covers what starts with it,
+// any other itself and what follows it after a "/".
+func prefixCovers(prefix, path string) bool {
+	if path == prefix {
+		return true
+	}
+	if !strings.HasPrefix(path, prefix) {
+		return false
+	}
+	return strings.HasSuffix(prefix, "/") || path[len(prefix)] == '/'
+}
+
+// egressScope checks an egress grant decision: approved, on a held
+// request, for a session, for_s in bounds, and a prefix that covers the
+// held path. The approval's own scope is "once": the grant covers the
+// later requests, and only while it lives.
+func (g *Grants) egressScope(v View, status string, d Decision) (string, error) {
+	if status != StatusApproved || d.Scope != ScopeSession {
+		if d.PathPrefix != "" {
+			return "", ErrGrantPrefix
+		}
+		return "", ErrGrantDuration
+	}
+	if g == nil {
+		return "", ErrInvalidScope
+	}
+	req, ok := parseEgressTarget(v.Target)
+	if !ok {
+		return "", ErrGrantPrefix
+	}
+	if d.PathPrefix != "" && (!strings.HasPrefix(d.PathPrefix, "/") || !prefixCovers(d.PathPrefix, req.path)) {
+		return "", ErrGrantPrefix
+	}
+	if forS := time.Duration(d.ForS) * time.Second; forS < g.opts.MinFor || forS > g.opts.MaxSession {
+		return "", ErrGrantDuration
+	}
+	return ScopeOnce, nil
+}
+
+// giveEgress records the egress grant an approval of the held request v
+// gives (egressScope checked d).
+func (g *Grants) giveEgress(ctx context.Context, v View, d Decision, by string) (Grant, error) {
+	req, ok := parseEgressTarget(v.Target)
+	if !ok {
+		return Grant{}, ErrGrantPrefix
+	}
+	prefix := d.PathPrefix
+	if prefix == "" {
+		prefix = req.path
+	}
+	now := time.Now()
+	gr := Grant{ID: newGrantID(), Kind: KindEgress, Scope: "session", Tenant: v.Tenant, SessionID: v.SessionID,
+		Patterns: []string{}, ApprovalID: v.ID, CreatedBy: by, CreatedAt: now, ExpiresAt: now.Add(time.Duration(d.ForS) * time.Second),
+		Method: req.method, Host: req.host, Port: req.port, PathPrefix: prefix}
+	if err := g.store.insert(ctx, gr); err != nil {
+		return Grant{}, fmt.Errorf("confirm: record grant: %w", err)
+	}
+	g.audit(ctx, AuditGrantCreated, gr, by, map[string]string{"approval_id": v.ID, "expires_at": fmtTime(gr.ExpiresAt),
+		"scope": gr.Scope, "kind": KindEgress, "method": gr.Method, "host": gr.Host, "port": strconv.Itoa(gr.Port),
+		"path_prefix": gr.PathPrefix})
+	g.log.InfoContext(ctx, "egress grant given", "grant_id", gr.ID, "tenant", gr.Tenant, "session_id", gr.SessionID,
+		"method", gr.Method, "host", gr.Host, "port", gr.Port, "path_prefix", gr.PathPrefix, "by", by, "expires_at", gr.ExpiresAt)
+	return gr, nil
+}
+
+// coveringEgress asks the egress policy which of live covers req. A
+// request without its decision input (req.Egress) is covered by none.
+func (g *Grants) coveringEgress(ctx context.Context, req Request, live []Grant) (string, error) {
+	ep, ok := g.opts.Policy.(EgressGrantPolicy)
+	if !ok || req.Egress == nil || req.Egress.HTTP == nil {
+		return "", nil
+	}
+	return ep.CoveringEgressGrant(ctx, *req.Egress, live)
+}
+
+// CoveringEgressGrant implements EgressGrantPolicy.
+func (e engineGrants) CoveringEgressGrant(ctx context.Context, in policy.EgressInput, live []Grant) (string, error) {
+	gs := make([]policy.EgressGrant, len(live))
+	for i, g := range live {
+		gs[i] = policy.EgressGrant{ID: g.ID, Scope: g.Scope, Tenant: g.Tenant, SessionID: g.SessionID, Method: g.Method,
+			Host: g.Host, Port: g.Port, PathPrefix: g.PathPrefix, ExpiresAt: g.ExpiresAt}
+	}
+	return e.eng.CoveringEgressGrant(ctx, in, gs)
+}

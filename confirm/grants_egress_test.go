@@ -1,0 +1,126 @@
+package confirm
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/sandgate/sandgate/policy"
+)
+
+// newEgressGrantHub is a hub with grants decided by the shipped policy,
+// whose egress rules allow GET to api.example, hold POST and DELETE for
+// approval and deny anything under /admin.
+func newEgressGrantHub(t *testing.T) *testHub {
+	t.Helper()
+	tree, err := policy.DefaultTree()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const p = "sandgate/config/data.json"
+	var doc map[string]any
+	if err := json.Unmarshal(tree[p].Data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	doc["egress"].(map[string]any)["rules"] = []any{
+		map[string]any{"name": "api-read", "action": "allow", "hosts": []string{"api.example"}, "methods": []string{"GET"}},
+		map[string]any{"name": "api-write", "action": "require_approval", "hosts": []string{"api.example"}, "methods": []string{"POST", "DELETE"}},
+		map[string]any{"name": "api-admin", "action": "deny", "hosts": []string{"api.example"}, "path_prefixes": []string{"/admin"}},
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree[p] = &fstest.MapFile{Data: b}
+	eng, err := policy.New(context.Background(), policy.Options{EvalTimeout: 10 * time.Second, FS: tree})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := openTestDB(t)
+	g, err := OpenGrants(context.Background(), GrantOptions{Store: db, Audit: db, Policy: EngineGrants(eng, "STRICT"), MinFor: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newTestHub(t, HubOptions{Store: db, Grants: g})
+}
+
+// egressRequest builds the approval request the egress proxy sends for a
+// held request of session.
+func heldRequest(session, method, path string) Request {
+	in := policy.EgressInput{Mode: "STRICT", Host: "api.example", Port: 443, Scheme: "https", SessionID: session, Tenant: "t1",
+		Principal: "agent", RequestID: "req_" + session, Risk: "LOW", Resolved: []string{"203.0.113.10"},
+		HTTP: &policy.EgressHTTP{Method: method, Scheme: "https", Host: "api.example", Port: 443, Path: path, HeaderNames: []string{"Host"}}}
+	return Request{Kind: KindEgress, Target: method + " api.example:443" + path, RequestID: in.RequestID, Tenant: "t1",
+		SessionID: session, RiskLevel: "LOW", Principal: "agent", Deadline: time.Now().Add(time.Minute), Egress: &in}
+}
+
+// TestEgressGrants: approving a held POST for the session with a path
+// prefix gives a grant that answers the session's next POST under the
+// prefix at once (its id as the approval's, its use counted); a DELETE,
+// another session, a path outside the prefix and a request the policy
+// denies get no such answer; the session's end revokes the grant.
+func TestEgressGrants(t *testing.T) {
+	h := newEgressGrantHub(t)
+	ctx := context.Background()
+	first := confirmAsync(ctx, h.Hub, heldRequest("s1", "POST", "/v1/items"))
+	v := waitPending(t, h.Hub, 1)[0]
+	fin, err := h.Decide(ctx, v.ID, Approver{Name: "alice"},
+		Decision{Decision: "approve", Scope: ScopeSession, ForS: 1800, PathPrefix: "/v1/"})
+	if err != nil || fin.Grant == nil || fin.Scope != ScopeOnce {
+		t.Fatalf("decide: %+v %v", fin, err)
+	}
+	if out := first.wait(t); !out.Approved() || out.Scope != ScopeOnce {
+		t.Fatalf("the held request: %+v", out)
+	}
+	gr := *fin.Grant
+	if gr.Kind != KindEgress || gr.Method != "POST" || gr.Host != "api.example" || gr.Port != 443 || gr.PathPrefix != "/v1/" ||
+		gr.SessionID != "s1" || time.Until(gr.ExpiresAt) > 30*time.Minute || time.Until(gr.ExpiresAt) < 29*time.Minute {
+		t.Fatalf("grant %+v", gr)
+	}
+
+	out, err := h.Confirm(ctx, heldRequest("s1", "POST", "/v1/orders/7"))
+	if err != nil || !out.Approved() || out.ApprovalID != gr.ID || out.Scope != ScopeGrant || out.DecidedBy != "grant:"+gr.ID {
+		t.Fatalf("covered: %+v %v", out, err)
+	}
+	for _, req := range []Request{
+		heldRequest("s1", "DELETE", "/v1/items/1"),
+		heldRequest("s2", "POST", "/v1/items"),
+		heldRequest("s1", "POST", "/v2/items"),
+		heldRequest("s1", "POST", "/admin/users"), // the decision denies it: a grant never answers
+	} {
+		asked := confirmAsync(ctx, h.Hub, req)
+		p := waitPending(t, h.Hub, 1)[0]
+		if p.Target != req.Target {
+			t.Fatalf("pending %s, want %s", p.Target, req.Target)
+		}
+		if _, err := h.Decide(ctx, p.ID, Approver{Name: "alice"}, Decision{Decision: "deny"}); err != nil {
+			t.Fatal(err)
+		}
+		if out := asked.wait(t); out.Approved() {
+			t.Fatalf("%s was approved: %+v", req.Target, out)
+		}
+	}
+	// The run policy is never shown an egress grant.
+	if near, err := h.opts.Grants.NearMisses(ctx, View{Kind: KindRun, Tenant: "t1", SessionID: "s1", Language: "python",
+		RiskLevel: "HIGH"}); err != nil || len(near) != 0 {
+		t.Fatalf("near misses of a run: %+v %v", near, err)
+	}
+	list, err := h.opts.Grants.List(ctx, Approver{}, GrantQuery{SessionID: "s1", Live: true})
+	if err != nil || len(list) != 1 || list[0].Uses != 1 || list[0].PathPrefix != "/v1/" {
+		t.Fatalf("list: %+v %v", list, err)
+	}
+
+	if err := h.opts.Grants.EndSession(ctx, "t1", "s1"); err != nil {
+		t.Fatal(err)
+	}
+	asked := confirmAsync(ctx, h.Hub, heldRequest("s1", "POST", "/v1/orders/8"))
+	p := waitPending(t, h.Hub, 1)[0]
+	if _, err := h.Decide(ctx, p.ID, Approver{Name: "alice"}, Decision{Decision: "deny"}); err != nil {
+		t.Fatal(err)
+	}
+	if out := asked.wait(t); out.Approved() {
+		t.Fatalf("covered after the session ended: %+v", out)
+	}
+}
