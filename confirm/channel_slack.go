@@ -61,6 +61,10 @@ const (
 	// for its patterns in its tenant (PatternGrantFor). As on the page.
 	slackApproveSession = "approve_session"
 	slackApprovePattern = "approve_pattern"
+	// slackApproveGrant approves a held egress request with a grant for
+	// its method, host and path (and beneath) in its session for
+	// SessionGrantFor (grants_egress.go).
+	slackApproveGrant = "approve_grant"
 )
 
 // Secret is a credential read from the configuration: it never prints,
@@ -427,6 +431,10 @@ func (s *Slack) blocks(v View) []any {
 		buttons := []any{map[string]any{"type": "button", "action_id": slackApprove, "text": plain("Approve"), "style": "primary", "value": value}}
 		if v.Kind == KindEgress {
 			buttons = append(buttons, map[string]any{"type": "button", "action_id": slackApproveSession, "text": plain("Allow for this session"), "value": value})
+			if req, ok := parseEgressTarget(v.Target); ok && s.opts.Grants {
+				buttons = append(buttons, map[string]any{"type": "button", "action_id": slackApproveGrant,
+					"text": plain(clip(req.method+" under "+req.path+", this session, 30 min", 75)), "value": value})
+			}
 		} else if s.opts.Grants {
 			buttons = append(buttons,
 				map[string]any{"type": "button", "action_id": slackApproveSession, "text": plain("Approve for this session, 30 min"), "value": value},
@@ -532,7 +540,7 @@ func (s *Slack) ServeCallback(w http.ResponseWriter, r *http.Request, hub *Hub) 
 	var in SlackInteraction
 	form, perr := url.ParseQuery(string(body))
 	if perr != nil || json.Unmarshal([]byte(form.Get("payload")), &in) != nil || in.Type != "block_actions" || len(in.Actions) != 1 ||
-		in.Actions[0].BlockID != slackActionsBlock || !slices.Contains([]string{slackApprove, slackApproveSession, slackApprovePattern, slackDeny}, in.Actions[0].ActionID) {
+		in.Actions[0].BlockID != slackActionsBlock || !slices.Contains([]string{slackApprove, slackApproveSession, slackApprovePattern, slackApproveGrant, slackDeny}, in.Actions[0].ActionID) {
 		s.refuse(r.Context(), rec, ErrSlackPayload)
 		return ErrSlackPayload
 	}
@@ -565,6 +573,10 @@ func (s *Slack) ServeCallback(w http.ResponseWriter, r *http.Request, hub *Hub) 
 		if p, err := hub.Get(r.Context(), id); err == nil && p.Kind != KindEgress {
 			d.ForS = int(GrantFor(d.Scope) / time.Second)
 		}
+	}
+	if act.ActionID == slackApproveGrant {
+		// The held path and beneath; the page lets the approver shorten it.
+		d.Decision, d.Scope, d.ForS = "approve", ScopeSession, int(SessionGrantFor/time.Second)
 	}
 	v, err := hub.Decide(r.Context(), id, s.opts.Route.Approver(who), d)
 	var ce *ConflictError

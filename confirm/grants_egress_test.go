@@ -7,6 +7,7 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/policy"
 )
 
@@ -14,6 +15,13 @@ import (
 // whose egress rules allow GET to api.example, hold POST and DELETE for
 // approval and deny anything under /admin.
 func newEgressGrantHub(t *testing.T) *testHub {
+	t.Helper()
+	g, db := newEgressGrants(t)
+	return newTestHub(t, HubOptions{Store: db, Grants: g})
+}
+
+// newEgressGrants is newEgressGrantHub's book of grants and its database.
+func newEgressGrants(t *testing.T) (*Grants, audit.Database) {
 	t.Helper()
 	tree, err := policy.DefaultTree()
 	if err != nil {
@@ -43,7 +51,7 @@ func newEgressGrantHub(t *testing.T) *testHub {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newTestHub(t, HubOptions{Store: db, Grants: g})
+	return g, db
 }
 
 // egressRequest builds the approval request the egress proxy sends for a

@@ -226,7 +226,10 @@
   // decide sends a decision; scope "session" allows a network request's
   // host for the rest of its session, and on a run approval gives a grant
   // (with "pattern": for this tenant) that lasts GRANT_FOR_S.
-  function decide(id, decision, scope) {
+  // grant, on a held network request, is {for_s, path_prefix}: a grant
+  // for the session's later requests of the same method and host under
+  // the prefix.
+  function decide(id, decision, scope, grant) {
     const c = state.cards.get(id);
     if (!c || c.resolved || c.busy) return;
     if (scope === "pattern" && c.view.kind === "egress") return;
@@ -235,6 +238,7 @@
     const msg = { type: "decide", ref, id, decision, reason, digest: c.view.digest };
     if (decision === "approve") msg.scope = scope || "once";
     if (decision === "approve" && c.view.kind !== "egress" && GRANT_FOR_S[scope]) msg.for_s = GRANT_FOR_S[scope];
+    if (decision === "approve" && c.view.kind === "egress" && grant) Object.assign(msg, grant);
     if (!send(msg)) {
       toast("Not connected: the decision was not sent.");
       return;
@@ -360,6 +364,25 @@
     const s = node.querySelector(".approve-session");
     s.hidden = false;
     s.addEventListener("click", () => decide(v.id, "approve", "session"));
+    egressGrant(node, v);
+  }
+
+  // egressGrant offers, on a held request ("POST host:port/path"), a grant
+  // for the session's requests of that method and host under a path
+  // prefix, for 30 minutes; the prefix starts as the request's path and
+  // the approver may shorten it (the gateway refuses one that does not
+  // cover the held path).
+  function egressGrant(node, v) {
+    const m = /^([A-Za-z]+) ([^/]+)(\/.*)$/.exec(v.target || "");
+    if (!m) return;
+    const prefix = node.querySelector(".grant-prefix");
+    prefix.hidden = false;
+    prefix.value = m[3];
+    const b = node.querySelector(".approve-grant");
+    b.hidden = false;
+    b.firstChild.textContent = m[1] + " under this prefix, this session, 30 min ";
+    b.addEventListener("click", () =>
+      decide(v.id, "approve", "session", { for_s: GRANT_FOR_S.session, path_prefix: prefix.value.trim() || m[3] }));
   }
 
   // runGrantButtons offers the two grants on a run approval.

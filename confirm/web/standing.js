@@ -39,10 +39,13 @@
     const li = el("li", "grant");
     li.dataset.id = g.id;
     const top = el("div", "h-top");
-    top.append(el("span", "risk", g.risk_level), el("strong", null, g.scope === "tenant" ? "tenant " + g.tenant : "session " + g.session_id),
+    top.append(el("span", "risk", g.kind === "egress" ? "network" : g.risk_level),
+      el("strong", null, g.scope === "tenant" ? "tenant " + g.tenant : "session " + g.session_id),
       el("span", "h-time", left(g.expires_at)));
-    const sub = el("div", "h-sub", (g.patterns.length ? g.patterns.join(", ") : "no risk patterns") + " · " + g.language +
-      " · by " + g.created_by + " · used " + g.uses + "×");
+    // An egress grant covers requests: method, host:port and path prefix.
+    const what = g.kind === "egress" ? g.method + " " + g.host + ":" + g.port + " under " + g.path_prefix :
+      (g.patterns.length ? g.patterns.join(", ") : "no risk patterns") + " · " + g.language;
+    const sub = el("div", "h-sub", what + " · by " + g.created_by + " · used " + g.uses + "×");
     const revoke = el("button", "revoke", "Revoke");
     revoke.type = "button";
     revoke.addEventListener("click", () => {
