@@ -55,13 +55,24 @@ type Options struct {
 	// decision logs. Empty: a random one per process.
 	InstanceID string
 
-	// ShadowDir is a candidate policy folder evaluated beside the active
+	// ShadowDir is a candidate policy folder (or bundle file, .tar.gz,
+	// loaded once without signature verification, as a folder on the same
+	// disk is) evaluated beside the active
 	// policy on every decision and never enforced; ShadowStatus counts and
 	// lists where it disagrees. It is loaded once, at New (restart or a
 	// new Engine to change it). ShadowFS is the same for tests, ignored
 	// when ShadowDir is set.
 	ShadowDir string
 	ShadowFS  fs.FS
+	// ShadowOPAConfig makes the candidate an OPA bundle instead: OPA's
+	// configuration (services, keys, bundles with signing, polling and
+	// persist; a bundle's resource may be a file:// URL) for the bundle
+	// plugin of a plugin manager of its own, which keeps it current as
+	// the active bundle source does. A candidate bundle that fails
+	// verification or compilation is refused, the last good candidate (or
+	// none) stays, and ShadowStatus shows the refusal. Decision logs and
+	// status are the active policy's: the section is refused here.
+	ShadowOPAConfig []byte
 }
 
 // Status is what GET /v1/policy shows.
@@ -145,8 +156,8 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	if e.schemas, err = loadSchemas(); err != nil {
 		return nil, fmt.Errorf("policy schemas: %w", err)
 	}
-	if opts.ShadowDir != "" || opts.ShadowFS != nil {
-		if err := e.loadShadow(ctx, opts.ShadowDir, opts.ShadowFS); err != nil {
+	if opts.ShadowDir != "" || opts.ShadowFS != nil || len(opts.ShadowOPAConfig) > 0 {
+		if err := e.loadShadow(ctx, opts); err != nil {
 			return nil, err
 		}
 	}
@@ -184,6 +195,9 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 func (e *Engine) Close(ctx context.Context) error {
 	if e.opa != nil {
 		e.opa.stop(ctx)
+	}
+	if s := e.shadow; s != nil && s.opa != nil {
+		s.opa.stop(ctx)
 	}
 	return nil
 }

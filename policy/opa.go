@@ -214,7 +214,13 @@ func bundleError(name string, s *bundleplugin.Status) string {
 // activation is about to commit, with the engine's own options, and
 // refuses it when the engine could not serve it.
 func (e *Engine) compileStore(ctx context.Context, txn storage.Transaction) (any, error) {
-	store := e.opa.manager.Store
+	return e.compileBundleStore(ctx, e.opa.manager.Store, txn)
+}
+
+// compileBundleStore compiles the modules and data of store as txn sees
+// them (an activation about to commit), with the engine's own options.
+// The active source and a shadow bundle both use it.
+func (e *Engine) compileBundleStore(ctx context.Context, store storage.Store, txn storage.Transaction) (*compiled, error) {
 	ids, err := store.ListPolicies(ctx, txn)
 	if err != nil {
 		return nil, fmt.Errorf("policy: list bundle modules: %w", err)
@@ -350,11 +356,16 @@ type BundleStatus struct {
 func (r *opaRuntime) bundleStatuses() map[string]BundleStatus {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.bundles) == 0 {
+	return statusesOf(r.bundles)
+}
+
+// statusesOf converts the bundle plugin's reports to BundleStatus.
+func statusesOf(bundles map[string]bundleplugin.Status) map[string]BundleStatus {
+	if len(bundles) == 0 {
 		return nil
 	}
-	out := make(map[string]BundleStatus, len(r.bundles))
-	for name, s := range r.bundles {
+	out := make(map[string]BundleStatus, len(bundles))
+	for name, s := range bundles {
 		bs := BundleStatus{
 			Name: s.Name, ActiveRevision: s.ActiveRevision, LastSuccessfulActivation: s.LastSuccessfulActivation,
 			Type: s.Type, Size: s.Size, LastSuccessfulDownload: s.LastSuccessfulDownload,

@@ -6,9 +6,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io/fs"
+	"maps"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -21,9 +22,26 @@ const shadowRecent = 100
 // candidate policy was asked beside the active one, how often it decided
 // otherwise, and the latest disagreements.
 type ShadowStatus struct {
-	Source   string    `json:"source"`
+	Source string `json:"source"`
+	// Revision is the content hash of the candidate in force; empty while
+	// a candidate bundle has not activated yet (nothing is evaluated
+	// then).
 	Revision string    `json:"revision"`
-	LoadedAt time.Time `json:"loaded_at"`
+	LoadedAt time.Time `json:"loaded_at,omitzero"`
+	// BundleRevisions is the manifest revision of each bundle the
+	// candidate in force was built from (a candidate bundle or bundle
+	// file).
+	BundleRevisions map[string]string `json:"bundle_revisions,omitempty"`
+	// Bundles is OPA's report of each candidate bundle (a candidate from
+	// bundles): the active revision, the last download and activation,
+	// and the error of the last refused one (code bundle_error), as in
+	// GET /v1/policy.
+	Bundles map[string]BundleStatus `json:"bundles,omitempty"`
+	// LastError is why the latest candidate bundle was refused (a
+	// signature that does not verify, a policy that does not compile, an
+	// unreachable server), kept until one activates.
+	LastError   string    `json:"last_error,omitempty"`
+	LastErrorAt time.Time `json:"last_error_at,omitzero"`
 	// Evaluated and Disagreements count decisions by path
 	// (sandgate/exec/decision, sandgate/egress/decision, ...).
 	Evaluated     map[string]uint64 `json:"evaluated"`
@@ -56,7 +74,8 @@ type ShadowAnswer struct {
 // enforced.
 type shadow struct {
 	source string
-	c      *compiled
+	c      atomic.Pointer[compiled] // nil until a candidate bundle activates
+	opa    *shadowOPA               // nil for a candidate folder
 
 	mu            sync.Mutex
 	evaluated     map[string]uint64
@@ -64,22 +83,43 @@ type shadow struct {
 	recent        []ShadowDisagreement
 }
 
-// loadShadow compiles the candidate at dir (or fsys, for tests) with the
-// engine's options. A candidate that does not compile is an error: the
-// administrator asked for it.
-func (e *Engine) loadShadow(ctx context.Context, dir string, fsys fs.FS) error {
-	source := "fs"
+// loadShadow starts the candidate policy: from OPA bundles
+// (opts.ShadowOPAConfig), a bundle file (opts.ShadowDir naming a file),
+// or a folder (opts.ShadowDir, or opts.ShadowFS for tests), compiled with
+// the engine's options. A candidate folder that does not compile is an
+// error: the administrator asked for it. A candidate bundle is refused
+// like an active one, and reported in ShadowStatus.
+func (e *Engine) loadShadow(ctx context.Context, opts Options) error {
+	s := &shadow{source: "fs", evaluated: map[string]uint64{}, disagreements: map[string]uint64{}}
+	dir, fsys := opts.ShadowDir, opts.ShadowFS
+	raw := opts.ShadowOPAConfig
+	if len(raw) > 0 && dir != "" {
+		return fmt.Errorf("%w: a shadow policy is a folder or bundles, not both", ErrConfig)
+	}
 	if dir != "" {
-		if _, err := os.Stat(dir); err != nil {
+		st, err := os.Stat(dir)
+		if err != nil {
 			return fmt.Errorf("policy shadow dir: %w", err)
 		}
-		fsys, source = os.DirFS(dir), dir
+		s.source = dir
+		if !st.IsDir() {
+			return e.loadShadowFile(ctx, s, dir)
+		}
+		fsys = os.DirFS(dir)
+	}
+	if len(raw) > 0 {
+		if len(opts.ShadowOPAConfig) > 0 {
+			s.source = "bundle"
+		}
+		e.shadow = s
+		return e.startShadowOPA(ctx, s, raw, opts)
 	}
 	c, err := compileTree(ctx, fsys, e.schemas)
 	if err != nil {
 		return fmt.Errorf("policy shadow: %w", err)
 	}
-	e.shadow = &shadow{source: source, c: c, evaluated: map[string]uint64{}, disagreements: map[string]uint64{}}
+	s.c.Store(c)
+	e.shadow = s
 	return nil
 }
 
@@ -90,13 +130,20 @@ func (e *Engine) ShadowStatus() (ShadowStatus, bool) {
 	if s == nil {
 		return ShadowStatus{}, false
 	}
+	st := ShadowStatus{Source: s.source}
+	if c := s.c.Load(); c != nil {
+		st.Revision, st.LoadedAt = c.revision, c.loadedAt
+		if len(c.bundles) > 0 {
+			st.BundleRevisions = maps.Clone(c.bundles)
+		}
+	}
+	if s.opa != nil {
+		st.Bundles, st.LastError, st.LastErrorAt = s.opa.report()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := ShadowStatus{
-		Source: s.source, Revision: s.c.revision, LoadedAt: s.c.loadedAt,
-		Evaluated: map[string]uint64{}, Disagreements: map[string]uint64{},
-		Recent: append([]ShadowDisagreement(nil), s.recent...),
-	}
+	st.Evaluated, st.Disagreements = map[string]uint64{}, map[string]uint64{}
+	st.Recent = append([]ShadowDisagreement(nil), s.recent...)
 	for k, v := range s.evaluated {
 		st.Evaluated[k] = v
 	}
@@ -160,7 +207,11 @@ func (e *Engine) shadowExec(ctx context.Context, input ast.Value, d Decision) {
 	if s == nil || input == nil {
 		return // no input: the active side failed before evaluating
 	}
-	sd := e.decideValue(ctx, s.c, input)
+	c := s.c.Load()
+	if c == nil {
+		return // no candidate bundle has activated yet
+	}
+	sd := e.decideValue(ctx, c, input)
 	s.record(execLogPath, d.DecisionID, input,
 		ShadowAnswer{Action: d.Action, Executor: d.Executor, Reasons: shadowCodes(d.Reasons)},
 		ShadowAnswer{Action: sd.Action, Executor: sd.Executor, Reasons: shadowCodes(sd.Reasons)})
@@ -171,7 +222,11 @@ func (e *Engine) shadowBrowser(ctx context.Context, input map[string]any, d Brow
 	if s == nil {
 		return
 	}
-	sd := e.decideBrowser(ctx, s.c, input)
+	c := s.c.Load()
+	if c == nil {
+		return
+	}
+	sd := e.decideBrowser(ctx, c, input)
 	s.record(browserLogPath, d.DecisionID, input,
 		ShadowAnswer{Action: d.Action, Reasons: shadowCodes(d.Reasons)},
 		ShadowAnswer{Action: sd.Action, Reasons: shadowCodes(sd.Reasons)})
@@ -182,7 +237,11 @@ func (e *Engine) shadowEgress(ctx context.Context, input map[string]any, d Egres
 	if s == nil {
 		return
 	}
-	sd := e.decideEgress(ctx, s.c, input)
+	c := s.c.Load()
+	if c == nil {
+		return
+	}
+	sd := e.decideEgress(ctx, c, input)
 	s.record(egressLogPath, d.DecisionID, input,
 		ShadowAnswer{Action: d.Action, Reasons: shadowCodes(d.Reasons)},
 		ShadowAnswer{Action: sd.Action, Reasons: shadowCodes(sd.Reasons)})
