@@ -167,7 +167,7 @@ func newApprovalEnv(t *testing.T, o approvalOpts) *approvalEnv {
 			t.Fatal(err)
 		}
 	}
-	h := New(Config{}, Deps{Manager: mgr, Policy: eng, Audit: st, Auth: auth, Gatherer: reg, Approvals: hub,
+	h := New(Config{}, Deps{Manager: mgr, Policy: eng, Audit: st, AuditChain: st, Auth: auth, Gatherer: reg, Approvals: hub,
 		DeerFlow: df, Logger: o.log})
 	var handler http.Handler = h
 	if o.wrap != nil {

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/errcode"
 	"github.com/sandgate/sandgate/manager"
 	"github.com/sandgate/sandgate/policy"
@@ -89,30 +88,6 @@ func (s *Server) reloadPolicy(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	writeJSON(w, http.StatusOK, s.policyView(r.Context(), st))
-	return nil
-}
-
-// listAudit is GET /v1/audit?tenant=&session_id=&kind=&decision_id=&limit=&cursor=,
-// newest first. A session's records are those of tenant and session_id
-// together: the same name under two tenants is two sessions.
-func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) error {
-	limit, err := intParam(r, "limit", 100)
-	if err != nil {
-		return err
-	}
-	cursor, err := intParam(r, "cursor", 0)
-	if err != nil {
-		return err
-	}
-	q := r.URL.Query()
-	page, err := s.deps.Audit.Query(r.Context(), audit.Query{
-		Tenant: q.Get("tenant"), SessionID: q.Get("session_id"), Kind: q.Get("kind"), DecisionID: q.Get("decision_id"),
-		Limit: limit, Before: int64(cursor),
-	})
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, page)
 	return nil
 }
 

@@ -138,7 +138,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 		t.Fatal(err)
 	}
 	o.api.MaxBodyBytes = o.maxBody
-	h := New(o.api, Deps{Manager: mgr, Policy: eng, Audit: st, Auth: auth, Gatherer: reg, Browser: bm, Logger: errorLog})
+	h := New(o.api, Deps{Manager: mgr, Policy: eng, Audit: st, AuditChain: st, Auth: auth, Gatherer: reg, Browser: bm, Logger: errorLog})
 	srv := httptest.NewUnstartedServer(h)
 	srv.Config.WriteTimeout = o.writeTimeout
 	srv.Start()

@@ -88,6 +88,7 @@ type op struct {
 	okBody       *schemaRef // JSON success body; nil with okMedia unset: none
 	okMedia      string     // a non-JSON success body's media type
 	stream       bool       // also answers application/x-ndjson (streamEvent)
+	okLines      *schemaRef // an application/x-ndjson success body: one of this per line
 	orFileError  bool       // the 200 may also be an AIO file failure
 	alt          []altResp  // other documented non-error answers
 	errs         []int      // error statuses
@@ -307,6 +308,9 @@ func (b *docBuilder) responses(o op) map[string]any {
 	}
 	if o.okMedia != "" {
 		content[o.okMedia] = map[string]any{"schema": map[string]string{"type": "string"}}
+	}
+	if o.okLines != nil {
+		content[mediaNDJSON] = map[string]any{"schema": b.ref(o.okLines), "description": "one per line"}
 	}
 	if o.stream {
 		content[mediaNDJSON] = map[string]any{

@@ -3,7 +3,6 @@ package api
 import (
 	"net/http"
 
-	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/confirm"
 	"github.com/sandgate/sandgate/manager"
 	"github.com/sandgate/sandgate/policy"
@@ -40,6 +39,7 @@ func operations() []op {
 	out := append(coreOperations(), fileOperations()...)
 	out = append(out, approvalOperations()...)
 	out = append(out, grantOperations()...)
+	out = append(out, auditOperations()...)
 	out = append(out, pauseOperations()...)
 	out = append(out, proposalOperations()...)
 	out = append(out, mcpOperations()...)
@@ -103,12 +103,6 @@ func coreOperations() []op {
 		{method: "GET", path: "/v1/policy/shadow", id: "getShadowPolicy", tag: "policy", roles: rolesAdmin,
 			summary: "The shadow policy: evaluations and disagreements with the active one by path, the latest disagreements with their decision_id and input digest; 404 without one",
 			ok:      200, okBody: sch("ShadowStatus", policy.ShadowStatus{}), errs: []int{401, 403, 404, 500}},
-		{method: "GET", path: "/v1/audit", id: "listAudit", tag: "audit", roles: rolesAdmin,
-			summary: "Audit records, newest first",
-			query: []param{q("tenant", "string", ""), q("session_id", "string", ""), q("kind", "string", ""),
-				q("decision_id", "string", "the record of one policy decision (a decision-log event's decision_id)"),
-				q("limit", "integer", "default 100"), q("cursor", "integer", "next_cursor of the previous page")},
-			ok: 200, okBody: sch("AuditPage", audit.Page{}), errs: errsAdmin},
 		{method: "GET", path: "/metrics", id: "metrics", tag: "operations", roles: rolesAdmin,
 			summary: "Prometheus metrics", ok: 200, okMedia: "text/plain", errs: errsAdmin},
 		{method: "GET", path: "/healthz", id: "healthz", tag: "operations", auth: authNone,

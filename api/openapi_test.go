@@ -426,6 +426,11 @@ func TestOpenAPIResponses(t *testing.T) {
 	e.do("GET", "/v1/snapshots", agentTok, nil)
 	e.do("DELETE", "/v1/snapshots/snap-0000000000000000", agentTok, nil) // 404
 	e.do("GET", "/v1/audit?limit=5", adminTok, nil)
+	e.do("GET", "/v1/audit?outcome=Denied", adminTok, nil) // 400
+	e.do("GET", "/v1/audit/records/1", adminTok, nil)
+	e.do("GET", "/v1/audit/records/999999", adminTok, nil) // 404
+	e.do("GET", "/v1/audit/verify", adminTok, nil)
+	e.do("GET", "/v1/audit/export?kind=run_code", adminTok, nil)
 
 	call := e.runAsync("s2", highRisk)
 	v := pendingForTenant(t, e.hub, "a", "s2")

@@ -83,6 +83,9 @@ type Deps struct {
 	// Database is the audit and approvals database /readyz pings; nil
 	// leaves it out.
 	Database Pinger
+	// AuditChain is the database whose hash chains GET /v1/audit/verify
+	// recomputes (the one Audit writes to); nil answers it 404.
+	AuditChain audit.Database
 	// DeerFlow is the AIO/DeerFlow front end mounted under /deerflow;
 	// nil leaves those routes unmounted.
 	DeerFlow DeerFlowServer
@@ -173,6 +176,9 @@ func (s *Server) routes() {
 	s.handle("GET /v1/policy/shadow", admin, s.getShadow)
 	s.handle("POST /v1/policy/evaluate", agentOrAdmin, s.evaluate)
 	s.handle("GET /v1/audit", admin, s.listAudit)
+	s.handle("GET /v1/audit/records/{id}", admin, s.getAuditRecord)
+	s.handle("GET /v1/audit/verify", admin, s.verifyAudit)
+	s.handle("GET /v1/audit/export", admin, s.exportAudit)
 	s.fileRoutes()
 	s.pauseRoutes()
 	s.approvalRoutes()

@@ -229,7 +229,7 @@ func build(ctx context.Context, cfg Config, getenv func(string) string, stdout, 
 	}
 	apiDeps := api.Deps{
 		Manager: gw.manager, Policy: gw.policy, Audit: runAudit, Auth: auth, Gatherer: reg, Logger: gw.log,
-		Approvals: gw.hub, Browser: gw.browser, MCP: mcpServer, Database: gw.audit, DeerFlow: deerflowServer,
+		Approvals: gw.hub, Browser: gw.browser, MCP: mcpServer, Database: gw.audit, AuditChain: gw.audit, DeerFlow: deerflowServer,
 		Events: gw.events, E2B: e2bServer, Daytona: daytonaServer,
 	}
 	if gw.router != nil {
