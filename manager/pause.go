@@ -258,3 +258,19 @@ func (m *Manager) dropPaused(ctx context.Context, key string) {
 		}
 	}
 }
+
+// movedHolds is what a session that moved to this replica still holds
+// and what it lost: what its old replica's processes held is lost, but a
+// paused session's kernel is its checkpoint on the snapshot storage a
+// fleet shares, which this replica restores on resume (and marks lost
+// then if it cannot reach it).
+func movedHolds(r sessionRecord) (lost, told, held []string) {
+	for _, h := range r.Held {
+		if h == HeldKernel && r.State == StatePaused {
+			held = append(held, h)
+			continue
+		}
+		lost = append(lost, h)
+	}
+	return lost, nil, held
+}

@@ -308,7 +308,7 @@ func (t *sessionTable) get(ctx context.Context, m *Manager, ref SessionRef, o Op
 		if owner.AdoptedFrom != "" {
 			rec.MovedFrom = owner.AdoptedFrom
 		}
-		rec.Lost, rec.Told, rec.Held = rec.Held, nil, nil
+		rec.Lost, rec.Told, rec.Held = movedHolds(rec)
 	}
 	rec.Replica = me
 	if fresh || moved {
