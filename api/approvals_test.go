@@ -100,6 +100,8 @@ func newApprovalEnv(t *testing.T, o approvalOpts) *approvalEnv {
 	}
 	traversable(t, o.dataDir)
 	ctx := context.Background()
+	var mgr *manager.Manager
+	mgrOf := func() *manager.Manager { return mgr }
 	st, err := audit.Open(ctx, filepath.Join(o.dataDir, "audit.db"), audit.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -128,7 +130,9 @@ func newApprovalEnv(t *testing.T, o approvalOpts) *approvalEnv {
 	}
 	if o.proposals {
 		if o.hub.Proposals, err = confirm.OpenProposals(ctx, confirm.ProposalOptions{Store: st, Audit: st, Policy: eng,
-			Mode: "PERMISSIVE", Grants: o.hub.Grants}); err != nil {
+			Mode: "PERMISSIVE", Grants: o.hub.Grants, Executors: func(ctx context.Context) map[string]policy.ExecutorState {
+				return mgrOf().ExecutorStates(ctx) // the manager is made below, before any request
+			}}); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(o.hub.Proposals.Close)
@@ -146,7 +150,7 @@ func newApprovalEnv(t *testing.T, o approvalOpts) *approvalEnv {
 		}
 		resources = append(resources, manager.SessionResource{Name: "deerflow", Durable: true, Release: sandboxes.Release})
 	}
-	mgr, err := manager.New(manager.Config{Mode: "PERMISSIVE", ApprovalTimeout: o.timeout}, manager.Deps{
+	mgr, err = manager.New(manager.Config{Mode: "PERMISSIVE", ApprovalTimeout: o.timeout}, manager.Deps{
 		Assessor: risk.NewAssessor(nil, nil), Policy: eng, Confirm: hub,
 		Executors: []executors.Executor{sp}, Workspaces: ws, Audit: st, Metrics: manager.NewMetrics(reg),
 		Resources: resources, Logger: o.log, Activity: hub.Activity(),

@@ -26,7 +26,8 @@ type proposalHint struct {
 const agentGuidance = "This request was denied by the policy rule named in `rule`; retrying it in another form " +
 	"will be denied too, and is recorded. If the task needs it, propose a narrow exception for this session: " +
 	"POST the body below to `proposal.endpoint` (kind egress_host with value host or host:port for a network " +
-	"destination; kind pattern with value a risk pattern id for code), with a justification a person can judge. " +
+	"destination; kind pattern with value a risk pattern id for code; kind executor with value an executor name when " +
+	"the executor the run was routed to is the obstacle), with a justification a person can judge. " +
 	"A person decides; GET the endpoint + \"/\" + the proposal's id for the answer and, when rejected, the reason."
 
 // withGuidance adds the rule, the guidance and the proposal endpoint to a
@@ -42,8 +43,9 @@ func withGuidance(r *http.Request, d *errorDetail) {
 	d.Rule = firstEnforced(d.Reasons)
 	d.AgentGuidance = agentGuidance
 	d.Proposal = &proposalHint{Endpoint: confirm.ProposalEndpoint(session), Method: "POST",
-		Kinds: []string{"egress_host", "pattern"},
-		Body:  map[string]string{"kind": "egress_host | pattern", "value": "host[:port] | pattern id", "justification": "why the task needs it"}}
+		Kinds: []string{"egress_host", "pattern", "executor"},
+		Body: map[string]string{"kind": "egress_host | pattern | executor", "value": "host[:port] | pattern id | executor name",
+			"justification": "why the task needs it"}}
 }
 
 // firstEnforced is the rule to name: the first enforced reason, one about

@@ -5,6 +5,7 @@ import (
 
 	"github.com/sandgate/sandgate/confirm"
 	"github.com/sandgate/sandgate/errcode"
+	"github.com/sandgate/sandgate/manager"
 )
 
 var errProposalsOff = errcode.New(errcode.NotFound, "proposals are not enabled on this gateway")
@@ -26,8 +27,9 @@ func (s *Server) proposalRoutes() {
 
 // proposalBody is POST /v1/sessions/{id}/proposals.
 type proposalBody struct {
-	// Kind is egress_host (value: host or host:port) or pattern (value:
-	// a risk pattern id).
+	// Kind is egress_host (value: host or host:port), pattern (value: a
+	// risk pattern id) or executor (value: a configured executor, which
+	// the session's runs then use in place of the mode table's).
 	Kind          string `json:"kind"`
 	Value         string `json:"value"`
 	Justification string `json:"justification"`
@@ -71,6 +73,11 @@ func (s *Server) propose(w http.ResponseWriter, r *http.Request) error {
 }
 
 func proposalFieldErr(err error) error {
+	if err == confirm.ErrProposalExecutor {
+		// Its own field code: the agent asked for an executor tier this
+		// gateway does not have, which no rewording of the value fixes.
+		return &fieldErr{field: manager.FieldError{Field: "value", Code: "unknown_executor", Message: err.Error()}}
+	}
 	for _, f := range []struct {
 		err   error
 		field string
@@ -182,7 +189,7 @@ func proposalOperations() []op {
 	return []op{
 		{method: "POST", path: "/v1/sessions/{id}/proposals", id: "propose", tag: "proposals", roles: rolesAgent,
 			summary: "Propose a narrow exception for the session after a denial (egress_host: host or host:port; pattern: a " +
-				"risk pattern id); the answer carries the effect replayed over the tenant's recent audit window",
+				"risk pattern id; executor: a configured executor for the session's runs); the answer carries the effect replayed over the tenant's recent audit window",
 			body: sch("ProposalRequest", proposalBody{}), ok: 201, okBody: sch("Proposal", confirm.Proposal{}), errs: errs},
 		{method: "GET", path: "/v1/sessions/{id}/proposals/{pid}", id: "getOwnProposal", tag: "proposals", roles: rolesAgent,
 			summary: "The session's proposal: its status and the approver's reason", ok: 200,

@@ -62,8 +62,8 @@ const (
 var (
 	ErrProposalNotFound = errcode.New(errcode.NotFound, "no such proposal")
 	ErrProposalDecided  = errcode.New(errcode.Conflict, "the proposal was already decided")
-	ErrProposalKind     = errcode.New(errcode.InvalidRequest, `kind must be "egress_host" or "pattern"`)
-	ErrProposalValue    = errcode.New(errcode.InvalidRequest, "value is not a host name (egress_host: host or host:port) or a risk pattern id (pattern)")
+	ErrProposalKind     = errcode.New(errcode.InvalidRequest, `kind must be "egress_host", "pattern" or "executor"`)
+	ErrProposalValue    = errcode.New(errcode.InvalidRequest, "value is not a host name (egress_host: host or host:port), a risk pattern id (pattern) or an executor name (executor)")
 	ErrProposalJustify  = errcode.New(errcode.InvalidRequest, "justification is required, at most 2000 bytes")
 	ErrProposalDecision = errcode.New(errcode.InvalidRequest, `decision must be "accept" or "reject"`)
 	ErrProposalFor      = errcode.New(errcode.InvalidRequest, "for_s must be between 60 and 604800")
@@ -90,7 +90,8 @@ type Proposal struct {
 	Reason    string    `json:"reason,omitempty"`
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
 	// Overlay is the policy data the proposal adds: an egress rule
-	// (egress_host) or a grant (pattern).
+	// (egress_host), a grant (pattern) or the session's executor
+	// (executor: {session, executor}).
 	Overlay map[string]any `json:"overlay"`
 	Effect  Effect         `json:"effect"`
 }
@@ -149,6 +150,10 @@ type ProposalOptions struct {
 	// Refresh is how often the overlay is re-read from the database (a
 	// peer's decisions, expiries, policy reloads). Default 1 s.
 	Refresh time.Duration
+	// Executors are the executors configured, with their state (the
+	// policy input's executors); an executor proposal must name one of
+	// them. Nil refuses executor proposals.
+	Executors func(ctx context.Context) map[string]policy.ExecutorState
 	// Budget bounds a proposal's replay (the agent's POST waits for it);
 	// past it the effect is partial and says so. Default
 	// DefaultReplayBudget.
@@ -236,9 +241,11 @@ func (p *Proposals) apply(ctx context.Context, force bool) error {
 	var rules []map[string]any
 	key := strconv.FormatUint(p.opts.Policy.Status().Reloads, 10)
 	for _, pr := range live {
+		if pr.Kind == ProposalEgressHost || pr.Kind == ProposalExecutor {
+			key += "," + pr.ID
+		}
 		if pr.Kind == ProposalEgressHost {
 			rules = append(rules, pr.Overlay)
-			key += "," + pr.ID
 		}
 	}
 	p.mu.Lock()
@@ -247,6 +254,9 @@ func (p *Proposals) apply(ctx context.Context, force bool) error {
 		return nil
 	}
 	if err := p.opts.Policy.SetEgressOverlay(ctx, rules); err != nil && !errors.Is(err, policy.ErrNoEgressData) {
+		return err
+	}
+	if err := p.opts.Policy.SetExecutorOverlay(ctx, executorOverlays(live)); err != nil {
 		return err
 	}
 	changed := p.applied != "" && key != p.applied
@@ -309,6 +319,11 @@ func (p *Proposals) Propose(ctx context.Context, req ProposalRequest) (Proposal,
 		pr.Overlay = map[string]any{"grant": map[string]any{"scope": "session", "tenant": pr.Tenant, "session_id": pr.SessionID,
 			"language": "*", "level": "HIGH", "patterns": []string{pr.Value}}}
 		pr.Effect, err = p.patternEffect(ctx, pr)
+	case ProposalExecutor:
+		pr.Overlay, err = p.executorOverlay(ctx, pr)
+		if err == nil {
+			pr.Effect, err = p.executorEffect(ctx, pr)
+		}
 	default:
 		return Proposal{}, ErrProposalKind
 	}

@@ -656,7 +656,7 @@ func (gw *gateway) confirmer(ctx context.Context, getenv func(string) string) (c
 	// Agents' proposals (POST /v1/sessions/{id}/proposals): accepted
 	// ones are overlays on the policy's egress data, kept in force here.
 	proposals, err := confirm.OpenProposals(ctx, confirm.ProposalOptions{Store: gw.audit, Audit: gw.audit, Policy: gw.policy,
-		Mode: gw.cfg.Mode, Logger: gw.log, Grants: grants})
+		Mode: gw.cfg.Mode, Logger: gw.log, Grants: grants, Executors: gw.executorStates})
 	if err != nil {
 		return nil, fmt.Errorf("approval proposals: %w", err)
 	}

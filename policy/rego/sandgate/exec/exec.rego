@@ -130,6 +130,8 @@ preferred_executor := "aio" if {
 	input.request.stateful
 } else := config.isolation_upgrade.executor if {
 	upgraded
+} else := session_executor if {
+	session_executor # an accepted executor proposal (overlay.rego)
 } else := config.detached.executor if {
 	input.request.detached
 } else := row.executor

@@ -1,0 +1,141 @@
+package confirm
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sandgate/sandgate/audit"
+	"github.com/sandgate/sandgate/errcode"
+	"github.com/sandgate/sandgate/policy"
+	"github.com/sandgate/sandgate/policy/replay"
+)
+
+// Executor proposals: an agent whose runs were denied because of the
+// executor the policy routes them to (unavailable, or lacking a
+// capability the run needs) asks that its session's runs use another
+// executor tier. Accepted, the proposal is an entry of the policy's
+// executor overlay (data.sandgate.overlay.executors, see
+// policy.Engine.SetExecutorOverlay): the exec policy reads it below the AIO
+// sandbox, a kernel's executor and the isolation upgrade, and still
+// decides allow, approval or deny as before. The approver sees the
+// session's recent runs whose executor or action would change.
+
+// ErrProposalExecutor is an executor proposal naming an executor the
+// gateway does not have.
+var ErrProposalExecutor = errcode.New(errcode.InvalidRequest, "value is not an executor configured on this gateway")
+
+// replayTimeoutS is the timeout a replayed run is decided with (records do
+// not keep the requested one): the policy's default.
+const replayTimeoutS = 30
+
+// executorOverlay is the overlay entry an executor proposal adds, after
+// checking that the executor is configured.
+func (p *Proposals) executorOverlay(ctx context.Context, pr Proposal) (map[string]any, error) {
+	if p.opts.Executors == nil {
+		return nil, ErrProposalKind
+	}
+	if _, ok := p.opts.Executors(ctx)[pr.Value]; !ok || pr.Value == "" {
+		return nil, ErrProposalExecutor
+	}
+	return map[string]any{"session": sessionKey(pr.Tenant, pr.SessionID), "executor": pr.Value}, nil
+}
+
+func sessionKey(tenant, sessionID string) string { return tenant + "/" + sessionID }
+
+// executorOverlays is the executor overlay the live proposals make.
+func executorOverlays(live []Proposal) map[string]string {
+	out := map[string]string{}
+	for _, pr := range live {
+		if pr.Kind != ProposalExecutor {
+			continue
+		}
+		s, _ := pr.Overlay["session"].(string)
+		x, _ := pr.Overlay["executor"].(string)
+		if _, seen := out[s]; s != "" && x != "" && !seen {
+			out[s] = x // the list is newest first: the newest accepted wins
+		}
+	}
+	return out
+}
+
+// executorEffect replays the tenant's recent runs against the candidate
+// overlay. Only the session's own runs can change (the overlay is scoped
+// to it); the others count as replayed, unchanged. Each distinct input
+// is decided once with the candidate and once as now.
+func (p *Proposals) executorEffect(ctx context.Context, pr Proposal) (Effect, error) {
+	start := time.Now()
+	since := start.Add(-p.opts.Window)
+	recs, err := replay.Window(ctx, p.opts.Audit, audit.Query{Tenant: pr.Tenant, Since: since}, p.opts.Limit, replay.IsExec)
+	if err != nil {
+		return Effect{}, err
+	}
+	execs := p.opts.Executors(ctx)
+	index := map[string]int{}
+	var ins []policy.Input
+	which := make([]int, len(recs))
+	for i, rec := range recs {
+		which[i] = -1
+		if rec.SessionID != pr.SessionID {
+			continue
+		}
+		in := replay.ExecInput(rec, p.opts.Mode, replayTimeoutS)
+		in.Executors = execs
+		k := strings.Join([]string{in.Request.Kind, in.Request.Language, in.Risk.Level, strings.Join(rec.RiskPatterns, ","),
+			rec.Detail["stateful"], in.Principal.Role, in.Principal.Name}, "\x00")
+		j, ok := index[k]
+		if !ok {
+			j = len(ins)
+			index[k] = j
+			ins = append(ins, in)
+		}
+		which[i] = j
+	}
+	cand, err := p.opts.Policy.ReplayExec(ctx, map[string]string{sessionKey(pr.Tenant, pr.SessionID): pr.Value}, ins)
+	if err != nil {
+		return Effect{}, err
+	}
+	now := make([]policy.Decision, len(ins))
+	for j, in := range ins {
+		now[j] = p.opts.Policy.DecideQuietly(ctx, in)
+	}
+	eff := Effect{Since: since, Replayed: len(recs), Distinct: len(ins), Changed: []Change{}}
+	for i, rec := range recs {
+		j := which[i]
+		if j < 0 {
+			continue
+		}
+		c, n := routeOf(cand[j]), routeOf(now[j])
+		if c == n {
+			if routeOf(policy.Decision{Action: rec.Action, Executor: rec.Executor}) != n && rec.Executor != "" {
+				eff.Drifted++
+			}
+			continue
+		}
+		eff.ChangedCount++
+		if len(eff.Changed) < maxProposalChangesShown {
+			eff.Changed = append(eff.Changed, Change{RecordID: rec.ID, Time: rec.Time, Kind: rec.Kind, SessionID: rec.SessionID,
+				What:     strings.TrimSpace(rec.RiskLevel + " " + strings.Join(slices.Compact(slices.Clone(rec.RiskPatterns)), ",")),
+				Recorded: routeOf(policy.Decision{Action: rec.Action, Executor: rec.Executor}), Now: n, Candidate: c,
+				Rule: firstCode(cand[j])})
+		}
+	}
+	eff.ReplayMS = time.Since(start).Milliseconds()
+	return eff, nil
+}
+
+// routeOf is a decision as the approver reads it: "allow on docker".
+func routeOf(d policy.Decision) string {
+	if d.Executor == "" || d.Executor == "none" {
+		return d.Action
+	}
+	return d.Action + " on " + d.Executor
+}
+
+func firstCode(d policy.Decision) string {
+	if len(d.Reasons) > 0 {
+		return d.Reasons[0].Code
+	}
+	return ""
+}
