@@ -10,7 +10,7 @@ import (
 	"github.com/sandgate/sandgate/policy"
 )
 
-var errNoShadow = errcode.New(errcode.NotFound, "no shadow policy is configured (policy.shadow_dir)")
+var errNoShadow = errcode.New(errcode.NotFound, "no shadow policy is configured (policy.shadow_dir or policy.shadow_opa_config)")
 
 // getShadow is GET /v1/policy/shadow: the candidate policy evaluated
 // beside the active one, its evaluations and disagreements by path, and

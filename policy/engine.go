@@ -56,12 +56,11 @@ type Options struct {
 	InstanceID string
 
 	// ShadowDir is a candidate policy folder (or bundle file, .tar.gz,
-	// loaded once without signature verification, as a folder on the same
-	// disk is) evaluated beside the active
-	// policy on every decision and never enforced; ShadowStatus counts and
-	// lists where it disagrees. It is loaded once, at New (restart or a
-	// new Engine to change it). ShadowFS is the same for tests, ignored
-	// when ShadowDir is set.
+	// loaded without signature verification, as a folder on the same disk
+	// is) evaluated beside the active policy on every decision and never
+	// enforced; ShadowStatus counts and lists where it disagrees. It is
+	// loaded once, at New (restart or a new Engine to change it).
+	// ShadowFS is the same for tests, ignored when ShadowDir is set.
 	ShadowDir string
 	ShadowFS  fs.FS
 	// ShadowOPAConfig makes the candidate an OPA bundle instead: OPA's

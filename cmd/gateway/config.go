@@ -86,7 +86,17 @@ type PolicyConfig struct {
 	// ShadowDir is a candidate policy folder evaluated beside the active
 	// policy on every decision and never enforced: GET /v1/policy/shadow
 	// and the sandgate_policy_shadow_* metrics show where it disagrees.
+	// A shadow_dir naming a bundle file (.tar.gz) loads it once, unverified,
+	// as a folder on the same disk is.
 	ShadowDir string `yaml:"shadow_dir"`
+	// ShadowOPAConfig makes the shadow candidate an OPA bundle, kept
+	// current by OPA's bundle plugin as the active bundle source is: OPA's
+	// configuration (services, keys, bundles; a bundle file to verify is
+	// a file:// resource) as a file path or inline, never logged. Its
+	// bundles need a signing section unless allow_unsigned_bundles; a
+	// refused candidate shows in GET /v1/policy/shadow. Not with
+	// shadow_dir.
+	ShadowOPAConfig OPAConfig `yaml:"shadow_opa_config"`
 	// AllowUnsignedBundles accepts bundles opa_config gives no signing
 	// section. Off by default: the policy is the security boundary, and
 	// an unsigned bundle is whatever the bundle service (or whoever sits

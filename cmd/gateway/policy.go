@@ -105,8 +105,18 @@ func (c PolicyConfig) validate() []error {
 			return errs
 		}
 	}
+	if !c.ShadowOPAConfig.IsZero() && c.ShadowDir != "" {
+		errs = append(errs, errors.New("policy.shadow_dir and policy.shadow_opa_config are both set: the shadow candidate is one or the other"))
+	}
+	if c.ShadowOPAConfig.Path != "" {
+		if _, err := os.Stat(c.ShadowOPAConfig.Path); err != nil {
+			errs = append(errs, fmt.Errorf("policy.shadow_opa_config: %w", err))
+			return errs
+		}
+	}
 	if !c.AllowUnsignedBundles {
-		errs = append(errs, c.unsignedBundles()...)
+		errs = append(errs, unsignedBundles("policy.opa_config", c.OPAConfig)...)
+		errs = append(errs, unsignedBundles("policy.shadow_opa_config", c.ShadowOPAConfig)...)
 	}
 	return errs
 }
@@ -114,8 +124,8 @@ func (c PolicyConfig) validate() []error {
 // unsignedBundles refuses each bundle of opa_config without a signing
 // section (a keyid): fail closed, unless allow_unsigned_bundles says the
 // operator means it.
-func (c PolicyConfig) unsignedBundles() []error {
-	raw, err := c.OPAConfig.Bytes()
+func unsignedBundles(key string, o OPAConfig) []error {
+	raw, err := o.Bytes()
 	if err != nil || len(raw) == 0 {
 		return nil // reported above, or nothing configured
 	}
@@ -127,13 +137,13 @@ func (c PolicyConfig) unsignedBundles() []error {
 		} `yaml:"bundles"`
 	}
 	if err := yaml.Unmarshal(raw, &doc); err != nil {
-		return []error{fmt.Errorf("policy.opa_config: %w", err)}
+		return []error{fmt.Errorf("%s: %w", key, err)}
 	}
 	var errs []error
 	for _, name := range slices.Sorted(maps.Keys(doc.Bundles)) {
 		if b := doc.Bundles[name]; b.Signing == nil || b.Signing.KeyID == "" {
-			errs = append(errs, fmt.Errorf("policy.opa_config: bundle %q has no signing.keyid: its signature would not be "+
-				"verified; name a key of opa_config's keys, or set policy.allow_unsigned_bundles: true", name))
+			errs = append(errs, fmt.Errorf("%s: bundle %q has no signing.keyid: its signature would not be "+
+				"verified; name a key of its keys section, or set policy.allow_unsigned_bundles: true", key, name))
 		}
 	}
 	return errs
@@ -154,7 +164,10 @@ func policyOptions(cfg Config, log *slog.Logger) (policy.Options, error) {
 		return opts, err
 	}
 	opts.OPAConfig = raw
-	if len(raw) > 0 {
+	if opts.ShadowOPAConfig, err = p.ShadowOPAConfig.Bytes(); err != nil {
+		return opts, fmt.Errorf("policy.shadow_opa_config: %w", errors.Unwrap(err))
+	}
+	if len(raw) > 0 || len(opts.ShadowOPAConfig) > 0 {
 		if opts.PersistDir == "" {
 			opts.PersistDir = filepath.Join(cfg.DataDir, "opa")
 		}
