@@ -8,6 +8,8 @@
 #   scripts/k8s.sh stop  [HOLDER]  drop HOLDER's lease; when none is left,
 #                                  delete every pod, stop everything and undo
 #                                  what the cluster did to the host
+#   scripts/k8s.sh restart NAME    stop one component and start it again with
+#                                  the same command line (fault tests)
 #   scripts/k8s.sh status          exit 0 when the apiserver answers
 #   scripts/k8s.sh kubeconfig      print the admin kubeconfig's path
 #   scripts/k8s.sh env             print the variables the tests read
@@ -87,9 +89,26 @@ wait_for() {
 launch() {
   local name=$1
   shift
+  # The command line, for restart.
+  printf '%s\0' "$@" >"$RUNDIR/$name.cmd"
   # fd 9 is the start/stop lock: a component must not hold it.
-  setsid "$@" >"$RUN/logs/$name.log" 2>&1 </dev/null 9>&- &
+  setsid "$@" >>"$RUN/logs/$name.log" 2>&1 </dev/null 9>&- &
   echo $! >"$RUNDIR/$name.pid"
+}
+
+# restart_component NAME: stops one component and starts it again with
+# the same command line (the fault tests: an apiserver restart).
+restart_component() {
+  local name=$1 args
+  [ -f "$RUNDIR/$name.cmd" ] || { log "no saved command line for $name (is the cluster up?)"; return 1; }
+  mapfile -d '' args <"$RUNDIR/$name.cmd"
+  stop_component "$name"
+  launch "$name" "${args[@]}"
+  case $name in
+  kube-apiserver) wait_for apiserver api_up ;;
+  kubelet | containerd) wait_for "node Ready" node_ready ;;
+  esac
+  log "$name restarted"
 }
 
 pki() {
@@ -352,7 +371,7 @@ stop_cluster() {
   restore_sysctls
   # The cluster's state goes (a new one is made at start); the binaries and
   # containerd's image store stay.
-  rm -rf "$RUN" "$RUNDIR/containerd" "$RUNDIR/runc" "$RUNDIR"/*.pid
+  rm -rf "$RUN" "$RUNDIR/containerd" "$RUNDIR/runc" "$RUNDIR"/*.pid "$RUNDIR"/*.cmd
   log "cluster stopped in $((SECONDS - began)) s"
 }
 
@@ -379,6 +398,18 @@ stop)
   fi
   stop_cluster
   ;;
+restart)
+  case "${2:-}" in
+  kine | kube-apiserver | containerd | kubelet | kube-scheduler | kube-controller-manager) ;;
+  *)
+    echo "usage: $0 restart COMPONENT" >&2
+    exit 2
+    ;;
+  esac
+  exec 9>"$RUNDIR/lock"
+  flock 9
+  restart_component "$2"
+  ;;
 status) api_up && node_ready ;;
 kubeconfig) echo "$KUBECONFIG_ADMIN" ;;
 env)
@@ -386,7 +417,7 @@ env)
   echo "SANDGATE_K8S_IMAGE=$(cat "$RUN/sandbox-image" 2>/dev/null)"
   ;;
 *)
-  echo "usage: $0 start|stop [HOLDER] | status | kubeconfig | env" >&2
+  echo "usage: $0 start|stop [HOLDER] | restart COMPONENT | status | kubeconfig | env" >&2
   exit 2
   ;;
 esac

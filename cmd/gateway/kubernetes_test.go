@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -37,6 +38,7 @@ func kubeTestCluster(t *testing.T) (kubeconfig, image string) {
 		err = fmt.Errorf("no sandbox image")
 	}
 	if err == nil {
+		shareKubeCluster(t)
 		return kubeconfig, image
 	}
 	if os.Getenv("SANDGATE_REQUIRE_KUBERNETES") == "1" || os.Getenv("SANDGATE_REQUIRE_K8S") == "1" {
@@ -140,4 +142,19 @@ func kubeClient(t *testing.T, kubeconfig string) kubernetes.Interface {
 		t.Fatal(err)
 	}
 	return cs
+}
+
+// shareKubeCluster holds the cluster's test lock shared for the test's
+// duration: executors/k8s's fault tests (a stopped kubelet, a restarted
+// apiserver) hold it exclusively, so they never run under this test.
+func shareKubeCluster(t *testing.T) {
+	t.Helper()
+	f, err := os.OpenFile("/run/sandgate-k8s/tests.lock", os.O_CREATE|os.O_RDWR, 0o600)
+	if err == nil {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_SH)
+	}
+	if err != nil {
+		t.Fatalf("the cluster's test lock: %v", err)
+	}
+	t.Cleanup(func() { f.Close() })
 }

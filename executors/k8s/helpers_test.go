@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -76,6 +78,7 @@ func needCluster(t testing.TB) {
 		}
 	}
 	if reason == "" {
+		shareCluster(t)
 		return
 	}
 	if required() {
@@ -169,4 +172,44 @@ func mustSessionPod(t testing.TB, e *Executor, session string) *corev1.Pod {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// testsLock serialises the tests that disrupt the cluster (a stopped
+// kubelet, a restarted apiserver: faults_test.go), which hold it
+// exclusively, with every other test on it, in any package, which holds
+// it shared for its duration.
+const testsLock = "/run/sandgate-k8s/tests.lock"
+
+// exclusive is set while this package's test holds testsLock
+// exclusively (the package's tests run one at a time).
+var exclusive bool
+
+func shareCluster(t testing.TB) { lockCluster(t, syscall.LOCK_SH) }
+
+// ownCluster takes the cluster for a disruptive test.
+func ownCluster(t testing.TB) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Dir(testsLock)); err != nil {
+		needCluster(t) // skips, or fails when the cluster is required
+	}
+	lockCluster(t, syscall.LOCK_EX)
+	exclusive = true
+	t.Cleanup(func() { exclusive = false })
+	needCluster(t)
+}
+
+func lockCluster(t testing.TB, how int) {
+	t.Helper()
+	if exclusive {
+		return
+	}
+	f, err := os.OpenFile(testsLock, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatalf("the cluster's test lock: %v", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), how); err != nil {
+		f.Close()
+		t.Fatalf("the cluster's test lock: %v", err)
+	}
+	t.Cleanup(func() { f.Close() })
 }

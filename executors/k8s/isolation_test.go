@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/executors/executortest"
 	"github.com/sandgate/sandgate/executors/output"

@@ -180,17 +180,8 @@ func (sb *sandbox) connect(ctx context.Context) (*aio.Client, error) {
 func (sb *sandbox) run(ctx context.Context, spec executors.Spec) (executors.Result, error) {
 	sb.runMu.Lock()
 	defer sb.runMu.Unlock()
-	if sb.tun == nil || sb.tun.dead() {
-		// The tunnel ended (the apiserver or kubelet restarted): a new one
-		// to the same pod, which still holds the session's state.
-		if sb.tun != nil {
-			sb.tun.close()
-		}
-		c, err := sb.connect(ctx)
-		if err != nil {
-			return executors.Result{}, sb.explain(err)
-		}
-		sb.client = c
+	if err := sb.reach(ctx); err != nil {
+		return executors.Result{}, sb.explain(err)
 	}
 	sync := sb.push
 	if sb.adopted {
@@ -209,6 +200,38 @@ func (sb *sandbox) run(ctx context.Context, spec executors.Spec) (executors.Resu
 		return executors.Result{}, sb.explain(err)
 	}
 	return res, nil
+}
+
+// reachTimeout bounds how long a run waits for the session's sandbox to
+// answer before the run is sent: a kubelet, container runtime or
+// apiserver that stopped answering makes the request fail with a clear
+// 503 (sandbox pod unreachable) instead of hanging for the run's timeout.
+const reachTimeout = 10 * time.Second
+
+// reach makes sure sandboxd answers through the tunnel: a tunnel that
+// ended (the apiserver or kubelet restarted) is opened anew to the same
+// pod, which still holds the session's state.
+func (sb *sandbox) reach(ctx context.Context) error {
+	rctx, cancel := context.WithTimeout(ctx, reachTimeout)
+	defer cancel()
+	if sb.tun != nil && !sb.tun.dead() {
+		if _, err := sb.client.Sandbox(rctx); err == nil {
+			return nil
+		} else if ctx.Err() != nil || rctx.Err() != nil {
+			// %v: the request did not time out, the sandbox did not answer.
+			return unavailable("sandbox pod unreachable", fmt.Errorf("no answer in %v: %v", reachTimeout, err))
+		}
+	}
+	if sb.tun != nil {
+		sb.tun.close()
+	}
+	c, err := sb.connect(rctx)
+	if err != nil {
+		return unavailable("sandbox pod unreachable", err)
+	}
+	sb.client.Close()
+	sb.client = c
+	return nil
 }
 
 // explain turns a failure into "lost" when the pod is gone: the watch
