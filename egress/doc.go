@@ -25,7 +25,9 @@
 //     previous answer), refused with a 403 an agent can read, held for a
 //     person, given the credential whose host, methods and path prefix
 //     match, and recorded (kind egress_request, linked to its connection);
-//     every other tunnel stays end-to-end TLS,
+//     an allowed upgrade (a WebSocket handshake) that the server switches
+//     is spliced from then on, uninspected (upgrade.go); every other
+//     tunnel stays end-to-end TLS,
 //  6. writes one audit record (kind egress) and counts it in metrics.
 //
 // A policy reload re-decides every open tunnel and closes those the new

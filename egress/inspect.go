@@ -36,15 +36,17 @@ func (h *Handle) relayRequests(ctx context.Context, client, server net.Conn, t t
 			}
 			return
 		}
-		if !h.relayOne(ctx, client, server, sr, req, t, v, rec) {
+		if !h.relayOne(ctx, client, cr, server, sr, req, t, v, rec) {
 			return
 		}
 	}
 }
 
 // relayOne decides, forwards and records one request; false ends the
-// connection.
-func (h *Handle) relayOne(ctx context.Context, client, server net.Conn, sr *bufio.Reader, req *http.Request, t target, v verdict, rec *connRecord) bool {
+// connection. An allowed upgrade that the server switches ends it too,
+// after the upgraded connection (upgrade.go).
+func (h *Handle) relayOne(ctx context.Context, client net.Conn, cr *bufio.Reader, server net.Conn, sr *bufio.Reader, req *http.Request,
+	t target, v verdict, rec *connRecord) bool {
 	rr := rec.request(req, t)
 	defer h.finishRequest(rr)
 	if hdr, err := parseAuthority(req.Host, t.port); err != nil || hdr.host != t.host || hdr.port != t.port {
@@ -57,7 +59,9 @@ func (h *Handle) relayOne(ctx context.Context, client, server net.Conn, sr *bufi
 	if ok := h.admit(ctx, client, req, t, v, rr); !ok {
 		return rr.keepAlive
 	}
+	upgrade := upgradeOf(req.Header)
 	stripHopByHop(req.Header)
+	keepUpgrade(req.Header, upgrade)
 	if cred, ok := h.s.credentialFor(t.host, req.Method, normalPath(req)); ok {
 		req.Header.Set(cred.Header, cred.Value)
 		rr.credential = cred.Header
@@ -77,6 +81,10 @@ func (h *Handle) relayOne(ctx context.Context, client, server net.Conn, sr *bufi
 		return false
 	}
 	rr.status = resp.StatusCode
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		h.switchProtocols(countingWriterConn{Conn: client, w: cw}, cr, server, sr, resp, upgrade, rr, t)
+		return false
+	}
 	// A large buffer, so that the body goes out in full TLS records
 	// (resp.Write would wrap the connection in a 4 KiB one).
 	if resp.ContentLength < 0 || resp.ContentLength > prefetchAbove {

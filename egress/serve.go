@@ -96,7 +96,7 @@ func (h *Handle) ServeConn(ctx context.Context, conn net.Conn) {
 	if t.scheme == schemeHTTPS {
 		h.serveConnect(tctx, conn, br, counted, upConn, t, v, rec)
 	} else {
-		h.servePlain(tctx, conn, req, counted, t, v, rec)
+		h.servePlain(tctx, conn, br, req, counted, t, v, rec)
 	}
 	_ = upConn.Close()
 	h.finish(rec)
@@ -134,11 +134,15 @@ func (h *Handle) serveConnect(ctx context.Context, conn net.Conn, br *bufio.Read
 // servePlain forwards one absolute-form request in origin form and its
 // response, then ends the connection (Connection: close): the client's
 // next request is a new connection, decided on its own. On an inspected
-// host the request is decided first, as on an intercepted tunnel.
-func (h *Handle) servePlain(ctx context.Context, conn net.Conn, req *http.Request, up net.Conn, t target, v verdict, rec *connRecord) {
+// host the request is decided first, as on an intercepted tunnel. An
+// allowed upgrade (ws://) that the server switches is spliced
+// (upgrade.go); br holds what the client sent after its request.
+func (h *Handle) servePlain(ctx context.Context, conn net.Conn, br *bufio.Reader, req *http.Request, up net.Conn, t target, v verdict, rec *connRecord) {
 	_ = conn.SetDeadline(time.Time{})
 	if !v.inspect {
-		h.forwardPlain(conn, req, up, t)
+		// A connection decision: no request record (the connection's
+		// counts the bytes).
+		h.forwardPlain(conn, br, req, up, t, &reqRecord{})
 		return
 	}
 	if req.URL.Path == "" {
@@ -149,28 +153,35 @@ func (h *Handle) servePlain(ctx context.Context, conn net.Conn, req *http.Reques
 	if !h.admit(ctx, conn, req, t, v, rr) {
 		return
 	}
-	rr.status = h.forwardPlain(countingWriterConn{Conn: conn, w: countingWriter{w: conn, n: &rr.down}}, req, up, t)
+	h.forwardPlain(countingWriterConn{Conn: conn, w: countingWriter{w: conn, n: &rr.down}}, br, req, up, t, rr)
 }
 
-// forwardPlain sends req to up and its response to conn; it returns the
-// response's status (0 when there was none).
-func (h *Handle) forwardPlain(conn net.Conn, req *http.Request, up net.Conn, t target) int {
+// forwardPlain sends req to up and its response to conn, and sets rr's
+// status (0 when there was none).
+func (h *Handle) forwardPlain(conn net.Conn, br *bufio.Reader, req *http.Request, up net.Conn, t target, rr *reqRecord) {
+	upgrade := upgradeOf(req.Header)
 	stripHopByHop(req.Header)
-	req.Close = true
+	keepUpgrade(req.Header, upgrade)
+	req.Close = upgrade == ""
 	req.RequestURI = ""
 	if err := req.Write(up); err != nil {
-		return 0
+		return
 	}
-	resp, err := readFinalResponse(bufio.NewReader(up), req, conn)
+	sr := bufio.NewReader(up)
+	resp, err := readFinalResponse(sr, req, conn)
 	if err != nil {
 		writeRefusal(conn, http.StatusBadGateway, ruleDial, "the server at "+t.String()+" did not answer")
-		return 0
+		return
 	}
 	defer resp.Body.Close()
+	rr.status = resp.StatusCode
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		h.switchProtocols(conn, br, up, sr, resp, upgrade, rr, t)
+		return
+	}
 	stripHopByHop(resp.Header)
 	resp.Close = true
 	_ = resp.Write(conn)
-	return resp.StatusCode
 }
 
 // countingWriterConn is a connection whose writes are counted.
