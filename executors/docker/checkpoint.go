@@ -103,7 +103,9 @@ var ckState = struct {
 	paused   map[*Executor]map[string]*checkpoint
 	restored map[*box]*restoredBox
 	reaped   map[*Executor]bool
-}{paused: map[*Executor]map[string]*checkpoint{}, restored: map[*box]*restoredBox{}, reaped: map[*Executor]bool{}}
+	runtimes map[*Executor]runsc
+}{paused: map[*Executor]map[string]*checkpoint{}, restored: map[*box]*restoredBox{}, reaped: map[*Executor]bool{},
+	runtimes: map[*Executor]runsc{}}
 
 // snapshotMode is what a pause keeps: memory when the executor runs on
 // runsc, the engine's runsc state is reachable and the python image's
@@ -372,6 +374,25 @@ type runsc struct {
 }
 
 func (e *Executor) runscRuntime(ctx context.Context) (runsc, error) {
+	// The engine's registration does not change while it runs: asked
+	// once, since the engine's answer (tens of ms on a loaded host) was
+	// on the path of every resume.
+	ckState.mu.Lock()
+	rt, ok := ckState.runtimes[e]
+	ckState.mu.Unlock()
+	if ok {
+		return rt, nil
+	}
+	rt, err := e.askRuntime(ctx)
+	if err == nil {
+		ckState.mu.Lock()
+		ckState.runtimes[e] = rt
+		ckState.mu.Unlock()
+	}
+	return rt, err
+}
+
+func (e *Executor) askRuntime(ctx context.Context) (runsc, error) {
 	ictx, cancel := context.WithTimeout(ctx, e.cfg.PingTimeout)
 	defer cancel()
 	info, err := e.cli.Info(ictx, client.InfoOptions{})
@@ -515,8 +536,10 @@ func standalone(spec map[string]any, rootfs, dir string) error {
 func (e *Executor) restoreKernel(ctx context.Context, session string, ck *checkpoint) (*dkernel, error) {
 	k, err := e.restoreFrom(ctx, session, ck, filepath.Join(ck.dir, "image"))
 	if err == nil {
-		// The image is spent: a later pause writes a new one.
-		_ = os.RemoveAll(filepath.Join(ck.dir, "image"))
+		// The image is spent: a later pause writes a new one. Removed
+		// off the resume's path (unlinking 40 MB is not free); the
+		// restore read it whole (no --background).
+		go func() { _ = os.RemoveAll(filepath.Join(ck.dir, "image")) }()
 	}
 	return k, err
 }
@@ -553,14 +576,12 @@ func (e *Executor) restoreFrom(ctx context.Context, session string, ck *checkpoi
 	rctx, cancel := context.WithTimeout(ctx, checkpointTimeout)
 	defer cancel()
 	began := time.Now()
-	var created time.Duration
-	// The sandbox takes the driver's stdio at create; restore then
-	// rebinds the checkpointed process's stdin and stdout to them.
-	err = rt.run(rctx, root, &[3]*os.File{inR, outW, logf}, "create", "-bundle", ck.dir, id)
-	created = time.Since(began)
-	if err == nil {
-		err = rt.run(rctx, root, nil, "restore", "-bundle", ck.dir, "-detach", "--image-path="+image, id)
-	}
+	// One runsc call: restore creates the container it does not find
+	// (as run does), so the sandbox takes the driver's stdio from it, and
+	// the checkpointed process's stdin and stdout are rebound to them.
+	// A create before it cost one more runsc process and state round
+	// trip on every resume.
+	err = rt.run(rctx, root, &[3]*os.File{inR, outW, logf}, "restore", "-bundle", ck.dir, "-detach", "--image-path="+image, id)
 	inR.Close()
 	outW.Close()
 	logf.Close()
@@ -583,8 +604,7 @@ func (e *Executor) restoreFrom(ctx context.Context, session string, ck *checkpoi
 	ckState.mu.Lock()
 	ckState.restored[b] = rb
 	ckState.mu.Unlock()
-	e.log.Info("kernel restored", "session_id", session, "sandbox", id,
-		"create_ms", created.Milliseconds(), "restore_ms", (time.Since(began) - created).Milliseconds())
+	e.log.Info("kernel restored", "session_id", session, "sandbox", id, "restore_ms", time.Since(began).Milliseconds())
 	return &dkernel{b: b, conn: kernel.New(inW, outR)}, nil
 }
 
