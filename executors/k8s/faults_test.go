@@ -52,13 +52,13 @@ func runUntilOK(t *testing.T, e *Executor, spec executors.Spec) executors.Result
 	return executors.Result{}
 }
 
-// TestNodeStopped: the kubelet, or containerd, stopped (SIGSTOP) for
+// TestNodeStopped: the kubelet, containerd or the apiserver stopped (SIGSTOP) for
 // 10 s under a session: a request in that time fails with a clear
 // "unavailable" (a 503), not a hang and not a lost sandbox; once it runs
 // again, the session goes on, on the same pod with its state.
 func TestNodeStopped(t *testing.T) {
 	ownCluster(t)
-	for _, component := range []string{"kubelet", "containerd"} {
+	for _, component := range []string{"kubelet", "containerd", "kube-apiserver"} {
 		t.Run(component, func(t *testing.T) {
 			e := newTestExecutor(t)
 			session := "sess-" + executortest.Nonce()
