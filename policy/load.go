@@ -41,12 +41,15 @@ var ErrInvalidPolicy = errors.New("invalid policy")
 
 // compiled is one prepared revision of the policy tree.
 type compiled struct {
-	exec     rego.PreparedEvalQuery
-	browser  rego.PreparedEvalQuery
-	egress   rego.PreparedEvalQuery
-	revision string
-	files    []string
-	loadedAt time.Time
+	exec    rego.PreparedEvalQuery
+	browser rego.PreparedEvalQuery
+	egress  rego.PreparedEvalQuery
+	// egressExpand is the egress rules' expansion, evaluated when the
+	// data changes (egress_derive.go), not per decision.
+	egressExpand rego.PreparedEvalQuery
+	revision     string
+	files        []string
+	loadedAt     time.Time
 	// bundles is the manifest revision of each OPA bundle the revision
 	// was built from (empty for a folder): decision logs carry it.
 	bundles map[string]string
@@ -260,6 +263,15 @@ func compileParsed(ctx context.Context, modules map[string]*ast.Module, data map
 	// Likewise without sandgate.egress: every connection is denied.
 	if c.egress, err = prepare(EgressQuery); err != nil {
 		return nil, err
+	}
+	if c.egressExpand, err = prepare(egressExpandQuery); err != nil {
+		return nil, err
+	}
+	err = storage.Txn(ctx, store, storage.WriteParams, func(txn storage.Transaction) error {
+		return deriveEgress(ctx, c, txn)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: derived egress rules: %w", ErrInvalidPolicy, err)
 	}
 	return c, nil
 }

@@ -50,20 +50,25 @@ func (e *Engine) SetEgressOverlay(ctx context.Context, rules []map[string]any) e
 	}
 	all := append(append([]any{}, base...), anyRules(rules)...)
 	return storage.Txn(ctx, c.store, storage.WriteParams, func(txn storage.Transaction) error {
-		return writeRules(ctx, c.store, txn, all)
+		return writeRules(ctx, c, txn, all)
 	})
 }
 
-func writeRules(ctx context.Context, st storage.Store, txn storage.Transaction, rules []any) error {
+// writeRules replaces the egress rules in txn, and the derived rules
+// computed from them (egress_derive.go).
+func writeRules(ctx context.Context, c *compiled, txn storage.Transaction, rules []any) error {
 	v, err := ast.InterfaceToValue(rules)
 	if err != nil {
 		return err
 	}
 	var op storage.PatchOp = storage.ReplaceOp
-	if _, err := st.Read(ctx, txn, egressRulesPath); storage.IsNotFound(err) {
+	if _, err := c.store.Read(ctx, txn, egressRulesPath); storage.IsNotFound(err) {
 		op = storage.AddOp
 	}
-	return st.Write(ctx, txn, op, egressRulesPath, v)
+	if err := c.store.Write(ctx, txn, op, egressRulesPath, v); err != nil {
+		return err
+	}
+	return deriveEgress(ctx, c, txn)
 }
 
 func anyRules(rules []map[string]any) []any {
@@ -99,7 +104,7 @@ func (e *Engine) ReplayEgress(ctx context.Context, extra []map[string]any, input
 			return nil, err
 		}
 	}
-	if err := writeRules(ctx, c.store, txn, append(rules, anyRules(extra)...)); err != nil {
+	if err := writeRules(ctx, c, txn, append(rules, anyRules(extra)...)); err != nil {
 		return nil, err
 	}
 	out := make([]EgressDecision, len(inputs))

@@ -63,8 +63,33 @@ reason(code, message) := {"code": code, "message": message}
 
 session_key := sprintf("%s/%s", [input.tenant, input.session_id])
 
+# Compiled rules (issue 32, speed). A decision matches the connection
+# against `compiled`: the configured rules with request presets expanded,
+# in order, each with what would otherwise be worked out again for every
+# connection and request (compile_rule), and an index of their host
+# patterns. The gateway evaluates compiled_egress once per policy and
+# data revision (and again when an overlay changes the rules) and puts it
+# at data.sandgate.derived.egress, a path reserved for it; where that
+# document is absent (opa test, another tool evaluating this package),
+# it is computed here, per decision, with the same result.
+compiled := d if {
+	d := data.sandgate.derived.egress
+} else := compiled_egress
+
+# compiled_egress: rules, the compiled rules in order; exact, each exact
+# host name (lowercased) to the rules naming it; globs, [rule, pattern]
+# pairs; any, the rules for every host ("*").
+compiled_egress := {
+	"rules": entries,
+	"exact": {h: [i | some i, e in entries; h in e.exact] | some e in entries; some h in e.exact},
+	"globs": [[i, p] | some i, e in entries; some p in e.globs],
+	"any": [i | some i, e in entries; e.any_host],
+} if {
+	entries := [compile_rule(r) | some rule in config.egress.rules; some r in expand(rule)]
+}
+
 # rules are the configured rules with request presets expanded, in order.
-rules := [r | some rule in config.egress.rules; some r in expand(rule)]
+rules := [e.rule | some e in compiled.rules]
 
 expand(rule) := [rule] if not rule.request_preset
 
@@ -85,48 +110,82 @@ rule_hosts(rule) := {h | some h in object.get(rule, "hosts", [])} | {h |
 	some h in config.egress.presets[p]
 }
 
+# compile_rule(rule) is an expanded rule with: its host patterns
+# (lowercased, presets expanded) split into exact names and globs, and
+# any_host for "*" alone; its ports (the configured ones when it names
+# none); the modes, tenants and sessions it is limited to, present only
+# when it is; whether it has HTTP matchers, and what it does to a
+# connection (conn_action, see effective); its methods in upper case; and
+# the names it exempts blocked addresses for (its own hosts, not its
+# presets or the matches of its globs).
+compile_rule(rule) := object.union_n([
+	{
+		"rule": rule,
+		"any_host": "*" in hosts,
+		"exact": {lower(h) | some h in hosts; not is_glob(h)},
+		"globs": [lower(h) | some h in hosts; is_glob(h)],
+		"ports": object.get(rule, "ports", config.egress.ports),
+		"http": http,
+		"methods": {upper(m) | some m in object.get(rule, "methods", [])},
+		"named": {lower(h) | some h in object.get(rule, "hosts", [])},
+	},
+	{f: rule[f] | some f in ["modes", "tenants", "sessions"]; count(object.get(rule, f, [])) > 0},
+	{"conn_action": a | some a in [conn_action(rule, http)]},
+]) if {
+	hosts := rule_hosts(rule)
+	http := count([f | some f in http_matchers; count(object.get(rule, f, [])) > 0]) > 0
+}
+
+# A pattern without glob syntax matches exactly itself: the index looks it
+# up.
+is_glob(pattern) if regex.match(`[*?\[\]{}\\]`, pattern)
+
+# conn_action is what a rule does to a connection it covers: a plain
+# rule's own action, and an HTTP rule's allow or require_approval lets
+# the connection through (its requests are decided one by one).
+# Undefined for an HTTP deny rule, which waits for the requests.
+conn_action(rule, false) := rule.action
+
+conn_action(rule, true) := "allow" if rule.action in {"allow", "require_approval"}
+
 # "*" alone matches every host; elsewhere "*" matches one label
 # ("*.github.com" is not github.com) and "**" any number.
-host_matches(rule) if "*" in rule_hosts(rule)
+host := lower(input.host)
 
-host_matches(rule) if {
-	some pattern in rule_hosts(rule)
-	glob.match(lower(pattern), ["."], lower(input.host))
+host_hits contains i if some i in object.get(compiled.exact, host, [])
+
+host_hits contains i if some i in compiled.any
+
+host_hits contains i if {
+	some [i, pattern] in compiled.globs
+	glob.match(pattern, ["."], host)
 }
 
-# A rule without ports covers the configured ports (80 and 443 by default).
-port_matches(rule) if input.port in object.get(rule, "ports", config.egress.ports)
-
-scoped(rule, field, _) if count(object.get(rule, field, [])) == 0
-
-scoped(rule, field, value) if value in object.get(rule, field, [])
-
-# conn_applies: the rule covers this connection (host, port, scope).
-conn_applies(rule) if {
-	host_matches(rule)
-	port_matches(rule)
-	scoped(rule, "modes", input.mode)
-	scoped(rule, "tenants", input.tenant)
-	scoped(rule, "sessions", session_key)
-}
+# covering are the compiled rules that cover this connection (host,
+# port, scope), in order: what every part of the decision below looks
+# at. A rule without ports covers the configured ports (80 and 443 by
+# default); one not limited to modes, tenants or sessions covers all.
+covering := [e |
+	some i in sort(host_hits)
+	e := compiled.rules[i]
+	input.port in e.ports
+	input.mode in object.get(e, "modes", [input.mode])
+	input.tenant in object.get(e, "tenants", [input.tenant])
+	session_key in object.get(e, "sessions", [session_key])
+]
 
 http_matchers := ["methods", "paths", "path_prefixes", "query"]
 
-http_rule(rule) if {
-	some f in http_matchers
-	count(object.get(rule, f, [])) > 0
+# request_matches: the request meets every matcher the compiled rule has.
+request_matches(e) if {
+	method_matches(e)
+	path_matches(e.rule)
+	query_matches(e.rule)
 }
 
-# request_matches: the request meets every matcher the rule has.
-request_matches(rule) if {
-	method_matches(rule)
-	path_matches(rule)
-	query_matches(rule)
-}
+method_matches(e) if count(e.methods) == 0
 
-method_matches(rule) if count(object.get(rule, "methods", [])) == 0
-
-method_matches(rule) if upper(input.http.method) in {upper(m) | some m in rule.methods}
+method_matches(e) if upper(input.http.method) in e.methods
 
 path_matches(rule) if {
 	count(object.get(rule, "paths", [])) + count(object.get(rule, "path_prefixes", [])) == 0
@@ -152,32 +211,18 @@ query_matches(rule) if {
 	}
 }
 
-# effective(rule) is the action a rule that covers the connection takes
-# here: on a request that it matches, its own; on a connection, a plain
-# rule's own, and an HTTP rule's allow or require_approval lets the
-# connection through (its requests are decided one by one). Undefined
-# otherwise: an HTTP deny rule waits for the requests. A rule with
-# "connection_only": true (an accepted proposal's overlay) decides
-# connections only: on an inspected host the requests stay with its HTTP
-# rules, which the proposal did not show the approver.
-effective(rule) := rule.action if {
+# acting are the [name, action] of the covering rules that act here: on a
+# request, those whose matchers it meets, with their own action; on a
+# connection, each with its conn_action. A rule with "connection_only":
+# true (an accepted proposal's overlay) decides connections only: on an
+# inspected host the requests stay with its HTTP rules, which the
+# proposal did not show the approver.
+acting := a if {
 	input.http
-	not rule.connection_only
-	request_matches(rule)
-}
+	a := [[e.rule.name, e.rule.action] | some e in covering; not e.rule.connection_only; request_matches(e)]
+} else := [[e.rule.name, e.conn_action] | some e in covering; e.conn_action]
 
-effective(rule) := rule.action if {
-	not input.http
-	not http_rule(rule)
-}
-
-effective(rule) := "allow" if {
-	not input.http
-	http_rule(rule)
-	rule.action in {"allow", "require_approval"}
-}
-
-matching(action) := [rule.name | some rule in rules; conn_applies(rule); effective(rule) == action]
+matching(action) := [name | some [name, a] in acting; a == action]
 
 deny_rules := matching("deny")
 
@@ -192,22 +237,20 @@ default inspect := false
 
 inspect if {
 	not input.http
-	some rule in rules
-	conn_applies(rule)
-	http_rule(rule)
+	some e in covering
+	e.http
 }
 
 inspect if {
 	not input.http
-	some rule in rules
-	conn_applies(rule)
-	rule.inspect == true
+	some e in covering
+	e.rule.inspect == true
 }
 
 # governing_rule names the HTTP rules that govern the host of a request
 # no rule matched: the first one's group (the rule that named a preset)
 # or name.
-governing := [object.get(rule, "group", rule.name) | some rule in rules; conn_applies(rule); http_rule(rule)]
+governing := [object.get(e.rule, "group", e.rule.name) | some e in covering; e.http]
 
 governing_rule := governing[0] if {
 	input.http
@@ -252,12 +295,12 @@ blocked_ips contains ip if {
 # glob, no preset) and a range containing the address exempts it: an
 # administrator who wrote {"hosts": ["db.internal"], "cidrs":
 # ["10.1.2.0/24"]} meant it. A deny rule never exempts anything.
-naming_rules := [rule | some rule in rules; rule.action in {"allow", "require_approval"}; conn_applies(rule)]
+naming_rules := [e | some e in covering; e.rule.action in {"allow", "require_approval"}]
 
 exempt(ip) if {
-	some rule in naming_rules
-	lower(input.host) in {lower(h) | some h in object.get(rule, "hosts", [])}
-	some cidr in object.get(rule, "cidrs", [])
+	some e in naming_rules
+	host in e.named
+	some cidr in object.get(e.rule, "cidrs", [])
 	net.cidr_contains(cidr, ip)
 }
 

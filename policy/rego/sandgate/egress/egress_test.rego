@@ -205,3 +205,29 @@ test_a_connection_only_rule_decides_no_request if {
 	o.action == "allow"
 	o.inspect == false
 }
+
+# The gateway serves the rules compiled once (data.sandgate.derived.egress,
+# written from compiled_egress); decisions over them are the decisions
+# over the rules expanded per decision.
+test_derived_rules_decide_as_expanded_ones if {
+	rules := [
+		{"name": "gh", "action": "allow", "request_preset": "github-readonly"},
+		{"name": "ask", "action": "require_approval", "hosts": ["*.Example.org"], "tenants": ["team-a"]},
+		{"name": "no", "action": "deny", "hosts": ["bad.example.org"], "sessions": ["team-a/s-1"]},
+	]
+	doc := egress.compiled_egress with data.sandgate.config.egress.rules as rules
+	every i in [
+		conn("STRICT", "github.com", 443, public),
+		req("api.github.com", "POST", "/repos/o/r/issues", ""),
+		req("github.com", "GET", "/o/r.git/info/refs", "service=git-receive-pack"),
+		conn("STRICT", "www.example.org", 443, public),
+		conn("STRICT", "bad.example.org", 443, public),
+		conn("STRICT", "elsewhere.test", 443, public),
+	] {
+		want := egress.decision with input as i with data.sandgate.config.egress.rules as rules
+		got := egress.decision with input as i with data.sandgate.derived.egress as doc
+		got == want
+	}
+	d := egress.decision with input as conn("STRICT", "bad.example.org", 443, public) with data.sandgate.derived.egress as doc
+	d.rule == "no"
+}

@@ -1,0 +1,67 @@
+package policy
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"testing/fstest"
+)
+
+// benchEgressRules is a realistic egress configuration: request presets
+// (expanded into several rules each), host presets, plain host rules and
+// session-scoped rules.
+var benchEgressRules = []any{
+	map[string]any{"name": "gh", "action": "allow", "request_preset": "github-readonly"},
+	map[string]any{"name": "pypi", "action": "allow", "request_preset": "pypi-install", "tenants": []any{"t"}},
+	map[string]any{"name": "npm", "action": "allow", "presets": []any{"npm"}, "sessions": []any{"t/s-1"}},
+	map[string]any{"name": "api-read", "action": "allow", "hosts": []any{"api.example.test"}, "methods": []any{"GET"}},
+	map[string]any{"name": "api-write", "action": "require_approval", "hosts": []any{"api.example.test"},
+		"methods": []any{"POST"}, "path_prefixes": []any{"/v1/"}},
+	map[string]any{"name": "no-gist", "action": "deny", "hosts": []any{"gist.github.com"}},
+	map[string]any{"name": "ask", "action": "require_approval", "hosts": []any{"*.example.org"}},
+}
+
+// benchEgressEngine is the shipped policy with benchEgressRules as its
+// egress rules.
+func benchEgressEngine(b *testing.B) *Engine {
+	b.Helper()
+	fsys, err := DefaultTree()
+	if err != nil {
+		b.Fatal(err)
+	}
+	const p = "sandgate/config/data.json"
+	var doc map[string]any
+	if err := json.Unmarshal(fsys[p].Data, &doc); err != nil {
+		b.Fatal(err)
+	}
+	doc["egress"].(map[string]any)["rules"] = benchEgressRules
+	data, _ := json.Marshal(doc)
+	fsys[p] = &fstest.MapFile{Data: data}
+	return newEngine(b, Options{FS: fsys})
+}
+
+// BenchmarkDecideEgress is one egress decision in process: a connection
+// (to a host a request preset governs) and one request on it.
+func BenchmarkDecideEgress(b *testing.B) {
+	e := benchEgressEngine(b)
+	ctx := context.Background()
+	conn := EgressInput{Mode: "STRICT", Host: "github.com", Port: 443, Scheme: "https", SessionID: "s-1", Tenant: "t",
+		Principal: "agent:a", Risk: "LOW", Resolved: []string{"140.82.112.3"}}
+	req := conn
+	req.HTTP = &EgressHTTP{Method: "GET", Scheme: "https", Host: "github.com", Port: 443, Path: "/o/r.git/info/refs",
+		Query: "service=git-upload-pack", HeaderNames: []string{"Host"}}
+	for _, tc := range []struct {
+		name   string
+		in     EgressInput
+		action string
+	}{{"connection", conn, ActionAllow}, {"request", req, ActionAllow}} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if d := e.DecideEgress(ctx, tc.in); d.Action != tc.action {
+					b.Fatalf("unexpected %+v", d)
+				}
+			}
+		})
+	}
+}
