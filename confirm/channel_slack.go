@@ -539,6 +539,9 @@ func (s *Slack) ServeCallback(w http.ResponseWriter, r *http.Request, hub *Hub) 
 	}
 	var in SlackInteraction
 	form, perr := url.ParseQuery(string(body))
+	if perr == nil && json.Unmarshal([]byte(form.Get("payload")), &in) == nil && in.Type == "block_actions" && isProposalClick(in) {
+		return s.serveProposalClick(w, r, hub, in, rec, cmp.Or(in.Team.ID, in.User.TeamID)) // channel_slack_proposals.go
+	}
 	if perr != nil || json.Unmarshal([]byte(form.Get("payload")), &in) != nil || in.Type != "block_actions" || len(in.Actions) != 1 ||
 		in.Actions[0].BlockID != slackActionsBlock || !slices.Contains([]string{slackApprove, slackApproveSession, slackApprovePattern, slackApproveGrant, slackDeny}, in.Actions[0].ActionID) {
 		s.refuse(r.Context(), rec, ErrSlackPayload)
@@ -602,7 +605,7 @@ func (s *Slack) ServeCallback(w http.ResponseWriter, r *http.Request, hub *Hub) 
 func (s *Slack) refuse(ctx context.Context, rec *audit.Record, err error) {
 	code, status, _ := errcode.Of(err)
 	rec.Outcome, rec.ErrorCode, rec.HTTPStatus = audit.OutcomeDenied, string(code), status
-	if ce := (*ConflictError)(nil); errors.As(err, &ce) {
+	if ce := (*ConflictError)(nil); errors.As(err, &ce) || errors.Is(err, ErrProposalDecided) {
 		rec.HTTPStatus = http.StatusOK // answered 200: Slack shows no error
 	}
 	rec.Detail["refusal"] = err.Error()

@@ -168,13 +168,17 @@ func (w *Webhook) send(ctx context.Context, typ string, v View) error {
 	if err != nil {
 		return Permanent(err)
 	}
+	return w.deliver(ctx, v.ID+"."+strings.TrimPrefix(typ, "approval."), body)
+}
+
+// deliver makes one signed attempt at POSTing body as message id.
+func (w *Webhook) deliver(ctx context.Context, id string, body []byte) error {
 	actx, cancel := context.WithTimeout(ctx, w.opts.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(actx, http.MethodPost, w.opts.URL, bytes.NewReader(body))
 	if err != nil {
 		return Permanent(errors.New("cannot build the request"))
 	}
-	id := v.ID + "." + strings.TrimPrefix(typ, "approval.")
 	ts := time.Now().Unix()
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "sandgate-approvals")

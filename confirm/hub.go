@@ -233,6 +233,9 @@ func NewHub(ctx context.Context, opts HubOptions) (*Hub, error) {
 		return nil, errors.New("confirm: HubOptions.Store is required")
 	}
 	opts = opts.withDefaults()
+	if opts.Proposals != nil { // proposals reach the channels too (proposals_channels.go)
+		opts.Proposals.useChannels(opts.Channels, opts.ChannelRetryMin, opts.ChannelRetryMax)
+	}
 	st, err := openStore(ctx, opts.Store, opts.Replica)
 	if err != nil {
 		return nil, fmt.Errorf("confirm: %w", err)

@@ -169,6 +169,7 @@ type Proposals struct {
 	mu        sync.Mutex // serialises overlay writes
 	applied   string     // the live overlay's ids and the engine's reload count
 	onOverlay func(context.Context)
+	delivery  proposalDelivery // to the approval channels (proposals_channels.go)
 	stop      chan struct{}
 	done      chan struct{}
 	close     sync.Once
@@ -200,6 +201,8 @@ func OpenProposals(ctx context.Context, opts ProposalOptions) (*Proposals, error
 	}
 	p := &Proposals{opts: opts, store: proposalStore{db: opts.Store}, log: opts.Logger,
 		stop: make(chan struct{}), done: make(chan struct{})}
+	p.delivery.init()
+	p.delivery.retryMin, p.delivery.retryMax = DefaultChannelRetryMin, DefaultChannelRetryMax
 	if err := p.apply(ctx, true); err != nil {
 		return nil, err
 	}
@@ -211,6 +214,7 @@ func OpenProposals(ctx context.Context, opts ProposalOptions) (*Proposals, error
 func (p *Proposals) Close() {
 	p.close.Do(func() { close(p.stop) })
 	<-p.done
+	p.delivery.closeDelivery()
 }
 
 func (p *Proposals) refresh() {
@@ -226,6 +230,7 @@ func (p *Proposals) refresh() {
 			if err := p.apply(ctx, false); err != nil {
 				p.log.Error("proposal overlay not refreshed", "err", err)
 			}
+			p.syncAllPosted(ctx)
 			cancel()
 		}
 	}
@@ -337,6 +342,7 @@ func (p *Proposals) Propose(ctx context.Context, req ProposalRequest) (Proposal,
 		"changed": strconv.Itoa(pr.Effect.ChangedCount), "replayed": strconv.Itoa(pr.Effect.Replayed)})
 	p.log.InfoContext(ctx, "proposal made", "proposal_id", pr.ID, "tenant", pr.Tenant, "session_id", pr.SessionID,
 		"kind", pr.Kind, "value", pr.Value, "changed", pr.Effect.ChangedCount)
+	p.notifyProposal(pr)
 	return pr, nil
 }
 
@@ -574,6 +580,7 @@ func (p *Proposals) Decide(ctx context.Context, who Approver, id string, d Propo
 	}
 	p.audit(ctx, kind, pr, who.Name, map[string]string{"kind": pr.Kind, "value": pr.Value, "reason": truncate(pr.Reason, 200),
 		"expires_at": fmtIfSet(pr.ExpiresAt)})
+	p.syncPosted(context.WithoutCancel(ctx), pr.ID)
 	return pr, nil
 }
 
@@ -612,6 +619,7 @@ func (p *Proposals) revoke(ctx context.Context, pr Proposal, by, reason string) 
 		return Proposal{}, err
 	}
 	p.audit(ctx, AuditProposalRevoked, pr, by, map[string]string{"reason": truncate(reason, 200)})
+	p.syncPosted(context.WithoutCancel(ctx), pr.ID)
 	return pr, nil
 }
 
