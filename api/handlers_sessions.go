@@ -22,6 +22,10 @@ type createSessionBody struct {
 	// FromSnapshot starts the session from a named snapshot of the
 	// caller's tenant (its workspace, and its kernel where it kept one).
 	FromSnapshot string `json:"from_snapshot"`
+	// Snapshot is what a pause must keep: "memory" is refused, naming
+	// the missing capability, unless the session's stateful cells go to
+	// an executor that keeps memory (gVisor); "filesystem", "none".
+	Snapshot string `json:"snapshot"`
 }
 
 // maxLabels bounds a session's labels and metadata entries, and
@@ -39,6 +43,11 @@ func (b createSessionBody) check() error {
 	}
 	if b.IdleTimeoutS < 0 || b.IdleTimeoutS > 30*24*3600 {
 		fields = append(fields, errcode.FieldError{Field: "idle_timeout_s", Code: "range", Message: "must be 0 (none) to 2592000"})
+	}
+	switch b.Snapshot {
+	case "", "memory", "filesystem", "none":
+	default:
+		fields = append(fields, errcode.FieldError{Field: "snapshot", Code: "oneof", Message: "memory, filesystem or none"})
 	}
 	fields = append(fields, checkLabels("labels", b.Labels)...)
 	fields = append(fields, checkLabels("metadata", b.Metadata)...)
@@ -78,7 +87,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) error {
 	info, _, err := s.deps.Manager.CreateSession(r.Context(), principal(r), body.ID, manager.OpenOptions{
 		FrontEnd: "rest", Client: r.UserAgent(), Labels: body.Labels, Metadata: body.Metadata,
 		TTL: time.Duration(body.TimeoutS) * time.Second, IdleTimeout: time.Duration(body.IdleTimeoutS) * time.Second,
-		FromSnapshot: body.FromSnapshot,
+		FromSnapshot: body.FromSnapshot, Snapshot: body.Snapshot,
 	})
 	if err != nil {
 		return err

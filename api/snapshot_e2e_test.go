@@ -35,6 +35,10 @@ func TestSnapshotGVisor(t *testing.T) {
 	}
 	e := newEnv(t, envOpts{mode: "STRICT", executors: []executors.Executor{g}, policyFS: routeAllTo(t, "gvisor"),
 		snapshots: manager.SnapshotConfig{Compress: true}})
+	// snapshot: memory is accepted where stateful cells go to gVisor.
+	if r := e.do("POST", "/v1/sessions", agentTok, map[string]any{"id": "sp", "snapshot": "memory"}); r.status != 201 {
+		t.Fatalf("snapshot: memory on gVisor: %d %s", r.status, r.raw)
+	}
 	const src = "sp"
 	if r := e.do("PUT", "/v1/sessions/"+src+"/files/content?path=notes.txt", agentTok, "at the snapshot"); r.status/100 != 2 {
 		t.Fatalf("put: %d %s", r.status, r.raw)
@@ -160,6 +164,23 @@ func TestSnapshotFilesQuotaAndTenants(t *testing.T) {
 		t.Fatalf("delete: %d %s", d.status, d.raw)
 	}
 	takeSnapshot(t, e, teamATok, "fs2", "three")
+
+	// snapshot: memory where the session's stateful cells do not go to
+	// an executor that keeps memory: refused, naming what is missing.
+	r := e.do("POST", "/v1/sessions", teamATok, map[string]any{"id": "mem", "snapshot": "memory"})
+	if r.status != 403 || r.errCode() != "policy_denied" || !strings.Contains(string(r.raw), "executor.capability_missing") ||
+		!strings.Contains(string(r.raw), "snapshot: memory") {
+		t.Errorf("snapshot: memory without a memory tier: %d %s", r.status, r.raw)
+	}
+	if r := e.do("GET", "/v1/sessions/mem", teamATok, nil); r.status != 404 {
+		t.Errorf("the refused session exists: %d", r.status)
+	}
+	if r := e.do("POST", "/v1/sessions", teamATok, map[string]any{"id": "mem", "snapshot": "disk"}); r.status != 400 || r.errCode() != "invalid_request" {
+		t.Errorf("snapshot: disk: %d %s", r.status, r.raw)
+	}
+	if r := e.do("POST", "/v1/sessions", teamATok, map[string]any{"id": "fsmode", "snapshot": "filesystem"}); r.status != 201 {
+		t.Errorf("snapshot: filesystem: %d %s", r.status, r.raw)
+	}
 }
 
 // TestSnapshotRetention: a snapshot past its retention is neither listed

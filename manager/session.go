@@ -114,6 +114,11 @@ type OpenOptions struct {
 	// FromSnapshot starts a created session from a named snapshot of its
 	// tenant (snapshot.go).
 	FromSnapshot string
+	// Snapshot is what a pause must keep of the session ("memory",
+	// "filesystem", "none" or empty: no requirement); a requirement no
+	// executor its cells go to meets refuses the session
+	// (snapshot_route.go).
+	Snapshot string
 	// peek opens a session without creating its record when it has none
 	// (a read: probing a name creates nothing); the session returned is
 	// then not kept.

@@ -301,6 +301,9 @@ func (m *Manager) CreateSession(ctx context.Context, p Principal, id string, o O
 	if err != nil {
 		return SessionInfo{}, Owner{}, err
 	}
+	if err := m.requireSnapshotMode(ctx, p, ref, o.Snapshot); err != nil {
+		return SessionInfo{}, Owner{}, err
+	}
 	if o.FromSnapshot != "" {
 		return m.createFromSnapshot(ctx, p, ref, o)
 	}
