@@ -186,6 +186,8 @@ func runPolicyCheck(ctx context.Context, args []string, getenv func(string) stri
 	needsFS := fs.Bool("needs-persistent-fs", false, "context.needs_persistent_fs")
 	execFile := fs.String("executors", "", "the executors object of GET /v1/policy, as JSON (default: all available, all capabilities)")
 	asJSON := fs.Bool("json", false, "print the risk and the decision as JSON")
+	input := fs.String("input", "", "a raw input document (JSON, as policy/schemas describe it) to decide instead of --code: a file, or - for stdin")
+	decision := fs.String("decision", "", "with --input: exec, browser or egress (default: the one schema the document is valid under)")
 	rest, gwFlags := splitGatewayFlags(args)
 	if err := fs.Parse(rest); err != nil {
 		return errUsage
@@ -193,6 +195,13 @@ func runPolicyCheck(ctx context.Context, args []string, getenv func(string) stri
 	cfg, err := loadConfig(gwFlags, getenv, stderr)
 	if err != nil {
 		return err
+	}
+	if *input != "" {
+		if *code != "" || *file != "" {
+			fmt.Fprintln(stderr, "sandgate policy check: --input is a whole input document; it does not take --code or --file")
+			return errUsage
+		}
+		return checkInputDocument(ctx, *input, *decision, *pol, cfg, *asJSON, stdout)
 	}
 	src := *code
 	if *file != "" {
@@ -203,7 +212,7 @@ func runPolicyCheck(ctx context.Context, args []string, getenv func(string) stri
 		src = string(b)
 	}
 	if src == "" {
-		fmt.Fprintln(stderr, "usage: sandgate policy check --code CODE | --file FILE [--language L] [--policy DIR|BUNDLE] [--tenant T] [--json]")
+		fmt.Fprintln(stderr, "usage: sandgate policy check --code CODE | --file FILE | --input FILE|- [--decision exec|browser|egress] [--language L] [--policy DIR|BUNDLE] [--tenant T] [--json]")
 		return errUsage
 	}
 	var rules *risk.RuleSet
