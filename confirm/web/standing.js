@@ -90,6 +90,9 @@
     accept.type = "submit";
     const decide = (decision) => {
       accept.disabled = reject.disabled = true;
+      // The list is not redrawn while focus is in it (typing); a decision
+      // ends the typing, so the next refresh drops the decided item.
+      if (li.contains(document.activeElement)) document.activeElement.blur();
       const body = { decision, reason: reason.value.trim() };
       if (decision === "accept") body.for_s = PROPOSAL_FOR_S;
       api("POST", "/v1/proposals/" + encodeURIComponent(p.id) + "/decision", body).then(refresh, refresh);
@@ -100,6 +103,29 @@
     li.append(top, who, why, effect, form);
     return li;
   }
+
+  // A channel's link (a webhook's decision_url, Slack's "open in the
+  // approval page") names a proposal in the fragment, which never reaches
+  // a server: #proposal=prp_<hex>. The page marks it and brings it into
+  // view once, with its reason field focused; the approver decides there.
+  let linkedShown = "";
+  function linkedProposal() {
+    return (/^#proposal=(prp_[0-9a-f]{1,64})$/.exec(location.hash) || [])[1] || "";
+  }
+  function showLinked(list) {
+    const id = linkedProposal();
+    for (const li of list.querySelectorAll("li.proposal.linked")) li.classList.remove("linked");
+    if (!id) return;
+    const li = [...list.querySelectorAll("li.proposal")].find((x) => x.dataset.id === id);
+    if (!li) return;
+    li.classList.add("linked");
+    if (linkedShown !== id) {
+      linkedShown = id;
+      li.scrollIntoView({ block: "nearest" });
+      li.querySelector(".reason-input").focus();
+    }
+  }
+  window.addEventListener("hashchange", () => { linkedShown = ""; refresh(); });
 
   function refresh() {
     if (!sessionStorage.getItem(TOKEN_KEY)) return;
@@ -118,6 +144,7 @@
       // Keep an item being typed into.
       const typing = document.activeElement && list.contains(document.activeElement);
       if (!typing) list.replaceChildren(...ps.map(proposalItem));
+      showLinked(list);
     }).catch(() => {});
   }
 
