@@ -45,7 +45,7 @@ func sameMap(a, b map[string]ExecutorState) bool {
 // value is in as OPA's input value, built as ast terms directly (the same
 // value as ast.InterfaceToValue(in.Map()), TestInputValueIsMapValue)
 // rather than through a map converted per request, with input.executors
-// from the cache. Keys and small values are OPA's interned terms.
+// from the cache. Keys and enumerated values are shared terms (term).
 func (in Input) value(cache *executorsValue) (ast.Value, error) {
 	execs, err := cache.get(in.Executors)
 	if err != nil {
@@ -54,38 +54,38 @@ func (in Input) value(cache *executorsValue) (ast.Value, error) {
 	patterns := make([]*ast.Term, len(in.Risk.Patterns))
 	for i, p := range in.Risk.Patterns {
 		patterns[i] = ast.ObjectTerm(
-			ast.Item(ast.InternedTerm("id"), ast.InternedTerm(p.ID)),
-			ast.Item(ast.InternedTerm("level"), ast.InternedTerm(p.Level)),
-			ast.Item(ast.InternedTerm("line"), ast.InternedTerm(p.Line)),
+			ast.Item(term("id"), term(p.ID)),
+			ast.Item(term("level"), term(p.Level)),
+			ast.Item(term("line"), ast.InternedTerm(p.Line)),
 		)
 	}
 	r := &in.Request
 	return ast.NewObject(
-		ast.Item(ast.InternedTerm("mode"), ast.InternedTerm(in.Mode)),
-		ast.Item(ast.InternedTerm("request"), ast.ObjectTerm(
-			ast.Item(ast.InternedTerm("kind"), ast.InternedTerm(r.Kind)),
-			ast.Item(ast.InternedTerm("session_id"), ast.StringTerm(r.SessionID)),
-			ast.Item(ast.InternedTerm("language"), ast.InternedTerm(r.Language)),
-			ast.Item(ast.InternedTerm("code_bytes"), ast.InternedTerm(r.CodeBytes)),
-			ast.Item(ast.InternedTerm("code_sha256"), ast.StringTerm(r.CodeSHA256)),
-			ast.Item(ast.InternedTerm("timeout_s"), ast.InternedTerm(r.TimeoutS)),
-			ast.Item(ast.InternedTerm("stateful"), ast.InternedTerm(r.Stateful)),
-			ast.Item(ast.InternedTerm("detached"), ast.InternedTerm(r.Detached)),
-			ast.Item(ast.InternedTerm("context"), ast.ObjectTerm(
-				ast.Item(ast.InternedTerm("needs_browser"), ast.InternedTerm(r.Context.NeedsBrowser)),
-				ast.Item(ast.InternedTerm("needs_persistent_fs"), ast.InternedTerm(r.Context.NeedsPersistentFS)),
+		ast.Item(term("mode"), term(in.Mode)),
+		ast.Item(term("request"), ast.ObjectTerm(
+			ast.Item(term("kind"), term(r.Kind)),
+			ast.Item(term("session_id"), ast.StringTerm(r.SessionID)),
+			ast.Item(term("language"), term(r.Language)),
+			ast.Item(term("code_bytes"), ast.InternedTerm(r.CodeBytes)),
+			ast.Item(term("code_sha256"), ast.StringTerm(r.CodeSHA256)),
+			ast.Item(term("timeout_s"), ast.InternedTerm(r.TimeoutS)),
+			ast.Item(term("stateful"), ast.InternedTerm(r.Stateful)),
+			ast.Item(term("detached"), ast.InternedTerm(r.Detached)),
+			ast.Item(term("context"), ast.ObjectTerm(
+				ast.Item(term("needs_browser"), ast.InternedTerm(r.Context.NeedsBrowser)),
+				ast.Item(term("needs_persistent_fs"), ast.InternedTerm(r.Context.NeedsPersistentFS)),
 			)),
 		)),
-		ast.Item(ast.InternedTerm("risk"), ast.ObjectTerm(
-			ast.Item(ast.InternedTerm("level"), ast.InternedTerm(in.Risk.Level)),
-			ast.Item(ast.InternedTerm("proven_safe"), ast.InternedTerm(in.Risk.ProvenSafe)),
-			ast.Item(ast.InternedTerm("patterns"), ast.ArrayTerm(patterns...)),
+		ast.Item(term("risk"), ast.ObjectTerm(
+			ast.Item(term("level"), term(in.Risk.Level)),
+			ast.Item(term("proven_safe"), ast.InternedTerm(in.Risk.ProvenSafe)),
+			ast.Item(term("patterns"), ast.ArrayTerm(patterns...)),
 		)),
-		ast.Item(ast.InternedTerm("principal"), ast.ObjectTerm(
-			ast.Item(ast.InternedTerm("role"), ast.InternedTerm(in.Principal.Role)),
-			ast.Item(ast.InternedTerm("name"), ast.InternedTerm(in.Principal.Name)),
-			ast.Item(ast.InternedTerm("tenant"), ast.InternedTerm(in.Principal.Tenant)),
+		ast.Item(term("principal"), ast.ObjectTerm(
+			ast.Item(term("role"), term(in.Principal.Role)),
+			ast.Item(term("name"), term(in.Principal.Name)),
+			ast.Item(term("tenant"), term(in.Principal.Tenant)),
 		)),
-		ast.Item(ast.InternedTerm("executors"), ast.NewTerm(execs)),
+		ast.Item(term("executors"), ast.NewTerm(execs)),
 	), nil
 }

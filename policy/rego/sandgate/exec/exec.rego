@@ -260,28 +260,53 @@ unavailable_message := sprintf("executor %q is not available: %s", [executor, in
 # processes that left the run's process group, hence kill_detached.
 # Administrators can require more for every run in
 # config.required_capabilities (filesystem_isolation, say).
-required_capabilities contains "network_isolation" if not obligations.network
-
-required_capabilities contains "network_grant" if obligations.network
-
-required_capabilities contains "kill_detached" if obligations.timeout_s > 0
-
-required_capabilities contains "memory_limit" if obligations.memory_mb > 0
-
-required_capabilities contains "process_limit" if obligations.max_procs > 0
-
-required_capabilities contains "kernels" if input.request.stateful
+# required_capabilities lists them for administrators' queries (`policy
+# check`) and tests; the decision itself asks _requires.
+required_capabilities contains name if {
+	some name in _builtin_capabilities
+	_requires(name)
+}
 
 required_capabilities contains name if some name in config.required_capabilities
+
+_builtin_capabilities := ["network_isolation", "network_grant", "kill_detached", "memory_limit", "process_limit", "kernels"]
+
+_requires("network_isolation") if not obligations.network
+
+_requires("network_grant") if obligations.network
+
+_requires("kill_detached") if obligations.timeout_s > 0
+
+_requires("memory_limit") if obligations.memory_mb > 0
+
+_requires("process_limit") if obligations.max_procs > 0
+
+_requires("kernels") if input.request.stateful
 
 # A run is never routed to an executor that cannot enforce its
 # obligations: it is denied, naming what is missing, rather than sent to
 # fail there (executor_unavailable would make the client retry forever).
-deny_reasons contains reason("executor.capability_missing", msg) if {
+#
+# The check asks whether the run needs each capability the executor lacks
+# (reported false, or not reported at all), rather than building
+# required_capabilities and testing each member: an executor lacks one or
+# two, and this is on every decision's path.
+deny_reasons contains _capability_reason(state, name) if {
 	state := input.executors[executor]
 	state.available
-	some name in required_capabilities
+	some name in _builtin_capabilities
 	not state.capabilities[name]
+	_requires(name)
+}
+
+deny_reasons contains _capability_reason(state, name) if {
+	state := input.executors[executor]
+	state.available
+	some name in config.required_capabilities
+	not state.capabilities[name]
+}
+
+_capability_reason(state, name) := reason("executor.capability_missing", msg) if {
 	msg := sprintf("%s cannot enforce %s%s", [executor, object.get(capability_text, name, name), isolation_note(state)])
 }
 

@@ -190,6 +190,14 @@ test_required_capabilities_from_config if {
 	d.reasons[0].message == "subprocess cannot enforce filesystem isolation (namespaces mode)"
 }
 
+test_required_capabilities_lists_what_the_run_needs if {
+	exec.required_capabilities == {"network_isolation", "kill_detached", "memory_limit", "process_limit"} with input as mk("STRICT", "LOW", false)
+	stateful := json.patch(mk("STRICT", "LOW", false), [{"op": "add", "path": "/request/stateful", "value": true}])
+	"kernels" in exec.required_capabilities with input as stateful
+	"filesystem_isolation" in exec.required_capabilities with input as mk("STRICT", "LOW", false)
+		with data.sandgate.config.required_capabilities as ["filesystem_isolation"]
+}
+
 test_max_procs_obligation if {
 	d := exec.decision with input as mk("STRICT", "LOW", false)
 	d.obligations.max_procs == 128
