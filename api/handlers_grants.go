@@ -12,7 +12,10 @@ var errGrantsOff = errcode.New(errcode.NotFound, "grants are not enabled on this
 // grantRoutes are the grants' endpoints: an approver lists the grants of
 // the tenants it sees, reads one, and revokes one. Grants are given by
 // approving with scope "session" or "pattern" and for_s
-// (POST /v1/approvals/{id}/decision, the page, a channel).
+// (POST /v1/approvals/{id}/decision, the page, a channel); an egress grant
+// by approving a held egress request with scope "session", for_s and
+// path_prefix (kind egress: method, host, port and path_prefix say what it
+// covers; confirm/grants_egress.go).
 func (s *Server) grantRoutes() {
 	approvers := []Role{RoleApprover, RoleAdmin}
 	s.handle("GET /v1/grants", approvers, s.listGrants)
