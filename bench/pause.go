@@ -97,7 +97,8 @@ func scenarioPause(ctx context.Context, o opts) (abResult, error) {
 	if err := cell(ctx, held, pauseState, ""); err != nil {
 		return abResult{}, fmt.Errorf("build the state: %w", err)
 	}
-	var cold, pause, resume, fork []time.Duration
+	var cold, pause, resume, fork, snap, from []time.Duration
+	var pausedBytes, snapBytes int64
 	t0 := time.Now()
 	for i := range o.pauseN + 1 { // the first round is a warm-up
 		id := fmt.Sprintf("%s-cold-%d", prefix, i)
@@ -114,6 +115,9 @@ func scenarioPause(ctx context.Context, o opts) (abResult, error) {
 			return abResult{}, fmt.Errorf("pause: %w", err)
 		}
 		dp := time.Since(s)
+		if i == 0 {
+			pausedBytes = pausedImageBytes(g)
+		}
 		s = time.Now()
 		if err := cell(ctx, held, pauseRead, pauseWant); err != nil {
 			return abResult{}, fmt.Errorf("resume: %w", err)
@@ -123,8 +127,14 @@ func scenarioPause(ctx context.Context, o opts) (abResult, error) {
 		if err != nil {
 			return abResult{}, err
 		}
+		ds, dfr, image, err := snapshotRound(ctx, g, held, i, cell) // pause_snapshot.go
+		if err != nil {
+			return abResult{}, err
+		}
+		snapBytes = image
 		if i > 0 {
 			cold, pause, resume, fork = append(cold, dc), append(pause, dp), append(resume, dr), append(fork, df)
+			snap, from = append(snap, ds), append(from, dfr)
 		}
 	}
 	wall := time.Since(t0)
@@ -135,12 +145,16 @@ func scenarioPause(ctx context.Context, o opts) (abResult, error) {
 			{Label: pauseColdLabel, Stats: summarize(cold, wall)},
 			{Label: pausePauseLabel, Stats: summarize(pause, wall)},
 			{Label: pauseForkLabel, Stats: summarize(fork, wall)},
+			{Label: pauseSnapLabel, Stats: summarize(snap, wall)},
+			{Label: pauseFromLabel, Stats: summarize(from, wall)},
 		}}
 	r.print(os.Stdout)
 	if c := r.Sides[1].Stats.P50; c > 0 {
 		fmt.Printf("resume/cold p50 ratio %.2f (target: resume p50 ≤ 250 ms; pause p50 ≤ 1 s)\n", r.Sides[0].Stats.P50/c)
 	}
 	fmt.Println("target: fork x3 to three answers ≤ 1 s")
+	fmt.Printf("snapshot size: pause image %.1f MB (uncompressed), named snapshot image %.1f MB (flate-best-speed)\n",
+		float64(pausedBytes)/1e6, float64(snapBytes)/1e6)
 	fmt.Println("reference only, not measured here: " + strings.TrimSpace(pausePeers))
 	return r, nil
 }
