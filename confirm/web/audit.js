@@ -104,8 +104,10 @@
 
   // ---- the list -------------------------------------------------------
 
-  function load(more) {
-    if (st.busy) return;
+  // load reads the first page the filters select (more: the next one),
+  // then calls then.
+  function load(more, then) {
+    if (st.busy) { st.again = [more, then]; return; } // the latest ask runs next
     const q = more ? new URLSearchParams(st.query) : filterQuery();
     if (more) {
       if (!st.next) return;
@@ -114,6 +116,7 @@
       st.query = q.toString();
     }
     q.set("limit", String(PAGE));
+    st.prevSel = st.sel >= 0 && st.records[st.sel] ? st.records[st.sel].id : null;
     st.busy = true;
     status(more ? "Loading more…" : "Loading…");
     get("/v1/audit?" + q).then(json).then((page) => {
@@ -121,13 +124,29 @@
       const recs = page.records || [];
       st.records = more ? st.records.concat(recs) : recs;
       st.next = page.next_cursor || 0;
-      if (!more) st.sel = st.records.length ? 0 : -1;
+      if (!more) keepSelection(recs);
       render();
       status(st.records.length + " record" + (st.records.length === 1 ? "" : "s") + (st.next ? " shown · more with m" : ""));
+      if (then) then();
     }).catch((e) => {
       markInvalid(e.field);
       status("Filter refused: " + e.message + " (" + e.code + ")", "error");
-    }).finally(() => { st.busy = false; });
+    }).finally(() => {
+      st.busy = false;
+      const again = st.again;
+      st.again = null;
+      if (again) load(again[0], again[1]);
+    });
+  }
+
+  // keepSelection stays on the record selected before a reload when the
+  // new rows hold it, and shows the open record as it reads now.
+  function keepSelection(recs) {
+    const was = st.prevSel;
+    const i = was == null ? -1 : recs.findIndex((r) => r.id === was);
+    st.sel = i >= 0 ? i : recs.length ? 0 : -1;
+    const open = st.els.detail.hidden ? null : recs.find((r) => String(r.id) === st.els.detail.dataset.id);
+    if (open) openRecord(open);
   }
 
   function render() {
@@ -244,9 +263,10 @@
           parts.push(line);
         }
         box.replaceChildren(...parts);
-        goBroken(st.broken[0]);
       }
-      render();
+      // The rows again, as stored now: an edited record shows what it
+      // says after the edit, marked where its chain breaks.
+      load(false, () => goBroken(st.broken[0]));
     }).catch((e) => {
       box.dataset.state = "broken";
       box.replaceChildren(el("span", null, "Could not verify: " + e.message + " (" + e.code + ")"));
@@ -328,7 +348,7 @@
       v: () => show(false), j: () => select(st.sel + 1), ArrowDown: () => select(st.sel + 1),
       k: () => select(st.sel - 1), ArrowUp: () => select(st.sel - 1),
       Enter: () => openRecord(st.records[st.sel]), o: () => openRecord(st.records[st.sel]),
-      Escape: closeRecord, "/": () => st.els.inputs.tenant.focus(), c: verify, b: () => goBroken(),
+      Escape: closeRecord, "/": focusFilters, c: verify, b: () => goBroken(),
       e: exportNDJSON, m: () => load(true), x: clear,
     };
     e.stopImmediatePropagation(); // the queue is hidden: none of its keys apply
@@ -336,6 +356,15 @@
     if (!f) return;
     e.preventDefault();
     f();
+  }
+
+  // focusFilters moves to the first filter. The "/" that asked for it
+  // must not land there: a browser drops it with the keydown's default,
+  // but a key sent as separate keydown and char events (automation, some
+  // input methods) would still type it, so its keypress is swallowed too.
+  function focusFilters() {
+    st.swallow = "/";
+    st.els.inputs.tenant.focus();
   }
 
   function clear() {
@@ -433,6 +462,15 @@
     }
   }
 
+  // refused says why #audit shows no log, in a note of its own (app.js
+  // hides its notice when the socket connects).
+  function refused() {
+    const n = el("p", "notice", "The audit log is for admin tokens; this one may not read it.");
+    n.id = "audit-refused";
+    const main = document.querySelector("main");
+    main.parentNode.insertBefore(n, main);
+  }
+
   // probe shows the view's button to a token the audit API answers.
   function probe() {
     if (!token()) return;
@@ -442,11 +480,7 @@
       if (r.ok) helpRows();
       if (location.hash === "#audit") {
         if (r.ok) show(true);
-        else {
-          const n = $("notice");
-          n.textContent = "The audit log is for admin tokens; this one may not read it.";
-          n.hidden = false;
-        }
+        else refused();
       }
     }).catch(() => {});
   }
@@ -458,6 +492,8 @@
     build();
     btn.addEventListener("click", () => show(!st.open));
     window.addEventListener("keydown", onKey, true);
+    window.addEventListener("keypress", (e) => { if (st.swallow && e.key === st.swallow) e.preventDefault(); st.swallow = null; }, true);
+    window.addEventListener("keyup", () => { st.swallow = null; }, true);
     window.addEventListener("hashchange", () => { if (location.hash === "#audit" && !st.open) show(true); });
     probe();
   });
