@@ -92,19 +92,19 @@ func (p *Proposals) executorEffect(ctx context.Context, pr Proposal) (Effect, er
 		}
 		which[i] = j
 	}
-	cand, err := p.opts.Policy.ReplayExec(ctx, map[string]string{sessionKey(pr.Tenant, pr.SessionID): pr.Value}, ins)
+	cand, now, err := p.replayExecBudgeted(ctx, map[string]string{sessionKey(pr.Tenant, pr.SessionID): pr.Value}, ins, start)
 	if err != nil {
 		return Effect{}, err
 	}
-	now := make([]policy.Decision, len(ins))
-	for j, in := range ins {
-		now[j] = p.opts.Policy.DecideQuietly(ctx, in)
-	}
-	eff := Effect{Since: since, Replayed: len(recs), Distinct: len(ins), Changed: []Change{}}
+	eff := Effect{Since: since, Distinct: len(ins), Changed: []Change{}, Truncated: len(cand) < len(ins)}
 	for i, rec := range recs {
 		j := which[i]
+		if j >= len(cand) {
+			continue // past the budget
+		}
+		eff.Replayed++
 		if j < 0 {
-			continue
+			continue // another session's: the overlay cannot change it
 		}
 		c, n := routeOf(cand[j]), routeOf(now[j])
 		if c == n {
@@ -123,6 +123,28 @@ func (p *Proposals) executorEffect(ctx context.Context, pr Proposal) (Effect, er
 	}
 	eff.ReplayMS = time.Since(start).Milliseconds()
 	return eff, nil
+}
+
+// replayExecBudgeted decides ins with the candidate overlay and as now,
+// in batches, until the budget (ProposalOptions.Budget from start) is
+// spent, like the egress replay: the agent's POST answers in bounded time.
+func (p *Proposals) replayExecBudgeted(ctx context.Context, overlay map[string]string, ins []policy.Input,
+	start time.Time) (cand, now []policy.Decision, err error) {
+	for lo := 0; lo < len(ins); lo += replayBatch {
+		if lo > 0 && time.Since(start) > p.opts.Budget {
+			break
+		}
+		hi := min(lo+replayBatch, len(ins))
+		c, err := p.opts.Policy.ReplayExec(ctx, overlay, ins[lo:hi])
+		if err != nil {
+			return nil, nil, err
+		}
+		cand = append(cand, c...)
+		for _, in := range ins[lo:hi] {
+			now = append(now, p.opts.Policy.DecideQuietly(ctx, in))
+		}
+	}
+	return cand, now, nil
 }
 
 // routeOf is a decision as the approver reads it: "allow on docker".
