@@ -59,7 +59,10 @@ func (s *Server) approvalContext(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if s.deps.Fleet != nil {
+	// Only a request pending on another replica is asked there: routing
+	// claims the session's ownership when nobody holds it, which a read
+	// must not do for a session nothing waits in.
+	if s.deps.Fleet != nil && v.Status == confirm.StatusPending && !hub.HeldHere(v.ID) {
 		ctx := r.Context()
 		if handled, err := s.deps.Fleet.Route(w, r, workspace.Key(v.Tenant, v.SessionID), requestID(ctx), forwarded(ctx)); err != nil || handled {
 			return err

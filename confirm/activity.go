@@ -197,3 +197,13 @@ func tailUTF8(s string, n int) string {
 
 // Activity returns the hub's activity ring (never nil).
 func (h *Hub) Activity() *Activity { return h.opts.Activity }
+
+// HeldHere reports whether approval id is pending on this replica (its
+// request waits here, so its session is served here): in a fleet, the
+// context of a request held elsewhere is asked of its replica, which
+// keeps the session's activity.
+func (h *Hub) HeldHere(id string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.pending[id] != nil
+}
