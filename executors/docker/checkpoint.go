@@ -534,7 +534,7 @@ func standalone(spec map[string]any, rootfs, dir string) error {
 // restoreKernel creates and restores ck's sandbox and returns it as a
 // kernel whose driver is on the executor's pipes.
 func (e *Executor) restoreKernel(ctx context.Context, session string, ck *checkpoint) (*dkernel, error) {
-	k, err := e.restoreFrom(ctx, session, ck, filepath.Join(ck.dir, "image"))
+	k, err := e.restoreFrom(ctx, session, ck, filepath.Join(ck.dir, "image"), lazyPages)
 	if err == nil {
 		// The image is spent: a later pause writes a new one. Removed
 		// off the resume's path (unlinking 40 MB is not free); the
@@ -544,8 +544,16 @@ func (e *Executor) restoreKernel(ctx context.Context, session string, ck *checkp
 	return k, err
 }
 
-// restoreFrom restores image with ck's bundle and shape.
-func (e *Executor) restoreFrom(ctx context.Context, session string, ck *checkpoint, image string) (*dkernel, error) {
+// lazyPages lets runsc restore return once the kernel's state is back,
+// its memory pages loading after (an uncompressed image only: a pause's
+// or a fork's, not a named snapshot's). runsc hands the sandbox the
+// image's files open, so removing them afterwards does not cut the load
+// short.
+const lazyPages = "-background"
+
+// restoreFrom restores image with ck's bundle and shape; extra are more
+// restore flags.
+func (e *Executor) restoreFrom(ctx context.Context, session string, ck *checkpoint, image string, extra ...string) (*dkernel, error) {
 	rt, err := e.runscRuntime(ctx)
 	if err != nil {
 		return nil, err
@@ -581,7 +589,8 @@ func (e *Executor) restoreFrom(ctx context.Context, session string, ck *checkpoi
 	// the checkpointed process's stdin and stdout are rebound to them.
 	// A create before it cost one more runsc process and state round
 	// trip on every resume.
-	err = rt.run(rctx, root, &[3]*os.File{inR, outW, logf}, "restore", "-bundle", ck.dir, "-detach", "--image-path="+image, id)
+	args := append([]string{"restore", "-bundle", ck.dir, "-detach", "--image-path=" + image}, extra...)
+	err = rt.run(rctx, root, &[3]*os.File{inR, outW, logf}, append(args, id)...)
 	inR.Close()
 	outW.Close()
 	logf.Close()

@@ -64,7 +64,7 @@ func (e *Executor) ForkSession(ctx context.Context, parent string, children []ex
 	var wg sync.WaitGroup
 	for i, c := range children {
 		wg.Go(func() {
-			if err := e.forkChild(ctx, k.b.shape, dir, image, c); err != nil {
+			if err := e.forkChild(ctx, k.b.shape, dir, image, c, lazyPages); err != nil {
 				errs[i] = fmt.Errorf("child %s: %w", c.SessionID, err)
 			}
 		})
@@ -112,7 +112,7 @@ func (e *Executor) checkpointRunning(ctx context.Context, k *dkernel, dir string
 }
 
 // forkChild restores image as child's kernel, on the child's workspace.
-func (e *Executor) forkChild(ctx context.Context, parentShape shape, dir, image string, c executors.ForkChild) error {
+func (e *Executor) forkChild(ctx context.Context, parentShape shape, dir, image string, c executors.ForkChild, extra ...string) error {
 	cdir := filepath.Join(e.snapshotBase(), dirName(c.SessionID), randomID())
 	if err := os.MkdirAll(cdir, 0o700); err != nil {
 		return err
@@ -123,7 +123,7 @@ func (e *Executor) forkChild(ctx context.Context, parentShape shape, dir, image 
 	}
 	sh := parentShape
 	sh.dir = c.WorkspaceDir
-	k, err := e.restoreFrom(ctx, c.SessionID, &checkpoint{dir: cdir, shape: sh}, image)
+	k, err := e.restoreFrom(ctx, c.SessionID, &checkpoint{dir: cdir, shape: sh}, image, extra...)
 	if err != nil {
 		removeSnapshot(cdir)
 		return err
