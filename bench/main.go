@@ -61,6 +61,7 @@ type opts struct {
 	openN       int
 	eventsN     int
 	ttfoN       int
+	k8sN        int
 	e2bCreateN  int
 	ttfoBlock   int
 	mixedDur    time.Duration
@@ -89,11 +90,12 @@ func main() {
 	flag.IntVar(&o.eventsN, "events-n", 300, "runs whose run.finished webhook is timed (sessions; issue 27 wants at least 200)")
 	flag.IntVar(&o.e2bCreateN, "e2b-create-n", 30, "E2B sandboxes created for the create-to-first-output figure")
 	flag.IntVar(&o.ttfoN, "ttfo-n", 100, "samples per side and tier of the time-to-first-output scenario")
+	flag.IntVar(&o.k8sN, "k8s-n", 20, "warm-pool claims of the k8s scenario (half as many cold pods, 5x as many warm run_code per side)")
 	flag.IntVar(&o.ttfoBlock, "ttfo-block", 10, "requests per alternating block (time to first output)")
 	flag.DurationVar(&o.mixedDur, "mixed-duration", 30*time.Second, "duration of each mixed workload level")
 	flag.DurationVar(&o.think, "docker-think", time.Second, "untimed pause before each paced warm Docker run (an agent's model call)")
 	flag.StringVar(&o.image, "image", "sandgate/runtime:latest", "image of the docker run baseline")
-	only := flag.String("only", "", "comma-separated scenarios to run (subprocess,rootcost,docker,gvisor,kernel,pause,aio,policy,files,mixed,fleet,egress,sessions,ttfo,e2b; ttfo-subprocess, ttfo-docker, ttfo-gvisor or ttfo-aio for one tier; sessions-forward, sessions-open or sessions-events for one part of sessions); empty: all")
+	only := flag.String("only", "", "comma-separated scenarios to run (subprocess,rootcost,docker,gvisor,kernel,pause,aio,policy,files,mixed,fleet,egress,sessions,ttfo,e2b; ttfo-subprocess, ttfo-docker, ttfo-gvisor or ttfo-aio for one tier; k8s (the test cluster); sessions-forward, sessions-open or sessions-events for one part of sessions); empty: all")
 	out := flag.String("out", "", "write the report under this docs directory (performance.md, perf/)")
 	readme := flag.String("readme", "", "README whose perf:begin/perf:end block gets the headline figures")
 	render := flag.String("render", "", "only re-render the report under this docs directory from its JSON")
@@ -225,6 +227,7 @@ type report struct {
 	Sessions     *sessionsResult   `json:"sessions,omitempty"`
 	TTFO         *ttfoResult       `json:"ttfo,omitempty"`
 	E2B          *e2bResult        `json:"e2b,omitempty"`
+	K8s          *k8sResult        `json:"k8s,omitempty"`
 	Unavailable  map[string]string `json:"unavailable,omitempty"`
 	GatewayRSSMB float64           `json:"gateway_rss_mb_end"`
 }
@@ -248,7 +251,7 @@ func run(ctx context.Context, o opts, out, readme, jsonOut string) error {
 	// fleet) and egress do without the shared one.
 	var gw *gatewayProc
 	startGoroutines := 0
-	if slices.ContainsFunc([]string{"subprocess", "docker", "aio", "policy", "files", "mixed", "kernel", "e2b", "ttfo", "ttfo-subprocess", "ttfo-docker", "ttfo-aio"}, o.want) {
+	if slices.ContainsFunc([]string{"subprocess", "docker", "aio", "policy", "files", "mixed", "kernel", "e2b", "ttfo", "ttfo-subprocess", "ttfo-docker", "ttfo-aio", "k8s"}, o.want) {
 		var err error
 		if gw, err = startGateway(ctx); err != nil {
 			return err
@@ -353,6 +356,13 @@ func run(ctx context.Context, o opts, out, readme, jsonOut string) error {
 			fail("ttfo", err)
 		} else {
 			rep.TTFO = &r
+		}
+	}
+	if o.want("k8s") {
+		if r, err := scenarioK8s(ctx, gw, o); err != nil {
+			fail("k8s", err)
+		} else {
+			rep.K8s = &r
 		}
 	}
 	if gw != nil {

@@ -436,6 +436,7 @@ func markdown(rep *report, sk *soakResult, h headline) string {
 	}
 	p("%s", sessionsMarkdown(rep.Sessions))
 	p("%s", ttfoMarkdown(rep.TTFO))
+	p("%s", k8sMarkdown(rep.K8s))
 	p("## Soak\n\n")
 	if sk == nil {
 		p("No soak recorded yet: `make soak` (10 minutes by default) runs the mixed workload and writes perf/soak.json and perf/soak.svg.\n")
