@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -40,11 +41,22 @@ def send(method, u, data=None):
 // TestGatewayAsNonRootUserEgressRequests is issue 33's per-request egress
 // with the real gateway binary started as an unprivileged user, the
 // subprocess executor behind it (its runs reach the proxy through socat
-// in their own namespaces): on an inspected HTTPS host reached by a test
-// host name, a GET is allowed with the credential scoped to it, a DELETE
-// is refused with the structured 403, and a POST is held, then runs once
-// an approver approves it; the upstream sees only what was allowed.
+// in their own namespaces) and the docker executor (the engine socket's
+// group the one privilege given): on an inspected HTTPS host reached by a
+// test host name, a GET is allowed with the credential scoped to it, a
+// DELETE is refused with the structured 403, and a POST is held, then
+// runs once an approver approves it; the upstream sees only what was
+// allowed.
 func TestGatewayAsNonRootUserEgressRequests(t *testing.T) {
+	for _, tc := range []struct{ executor, require string }{
+		{"subprocess", ""},
+		{"docker", "SANDGATE_REQUIRE_DOCKER"},
+	} {
+		t.Run(tc.executor, func(t *testing.T) { testRootlessEgress(t, tc.executor, tc.require) })
+	}
+}
+
+func testRootlessEgress(t *testing.T, executor, require string) {
 	if os.Geteuid() != 0 {
 		if os.Getenv("SANDGATE_REQUIRE_ROOT") == "1" {
 			t.Fatal("SANDGATE_REQUIRE_ROOT=1 but not running as root")
@@ -76,9 +88,9 @@ func TestGatewayAsNonRootUserEgressRequests(t *testing.T) {
 	if err := os.WriteFile(caFile, ca.PEM, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	pol := rootlessEgressPolicy(t, filepath.Join(dir, "policy"), port)
+	pol := rootlessEgressPolicy(t, filepath.Join(dir, "policy"), executor, port)
 	data := filepath.Join(dir, "data")
-	if err := os.Mkdir(data, 0o700); err != nil {
+	if err := os.Mkdir(data, 0o711); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command("chown", rootlessUser+":"+rootlessUser, data).CombinedOutput(); err != nil {
@@ -86,7 +98,7 @@ func TestGatewayAsNonRootUserEgressRequests(t *testing.T) {
 	}
 	cfg := filepath.Join(dir, "config.yaml")
 	yaml := "executors:\n  subprocess: {enabled: true, root_dir: \"" + os.Getenv("SANDGATE_RUNTIME_ROOT") + "\"}\n" +
-		"  docker: {enabled: false}\n  gvisor: {enabled: false}\n  aio: {enabled: false}\nbrowser: {enabled: false}\n" +
+		"  docker: {enabled: " + strconv.FormatBool(executor == "docker") + "}\n  gvisor: {enabled: false}\n  aio: {enabled: false}\nbrowser: {enabled: false}\n" +
 		"approval: {timeout: 60s}\n" +
 		"egress:\n  hosts: {\"" + rootlessAPIHost + "\": [\"127.0.0.1\"]}\n" +
 		"  credentials: [{host: \"" + rootlessAPIHost + "\", header: Authorization, value_env: API_TOKEN, methods: [GET], path_prefix: /v1/}]\n" +
@@ -94,8 +106,12 @@ func TestGatewayAsNonRootUserEgressRequests(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	run := exec.CommandContext(t.Context(), "setpriv", "--reuid", rootlessUser, "--regid", rootlessUser,
-		"--clear-groups", "--", gatewayBinary(t), "--config", cfg, "--listen", "127.0.0.1:0", "--mode", "STRICT", "--data-dir", data)
+	groups := []string{"--clear-groups"}
+	if executor == "docker" {
+		groups = []string{"--groups", engineSocketGroup(t)}
+	}
+	run := exec.CommandContext(t.Context(), "setpriv", append(append([]string{"--reuid", rootlessUser, "--regid", rootlessUser},
+		groups...), "--", gatewayBinary(t), "--config", cfg, "--listen", "127.0.0.1:0", "--mode", "STRICT", "--data-dir", data)...)
 	run.Dir = dir
 	// SSL_CERT_FILE: the gateway verifies the loopback upstream with the
 	// test CA, as it would a public server with the system roots.
@@ -108,13 +124,20 @@ func TestGatewayAsNonRootUserEgressRequests(t *testing.T) {
 			t.Logf("gateway logs:\n%s", logs.String())
 		}
 	}()
+	if st := executorStatus(t, base, executor); st != "ok" {
+		msg := executor + " is not ready (" + st + ")"
+		if require == "" || os.Getenv(require) == "1" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg + ": needs " + require)
+	}
 
 	api := fmt.Sprintf("https://%s:%d", rootlessAPIHost, port)
 	send := func(method, path string) string {
 		out := postRunAs(t, base, rootlessAgent, "egress", rootlessFetch+fmt.Sprintf("print(send(%q, %q, %s))\n",
 			method, api+path, map[bool]string{true: "None", false: "b'{}'"}[method == "GET" || method == "DELETE"]))
-		if out["sandbox_type"] != "subprocess" {
-			t.Errorf("ran in %v, want subprocess: %v", out["sandbox_type"], out)
+		if out["sandbox_type"] != executor {
+			t.Errorf("ran in %v, want %s: %v", out["sandbox_type"], executor, out)
 		}
 		s, _ := out["stdout"].(string)
 		return strings.TrimSpace(s)
@@ -144,11 +167,11 @@ func TestGatewayAsNonRootUserEgressRequests(t *testing.T) {
 }
 
 // rootlessEgressPolicy is the shipped policy with every STRICT level run
-// in the subprocess executor, network for STRICT runs, and the API's
-// rules: GET allowed, POST held, anything else refused.
-func rootlessEgressPolicy(t *testing.T, dir string, port int) string {
+// in executor, network for STRICT runs, and the API's rules: GET allowed,
+// POST held, anything else refused.
+func rootlessEgressPolicy(t *testing.T, dir, executor string, port int) string {
 	t.Helper()
-	onlyExecutorPolicy(t, dir, "subprocess")
+	onlyExecutorPolicy(t, dir, executor)
 	p := filepath.Join(dir, "sandgate", "config", "data.json")
 	b, err := os.ReadFile(p)
 	if err != nil {
@@ -158,7 +181,7 @@ func rootlessEgressPolicy(t *testing.T, dir string, port int) string {
 	if err := json.Unmarshal(b, &doc); err != nil {
 		t.Fatal(err)
 	}
-	row := map[string]any{"action": "allow", "executor": "subprocess"}
+	row := map[string]any{"action": "allow", "executor": executor}
 	doc["modes"].(map[string]any)["STRICT"] = map[string]any{"SAFE": row, "LOW": row, "MEDIUM": row, "HIGH": row, "CRITICAL": row}
 	doc["isolation_upgrade"].(map[string]any)["modes"] = []string{}
 	eg := doc["egress"].(map[string]any)
@@ -175,6 +198,16 @@ func rootlessEgressPolicy(t *testing.T, dir string, port int) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// executorStatus is executor's status in /readyz.
+func executorStatus(t *testing.T, base, executor string) string {
+	t.Helper()
+	var ready struct {
+		Executors map[string]struct{ Status string } `json:"executors"`
+	}
+	httpJSON(t, "GET", base+"/readyz", "", nil, &ready)
+	return ready.Executors[executor].Status
 }
 
 // postRunAs runs code in session with token and returns the answer.
