@@ -2,13 +2,18 @@ package api
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/sandgate/sandgate/egress"
 	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/executors/docker"
+	"github.com/sandgate/sandgate/executors/gvisor"
 	"github.com/sandgate/sandgate/executors/subprocess"
 )
 
@@ -103,4 +108,29 @@ func TestEgressGrantSubprocess(t *testing.T) {
 func TestEgressGrantDocker(t *testing.T) {
 	t.Parallel() // its own gateway, servers and resolver
 	testEgressGrant(t, "docker", newDockerExecutor(t))
+}
+
+// TestEgressGrantGVisor is docker's path under runsc, as
+// TestEgressHTTPAcceptanceGVisor.
+func TestEgressGrantGVisor(t *testing.T) {
+	t.Parallel() // its own gateway, servers and resolver
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	g, err := gvisor.New(t.Context(), docker.Config{Instance: "api-egress-grant-" + hex.EncodeToString(b[:])})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = g.Close(ctx)
+	})
+	if err := g.Available(t.Context()); err != nil || !g.Capabilities().NetworkGrant {
+		if os.Getenv("SANDGATE_REQUIRE_GVISOR") == "1" {
+			t.Fatalf("gVisor with the egress bridge required (SANDGATE_REQUIRE_GVISOR=1): available %v, network_grant %v",
+				err, g.Capabilities().NetworkGrant)
+		}
+		t.Skipf("gVisor not usable with the egress bridge: %v", err)
+	}
+	testEgressGrant(t, "gvisor", g)
 }
