@@ -14,10 +14,6 @@ import (
 // session has live egress grants: the decision never reads input.grants.
 const EgressGrantQuery = "data.sandgate.egress.grant"
 
-// EgressGrantMissQuery names why each egress grant does not cover a
-// request.
-const EgressGrantMissQuery = "data.sandgate.egress.grant_miss"
-
 // EgressGrant is one standing approval of egress requests as the policy
 // sees it (input.grants): the requests of one session with Method to
 // Host:Port under PathPrefix, until ExpiresAt.
@@ -49,31 +45,6 @@ func (e *Engine) CoveringEgressGrant(ctx context.Context, in EgressInput, grants
 		return "", fmt.Errorf("%w: egress grant is not a string", ErrGrantEval)
 	}
 	return id, nil
-}
-
-// EgressGrantMisses asks the policy why each of grants does not cover the
-// request in: grant id to reasons (a covering grant has none).
-func (e *Engine) EgressGrantMisses(ctx context.Context, in EgressInput, grants []EgressGrant) (map[string][]string, error) {
-	out := map[string][]string{}
-	if len(grants) == 0 || in.HTTP == nil {
-		return out, nil
-	}
-	v, err := e.evalEgressGrants(ctx, EgressGrantMissQuery, in, grants)
-	if err != nil || v == nil {
-		return out, err
-	}
-	pairs, ok := v.([]any)
-	if !ok {
-		return out, fmt.Errorf("%w: grant_miss is not a set", ErrGrantEval)
-	}
-	for _, p := range pairs {
-		if pair, ok := p.([]any); ok && len(pair) == 2 {
-			id, _ := pair[0].(string)
-			why, _ := pair[1].(string)
-			out[id] = append(out[id], why)
-		}
-	}
-	return out, nil
 }
 
 // evalEgressGrants evaluates query with in and input.grants; nil when
