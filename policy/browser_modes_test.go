@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 )
 
 // browserModesTree adds an administrator's own browser rule: forms.example is off
@@ -96,4 +97,26 @@ func TestBrowserDecisionWouldBe(t *testing.T) {
 			t.Errorf("%s: %+v %v", c.name, d, err)
 		}
 	}
+}
+
+// BenchmarkDecideBrowserModesVsNone alternates a browser decision under
+// the shipped policy and under one whose config.enforcement puts a rule
+// in dry run (the request is one that rule refuses, so the modes' work is
+// done), and reports both p50s and their ratio.
+func BenchmarkDecideBrowserModesVsNone(b *testing.B) {
+	plain := newEngine(b, Options{FS: treeWith(b, map[string]string{"sandgate/browser/forms.rego": browserModesTree["sandgate/browser/forms.rego"]})})
+	moded := newEngine(b, Options{FS: treeWith(b, browserModesTree)})
+	in := formsInput("other")
+	ctx := context.Background()
+	var a, m []time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		plain.DecideBrowser(ctx, in)
+		t1 := time.Now()
+		moded.DecideBrowser(ctx, in)
+		a, m = append(a, t1.Sub(t0)), append(m, time.Since(t1))
+	}
+	b.ReportMetric(float64(p50(a))/1e3, "none-p50-µs")
+	b.ReportMetric(float64(p50(m))/1e3, "modes-p50-µs")
+	b.ReportMetric(float64(p50(m))/float64(p50(a)), "ratio")
 }

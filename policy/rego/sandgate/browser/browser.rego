@@ -18,12 +18,20 @@ import data.sandgate.config
 
 default decision := {"action": "deny", "reasons": [{"code": "policy.default", "message": "no rule produced a decision"}]}
 
+# Without config.enforcement (the default) every reason is enforced, and
+# the chain reads deny_reasons directly: a policy that sets no modes does
+# not pay for them on every request a page makes.
+decision := _moded_decision if {
+	config.enforcement
+} else := {"action": "deny", "reasons": sort(deny_reasons)} if {
+	count(deny_reasons) > 0
+} else := {"action": "allow", "reasons": []}
+
 # A request is denied when an enforced reason denies it. Reasons in
 # dryrun or warn mode (see enforcement) do not decide: the request is
 # allowed, its reasons are listed and would_be says it would have been
-# denied. Without config.enforcement every reason is enforced and the
-# documents are the ones this policy always produced.
-decision := {"action": "deny", "reasons": sort(deny_reasons)} if {
+# denied.
+_moded_decision := {"action": "deny", "reasons": sort(deny_reasons)} if {
 	count(_enforced_deny) > 0
 } else := {"action": "allow", "reasons": sort(deny_reasons), "would_be": "deny"} if {
 	count(deny_reasons) > 0
