@@ -99,6 +99,7 @@ func scenarioPause(ctx context.Context, o opts) (abResult, error) {
 	}
 	var cold, pause, resume, fork, snap, from []time.Duration
 	var pausedBytes, snapBytes int64
+	var snapCompressed bool
 	t0 := time.Now()
 	for i := range o.pauseN + 1 { // the first round is a warm-up
 		id := fmt.Sprintf("%s-cold-%d", prefix, i)
@@ -127,11 +128,11 @@ func scenarioPause(ctx context.Context, o opts) (abResult, error) {
 		if err != nil {
 			return abResult{}, err
 		}
-		ds, dfr, image, err := snapshotRound(ctx, g, held, i, cell) // pause_snapshot.go
+		ds, dfr, image, comp, err := snapshotRound(ctx, g, held, i, cell) // pause_snapshot.go
 		if err != nil {
 			return abResult{}, err
 		}
-		snapBytes = image
+		snapBytes, snapCompressed = image, comp
 		if i > 0 {
 			cold, pause, resume, fork = append(cold, dc), append(pause, dp), append(resume, dr), append(fork, df)
 			snap, from = append(snap, ds), append(from, dfr)
@@ -153,8 +154,8 @@ func scenarioPause(ctx context.Context, o opts) (abResult, error) {
 		fmt.Printf("resume/cold p50 ratio %.2f (target: resume p50 ≤ 250 ms; pause p50 ≤ 1 s)\n", r.Sides[0].Stats.P50/c)
 	}
 	fmt.Println("target: fork x3 to three answers ≤ 1 s")
-	fmt.Printf("snapshot size: pause image %.1f MB (uncompressed), named snapshot image %.1f MB (flate-best-speed)\n",
-		float64(pausedBytes)/1e6, float64(snapBytes)/1e6)
+	fmt.Printf("snapshot size: pause image %.1f MB (uncompressed), named snapshot image %.1f MB (compressed: %v)\n",
+		float64(pausedBytes)/1e6, float64(snapBytes)/1e6, snapCompressed)
 	fmt.Println("reference only, not measured here: " + strings.TrimSpace(pausePeers))
 	return r, nil
 }

@@ -5,11 +5,9 @@ import "context"
 // SnapshotOptions tune how a named snapshot's kernel image is written.
 type SnapshotOptions struct {
 	// Compress writes the image compressed (gVisor: flate at its best
-	// speed, about a quarter of the size for a pandas kernel, for about
-	// 0.2 s more to write and 0.1 s more to restore). Named snapshots are
-	// kept for days and counted against a quota, so the gateway compresses
-	// them by default; a pause, which is undone on the next request, does
-	// not.
+	// speed, about a quarter of the size for a pandas kernel, for several
+	// times the time to write and to restore it; sessions.snapshot_compress
+	// in the gateway's configuration). A pause never compresses.
 	Compress bool
 }
 

@@ -66,7 +66,11 @@ func (e *Executor) RestoreSnapshot(ctx context.Context, dir string, c executors.
 		return false, nil
 	}
 	e.reapRestored(ctx)
-	if err := e.forkChild(ctx, sh, dir, image, c); err != nil {
+	var extra []string
+	if _, err := os.Stat(filepath.Join(image, "pages.img")); err == nil {
+		extra = append(extra, lazyPages) // uncompressed: pages load after
+	}
+	if err := e.forkChild(ctx, sh, dir, image, c, extra...); err != nil {
 		return false, err
 	}
 	return true, nil
