@@ -70,8 +70,8 @@ func TestAuditViewInBrowser(t *testing.T) {
 	if s := eval[string](b, `document.querySelector('.a-status').textContent`); !strings.Contains(s, "since") || !strings.Contains(s, "invalid_request") {
 		t.Errorf("bad filter status %q", s)
 	}
-	eval[string](b, `document.querySelector('#audit-since').value = ''`)
-	b.do("filter by session",
+	eval[string](b, `document.querySelector('#audit-since').value = '1h'`) // an hour ago: every record here
+	b.do("filter by session, in the last hour",
 		chromedp.SendKeys(chromedp.CSS(`#audit-session_id`), "build-2\r"),
 		chromedp.WaitNotPresent(chromedp.CSS(`#audit-since.invalid`)),
 	)
