@@ -24,17 +24,25 @@ func takeSnapshot(t *testing.T, e *env, tok, session, name string) map[string]an
 }
 
 // TestSnapshotGVisor: a snapshot of a gVisor session holding a DataFrame
-// keeps its kernel (compressed) and its files as they were when it was
-// taken; two sessions started from it read the DataFrame and the files,
+// keeps its kernel (uncompressed, restored with lazy page loading, and
+// compressed) and its files as they were when it was taken; two sessions started from it read the DataFrame and the files,
 // draw different random numbers and are audited as from the snapshot;
 // once deleted it can start no session, and nothing restored is left.
 func TestSnapshotGVisor(t *testing.T) {
+	for _, compress := range []bool{false, true} {
+		t.Run(map[bool]string{false: "uncompressed", true: "compressed"}[compress], func(t *testing.T) {
+			snapshotGVisor(t, compress)
+		})
+	}
+}
+
+func snapshotGVisor(t *testing.T, compress bool) {
 	g, _ := newPauseGVisor(t)
 	if got := g.Capabilities().Snapshot; got != executors.SnapshotMemory {
 		t.Fatalf("gvisor reports snapshot %q, want memory", got)
 	}
 	e := newEnv(t, envOpts{mode: "STRICT", executors: []executors.Executor{g}, policyFS: routeAllTo(t, "gvisor"),
-		snapshots: manager.SnapshotConfig{Compress: true}})
+		snapshots: manager.SnapshotConfig{Compress: compress}})
 	// snapshot: memory is accepted where stateful cells go to gVisor.
 	if r := e.do("POST", "/v1/sessions", agentTok, map[string]any{"id": "sp", "snapshot": "memory"}); r.status != 201 {
 		t.Fatalf("snapshot: memory on gVisor: %d %s", r.status, r.raw)
@@ -48,7 +56,7 @@ func TestSnapshotGVisor(t *testing.T) {
 	}
 	snap := takeSnapshot(t, e, agentTok, src, "with-df")
 	id, _ := snap["id"].(string)
-	if snap["memory"] != true || snap["compressed"] != true || snap["bytes"].(float64) < 1<<20 || id == "" {
+	if snap["memory"] != true || snap["compressed"] != compress || snap["bytes"].(float64) < 1<<20 || id == "" {
 		t.Fatalf("snapshot: %v", snap)
 	}
 	// The source goes on, and what it does afterwards is not in the
