@@ -2,7 +2,10 @@ package api
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sandgate/sandgate/audit"
@@ -53,12 +56,18 @@ func (s *Server) verifyAudit(w http.ResponseWriter, r *http.Request) error {
 	for _, n := range rep.Records {
 		out.Total += n
 	}
+	var names []string
 	for _, b := range rep.Broken {
 		link := brokenLink{BrokenLink: b}
 		if rec, err := s.auditRecord(r.Context(), b.ID); err == nil {
 			link.Record = &rec
 		}
 		out.Broken = append(out.Broken, link)
+		names = append(names, b.Replica+":"+strconv.FormatInt(b.ID, 10))
+	}
+	if err := s.auditOwn(r, kindAuditVerify, map[string]string{"verified": strconv.FormatBool(out.Verified),
+		"records": strconv.Itoa(out.Total), "broken": strings.Join(names, ",")}); err != nil {
+		return err
 	}
 	s.extendWrite(w)
 	writeJSON(w, http.StatusOK, out)
@@ -85,6 +94,9 @@ func (s *Server) exportAudit(w http.ResponseWriter, r *http.Request) error {
 		left = q.Limit
 	}
 	q.Limit = exportPage
+	if err := s.auditOwn(r, kindAuditExport, map[string]string{"query": cutString(r.URL.RawQuery, 2048)}); err != nil {
+		return err
+	}
 	h := w.Header()
 	h.Set("Content-Type", mediaNDJSON)
 	h.Set("Content-Disposition", `attachment; filename="sandgate-audit-`+time.Now().UTC().Format("20060102T150405Z")+`.ndjson"`)
@@ -120,6 +132,36 @@ func (s *Server) exportAudit(w http.ResponseWriter, r *http.Request) error {
 		q.Before = page.NextCursor
 	}
 	return nil
+}
+
+// The records the audit endpoints write themselves. A check and an
+// export are an administrator reading the whole log (or taking it away):
+// each is recorded, in the chain it reads, before its answer, and a
+// record that cannot be written refuses the answer (500), as every
+// request that returns data is refused when the audit cannot be written.
+// The list and a single record, which the page reads as it is used, are
+// not.
+const (
+	kindAuditVerify = "audit.verify"
+	kindAuditExport = "audit.export"
+)
+
+func (s *Server) auditOwn(r *http.Request, kind string, detail map[string]string) error {
+	id := identity(r)
+	rec := &audit.Record{RequestID: requestID(r.Context()), Kind: kind, Tenant: id.Tenant,
+		Principal: string(id.Role) + ":" + id.Name, Outcome: audit.OutcomeOK, HTTPStatus: http.StatusOK, Detail: detail}
+	if err := s.deps.Audit.Append(r.Context(), rec); err != nil {
+		return fmt.Errorf("api: %s record: %w", kind, err)
+	}
+	return nil
+}
+
+// cutString is s, at most n bytes of it.
+func cutString(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
 }
 
 // extendWrite gives a long answer (a whole-log check or export) a fresh

@@ -54,7 +54,7 @@ func TestAuditFilters(t *testing.T) {
 		query string
 		want  []int // fixture indexes, newest first
 	}{
-		{"all", "", []int{11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0}},
+		{"the fixture's whole window", "since=" + at(0) + "&until=" + at(12), []int{11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0}},
 		{"tenant", "tenant=t2", []int{11, 10, 9, 8, 7, 6}},
 		{"tenant and session", "tenant=t1&session_id=s1", []int{4, 1}},
 		{"kind", "kind=egress&tenant=t1", []int{5, 3, 1}},
@@ -160,6 +160,11 @@ func TestAuditRecordAndExport(t *testing.T) {
 	if n := bytes.Count(r.raw, []byte("\n")); n != 6 {
 		t.Errorf("export of t1: %d lines, want 6:\n%s", n, r.raw)
 	}
+	// The export is in the log, with who asked for what.
+	if page, err := e.audit.Query(t.Context(), audit.Query{Kind: "audit.export"}); err != nil || len(page.Records) != 1 ||
+		page.Records[0].Principal != "admin:root" || page.Records[0].Detail["query"] != "tenant=t1" {
+		t.Errorf("audit.export records: %v %+v", err, page.Records)
+	}
 
 	// More records than one page of the store (1000).
 	var wg sync.WaitGroup
@@ -212,6 +217,15 @@ func TestAuditVerifyNamesEditedRecord(t *testing.T) {
 	}
 	if b.Record == nil || b.Record.RequestID != "req-8" || b.Record.Outcome != "ok" {
 		t.Errorf("broken record %+v, want req-8 as edited (outcome ok)", b.Record)
+	}
+	// Each check is in the log it checked, with what it found.
+	page, err := e.audit.Query(t.Context(), audit.Query{Kind: "audit.verify"})
+	if err != nil || len(page.Records) != 2 {
+		t.Fatalf("audit.verify records: %v %+v", err, page.Records)
+	}
+	last := page.Records[0]
+	if last.Principal != "admin:root" || last.Detail["verified"] != "false" || last.Detail["broken"] != fmt.Sprintf("local:%d", ids[8]) {
+		t.Errorf("the check's record: %+v", last)
 	}
 }
 
