@@ -146,11 +146,12 @@ func TestPausedKernelSurvivesKill9(t *testing.T) {
 }
 
 // TestPausedKernelResumesOnAnotherReplica: replicas a and b share the
-// data directory and PostgreSQL. Two sessions are paused on a, and a is
-// killed. b adopts the first and its cell reads the DataFrame; the
-// second's checkpoint is made unreachable (deleted) first, so its cell
-// answers kernel_restarted: true and its resume is recorded as not
-// restored.
+// data directory and PostgreSQL. A named snapshot is taken on a, two
+// sessions are paused on a, and a is killed. b adopts the first and its
+// cell reads the DataFrame; the second's checkpoint is made unreachable
+// (deleted) first, so its cell answers kernel_restarted: true and its
+// resume is recorded as not restored. b lists the snapshot a took and
+// starts a session from it that reads the DataFrame.
 func TestPausedKernelResumesOnAnotherReplica(t *testing.T) {
 	dir := pauseTestDir(t)
 	dsn := pgtest.Schema(t)
@@ -161,6 +162,13 @@ func TestPausedKernelResumesOnAnotherReplica(t *testing.T) {
 	// (fleet_test.go).
 	cmdA, baseA := pauseGateway(t, dir, data, "a", "pfa", "{driver: postgres, lease: 1s}", env)
 	_, baseB := pauseGateway(t, dir, data, "b", "pfb", "{driver: postgres, lease: 5s}", env)
+	if out := gvCell(t, baseA, "snapped", pandasSetup); out["success"] != true {
+		t.Fatalf("setup cell: %v", out)
+	}
+	st, snap := pauseCall(t, "POST", baseA+"/v1/sessions/snapped/snapshots", pauseAgent, map[string]any{"name": "on-a"})
+	if st != 201 || snap["memory"] != true {
+		t.Fatalf("snapshot on a: %d %v", st, snap)
+	}
 	pausedWithDataFrame(t, baseA, "moved")
 	pausedWithDataFrame(t, baseA, "lost")
 	if err := cmdA.Process.Kill(); err != nil {
@@ -194,6 +202,17 @@ func TestPausedKernelResumesOnAnotherReplica(t *testing.T) {
 	out = gvCell(t, baseB, "lost", "print('x')")
 	if out["kernel_restarted"] != true {
 		t.Fatalf("a resume without its checkpoint did not say kernel_restarted: %v", out)
+	}
+	st, list := pauseCall(t, "GET", baseB+"/v1/snapshots", pauseAgent, nil)
+	if raw, _ := json.Marshal(list); st != 200 || !strings.Contains(string(raw), `"name":"on-a"`) {
+		t.Fatalf("b lists: %d %s", st, raw)
+	}
+	if st, out := pauseCall(t, "POST", baseB+"/v1/sessions", pauseAgent,
+		map[string]any{"id": "from-a", "from_snapshot": snap["id"]}); st != 201 {
+		t.Fatalf("from a's snapshot on b: %d %v", st, out)
+	}
+	if out := gvCell(t, baseB, "from-a", pandasLookup); out["stdout"] != pandasAnswer || out["kernel_restarted"] != false {
+		t.Fatalf("from a's snapshot on b reads: %v", out)
 	}
 	st, audit := pauseCall(t, "GET", baseB+"/v1/audit?kind=session.resume&limit=50", pauseAdmin, nil)
 	raw, _ := json.Marshal(audit)
