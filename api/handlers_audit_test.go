@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http/httptest"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -271,4 +273,28 @@ func recordIDs(recs []audit.Record) []int64 {
 		out = append(out, r.ID)
 	}
 	return out
+}
+
+// TestAuditExportUnrecordedIsRefused: an export whose own record cannot
+// be written (the audit disk is full) is refused with 500 internal, and
+// no record leaves.
+func TestAuditExportUnrecordedIsRefused(t *testing.T) {
+	mem := audit.NewMemory()
+	auditFixture(t, mem)
+	mem.AppendErr = errors.New("disk full")
+	auth, err := NewAuth([]Token{NewToken("root", RoleAdmin, adminTok)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(New(Config{}, Deps{Audit: mem, Auth: auth}))
+	defer srv.Close()
+	e := &env{t: t, srv: srv}
+	r := e.do("GET", "/v1/audit/export", adminTok, nil)
+	if r.status != 500 || r.errCode() != "internal" || strings.Contains(string(r.raw), "req-") || strings.Contains(string(r.raw), "disk full") {
+		t.Errorf("export without its record: %d %s", r.status, r.raw)
+	}
+	// Without a chained database there is nothing to verify: 404, said so.
+	if r := e.do("GET", "/v1/audit/verify", adminTok, nil); r.status != 404 || r.errCode() != "not_found" {
+		t.Errorf("verify without a chain: %d %s", r.status, r.raw)
+	}
 }
