@@ -80,8 +80,8 @@ const exportPage = audit.DefaultMaxQueryLimit
 
 // exportAudit is GET /v1/audit/export: the records the same filters
 // select, as application/x-ndjson (one record per line, newest first, the
-// list's JSON), to download. limit caps the records exported (default:
-// all); cursor starts below a record id. The filters are checked before
+// list's JSON), to download. limit caps the records exported (absent or
+// 0: all); cursor starts below a record id. The filters are checked before
 // the answer starts; a store failure after that ends the stream with one
 // last line {"error": {...}}, so a truncated export never looks complete.
 func (s *Server) exportAudit(w http.ResponseWriter, r *http.Request) error {
@@ -89,8 +89,8 @@ func (s *Server) exportAudit(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	left := -1
-	if r.URL.Query().Has("limit") {
+	left := -1 // every record the filters select
+	if r.URL.Query().Get("limit") != "" && q.Limit > 0 {
 		left = q.Limit
 	}
 	q.Limit = exportPage
@@ -188,7 +188,7 @@ func auditOperations() []op {
 			ok:      200, okBody: sch("AuditVerification", auditVerification{}), errs: []int{400, 401, 403, 404, 500}},
 		{method: "GET", path: "/v1/audit/export", id: "exportAudit", tag: "audit", roles: rolesAdmin,
 			summary: "The records the filters select as NDJSON (one record per line, newest first), to download",
-			query: append(append([]param{}, filters...), q("limit", "integer", "at most this many records (default: all)"),
+			query: append(append([]param{}, filters...), q("limit", "integer", "at most this many records (absent or 0: all)"),
 				q("cursor", "integer", "start below this record id")),
 			ok: 200, okLines: sch("AuditRecord", audit.Record{}), errs: errsAdmin},
 	}

@@ -192,6 +192,9 @@ func TestAuditRecordAndExport(t *testing.T) {
 	if got := exportRecords(t, e, "tenant=bulk&limit=1005"); len(got) != 1005 || got[0].ID != all[0].ID {
 		t.Errorf("export with limit=1005: %d records", len(got))
 	}
+	if got := exportRecords(t, e, "tenant=bulk&limit=0"); len(got) != 1040 {
+		t.Errorf("export with limit=0: %d records, want all 1040", len(got))
+	}
 }
 
 // TestAuditVerifyNamesEditedRecord: the chain verifies; after one
