@@ -113,7 +113,8 @@ type Effect struct {
 	Drifted  int   `json:"drifted"`
 	ReplayMS int64 `json:"replay_ms"`
 	// Truncated: the replay stopped at its budget; Replayed counts the
-	// records it covered (the newest).
+	// records it decided (the newest first; a record the candidate decides
+	// otherwise is counted once the policy as it is now has decided it too).
 	Truncated bool `json:"truncated,omitempty"`
 }
 
@@ -392,47 +393,56 @@ func (p *Proposals) egressEffect(ctx context.Context, pr Proposal) (Effect, erro
 // the record is a change of the proposal's when now and the candidate
 // differ (otherwise the policy moved since the record, and the record is
 // counted in Drifted). A record the candidate decides as it was recorded
-// is no change.
+// is no change. Both sides are decided on every core (policy.EgressReplay)
+// within the budget.
 func (p *Proposals) replayEgress(ctx context.Context, rule map[string]any, recs []audit.Record, since, start time.Time) (Effect, error) {
-	type key struct {
-		host, scheme, session, tenant, addr, risk string
-		port                                      int
-	}
-	index := map[key]int{}
-	var ins []policy.EgressInput
-	which := make([]int, len(recs))
-	for i, rec := range recs {
-		in := replay.EgressInput(rec, p.opts.Mode)
-		k := key{in.Host, in.Scheme, in.SessionID, in.Tenant, strings.Join(in.Resolved, ","), in.Risk, in.Port}
-		j, ok := index[k]
-		if !ok {
-			j = len(ins)
-			index[k] = j
-			ins = append(ins, in)
-		}
-		which[i] = j
-	}
-	cand, err := p.replayBudgeted(ctx, rule, ins, start)
+	ins, which := distinctEgress(recs, p.opts.Mode)
+	r, err := p.opts.Policy.NewEgressReplay(ctx, []map[string]any{rule})
 	if err != nil {
 		return Effect{}, err
 	}
-	now := map[int]policy.EgressDecision{}
-	eff := Effect{Since: since, Distinct: len(ins), Changed: []Change{}, Truncated: len(cand) < len(ins)}
+	cand, err := p.budgeted(ctx, ins, start, r.Candidate)
+	if err != nil {
+		return Effect{}, err
+	}
+	// The policy as it is now decides the targets the candidate decides
+	// otherwise than one of their records.
+	var need []int
+	needed := make([]bool, len(cand))
+	for i, rec := range recs {
+		if j := which[i]; j < len(cand) && cand[j].Action != rec.Action && !needed[j] {
+			needed[j] = true
+			need = append(need, j)
+		}
+	}
+	needIns := make([]policy.EgressInput, len(need))
+	for k, j := range need {
+		needIns[k] = ins[j]
+	}
+	nowD, err := p.budgeted(ctx, needIns, start, r.Now)
+	if err != nil {
+		return Effect{}, err
+	}
+	now := make(map[int]policy.EgressDecision, len(nowD))
+	for k, d := range nowD {
+		now[need[k]] = d
+	}
+	eff := Effect{Since: since, Distinct: len(ins), Changed: []Change{}, Truncated: len(cand) < len(ins) || len(nowD) < len(need)}
 	for i, rec := range recs {
 		j := which[i]
 		if j >= len(cand) {
 			continue // past the budget
 		}
-		eff.Replayed++
 		c := cand[j]
 		if c.Action == rec.Action {
+			eff.Replayed++
 			continue
 		}
 		n, ok := now[j]
 		if !ok {
-			n = p.opts.Policy.DecideEgressQuietly(ctx, ins[j])
-			now[j] = n
+			continue // past the budget
 		}
+		eff.Replayed++
 		if n.Action == c.Action {
 			eff.Drifted++
 			continue
@@ -447,26 +457,53 @@ func (p *Proposals) replayEgress(ctx context.Context, rule map[string]any, recs 
 	return eff, nil
 }
 
+// distinctEgress is the distinct policy inputs of recs, in the order of
+// their first record, and for each record the index of its input: a
+// window repeats its targets, and each is decided once.
+func distinctEgress(recs []audit.Record, mode string) ([]policy.EgressInput, []int) {
+	type key struct {
+		host, scheme, session, tenant, addr, risk string
+		port                                      int
+	}
+	index := map[key]int{}
+	var ins []policy.EgressInput
+	which := make([]int, len(recs))
+	for i, rec := range recs {
+		in := replay.EgressInput(rec, mode)
+		k := key{in.Host, in.Scheme, in.SessionID, in.Tenant, strings.Join(in.Resolved, ","), in.Risk, in.Port}
+		j, ok := index[k]
+		if !ok {
+			j = len(ins)
+			index[k] = j
+			ins = append(ins, in)
+		}
+		which[i] = j
+	}
+	return ins, which
+}
+
 // replayBatch is how many distinct inputs are decided between looks at
 // the replay's budget.
 const replayBatch = 250
 
-// replayBudgeted decides ins with the candidate in batches until the
-// budget (ProposalOptions.Budget from start) is spent: the agent's POST
-// answers in bounded time whatever the window holds, and the effect says
-// when it is partial (newest records first, so the most recent are in).
-func (p *Proposals) replayBudgeted(ctx context.Context, rule map[string]any, ins []policy.EgressInput, start time.Time) ([]policy.EgressDecision, error) {
+// budgeted decides ins with decide in batches until the budget
+// (ProposalOptions.Budget from start) is spent: the agent's POST answers
+// in bounded time whatever the window holds, and the effect says when it
+// is partial (newest records first, so the most recent are in). The first
+// batch is always decided.
+func (p *Proposals) budgeted(ctx context.Context, ins []policy.EgressInput, start time.Time,
+	decide func(context.Context, []policy.EgressInput) ([]policy.EgressDecision, error)) ([]policy.EgressDecision, error) {
 	out := make([]policy.EgressDecision, 0, len(ins))
 	for lo := 0; lo < len(ins); lo += replayBatch {
 		if lo > 0 && time.Since(start) > p.opts.Budget {
 			break
 		}
 		hi := min(lo+replayBatch, len(ins))
-		cand, err := p.opts.Policy.ReplayEgress(ctx, []map[string]any{rule}, ins[lo:hi])
+		ds, err := decide(ctx, ins[lo:hi])
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, cand...)
+		out = append(out, ds...)
 	}
 	return out, nil
 }

@@ -117,7 +117,13 @@ func (e *Engine) decideEgress(ctx context.Context, c *compiled, input map[string
 	if c == nil {
 		return EgressDecision{Action: ActionDeny, Rule: ReasonNotLoaded, Reasons: []Reason{{Code: ReasonNotLoaded, Message: "no policy is loaded"}}}
 	}
-	v, failed := e.eval(ctx, c, c.egress, rego.EvalInput(input))
+	return e.egressDecision(ctx, c, c.egress, rego.EvalInput(input))
+}
+
+// egressDecision evaluates an egress decision query of c (the decision,
+// or a replay's) with input, failing closed.
+func (e *Engine) egressDecision(ctx context.Context, c *compiled, pq rego.PreparedEvalQuery, input rego.EvalOption) EgressDecision {
+	v, failed := e.eval(ctx, c, pq, input)
 	if failed != nil {
 		return EgressDecision{Action: ActionDeny, Rule: failed.Reasons[0].Code, Reasons: failed.Reasons, PolicyRevision: c.revision}
 	}

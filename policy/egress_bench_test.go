@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"testing"
 	"testing/fstest"
 )
@@ -64,4 +65,33 @@ func BenchmarkDecideEgress(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkReplayEgress is a proposal's replay of 1,000 distinct
+// connections against a candidate rule, against deciding them one by one
+// without a candidate (DecideEgressQuietly) as its baseline.
+func BenchmarkReplayEgress(b *testing.B) {
+	e := benchEgressEngine(b)
+	ctx := context.Background()
+	ins := make([]EgressInput, 1000)
+	for i := range ins {
+		ins[i] = EgressInput{Mode: "STRICT", Host: "h" + strconv.Itoa(i) + ".example.net", Port: 443, Scheme: "https",
+			SessionID: "s-" + strconv.Itoa(i%8), Tenant: "t", Principal: "agent:a", Resolved: []string{"198.51.100.7"}}
+	}
+	cand := []map[string]any{{"name": "proposal:p", "action": "allow", "hosts": []any{"h1.example.net"},
+		"sessions": []any{"t/s-1"}, "connection_only": true}}
+	b.Run("replay", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := e.ReplayEgress(ctx, cand, ins); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("decide", func(b *testing.B) {
+		for b.Loop() {
+			for _, in := range ins {
+				e.DecideEgressQuietly(ctx, in)
+			}
+		}
+	})
 }

@@ -130,3 +130,67 @@ func hasDerived(t *testing.T, c *compiled) bool {
 	}
 	return err == nil
 }
+
+// TestEgressReplayDecidesAsTheCandidateInTheStore: a replay's decisions
+// (the candidate handed to parallel evaluations) are those of the policy
+// with the candidate written into its store (the sequential fallback),
+// and Now's are the live ones.
+func TestEgressReplayDecidesAsTheCandidateInTheStore(t *testing.T) {
+	ctx := context.Background()
+	inputs := parityInputs()
+	e := newEngine(t, Options{})
+	overlay := make([]map[string]any, 0, len(parityRules[2]))
+	for _, r := range parityRules[2] {
+		overlay = append(overlay, r.(map[string]any))
+	}
+	if err := e.SetEgressOverlay(ctx, overlay); err != nil {
+		t.Fatal(err)
+	}
+	extra := []map[string]any{
+		{"name": "proposal:p1", "action": "allow", "hosts": []any{"api.github.com"}, "sessions": []any{"t/s-1"}, "connection_only": true},
+		{"name": "cand-deny", "action": "deny", "hosts": []any{"w.example"}},
+	}
+	r, err := e.NewEgressReplay(ctx, extra)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.derived == nil {
+		t.Fatal("the replay fell back to the sequential path")
+	}
+	got, err := r.Candidate(ctx, inputs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := e.replaySequential(ctx, r.c, extra, inputs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, err := r.Now(ctx, inputs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := 0
+	for i, in := range inputs {
+		if !reflect.DeepEqual(got[i], want[i]) {
+			t.Fatalf("%+v (http %+v):\nreplay    %+v\nin store  %+v", in, in.HTTP, got[i], want[i])
+		}
+		if live := e.DecideEgressQuietly(ctx, in); !reflect.DeepEqual(now[i], live) {
+			t.Fatalf("%+v: now %+v, live %+v", in, now[i], live)
+		}
+		if now[i].Action != got[i].Action {
+			changed++
+		}
+	}
+	if changed == 0 {
+		t.Fatal("the candidate changes no decision: the comparison shows nothing")
+	}
+	if d := e.DecideEgressQuietly(ctx, EgressInput{Mode: "STRICT", Host: "api.github.com", Port: 443, Scheme: "https",
+		SessionID: "s-1", Tenant: "t", Resolved: []string{"203.0.113.10"}}); d.Rule == "proposal:p1" {
+		t.Fatal("the candidate leaked into live decisions")
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := r.Candidate(cancelled, inputs); err == nil {
+		t.Fatal("a cancelled replay went on")
+	}
+}

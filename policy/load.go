@@ -47,9 +47,15 @@ type compiled struct {
 	// egressExpand is the egress rules' expansion, evaluated when the
 	// data changes (egress_derive.go), not per decision.
 	egressExpand rego.PreparedEvalQuery
-	revision     string
-	files        []string
-	loadedAt     time.Time
+	// prepare prepares another query on this revision's modules and
+	// store, as the ones above were (a replay's, on first use).
+	prepare func(ctx context.Context, query string) (rego.PreparedEvalQuery, error)
+	// replay is the egress replay's query, prepared on first use
+	// (egress_replay.go).
+	replay   lazyQuery
+	revision string
+	files    []string
+	loadedAt time.Time
 	// bundles is the manifest revision of each OPA bundle the revision
 	// was built from (empty for a folder): decision logs carry it.
 	bundles map[string]string
@@ -232,7 +238,7 @@ func compileParsed(ctx context.Context, modules map[string]*ast.Module, data map
 		return nil, fmt.Errorf("%w: no rule %s", ErrInvalidPolicy, ExecQuery)
 	}
 	store := inmem.NewFromObjectWithOpts(data, inmem.OptReturnASTValuesOnRead(true))
-	prepare := func(query string) (rego.PreparedEvalQuery, error) {
+	prepare := func(ctx context.Context, query string) (rego.PreparedEvalQuery, error) {
 		opts := []func(*rego.Rego){
 			rego.Query(query),
 			rego.Store(store),
@@ -250,21 +256,21 @@ func compileParsed(ctx context.Context, modules map[string]*ast.Module, data map
 		}
 		return pq, nil
 	}
-	c := &compiled{loadedAt: time.Now(), modules: modules, data: data, store: store}
+	c := &compiled{loadedAt: time.Now(), modules: modules, data: data, store: store, prepare: prepare}
 	var err error
-	if c.exec, err = prepare(ExecQuery); err != nil {
+	if c.exec, err = prepare(ctx, ExecQuery); err != nil {
 		return nil, err
 	}
 	// A tree without sandgate.browser still loads: its browser decisions
 	// are undefined, which Decide turns into deny.
-	if c.browser, err = prepare(BrowserQuery); err != nil {
+	if c.browser, err = prepare(ctx, BrowserQuery); err != nil {
 		return nil, err
 	}
 	// Likewise without sandgate.egress: every connection is denied.
-	if c.egress, err = prepare(EgressQuery); err != nil {
+	if c.egress, err = prepare(ctx, EgressQuery); err != nil {
 		return nil, err
 	}
-	if c.egressExpand, err = prepare(egressExpandQuery); err != nil {
+	if c.egressExpand, err = prepare(ctx, egressExpandQuery); err != nil {
 		return nil, err
 	}
 	err = storage.Txn(ctx, store, storage.WriteParams, func(txn storage.Transaction) error {

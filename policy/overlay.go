@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/open-policy-agent/opa/v1/ast"
-	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/storage"
 )
 
@@ -80,41 +79,15 @@ func anyRules(rules []map[string]any) []any {
 }
 
 // ReplayEgress decides each of inputs as the policy would with extra
-// appended to its egress rules (after its overlay). The candidate is
-// written in a transaction that is never committed, so no other decision
-// sees it. Nothing is logged: a replay decides no connection.
+// appended to its egress rules (after its overlay); see EgressReplay. No
+// other decision sees the candidate, and nothing is logged: a replay
+// decides no connection.
 func (e *Engine) ReplayEgress(ctx context.Context, extra []map[string]any, inputs []EgressInput) ([]EgressDecision, error) {
-	c := e.cur.Load()
-	if c == nil {
-		return nil, errors.New("policy: no policy is loaded")
-	}
-	txn, err := c.store.NewTransaction(ctx, storage.WriteParams)
+	r, err := e.NewEgressReplay(ctx, extra)
 	if err != nil {
 		return nil, err
 	}
-	defer c.store.Abort(ctx, txn)
-	cur, err := c.store.Read(ctx, txn, egressRulesPath)
-	var rules []any
-	switch {
-	case storage.IsNotFound(err):
-	case err != nil:
-		return nil, err
-	default:
-		if err := readInto(cur, &rules); err != nil {
-			return nil, err
-		}
-	}
-	if err := writeRules(ctx, c, txn, append(rules, anyRules(extra)...)); err != nil {
-		return nil, err
-	}
-	out := make([]EgressDecision, len(inputs))
-	for i, in := range inputs {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		out[i] = e.replayOne(ctx, c, txn, in.Map())
-	}
-	return out, nil
+	return r.Candidate(ctx, inputs)
 }
 
 // DecideEgressQuietly is DecideEgress without the decision log or the
@@ -139,17 +112,4 @@ func readInto(v any, rules *[]any) error {
 	}
 	*rules = arr
 	return nil
-}
-
-func (e *Engine) replayOne(ctx context.Context, c *compiled, txn storage.Transaction, input map[string]any) EgressDecision {
-	rs, err := c.egress.Eval(ctx, rego.EvalInput(input), rego.EvalTransaction(txn), rego.EvalMetrics(noMetrics))
-	if err != nil || len(rs) == 0 || len(rs[0].Expressions) == 0 {
-		return EgressDecision{Action: ActionDeny, Rule: ReasonEvalError, PolicyRevision: c.revision}
-	}
-	d, err := parseEgressDecision(rs[0].Expressions[0].Value)
-	if err != nil {
-		return EgressDecision{Action: ActionDeny, Rule: ReasonInvalidDecision, PolicyRevision: c.revision}
-	}
-	d.PolicyRevision = c.revision
-	return d
 }

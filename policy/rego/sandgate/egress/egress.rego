@@ -222,13 +222,11 @@ acting := a if {
 	a := [[e.rule.name, e.rule.action] | some e in covering; not e.rule.connection_only; request_matches(e)]
 } else := [[e.rule.name, e.conn_action] | some e in covering; e.conn_action]
 
-matching(action) := [name | some [name, a] in acting; a == action]
+deny_rules := [name | some [name, a] in acting; a == "deny"]
 
-deny_rules := matching("deny")
+allow_rule := [name | some [name, a] in acting; a == "allow"][0]
 
-allow_rule := matching("allow")[0] if count(matching("allow")) > 0
-
-approval_rule := matching("require_approval")[0] if count(matching("require_approval")) > 0
+approval_rule := [name | some [name, a] in acting; a == "require_approval"][0]
 
 # inspect: an HTTP rule (or one with "inspect": true) covers the
 # connection, so its requests are decided one by one (said of a
@@ -280,10 +278,8 @@ deny_reasons contains reason("egress.unresolved", sprintf("host %q did not resol
 
 # Addresses in a blocked range (or the gateway's own) that the host
 # resolved to.
-blocked_ips contains ip if {
-	some ip in input.resolved
-	some cidr in config.egress.blocked_cidrs
-	net.cidr_contains(cidr, ip)
+blocked_ips contains input.resolved[i] if {
+	some [_, i] in net.cidr_contains_matches(config.egress.blocked_cidrs, input.resolved)
 }
 
 blocked_ips contains ip if {
@@ -311,8 +307,10 @@ deny_reasons contains reason("egress.blocked_address", sprintf("%s resolves to %
 
 default default_action := "deny"
 
+# (The table is read whole, then indexed: a reference into data with a
+# variable part costs several times more.)
 default_action := a if {
-	a := config.egress.default_action[input.mode]
+	a := object.get(config.egress.default_action, input.mode, null)
 	a in {"deny", "require_approval"}
 }
 
