@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"maps"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/sandgate/sandgate/audit"
@@ -80,24 +82,23 @@ func (m *Manager) fork(ctx context.Context, p Principal, s *Session, count int) 
 		return ForkResult{}, err
 	}
 	start := time.Now()
-	var children []executors.ForkChild
-	var refs []SessionRef
-	for range count {
-		ref := SessionRef{Tenant: parent.Tenant, ID: parent.Name + "-fork-" + forkSuffix()}
-		ref.Key = workspace.Key(ref.Tenant, ref.ID)
-		labels := maps.Clone(parent.Labels)
-		if _, _, err := m.open(ctx, ref, OpenOptions{Create: true, FrontEnd: parent.FrontEnd, Labels: labels,
-			Metadata: parent.Metadata, IdleTimeout: parent.IdleTimeout}); err != nil {
-			return ForkResult{}, err
-		}
-		dir, err := m.deps.Workspaces.Fork(ctx, parent.Key, ref.Key)
-		if err != nil {
-			_ = m.release(ctx, ref, releaseDelete, false)
-			return ForkResult{}, err
-		}
-		children = append(children, executors.ForkChild{SessionID: ref.Key, WorkspaceDir: dir.Path})
-		refs = append(refs, ref)
+	// The children's sessions are opened side by side (each writes its
+	// record); a failure releases every child that was made.
+	children, refs, errs := make([]executors.ForkChild, count), make([]SessionRef, count), make([]error, count)
+	var wg sync.WaitGroup
+	for i := range count {
+		wg.Go(func() { refs[i], children[i], errs[i] = m.forkOpen(ctx, parent) })
 	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for i, ref := range refs {
+			if errs[i] == nil {
+				_ = m.release(ctx, ref, releaseDelete, true)
+			}
+		}
+		return ForkResult{}, err
+	}
+	opened := time.Since(start)
 	res := ForkResult{Parent: parent.Name}
 	for _, e := range m.deps.Executors {
 		if f, ok := e.(executors.SessionForker); ok {
@@ -129,9 +130,28 @@ func (m *Manager) fork(ctx context.Context, p Principal, s *Session, count int) 
 		}
 		res.Sessions = append(res.Sessions, info)
 	}
+	// Where a fork's time goes: the children's sessions and workspace
+	// copies, then the executors' checkpoint and restores.
 	m.emit(ctx, "session.forked", SessionRef{Tenant: parent.Tenant, ID: parent.Name, Key: parent.Key},
-		map[string]any{"children": len(refs), "snapshot": res.Snapshot, "memory": res.Memory})
+		map[string]any{"children": len(refs), "snapshot": res.Snapshot, "memory": res.Memory,
+			"open_ms": opened.Milliseconds(), "duration_ms": time.Since(start).Milliseconds()})
 	return res, nil
+}
+
+// forkOpen opens one child of parent with a copy of its workspace.
+func (m *Manager) forkOpen(ctx context.Context, parent sessionRecord) (SessionRef, executors.ForkChild, error) {
+	ref := SessionRef{Tenant: parent.Tenant, ID: parent.Name + "-fork-" + forkSuffix()}
+	ref.Key = workspace.Key(ref.Tenant, ref.ID)
+	if _, _, err := m.open(ctx, ref, OpenOptions{Create: true, FrontEnd: parent.FrontEnd, Labels: maps.Clone(parent.Labels),
+		Metadata: parent.Metadata, IdleTimeout: parent.IdleTimeout}); err != nil {
+		return ref, executors.ForkChild{}, err
+	}
+	dir, err := m.deps.Workspaces.Fork(ctx, parent.Key, ref.Key)
+	if err != nil {
+		_ = m.release(ctx, ref, releaseDelete, true)
+		return ref, executors.ForkChild{}, err
+	}
+	return ref, executors.ForkChild{SessionID: ref.Key, WorkspaceDir: dir.Path}, nil
 }
 
 func forkSuffix() string {

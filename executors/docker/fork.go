@@ -53,11 +53,13 @@ func (e *Executor) ForkSession(ctx context.Context, parent string, children []ex
 	}
 	name := "fork-" + randomID()
 	dir := filepath.Join(e.snapshotBase(), dirName(parent), name)
+	began := time.Now()
 	image, err := e.checkpointRunning(ctx, k, dir)
 	release()
 	if err != nil {
 		return executors.Forked{}, err
 	}
+	checkpointed := time.Since(began)
 	defer removeSnapshot(dir)
 	// The children are restored side by side from the one image.
 	errs := make([]error, len(children))
@@ -70,6 +72,8 @@ func (e *Executor) ForkSession(ctx context.Context, parent string, children []ex
 		})
 	}
 	wg.Wait()
+	e.log.Info("kernel forked", "session_id", parent, "children", len(children),
+		"checkpoint_ms", checkpointed.Milliseconds(), "restore_ms", (time.Since(began) - checkpointed).Milliseconds())
 	failed := 0
 	for _, err := range errs {
 		if err != nil {
