@@ -35,7 +35,13 @@ const FrontEnd = frontEnd
 // Layout is the E2B sandbox's paths inside every executor (wired in
 // main as manager.Deps.Layouts): the workspace at /home/user too, the
 // commands' cwd and HOME.
-var Layout = manager.Layout{Layout: executors.Layout{Root: homeDir, Workdir: homeDir}}
+// SessionSandbox: an E2B sandbox is one sandbox for the session's life,
+// as E2B users expect (processes, /tmp and installed packages persist),
+// so the policy sends its commands to an executor that can hold one
+// (session_sandbox) and docker and gVisor run them all in one container
+// (executors/docker/session.go). Daytona and DeerFlow sessions do not ask
+// for it: each of their commands gets a sandbox of its own.
+var Layout = manager.Layout{Layout: executors.Layout{Root: homeDir, Workdir: homeDir, SessionSandbox: true}}
 
 // toWorkspace is layout.Resolve.
 func toWorkspace(p string) (string, workspace.Spelling, bool) { return layout.Resolve(p) }

@@ -39,6 +39,12 @@ type Capabilities struct {
 	Kernels bool `json:"kernels"`
 	// RequiresSession: every run must name a session.
 	RequiresSession bool `json:"requires_session"`
+	// SessionSandbox: the runs of a session whose Layout asks for it
+	// (Layout.SessionSandbox) share one sandbox for the session's life:
+	// a process one command starts is seen by the next, /tmp and what
+	// was installed persist (docker and gvisor in session mode, the k8s
+	// pod, the aio instance).
+	SessionSandbox bool `json:"session_sandbox"`
 	// Snapshot is what a pause keeps of a session (SnapshotMemory,
 	// SnapshotFilesystem, SnapshotNone; pause.go); empty is none.
 	Snapshot string `json:"snapshot"`
@@ -64,6 +70,7 @@ const (
 	CapKillDetached        = "kill_detached"
 	CapFilesystemIsolation = "filesystem_isolation"
 	CapKernels             = "kernels"
+	CapSessionSandbox      = "session_sandbox"
 )
 
 // Map is the policy-input form of c (the JSON names). The input is built
@@ -77,6 +84,7 @@ func (c Capabilities) Map() map[string]any {
 		CapKillDetached:        c.KillDetached,
 		CapFilesystemIsolation: c.FilesystemIsolation,
 		CapKernels:             c.Kernels,
+		CapSessionSandbox:      c.SessionSandbox,
 		"requires_session":     c.RequiresSession,
 		"snapshot":             c.Snapshot,
 		"root_fs":              c.RootFS,
@@ -110,17 +118,20 @@ func (c Capabilities) Has(name string) bool {
 		return c.FilesystemIsolation
 	case CapKernels:
 		return c.Kernels
+	case CapSessionSandbox:
+		return c.SessionSandbox
 	}
 	return false
 }
 
 // Required lists the capabilities spec's obligations need, in a stable
 // order: the network obligation either way, the timeout (which must reach
-// detached processes too), the memory and process limits, and a kernel
-// for a stateful run. The default Rego policy applies the same rule
+// detached processes too), the memory and process limits, a kernel
+// for a stateful run, and one sandbox for the session's life for any
+// other run of a session whose front end asks for it. The default Rego policy applies the same rule
 // (policy/rego/sandgate/exec).
 func Required(spec Spec) []string {
-	req := make([]string, 0, 5)
+	req := make([]string, 0, 6)
 	if spec.Network {
 		req = append(req, CapNetworkGrant)
 	} else {
@@ -135,6 +146,9 @@ func Required(spec Spec) []string {
 	}
 	if spec.Stateful {
 		req = append(req, CapKernels)
+	}
+	if spec.Layout.SessionSandbox && !spec.Stateful {
+		req = append(req, CapSessionSandbox)
 	}
 	return req
 }
@@ -195,6 +209,7 @@ var capabilityText = map[string]string{
 	CapKillDetached:        "the timeout on detached processes",
 	CapFilesystemIsolation: "filesystem isolation",
 	CapKernels:             "stateful kernels",
+	CapSessionSandbox:      "one sandbox for the session's life",
 }
 
 // CapabilityText is the human name of a capability, for messages.

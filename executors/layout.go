@@ -30,6 +30,13 @@ type Layout struct {
 	// backend never creates it: inside the sandbox it would be created
 	// with the backend's identity, not the session's.
 	Workdir string
+	// SessionSandbox: the framework expects one sandbox for the session's
+	// life (E2B's): its processes, /tmp and installed packages outlive
+	// each command. A backend with the session_sandbox capability runs
+	// every command of the session in one long-lived sandbox; the policy
+	// sees it as request.session_sandbox and routes such runs only to
+	// such a backend. Declared by the front end (e2b.Layout).
+	SessionSandbox bool
 }
 
 // LayoutRoots are the roots a Layout may name. Each is an empty

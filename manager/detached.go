@@ -148,6 +148,7 @@ func (m *Manager) StartDetached(ctx context.Context, req RunRequest, stdin bool)
 	if err != nil {
 		return nil, nil, err
 	}
+	req.sessionSandbox = m.wantsSessionSandbox(sess)
 	sess.begin()
 	ranOn := ""
 	defer func() { sess.end(ranOn) }()

@@ -53,6 +53,15 @@ func hasDir(dirs []string, rel string) bool {
 	return false
 }
 
+// wantsSessionSandbox reports whether sess's front end declares one
+// sandbox for the session's life (executors.Layout.SessionSandbox).
+func (m *Manager) wantsSessionSandbox(sess *Session) bool {
+	sess.mu.Lock()
+	fe := sess.rec.FrontEnd
+	sess.mu.Unlock()
+	return m.deps.Layouts[fe].SessionSandbox
+}
+
 // layoutFor is the layout of sess (its creating front end's), with its
 // directories made in the session's workspace.
 func (m *Manager) layoutFor(ctx context.Context, sess *Session, key string) (executors.Layout, error) {

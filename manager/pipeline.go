@@ -36,6 +36,9 @@ type RunRequest struct {
 	Detached bool `json:"-"`
 	// ref is the session, resolved for Principal by ResolveSession.
 	ref SessionRef
+	// sessionSandbox: the session's front end's layout asks for one
+	// sandbox for the session's life (policy request.session_sandbox).
+	sessionSandbox bool
 
 	// Via names the channel for approvers when it is not the HTTP API
 	// ("MCP, client ..."); see confirm.Request.Via.
@@ -141,6 +144,7 @@ func (m *Manager) Run(ctx context.Context, req RunRequest) (res *RunResult, err 
 	if err != nil {
 		return nil, err
 	}
+	req.sessionSandbox = m.wantsSessionSandbox(sess)
 	// In flight from here, an approval's wait included: the expiry loop
 	// never releases a session under a request that may still run.
 	sess.begin()
@@ -230,7 +234,7 @@ func (m *Manager) decide(ctx context.Context, req RunRequest, a risk.Assessment)
 			Kind: req.Kind, SessionID: req.ref.ID, Language: req.Language,
 			CodeBytes: len(req.Code), CodeSHA256: policy.SHA256Hex([]byte(req.Code)), TimeoutS: m.timeoutS(req),
 			Context:  policy.Context{NeedsBrowser: req.Context.NeedsBrowser, NeedsPersistentFS: req.Context.NeedsPersistentFS},
-			Stateful: req.Stateful, Detached: req.Detached,
+			Stateful: req.Stateful, Detached: req.Detached, SessionSandbox: req.sessionSandbox,
 		},
 		Risk:      policy.Risk{Level: a.Level.String(), ProvenSafe: a.ProvenSafe, Patterns: riskPatterns(a)},
 		Principal: policy.Principal{Role: req.Principal.Role, Name: req.Principal.Name, Tenant: req.Principal.Tenant},

@@ -71,6 +71,7 @@ func (in Input) value(cache *executorsValue) (ast.Value, error) {
 			ast.Item(term("timeout_s"), ast.InternedTerm(r.TimeoutS)),
 			ast.Item(term("stateful"), ast.InternedTerm(r.Stateful)),
 			ast.Item(term("detached"), ast.InternedTerm(r.Detached)),
+			ast.Item(term("session_sandbox"), ast.InternedTerm(r.SessionSandbox)),
 			ast.Item(term("context"), ast.ObjectTerm(
 				ast.Item(term("needs_browser"), ast.InternedTerm(r.Context.NeedsBrowser)),
 				ast.Item(term("needs_persistent_fs"), ast.InternedTerm(r.Context.NeedsPersistentFS)),

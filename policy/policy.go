@@ -177,6 +177,10 @@ type Request struct {
 	// Detached: the run outlives its request (E2B's processes, a server
 	// an agent's later commands call), in the session's sandbox.
 	Detached bool
+	// SessionSandbox: the session's front end expects one sandbox for
+	// the session's life (E2B: processes, /tmp and installed packages
+	// persist); the executor must have the session_sandbox capability.
+	SessionSandbox bool
 }
 
 // Context carries the routing flags of the request.
@@ -224,14 +228,15 @@ func (in Input) Map() map[string]any {
 	return map[string]any{
 		"mode": in.Mode,
 		"request": map[string]any{
-			"kind":        in.Request.Kind,
-			"session_id":  in.Request.SessionID,
-			"language":    in.Request.Language,
-			"code_bytes":  in.Request.CodeBytes,
-			"code_sha256": in.Request.CodeSHA256,
-			"timeout_s":   in.Request.TimeoutS,
-			"stateful":    in.Request.Stateful,
-			"detached":    in.Request.Detached,
+			"kind":            in.Request.Kind,
+			"session_id":      in.Request.SessionID,
+			"language":        in.Request.Language,
+			"code_bytes":      in.Request.CodeBytes,
+			"code_sha256":     in.Request.CodeSHA256,
+			"timeout_s":       in.Request.TimeoutS,
+			"stateful":        in.Request.Stateful,
+			"detached":        in.Request.Detached,
+			"session_sandbox": in.Request.SessionSandbox,
 			"context": map[string]any{
 				"needs_browser":       in.Request.Context.NeedsBrowser,
 				"needs_persistent_fs": in.Request.Context.NeedsPersistentFS,

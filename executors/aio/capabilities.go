@@ -43,8 +43,11 @@ func capabilitiesFor(network, rootFS string) executors.Capabilities {
 		// the image's own Jupyter service enforces no obligation.
 		Kernels:         sandboxd,
 		RequiresSession: true,
-		RootFS:          rootFS,
-		Isolation:       isolation,
+		// An instance serves its session for the session's life: what a
+		// command starts or writes to /tmp is there for the next.
+		SessionSandbox: true,
+		RootFS:         rootFS,
+		Isolation:      isolation,
 	}
 }
 

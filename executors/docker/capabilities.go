@@ -40,6 +40,7 @@ func (e *Executor) Capabilities() executors.Capabilities {
 		KillDetached:        true,
 		FilesystemIsolation: true,
 		Kernels:             true,             // kernel.go
+		SessionSandbox:      true,             // session.go
 		Snapshot:            e.snapshotMode(), // checkpoint.go
 		RootFS:              imageIdentity(e.cfg.Images, e.imageIDs.get()),
 		Isolation:           isolation,

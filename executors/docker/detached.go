@@ -215,6 +215,9 @@ func (e *Executor) StartDetached(ctx context.Context, spec executors.Spec, stdin
 	if err != nil {
 		return nil, err
 	}
+	if wantsSandbox(spec) {
+		return e.startDetachedInSandbox(ctx, spec, dir, stdin) // session.go
+	}
 	sh := newShape(e.cfg.Images[spec.Language], dir, spec.UID, spec.GID, spec.Limits, e.cfg.Runtime).withLayout(spec.Layout)
 	var b *box
 	later := false

@@ -53,6 +53,8 @@ type Executor struct {
 
 	detached *detachedRuns // detached runs and network holders, by session (detached.go)
 
+	sandboxes *sandboxes // session sandboxes, by session (session.go)
+
 	imageIDs imageIDs // what Capabilities names as the root filesystem
 
 	egress egressState
@@ -115,6 +117,7 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 	e.warm = newWarmPool(e)
 	e.kernels = newKernels(e)
 	e.detached = newDetachedRuns()
+	e.sandboxes = newSandboxes()
 	if err := e.ping(ctx); err != nil {
 		e.log.Warn("docker engine not reachable at start; will retry", "err", err.Error())
 	} else {
@@ -267,6 +270,7 @@ func (e *Executor) Close(ctx context.Context) error {
 	e.pool.closeAll()
 	e.kernels.closeAll()
 	e.closeDetached()
+	e.closeSandboxes()
 	done := make(chan struct{})
 	go func() {
 		e.bg.Wait()
@@ -316,11 +320,12 @@ func (e *Executor) sweepOwn(ctx context.Context) {
 }
 
 // ReleaseSession implements executors.SessionReleaser: the session's warm
-// container, if any, and its kernel's are removed.
+// container, if any, its kernel's and its session sandbox are removed.
 func (e *Executor) ReleaseSession(_ context.Context, sessionID string) error {
 	e.warm.release(sessionID)
 	e.kernels.release(sessionID)
 	e.releaseDetached(sessionID)
+	e.releaseSandbox(sessionID)
 	return nil
 }
 
@@ -481,6 +486,9 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 	dir, err := checkWorkspace(spec.WorkspaceDir, spec.UID, spec.GID)
 	if err != nil {
 		return executors.Result{}, err
+	}
+	if wantsSandbox(spec) {
+		return e.executeInSandbox(ctx, spec, dir) // session.go
 	}
 	sh := newShape(e.cfg.Images[spec.Language], dir, spec.UID, spec.GID, lim, e.cfg.Runtime).withEgress(spec.Egress).withLayout(spec.Layout)
 	if !e.cfg.OwnKernel && !sh.egress {

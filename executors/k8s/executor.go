@@ -141,6 +141,7 @@ func (e *Executor) Capabilities() executors.Capabilities {
 		KillDetached:        true,
 		FilesystemIsolation: true,
 		RequiresSession:     true,
+		SessionSandbox:      true, // one pod for the session's life
 		RootFS:              "image:" + e.cfg.Image,
 		Isolation:           iso,
 	}

@@ -124,6 +124,18 @@ needs_aio if input.request.context.needs_persistent_fs
 # executor keeps a HIGH run, which then gets a loopback of its own (a
 # gVisor sandbox has its own network stack), and an executor that cannot
 # hold a detached run is refused by the manager (capability_missing).
+#
+# A run of a session whose front end expects one sandbox for the
+# session's life (request.session_sandbox: E2B's sandboxes, whose
+# processes, /tmp and installed packages persist) goes to
+# config.session_sandbox.executor below the isolation upgrade, detached
+# or not, so that every command of the session lands in the same
+# sandbox; that executor must have the session_sandbox capability
+# (required_capabilities). A run the upgrade takes (HIGH in STRICT) keeps
+# the upgrade's executor and its session sandbox there, which shares the
+# workspace but not /tmp or processes with the other one: setting
+# session_sandbox.executor to the upgrade's executor ("gvisor") keeps
+# every command in one sandbox.
 preferred_executor := "aio" if {
 	needs_aio
 } else := config.stateful.executor if {
@@ -132,6 +144,9 @@ preferred_executor := "aio" if {
 	upgraded
 } else := session_executor if {
 	session_executor # an accepted executor proposal (overlay.rego)
+} else := config.session_sandbox.executor if {
+	input.request.session_sandbox
+	not input.request.stateful
 } else := config.detached.executor if {
 	input.request.detached
 } else := row.executor
@@ -269,7 +284,7 @@ required_capabilities contains name if {
 
 required_capabilities contains name if some name in config.required_capabilities
 
-_builtin_capabilities := ["network_isolation", "network_grant", "kill_detached", "memory_limit", "process_limit", "kernels"]
+_builtin_capabilities := ["network_isolation", "network_grant", "kill_detached", "memory_limit", "process_limit", "kernels", "session_sandbox"]
 
 _requires("network_isolation") if not obligations.network
 
@@ -282,6 +297,11 @@ _requires("memory_limit") if obligations.memory_mb > 0
 _requires("process_limit") if obligations.max_procs > 0
 
 _requires("kernels") if input.request.stateful
+
+_requires("session_sandbox") if {
+	input.request.session_sandbox
+	not input.request.stateful
+}
 
 # A run is never routed to an executor that cannot enforce its
 # obligations: it is denied, naming what is missing, rather than sent to
@@ -318,6 +338,7 @@ capability_text := {
 	"kill_detached": "the timeout on detached processes",
 	"filesystem_isolation": "filesystem isolation",
 	"kernels": "stateful kernels",
+	"session_sandbox": "one sandbox for the session's life",
 }
 
 isolation_note(state) := sprintf(" (%s mode)", [state.capabilities.isolation]) if {

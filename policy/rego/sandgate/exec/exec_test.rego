@@ -10,6 +10,7 @@ full_caps := {
 	"kill_detached": true,
 	"filesystem_isolation": true,
 	"kernels": false,
+	"session_sandbox": true,
 	"requires_session": false,
 	"root_fs": "host",
 	"isolation": "namespaces",
@@ -441,4 +442,40 @@ test_no_modes_no_would_be if {
 	d := exec.decision with input as mk("STRICT", "CRITICAL", false)
 	d.action == "deny"
 	not d.would_be
+}
+
+# A session that expects one sandbox for its life (E2B's): its SAFE and
+# LOW runs both go to session_sandbox.executor, so they share the
+# sandbox; a HIGH run in STRICT keeps the isolation upgrade; an executor
+# without session_sandbox is refused, naming it; a stateful cell keeps
+# the stateful executor and needs no session sandbox.
+sandboxed(inp) := json.patch(inp, [{"op": "add", "path": "/request/session_sandbox", "value": true}])
+
+test_session_sandbox_routes_every_level_to_one_executor if {
+	every level in ["SAFE", "LOW", "MEDIUM"] {
+		d := exec.decision with input as sandboxed(mk("STRICT", level, level == "SAFE"))
+		d.action == "allow"
+		d.executor == "docker"
+	}
+	high := exec.decision with input as sandboxed(mk("STRICT", "HIGH", false))
+	high.executor == "gvisor"
+}
+
+test_session_sandbox_needs_the_capability if {
+	d := exec.decision with input as with_caps(sandboxed(mk("STRICT", "LOW", false)), "docker", {"session_sandbox": false})
+	d.action == "deny"
+	d.reasons == [{"code": "executor.capability_missing", "message": "docker cannot enforce one sandbox for the session's life (namespaces mode)"}]
+}
+
+test_session_sandbox_not_asked_not_needed if {
+	d := exec.decision with input as with_caps(mk("STRICT", "SAFE", true), "subprocess", {"session_sandbox": false})
+	d.action == "allow"
+	d.executor == "subprocess"
+}
+
+test_session_sandbox_stateful_cell_keeps_the_kernel_executor if {
+	inp := json.patch(sandboxed(mk("STRICT", "LOW", false)), [{"op": "add", "path": "/request/stateful", "value": true}])
+	d := exec.decision with input as with_caps(with_caps(inp, "docker", {"kernels": true, "session_sandbox": false}), "subprocess", {})
+	d.action == "allow"
+	d.executor == "docker"
 }

@@ -1,0 +1,119 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/executors/executortest"
+)
+
+// TestSessionSandbox runs a session's commands in its session sandbox
+// (Layout.SessionSandbox, E2B's): under runc and under gVisor, a file one
+// command writes to /tmp is read by the next, a module "installed" in
+// the user site (~/.local, where pip install --user puts it) is imported
+// by the next, a background server one command starts is seen by ps and
+// answers on loopback in the next; a command that times out loses its
+// whole tree (a setsid'd grandchild included) while what earlier
+// commands left runs on; the sandbox is one container, removed when the
+// session is released.
+func TestSessionSandbox(t *testing.T) {
+	for _, rt := range []struct {
+		name string
+		cfg  func(*Config)
+	}{
+		{"runc", func(*Config) {}},
+		{"gvisor", func(c *Config) { c.Runtime, c.OwnKernel, c.Kind = "runsc", true, executors.KindGVisor }},
+	} {
+		t.Run(rt.name, func(t *testing.T) {
+			e := newTestExecutor(t, shippedWarmAfter, rt.cfg)
+			if rt.name == "gvisor" {
+				if err := e.Available(t.Context()); errors.Is(err, ErrRuntimeMissing) {
+					if os.Getenv("SANDGATE_REQUIRE_GVISOR") == "1" {
+						t.Fatalf("gVisor required: %v", err)
+					}
+					t.Skipf("no runsc runtime: %v", err)
+				}
+			}
+			if !e.Capabilities().SessionSandbox {
+				t.Fatal("the executor does not report session_sandbox")
+			}
+			checkSessionSandbox(t, e)
+		})
+	}
+}
+
+func checkSessionSandbox(t *testing.T, e *Executor) {
+	base := spec(t, executors.LangBash, "")
+	base.Layout = executors.Layout{Root: "/home/user", Workdir: "/home/user", SessionSandbox: true}
+	run := func(code string, timeout time.Duration) executors.Result {
+		t.Helper()
+		s := base
+		s.RequestID, s.Code, s.Timeout = "req-"+executortest.Nonce(), code, timeout
+		return execute(t, e, s)
+	}
+	steps := []struct {
+		name, code string
+		want       string
+	}{
+		{"tmp written", "echo kept-in-tmp >/tmp/persist.txt && echo ok", "ok"},
+		{"tmp read", "cat /tmp/persist.txt", "kept-in-tmp"},
+		{"user site written", `d=$(python3 -c 'import site; print(site.getusersitepackages())') && mkdir -p "$d" && echo 'X = "from-user-site"' >"$d/sgmod.py" && echo ok`, "ok"},
+		{"user site imported", `python3 -c 'import sgmod; print(sgmod.X)'`, "from-user-site"},
+		{"server started", `nohup python3 -m http.server 8765 --bind 127.0.0.1 >/dev/null 2>&1 &
+for i in $(seq 50); do python3 -c 'import socket; socket.create_connection(("127.0.0.1", 8765), 1)' 2>/dev/null && break; sleep 0.1; done; echo ok`, "ok"},
+		{"server seen by ps", "ps -eo args | grep -c '[h]ttp.server 8765'", "1"},
+		{"server answers", `curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8765/`, "200"},
+	}
+	for _, s := range steps {
+		res := run(s.code, 30*time.Second)
+		if res.ExitCode != 0 || strings.TrimSpace(res.Stdout) != s.want {
+			t.Fatalf("%s: exit %d, stdout %q (want %q), stderr %q", s.name, res.ExitCode, res.Stdout, s.want, res.Stderr)
+		}
+	}
+	res := run("setsid sh -c 'exec sleep 1001' </dev/null >/dev/null 2>&1 & sleep 100", 2*time.Second)
+	if !res.TimedOut || res.ExitCode != executors.ExitCodeTimeout {
+		t.Fatalf("timeout: %+v", res)
+	}
+	res = run("ps -eo args", 30*time.Second)
+	if strings.Contains(res.Stdout, "sleep 1001") || strings.Contains(res.Stdout, "sleep 100") {
+		t.Errorf("the timed-out command's tree survived:\n%s", res.Stdout)
+	}
+	if !strings.Contains(res.Stdout, "http.server 8765") {
+		t.Errorf("the earlier command's server died with the timed-out one:\n%s", res.Stdout)
+	}
+	boxes := sandboxContainers(t, e.cfg.Instance)
+	if len(boxes) != 1 {
+		t.Fatalf("session sandboxes: %v, want one", boxes)
+	}
+	if err := e.ReleaseSession(t.Context(), base.SessionID); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(sandboxContainers(t, e.cfg.Instance)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the session sandbox outlived the session's release")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// sandboxContainers lists an instance's session sandboxes.
+func sandboxContainers(t *testing.T, instance string) []string {
+	t.Helper()
+	var out []string
+	for _, id := range instanceContainers(t, instance) {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		b, err := exec.CommandContext(ctx, "docker", "inspect", "-f", `{{index .Config.Labels "`+labelSandbox+`"}}`, id).Output()
+		cancel()
+		if err == nil && strings.TrimSpace(string(b)) == "true" {
+			out = append(out, id)
+		}
+	}
+	return out
+}
