@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilexec "k8s.io/client-go/util/exec"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/sandgate/sandgate/executors"
@@ -214,8 +215,13 @@ func (e *Executor) claimPooled(ctx context.Context, spec executors.Spec, key str
 			return nil, unavailable("claim a pooled sandbox pod", err)
 		}
 		if err := e.handKey(ctx, got.Name, key); err != nil {
+			// That pod is of no use to anyone now; another may be.
+			e.cfg.Logger.Warn("k8s: a claimed pool pod did not take its key", "pod", got.Name, "err", err)
 			_ = e.deletePodUID(context.WithoutCancel(ctx), got.Name, got.UID)
-			return nil, unavailable("hand the key to a pooled sandbox pod", err)
+			if ctx.Err() != nil {
+				return nil, unavailable("hand the key to a pooled sandbox pod", err)
+			}
+			continue
 		}
 		return got, nil
 	}
@@ -223,11 +229,26 @@ func (e *Executor) claimPooled(ctx context.Context, spec executors.Spec, key str
 }
 
 // handKey writes key into the pooled pod's FIFO, where its shell waits
-// for it to start sandboxd (the wait for the FIFO covers a claim that
-// comes as the container starts).
+// for it to start sandboxd. The exec's script reads the key from its
+// stdin first and refuses an empty one (an exec's stdin can arrive empty
+// when the stream closes early, and an empty key would end the pod's
+// shell): nothing reached the FIFO then, so the hand-off is tried again.
+// It waits for the FIFO (a claim as the container starts) and, after
+// writing, for the pod's shell to remove it, so a nil error means the
+// key was read.
 func (e *Executor) handKey(ctx context.Context, pod, key string) error {
-	script := `f=` + keyFIFO + `; i=0; while [ ! -p "$f" ]; do i=$((i+1)); [ $i -gt 200 ] && exit 3; sleep 0.05; done; exec cat >"$f"`
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	return e.podExec(ctx, pod, []string{"/bin/sh", "-c", script}, strings.NewReader(key+"\n"), nil)
+	script := `IFS= read -r k && [ -n "$k" ] || exit 5; f=` + keyFIFO + `; i=0; ` +
+		`while [ ! -p "$f" ]; do i=$((i+1)); [ $i -gt 200 ] && exit 3; sleep 0.05; done; ` +
+		`printf '%s\n' "$k" >"$f" || exit 4; i=0; while [ -e "$f" ]; do i=$((i+1)); [ $i -gt 200 ] && exit 6; sleep 0.02; done`
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err = e.podExec(hctx, pod, []string{"/bin/sh", "-c", script}, strings.NewReader(key+"\n"), nil)
+		cancel()
+		var code utilexec.ExitError
+		if err == nil || !errors.As(err, &code) || code.ExitStatus() != 5 || ctx.Err() != nil {
+			return err
+		}
+	}
+	return err
 }

@@ -41,6 +41,11 @@ type sandbox struct {
 	runMu sync.Mutex // runs of a session take turns: the workspace copy is per run
 	tun   *tunnel
 	snap  string // the host workspace as last synced (workspace.go)
+	// podFP is the pod's workspace fingerprint as last synced ("" when
+	// unknown), and fresh says the pod's workspace is still the empty
+	// one it started with (workspace.go).
+	podFP string
+	fresh bool
 }
 
 // sandboxFor returns the session's running sandbox, creating (or, when
@@ -123,7 +128,7 @@ func (sb *sandbox) start(ctx context.Context, spec executors.Spec) error {
 	if err != nil {
 		return err
 	}
-	sb.name, sb.uid, sb.key, sb.adopted = pod.Name, pod.UID, key, adopted
+	sb.name, sb.uid, sb.key, sb.adopted, sb.fresh = pod.Name, pod.UID, key, adopted, !adopted
 	if st, why := e.pods.waitReady(ctx, sb.name, pod.UID); st != podReady {
 		e.unbindLost(context.WithoutCancel(ctx), sb.session, pod.UID)
 		return unavailable("sandbox pod did not start", errors.New(why))
@@ -167,6 +172,11 @@ func (sb *sandbox) connect(ctx context.Context) (*aio.Client, error) {
 		if !died || ctx.Err() != nil {
 			return nil, err
 		}
+		if p, ok := sb.e.pods.get(sb.name); ok && p.UID == sb.uid {
+			if st, why := stateOf(p); st == podGone {
+				return nil, unavailable("sandbox pod did not start", errors.New(why))
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return nil, err
@@ -196,7 +206,7 @@ func (sb *sandbox) run(ctx context.Context, spec executors.Spec) (executors.Resu
 	if err != nil {
 		return res, sb.explain(err)
 	}
-	if err := sb.pull(ctx, spec.WorkspaceDir, spec.UID, spec.GID); err != nil {
+	if err := sb.pullChanged(ctx, spec.WorkspaceDir, spec.UID, spec.GID); err != nil {
 		return executors.Result{}, sb.explain(err)
 	}
 	return res, nil

@@ -17,6 +17,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
+
+	"github.com/sandgate/sandgate/executors/aio"
 )
 
 // The pod's /workspace is an emptyDir: the pod holds the session's files,
@@ -59,6 +61,12 @@ func (sb *sandbox) push(ctx context.Context, dir string) error {
 	if snap == sb.snap {
 		return nil
 	}
+	if sb.fresh && emptyDir(dir) {
+		// A pod placed for this session starts with an empty workspace:
+		// nothing to copy.
+		sb.snap, sb.fresh = snap, false
+		return nil
+	}
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(writeTar(pw, dir)) }()
 	err = sb.e.podExec(ctx, sb.name, []string{"/bin/sh", "-c",
@@ -67,7 +75,47 @@ func (sb *sandbox) push(ctx context.Context, dir string) error {
 	if err != nil {
 		return fmt.Errorf("k8s: copy the workspace into the pod: %w", err)
 	}
-	sb.snap = snap
+	sb.snap, sb.fresh, sb.podFP = snap, false, ""
+	return nil
+}
+
+// emptyDir: dir holds no entry (or cannot be read: then the push copies
+// what it can read, as before).
+func emptyDir(dir string) bool {
+	f, err := os.Open(dir)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	names, _ := f.Readdirnames(1)
+	return len(names) == 0
+}
+
+// fingerprintCmd prints a hash of the pod's workspace tree (names, types,
+// sizes, modification times, modes, link targets). It runs through
+// sandboxd on the open tunnel, far cheaper than an exec through the
+// apiserver; the pod's answer only decides whether its workspace is
+// copied back, so a lying answer only keeps the session's own host copy
+// stale.
+const fingerprintCmd = `cd ` + workspacePath + ` && find . -printf '%P	%y	%s	%T@	%m	%l
+' | LC_ALL=C sort | sha256sum`
+
+// pullChanged pulls the pod's workspace when its fingerprint changed
+// since the last sync (a run that wrote nothing costs no copy).
+func (sb *sandbox) pullChanged(ctx context.Context, dir string, uid, gid int) error {
+	timeout := 30.0
+	res, err := sb.client.BashExec(ctx, aio.BashExecRequest{Command: fingerprintCmd, ExecDir: workspacePath, Timeout: &timeout})
+	fp := ""
+	if err == nil && res.ExitCode != nil && *res.ExitCode == 0 && res.Stdout != nil {
+		fp = strings.TrimSpace(*res.Stdout)
+	}
+	if fp != "" && fp == sb.podFP {
+		return nil
+	}
+	if err := sb.pull(ctx, dir, uid, gid); err != nil {
+		return err
+	}
+	sb.podFP = fp
 	return nil
 }
 
