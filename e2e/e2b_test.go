@@ -316,6 +316,18 @@ var e2bChecks = []e2bCheck{
 		}
 		return nil
 	}},
+	{"persistent_sandbox", func(raw json.RawMessage, _ e2bReport) error {
+		r, err := decodeAs[struct {
+			Tmp         string `json:"tmp"`
+			UserSite    string `json:"userSite"`
+			Local       string `json:"local"`
+			PSSeesSleep bool   `json:"psSeesSleep"`
+		}](raw)
+		if err != nil || r.Tmp != "kept-in-tmp" || r.UserSite != "from-user-site" || r.Local != "/home/user/.local/lib" || !r.PSSeesSleep {
+			return fmt.Errorf("want /tmp, the user site and a background process kept from one command to the next (%v)", err)
+		}
+		return nil
+	}},
 	{"metrics", func(raw json.RawMessage, _ e2bReport) error {
 		ms, err := decodeAs[[]struct {
 			Timestamp  time.Time `json:"timestamp"`
@@ -435,9 +447,9 @@ var e2bChecks = []e2bCheck{
 // other denied by the approver.
 func checkE2BAudit(ctx context.Context, t *testing.T, g *gatewayProc, admin string, rep e2bReport) {
 	want := map[string]map[string]int{
-		// The commands (10 of run.mjs, 1 of makeDir's mkdir), the file
-		// calls, and the kill.
-		rep.SandboxID: {"execute": 11, "file.write": 1, "file.get": 1, "file.delete": 1, "session.delete": 1,
+		// The commands (10 of run.mjs, 7 of its persistent_sandbox step,
+		// 1 of makeDir's mkdir), the file calls, and the kill.
+		rep.SandboxID: {"execute": 18, "file.write": 1, "file.get": 1, "file.delete": 1, "session.delete": 1,
 			"high approved": 1, "high denied": 1},
 		// Five cells of its own (one refused) and one in a context, and
 		// the kill.

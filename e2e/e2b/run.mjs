@@ -131,6 +131,21 @@ await step("background_server", async () => {
   return { pid: server.pid, fetched: fetched.stdout, listed, killed, exit, after };
 });
 
+// One sandbox for the sandbox's life: /tmp, a module in the user site
+// (where pip install --user puts one) and a process one command left
+// running are there for the next commands.
+await step("persistent_sandbox", async () => {
+  const run = async (cmd) => (await sbx.commands.run(cmd)).stdout.trim();
+  await run("echo kept-in-tmp > /tmp/e2b-persist.txt");
+  const tmp = await run("cat /tmp/e2b-persist.txt");
+  await run(`d=$(python3 -c 'import site; print(site.getusersitepackages())') && mkdir -p "$d" && echo 'X = "from-user-site"' > "$d/sgmod.py"`);
+  const userSite = await run(`python3 -c 'import sgmod; print(sgmod.X)'`);
+  const local = await run("ls -d ~/.local/lib");
+  await run("nohup sleep 601 >/dev/null 2>&1 &");
+  const ps = await run("ps -eo args");
+  return { tmp, userSite, local, psSeesSleep: ps.split("\n").some((l) => l.trim() === "sleep 601") };
+});
+
 // A background command's input: sendStdin, then its output.
 await step("stdin", async () => {
   const h = await sbx.commands.run("read -r line; echo got:$line", { background: true, stdin: true });
