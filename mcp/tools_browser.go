@@ -31,8 +31,11 @@ type browserOutput struct {
 	// Blocked lists the requests the policy refused while the action ran.
 	Blocked        []browser.Blocked `json:"blocked"`
 	BlockedDropped int               `json:"blocked_dropped,omitempty"`
-	DurationMS     int64             `json:"duration_ms"`
-	RequestID      string            `json:"request_id"`
+	// Warnings lists the requests let through only because the rules
+	// that would have refused them are in warn mode.
+	Warnings   []browser.Warning `json:"warnings,omitempty"`
+	DurationMS int64             `json:"duration_ms"`
+	RequestID  string            `json:"request_id"`
 }
 
 func (s *Server) addBrowserTool() {
@@ -78,7 +81,8 @@ func (s *Server) browse(ctx context.Context, c *call, in browserInput) (browserO
 		return browserOutput{}, reply{}, err
 	}
 	out := browserOutput{Action: res.Action, Backend: res.Backend, Started: res.Started, Result: res.Data,
-		Blocked: res.Blocked, BlockedDropped: res.BlockedDropped, DurationMS: res.Duration.Milliseconds(), RequestID: c.requestID}
+		Blocked: res.Blocked, BlockedDropped: res.BlockedDropped, Warnings: res.Warnings,
+		DurationMS: res.Duration.Milliseconds(), RequestID: c.requestID}
 	if out.Blocked == nil {
 		out.Blocked = []browser.Blocked{}
 	}
@@ -127,6 +131,13 @@ func renderBrowser(o browserOutput) string {
 	}
 	for _, bl := range o.Blocked {
 		fmt.Fprintf(&b, "\nblocked %s (%s)", bl.URL, bl.Layer)
+	}
+	// A warn rule's request went through; the agent is told, as a run's
+	// policy warning tells it.
+	for _, w := range o.Warnings {
+		for _, r := range w.Reasons {
+			fmt.Fprintf(&b, "\npolicy warning %s: %s (%s, would be denied)", r.Code, r.Message, w.URL)
+		}
 	}
 	return b.String()
 }
