@@ -49,10 +49,36 @@
 // the API (workspace.go), so a host write during a run is not seen until
 // the next one. Runs of one session take turns for that reason.
 //
+// # One pod per session, whoever serves it
+//
+// A session's binding Secret (binding.go) is created before its pod: its
+// creation is the session's lock, it holds the sandbox's key and names
+// the pod. Any replica finds the session's pod through it and adopts it
+// (pulling the pod's workspace first: the replicas need no shared
+// workspace mount); a binding whose pod is gone makes the next request
+// say the sandbox was lost, once, on whichever replica gets it.
+//
+// # The warm pool
+//
+// pool.size > 0 keeps that many idle, session-agnostic pods in a
+// ReplicaSet (pool.go). A claim is a label update carrying the
+// resourceVersion read (optimistic concurrency: one claim of a pod
+// wins), which also drops the owner reference, so the ReplicaSet
+// refills the pool and the claimed pod never returns to it; the key is
+// then handed to the pod's waiting shell through a FIFO. Stale pool pods
+// (an older template, a restarted sandbox, a claim never bound) are
+// reaped when a gateway starts.
+//
+// # Faults
+//
+// Each run first checks that sandboxd answers (10 s): a stopped kubelet,
+// container runtime or apiserver fails the request as unavailable (503)
+// instead of hanging, and the session resumes on the same pod when they
+// come back. The informer resumes its watch after an apiserver restart.
+//
 // # Not yet
 //
 // Network grants through the egress proxy (network_grant is false, so
-// such runs are refused), stateful kernels, a warm pool of idle pods, and
-// sessions served by several replicas at once (each replica adopts the
-// session's pod, but a loss seen by one is not told to the others).
+// such runs are refused) and stateful kernels. A new session's first
+// request while the apiserver does not answer waits up to ready_timeout.
 package k8s
