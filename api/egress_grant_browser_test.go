@@ -52,7 +52,14 @@ func TestEgressGrantInBrowser(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the held request was not answered")
 	}
-	r := e.do("GET", "/v1/grants?session_id=eg", approverTok, nil)
+	// The held request is let go when the approval is resolved; the grant
+	// is recorded right after, before the page is answered.
+	var r resp
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if r = e.do("GET", "/v1/grants?session_id=eg", approverTok, nil); strings.Contains(string(r.raw), `"kind":"egress"`) {
+			break
+		}
+	}
 	if !strings.Contains(string(r.raw), `"path_prefix":"/v1/"`) || !strings.Contains(string(r.raw), `"method":"POST"`) ||
 		!strings.Contains(string(r.raw), `"kind":"egress"`) {
 		t.Fatalf("grants: %s", r.raw)
