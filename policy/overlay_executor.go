@@ -32,6 +32,13 @@ func (e *Engine) SetExecutorOverlay(ctx context.Context, sessions map[string]str
 		return nil
 	}
 	return storage.Txn(ctx, c.store, storage.WriteParams, func(txn storage.Transaction) error {
+		if len(sessions) == 0 {
+			// Nothing to add: the policy's data stays untouched (a bundle's
+			// store is written only when a proposal is in force).
+			if _, err := c.store.Read(ctx, txn, overlayPath); storage.IsNotFound(err) {
+				return nil
+			}
+		}
 		return writeExecutorOverlay(ctx, c, txn, sessions)
 	})
 }
