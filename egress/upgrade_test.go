@@ -69,7 +69,9 @@ func wsSetup(t *testing.T) (*harness, *upstreams, *wsUpstream) {
 		tlsWS["methods"], tlsWS["paths"] = []string{"GET"}, []string{"/ws"}
 		plainWS := loopbackRule("ws-plain", "allow", []int{u.plainPort}, "plain.test")
 		plainWS["methods"], plainWS["paths"] = []string{"GET"}, []string{"/ws", "/plain"}
-		return []rule{tlsWS, plainWS}
+		// keep.test: a plain host allowed by its connection alone (no
+		// request is decided on it).
+		return []rule{tlsWS, plainWS, loopbackRule("keep", "allow", []int{u.plainPort}, "keep.test")}
 	})
 	ws := &wsUpstream{}
 	u.tls.Config.Handler, u.plain.Config.Handler = ws, ws
@@ -137,32 +139,17 @@ func TestWebSocketThroughInspectedHost(t *testing.T) {
 
 // TestWebSocketPlainAndNoH2C: a ws:// handshake sent to the proxy as an
 // absolute-form request is decided and spliced the same way (frames
-// written by hand: the client speaks to the proxy, not through CONNECT);
+// written by hand: the client speaks to the proxy, not through CONNECT),
+// and spliced too on a plain host its connection rule allows;
 // an h2c upgrade is never passed on, so the server answers in HTTP/1.1.
 func TestWebSocketPlainAndNoH2C(t *testing.T) {
 	t.Parallel()
 	h, u, ws := wsSetup(t)
 	proxy := h.listen(binding("team-a", "wsp"))
-	c, err := net.Dial("tcp", proxy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
 	target := hostPort("plain.test", u.plainPort)
-	fmt.Fprintf(c, "GET http://%[1]s/ws HTTP/1.1\r\nHost: %[1]s\r\nConnection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n"+
-		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", target)
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols || resp.Header.Get("Sec-WebSocket-Accept") != "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=" {
-		t.Fatalf("handshake: %v %+v", err, resp)
-	}
-	if got := readFrame(t, br); got != "hello" {
-		t.Fatalf("greeting %q", got)
-	}
-	writeMaskedText(t, c, "ping")
-	if got := readFrame(t, br); got != "ping" {
-		t.Fatalf("echo %q", got)
+	// Inspected (plain.test) and decided by its connection (keep.test).
+	for _, host := range []string{target, hostPort("keep.test", u.plainPort)} {
+		plainWebSocket(t, proxy, host)
 	}
 
 	// h2c, over the intercepted TLS host and as a plain request: the
@@ -175,9 +162,35 @@ func TestWebSocketPlainAndNoH2C(t *testing.T) {
 	if status != 200 || body != "plain /plain" {
 		t.Errorf("h2c plain: %d %q", status, body)
 	}
-	want := []string{"GET /ws upgrade=websocket", "GET /ws upgrade=", "GET /plain upgrade="}
+	want := []string{"GET /ws upgrade=websocket", "GET /ws upgrade=websocket", "GET /ws upgrade=", "GET /plain upgrade="}
 	if got := ws.seen(); !slices.Equal(got, want) {
 		t.Errorf("the server saw %q, want %q", got, want)
+	}
+}
+
+// plainWebSocket does a ws:// handshake to host through proxy as an
+// absolute-form request and exchanges a message.
+func plainWebSocket(t *testing.T, proxy, host string) {
+	t.Helper()
+	c, err := net.Dial("tcp", proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	fmt.Fprintf(c, "GET http://%[1]s/ws HTTP/1.1\r\nHost: %[1]s\r\nConnection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n"+
+		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", host)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols || resp.Header.Get("Sec-WebSocket-Accept") != "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=" {
+		t.Fatalf("%s: handshake: %v %+v", host, err, resp)
+	}
+	if got := readFrame(t, br); got != "hello" {
+		t.Fatalf("%s: greeting %q", host, got)
+	}
+	writeMaskedText(t, c, "ping")
+	if got := readFrame(t, br); got != "ping" {
+		t.Fatalf("%s: echo %q", host, got)
 	}
 }
 
