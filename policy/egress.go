@@ -66,6 +66,25 @@ type EgressDecision struct {
 	// and decide each HTTP request on the connection (a rule with
 	// methods, paths or query matchers applies to the host).
 	Inspect bool `json:"inspect,omitempty"`
+	// WouldBe and WouldBeRule are the action and rule the decision would
+	// have had with its dryrun and warn reasons enforced (enforcement
+	// modes, the end of egress.rego); empty when that is Action. The audit record and
+	// the decision log show them.
+	WouldBe     string `json:"would_be,omitempty"`
+	WouldBeRule string `json:"would_be_rule,omitempty"`
+}
+
+// Warnings are the reasons in warn mode: what the agent is told about
+// rules that would have refused it (the egress proxy's Sandgate-Warning
+// header).
+func (d EgressDecision) Warnings() []Reason {
+	var out []Reason
+	for _, r := range d.Reasons {
+		if r.Enforcement == EnforcementWarn {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // Allowed reports whether the connection may proceed without approval.
@@ -143,7 +162,7 @@ func parseEgressDecision(v any) (EgressDecision, error) {
 		return EgressDecision{}, fmt.Errorf("%w: not an object", errBadDecision)
 	}
 	for k := range obj {
-		if k != "action" && k != "reasons" && k != "rule" && k != "inspect" {
+		if !egressDecisionFields[k] {
 			return EgressDecision{}, fmt.Errorf("%w: unexpected field %q", errBadDecision, k)
 		}
 	}
@@ -168,5 +187,35 @@ func parseEgressDecision(v any) (EgressDecision, error) {
 	if _, present := obj["inspect"]; present && !ok {
 		return EgressDecision{}, fmt.Errorf("%w: inspect is not a boolean", errBadDecision)
 	}
-	return EgressDecision{Action: action, Rule: rule, Reasons: rs, Inspect: inspect}, nil
+	d := EgressDecision{Action: action, Rule: rule, Reasons: rs, Inspect: inspect}
+	if d.WouldBe, d.WouldBeRule, err = wouldBe(obj, action); err != nil {
+		return EgressDecision{}, err
+	}
+	return d, nil
+}
+
+var egressDecisionFields = map[string]bool{"action": true, "reasons": true, "rule": true, "inspect": true, "would_be": true, "would_be_rule": true}
+
+// wouldBe reads would_be and would_be_rule: together or not at all, and
+// the would-be action a stricter one than action (a relaxed reason only
+// lets through what it would have refused).
+func wouldBe(obj map[string]any, action string) (string, string, error) {
+	_, has := obj["would_be"]
+	_, hasRule := obj["would_be_rule"]
+	if !has && !hasRule {
+		return "", "", nil
+	}
+	w, err := str(obj, "would_be")
+	if err != nil {
+		return "", "", err
+	}
+	rule, err := str(obj, "would_be_rule")
+	if err != nil {
+		return "", "", err
+	}
+	strict := map[string]int{ActionAllow: 0, ActionRequireApproval: 1, ActionDeny: 2}
+	if ws, ok := strict[w]; !ok || ws <= strict[action] {
+		return "", "", fmt.Errorf("%w: would_be %q on %s", errBadDecision, w, action)
+	}
+	return w, rule, nil
 }

@@ -41,7 +41,14 @@ import data.sandgate.config
 
 default decision := {"action": "deny", "rule": "policy.default", "reasons": [{"code": "policy.default", "message": "no rule produced a decision"}]}
 
-decision := {"action": "deny", "rule": first_deny_rule, "reasons": sort(deny_reasons)} if {
+# Enforcement modes (the last section) apply only where one is set: without
+# config.enforcement or a rule's own, the decision is enforced_decision.
+decision := moded_decision if {
+	modes_on
+} else := enforced_decision
+
+# enforced_decision is the decision with every reason enforced.
+enforced_decision := {"action": "deny", "rule": first_deny_rule, "reasons": sort(deny_reasons)} if {
 	count(deny_reasons) > 0
 } else := {"action": "allow", "rule": allow_rule, "reasons": [], "inspect": inspect} if {
 	allow_rule
@@ -211,22 +218,22 @@ query_matches(rule) if {
 	}
 }
 
-# acting are the [name, action] of the covering rules that act here: on a
-# request, those whose matchers it meets, with their own action; on a
-# connection, each with its conn_action. A rule with "connection_only":
-# true (an accepted proposal's overlay) decides connections only: on an
-# inspected host the requests stay with its HTTP rules, which the
-# proposal did not show the approver.
+# acting are the [name, action, rule] of the covering rules that act
+# here: on a request, those whose matchers it meets, with their own
+# action; on a connection, each with its conn_action. A rule with
+# "connection_only": true (an accepted proposal's overlay) decides
+# connections only: on an inspected host the requests stay with its HTTP
+# rules, which the proposal did not show the approver.
 acting := a if {
 	input.http
-	a := [[e.rule.name, e.rule.action] | some e in covering; not e.rule.connection_only; request_matches(e)]
-} else := [[e.rule.name, e.conn_action] | some e in covering; e.conn_action]
+	a := [[e.rule.name, e.rule.action, e.rule] | some e in covering; not e.rule.connection_only; request_matches(e)]
+} else := [[e.rule.name, e.conn_action, e.rule] | some e in covering; e.conn_action]
 
-deny_rules := [name | some [name, a] in acting; a == "deny"]
+deny_rules := [name | some [name, a, _] in acting; a == "deny"]
 
-allow_rule := [name | some [name, a] in acting; a == "allow"][0]
+allow_rule := [name | some [name, a, _] in acting; a == "allow"][0]
 
-approval_rule := [name | some [name, a] in acting; a == "require_approval"][0]
+approval_rule := [name | some [name, a, _] in acting; a == "require_approval"][0]
 
 # inspect: an HTTP rule (or one with "inspect": true) covers the
 # connection, so its requests are decided one by one (said of a
@@ -257,7 +264,10 @@ governing_rule := governing[0] if {
 
 first_deny_rule := deny_rules[0] if {
 	count(deny_rules) > 0
-} else := "egress.blocked_address" if {
+} else := builtin_deny_rule
+
+# builtin_deny_rule names the first of the refusals no rule can lift.
+builtin_deny_rule := "egress.blocked_address" if {
 	some ip in blocked_ips
 	not exempt(ip)
 } else := "egress.unresolved" if {
@@ -317,3 +327,128 @@ default_action := a if {
 default_reasons := [reason("egress.not_allowed", sprintf("%s:%d is not on an allow-list", [input.host, input.port]))] if {
 	default_action == "deny"
 } else := [reason("egress.approval", sprintf("%s:%d is not on an allow-list", [input.host, input.port]))]
+
+# Enforcement modes of egress decisions (issue 32), on the model of
+# Gatekeeper's enforcementAction and of the exec policy's modes. A reason
+# that would deny or hold a connection or request is "enforce" (the
+# default), "dryrun" (it does not decide: the decision records what it
+# would have been) or "warn" (likewise, and the agent is told). The mode
+# of a reason is the strictest of:
+#   - the "enforcement" of the egress rule it comes from (a deny rule, a
+#     require_approval rule, or the HTTP rule governing a request no rule
+#     matched; a rule that names a request preset passes it to its
+#     expanded rules);
+#   - data.sandgate.config.enforcement.rules[code], by reason code
+#     (egress.denied, egress.approval, egress.request_not_allowed, and
+#     egress.not_allowed or egress.approval for the mode's default);
+#   - data.sandgate.config.enforcement.tenants[tenant].
+# A mode this policy does not know is enforce. The refusals that keep the
+# gateway's own network out of reach (egress.blocked_address,
+# egress.unresolved, egress.scheme) are always enforced.
+#
+# A relaxed reason does not decide, and the decision records what it
+# would have been: would_be and would_be_rule name the action and rule of
+# enforced_decision (every reason enforced) when its action differs, and
+# the relaxed reasons are listed with their enforcement.
+#   - A relaxed deny rule leaves the decision to the rest of the policy:
+#     what an allow rule allows goes through, what the mode's default
+#     denies stays denied (a dryrun deny rule for "*" opens nothing).
+#   - A relaxed hold (require_approval rule, or a default of
+#     require_approval) lets the connection or request through.
+#   - A request the HTTP rules governing its host would refuse goes
+#     through when they are relaxed (its connection was let through by
+#     them).
+#   - A relaxed default deny lets it through.
+# So a relaxed reason never makes a decision stricter than enforcing it.
+
+# modes_on: some mode may apply here, so the moded chain runs.
+modes_on if config.enforcement
+
+modes_on if {
+	some e in covering
+	e.rule.enforcement
+}
+
+mode_rank := {"dryrun": 0, "warn": 1, "enforce": 2}
+
+table_modes(code) := {m | m := config.enforcement.rules[code]} | {m | m := config.enforcement.tenants[input.tenant]}
+
+rule_mode(rule, code) := strictest({m | m := rule.enforcement} | table_modes(code))
+
+strictest(modes) := m if {
+	some m in modes
+	every other in modes {
+		mode_rank[m] >= mode_rank[other]
+	}
+} else := "enforce"
+
+relaxed(r, mode) := {object.union(r, {"enforcement": mode})} if {
+	mode != "enforce"
+} else := set()
+
+# The deny rules, approval rules and governing rules with their modes, in
+# order.
+deny_modes := [[name, rule_mode(rule, "egress.denied")] | some [name, a, rule] in acting; a == "deny"]
+
+approval_modes := [[name, rule_mode(rule, "egress.approval")] | some [name, a, rule] in acting; a == "require_approval"]
+
+governing_modes := [[object.get(e.rule, "group", e.rule.name), rule_mode(e.rule, "egress.request_not_allowed")] |
+	input.http
+	some e in covering
+	e.http
+]
+
+default_code := "egress.not_allowed" if default_action == "deny"
+
+else := "egress.approval"
+
+default_mode := strictest(table_modes(default_code))
+
+moded_deny_rules := [name | some [name, mode] in deny_modes; mode == "enforce"]
+
+moded_deny_reasons := {r | some r in deny_reasons; r.code != "egress.denied"} | {reason("egress.denied", sprintf("%s is denied by rule %q", [subject, name])) |
+	some name in moded_deny_rules
+}
+
+moded_first_deny_rule := moded_deny_rules[0] if {
+	count(moded_deny_rules) > 0
+} else := builtin_deny_rule
+
+moded_approval_rule := [name | some [name, mode] in approval_modes; mode == "enforce"][0]
+
+moded_governing_rule := [name | some [name, mode] in governing_modes; mode == "enforce"][0]
+
+# moded_base is the decision with the relaxed reasons left out.
+moded_base := {"action": "deny", "rule": moded_first_deny_rule, "reasons": moded_deny_reasons} if {
+	count(moded_deny_reasons) > 0
+} else := {"action": "allow", "rule": allow_rule, "reasons": set(), "inspect": inspect} if {
+	allow_rule
+} else := {"action": "require_approval", "rule": moded_approval_rule, "reasons": {reason("egress.approval", sprintf("%s is not on an allow-list", [subject]))}, "inspect": inspect} if {
+	moded_approval_rule
+} else := {"action": "allow", "rule": approval_rule, "reasons": set(), "inspect": inspect} if {
+	approval_rule
+} else := {"action": "deny", "rule": moded_governing_rule, "reasons": {reason("egress.request_not_allowed", sprintf("%s is not allowed by rule %q", [subject, moded_governing_rule]))}} if {
+	moded_governing_rule
+} else := {"action": "allow", "rule": governing_rule, "reasons": set()} if {
+	governing_rule
+} else := {"action": default_action, "rule": "default", "reasons": {r | some r in default_reasons}} if {
+	default_mode == "enforce"
+} else := {"action": "allow", "rule": enforced_decision.rule, "reasons": set(), "inspect": inspect}
+
+# relaxed_reasons are the reasons of enforced_decision that did not
+# decide, each with its mode.
+relaxed_reasons := {r | some [name, mode] in deny_modes; some r in relaxed(reason("egress.denied", sprintf("%s is denied by rule %q", [subject, name])), mode)} if {
+	count(deny_reasons) > 0
+} else := set() if {
+	allow_rule
+} else := relaxed(reason("egress.approval", sprintf("%s is not on an allow-list", [subject])), approval_modes[0][1]) if {
+	approval_rule
+} else := relaxed(reason("egress.request_not_allowed", sprintf("%s is not allowed by rule %q", [subject, governing_rule])), governing_modes[0][1]) if {
+	governing_rule
+} else := relaxed(default_reasons[0], default_mode)
+
+moded_document := object.union(moded_base, {"reasons": sort(moded_base.reasons | relaxed_reasons)})
+
+moded_decision := object.union(moded_document, {"would_be": enforced_decision.action, "would_be_rule": enforced_decision.rule}) if {
+	enforced_decision.action != moded_base.action
+} else := moded_document
