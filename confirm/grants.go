@@ -386,18 +386,10 @@ func (g *Grants) coverIfSet(ctx context.Context, req Request) (Grant, bool) {
 // gives. The request itself is already approved; when the grant cannot
 // be written the approver is told (the approval stands, once).
 func (h *Hub) withGrant(ctx context.Context, fin View, err error, d Decision, by string) (View, error) {
-	egressGrant := fin.Kind == KindEgress && d.ForS > 0
-	runGrant := fin.Kind == KindRun && (fin.Scope == ScopeSession || fin.Scope == ScopePattern)
-	if err != nil || fin.Status != StatusApproved || (!egressGrant && !runGrant) {
+	if err != nil || fin.Status != StatusApproved || fin.Kind != KindRun || (fin.Scope != ScopeSession && fin.Scope != ScopePattern) {
 		return fin, err
 	}
-	var gr Grant
-	var gerr error
-	if egressGrant {
-		gr, gerr = h.opts.Grants.giveEgress(context.WithoutCancel(ctx), fin, d, by)
-	} else {
-		gr, gerr = h.opts.Grants.give(context.WithoutCancel(ctx), fin, fin.Scope, d.ForS, by)
-	}
+	gr, gerr := h.opts.Grants.give(context.WithoutCancel(ctx), fin, fin.Scope, d.ForS, by)
 	if gerr != nil {
 		h.log.ErrorContext(ctx, "grant not recorded; the approval was once", "approval_id", fin.ID, "err", gerr)
 		return fin, gerr

@@ -131,6 +131,33 @@ func (g *Grants) giveEgress(ctx context.Context, v View, d Decision, by string) 
 	return gr, nil
 }
 
+// decideWithGrant runs resolve (the decision on v) with the grant it
+// gives. An egress grant is recorded first, so that the held request,
+// which the resolution lets go, finds it for the session's next request
+// (an agent's next call can follow at once); when it cannot be recorded
+// the approval stays pending and the approver is told, and when the
+// decision does not stand (another approver's came first) it is revoked.
+// A run grant is given after the decision, as withGrant says.
+func (h *Hub) decideWithGrant(ctx context.Context, v View, status string, d Decision, by string, resolve func() (View, error)) (View, error) {
+	if v.Kind != KindEgress || status != StatusApproved || d.ForS <= 0 {
+		fin, err := resolve()
+		return h.withGrant(ctx, fin, err, d, by)
+	}
+	gr, err := h.opts.Grants.giveEgress(context.WithoutCancel(ctx), v, d, by)
+	if err != nil {
+		return View{}, err
+	}
+	fin, err := resolve()
+	if err != nil {
+		if rerr := h.opts.Grants.revokeNow(context.WithoutCancel(ctx), gr, by, "its decision did not stand"); rerr != nil {
+			h.log.ErrorContext(ctx, "egress grant of a decision that did not stand not revoked", "grant_id", gr.ID, "err", rerr)
+		}
+		return fin, err
+	}
+	fin.Grant = &gr
+	return fin, nil
+}
+
 // coveringEgress asks the egress policy which of live covers req. A
 // request without its decision input (req.Egress) is covered by none.
 func (g *Grants) coveringEgress(ctx context.Context, req Request, live []Grant) (string, error) {

@@ -2,6 +2,7 @@ package confirm
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"testing"
 	"testing/fstest"
@@ -74,15 +75,29 @@ func TestEgressGrants(t *testing.T) {
 	ctx := context.Background()
 	first := confirmAsync(ctx, h.Hub, heldRequest("s1", "POST", "/v1/items"))
 	v := waitPending(t, h.Hub, 1)[0]
-	fin, err := h.Decide(ctx, v.ID, Approver{Name: "alice"},
-		Decision{Decision: "approve", Scope: ScopeSession, ForS: 1800, PathPrefix: "/v1/"})
-	if err != nil || fin.Grant == nil || fin.Scope != ScopeOnce {
-		t.Fatalf("decide: %+v %v", fin, err)
+	type decided struct {
+		fin View
+		err error
 	}
+	dc := make(chan decided, 1)
+	go func() {
+		fin, err := h.Decide(ctx, v.ID, Approver{Name: "alice"},
+			Decision{Decision: "approve", Scope: ScopeSession, ForS: 1800, PathPrefix: "/v1/"})
+		dc <- decided{fin, err}
+	}()
 	if out := first.wait(t); !out.Approved() || out.Scope != ScopeOnce {
 		t.Fatalf("the held request: %+v", out)
 	}
-	gr := *fin.Grant
+	// The grant is in force by the time the held request is let go: the
+	// session's next request, sent at once, finds it.
+	if live, err := h.opts.Grants.List(ctx, Approver{}, GrantQuery{SessionID: "s1", Live: true}); err != nil || len(live) != 1 {
+		t.Fatalf("grants when the held request went ahead: %+v %v", live, err)
+	}
+	d := <-dc
+	if d.err != nil || d.fin.Grant == nil || d.fin.Scope != ScopeOnce {
+		t.Fatalf("decide: %+v %v", d.fin, d.err)
+	}
+	gr := *d.fin.Grant
 	if gr.Kind != KindEgress || gr.Method != "POST" || gr.Host != "api.example" || gr.Port != 443 || gr.PathPrefix != "/v1/" ||
 		gr.SessionID != "s1" || time.Until(gr.ExpiresAt) > 30*time.Minute || time.Until(gr.ExpiresAt) < 29*time.Minute {
 		t.Fatalf("grant %+v", gr)
@@ -130,5 +145,29 @@ func TestEgressGrants(t *testing.T) {
 	}
 	if out := asked.wait(t); out.Approved() {
 		t.Fatalf("covered after the session ended: %+v", out)
+	}
+}
+
+// TestEgressGrantOfAFailedDecision: a grant decision that does not stand
+// (here: the digest is not the approval's) leaves no grant in force, and
+// the request stays held for a person.
+func TestEgressGrantOfAFailedDecision(t *testing.T) {
+	h := newEgressGrantHub(t)
+	ctx := context.Background()
+	held := confirmAsync(ctx, h.Hub, heldRequest("s1", "POST", "/v1/items"))
+	v := waitPending(t, h.Hub, 1)[0]
+	_, err := h.Decide(ctx, v.ID, Approver{Name: "alice"},
+		Decision{Decision: "approve", Scope: ScopeSession, ForS: 1800, Digest: "sha256:not-this-one"})
+	if !errors.Is(err, ErrDigestMismatch) {
+		t.Fatalf("decide with another digest: %v", err)
+	}
+	if live, err := h.opts.Grants.List(ctx, Approver{}, GrantQuery{SessionID: "s1", Live: true}); err != nil || len(live) != 0 {
+		t.Fatalf("live grants after a failed decision: %+v %v", live, err)
+	}
+	if _, err := h.Decide(ctx, v.ID, Approver{Name: "alice"}, Decision{Decision: "deny"}); err != nil {
+		t.Fatal(err)
+	}
+	if out := held.wait(t); out.Approved() {
+		t.Fatalf("approved: %+v", out)
 	}
 }

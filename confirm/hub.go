@@ -411,13 +411,13 @@ func (h *Hub) Decide(ctx context.Context, id string, who Approver, d Decision) (
 			if d.Scope, err = h.opts.Grants.scope(v, status, d); err != nil {
 				return View{}, err
 			}
-			fin, err := h.decideRemote(ctx, v, status, who.Name, d)
-			return h.withGrant(ctx, fin, err, d, who.Name)
+			return h.decideWithGrant(ctx, v, status, d, who.Name, func() (View, error) { return h.decideRemote(ctx, v, status, who.Name, d) })
 		}
 		return View{}, &ConflictError{Approval: v}
 	}
-	fin, err := h.resolveBy(ctx, p, status, who.Name, d.Reason, d.Digest, d.Scope)
-	return h.withGrant(ctx, fin, err, d, who.Name)
+	return h.decideWithGrant(ctx, p.view, status, d, who.Name, func() (View, error) {
+		return h.resolveBy(ctx, p, status, who.Name, d.Reason, d.Digest, d.Scope)
+	})
 }
 
 // scopeFor is the scope a decision records: "once" unless an egress
