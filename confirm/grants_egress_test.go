@@ -2,8 +2,8 @@ package confirm
 
 import (
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 	"testing"
 	"testing/fstest"
 	"time"
