@@ -397,6 +397,10 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request, p manager
 	if err != nil {
 		return err
 	}
+	handled, r, err := s.route(w, r, info)
+	if err != nil || handled {
+		return err
+	}
 	if err := s.deps.Manager.DeleteSession(r.Context(), p, info.ID, true); err != nil {
 		return err
 	}

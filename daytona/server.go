@@ -25,6 +25,9 @@ type Config struct {
 type Deps struct {
 	Manager *manager.Manager
 	Logger  *slog.Logger
+	// Fleet routes a sandbox's toolbox calls and its delete to the
+	// replica serving its session; nil serves every session here.
+	Fleet Fleet
 }
 
 // Server is the front end. api mounts its routes (Routes).
@@ -208,6 +211,10 @@ func (s *Server) toolbox(h func(http.ResponseWriter, *http.Request, *sandbox) er
 	return func(w http.ResponseWriter, r *http.Request, p manager.Principal) error {
 		info, err := s.session(r, p, r.PathValue("id"))
 		if err != nil {
+			return err
+		}
+		handled, r, err := s.route(w, r, info)
+		if err != nil || handled {
 			return err
 		}
 		return h(w, r, &sandbox{id: info.ID, principal: p, via: via(r)})

@@ -220,7 +220,11 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p manager
 		return manager.ErrSessionElsewhere // a fresh random id: not in a one-process gateway
 	}
 	sb := newSandbox(id, body.TemplateID, p, client, body.EnvVars)
-	s.deps.Registry.put(sb)
+	if err := s.deps.Registry.register(r.Context(), sb); err != nil {
+		// No sandbox without its record: the session goes too.
+		_ = s.deps.Manager.DeleteSession(manager.WithServedHere(r.Context(), sb.sessionKey), p, id, true)
+		return err
+	}
 	writeJSON(w, http.StatusCreated, viewOf(sb))
 	return nil
 }
@@ -272,8 +276,10 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, p manager.Pr
 		return err
 	}
 	d := detailView{listedView: listedOf(info), Domain: domain}
-	if sb, ok := s.deps.Registry.get(info.ID); ok && sb.principal.Tenant == info.Tenant {
-		d.EnvdAccessToken = sb.envdToken
+	if sb, ok, err := s.deps.Registry.lookup(r.Context(), info.ID); err != nil {
+		return err
+	} else if ok && sb.tenant == info.Tenant {
+		d.EnvdAccessToken = sb.envdToken // empty when minted elsewhere: connect mints new ones
 	}
 	writeJSON(w, http.StatusOK, d)
 	return nil
@@ -365,7 +371,9 @@ func (s *Server) killSandbox(w http.ResponseWriter, r *http.Request, p manager.P
 	if err := s.deps.Manager.DeleteSession(r.Context(), p, id, true); err != nil {
 		return err
 	}
-	s.deps.Registry.forget(id)
+	if err := s.deps.Registry.forget(r.Context(), id); err != nil {
+		return err
+	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
@@ -396,15 +404,15 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request, p manager.Pr
 	return nil
 }
 
-// connectSandbox answers Sandbox.connect: the sandbox's tokens, its
-// timeout moved when one is given. A sandbox this process has no
-// registration for (a restart) is registered again for the caller, with
-// new tokens.
-// errElsewhere refuses to connect a sandbox another replica of a fleet
-// serves.
-var errElsewhere = errcode.New(errcode.SessionUnavailable,
-	"this sandbox is served by another replica of the gateway; send an E2B client's calls to one replica")
-
+// connectSandbox answers Sandbox.connect (POST /v2/sandboxes/{id}/connect,
+// and E2B's older POST /sandboxes/{id}/resume): a paused sandbox is
+// resumed (the session's pause, issue 30), its timeout moved when one is
+// given, and its tokens answered. It runs on the replica serving the
+// session (owned). The tokens are those minted here; a replica that did
+// not mint them (the sandbox was made before a restart, or on a replica
+// that died since) cannot show them, and mints new ones, which replace
+// the old in the store: a client still holding the old ones gets 401 and
+// connects again.
 func (s *Server) connectSandbox(w http.ResponseWriter, r *http.Request, p manager.Principal) error {
 	var body timeoutBody
 	if err := decodeBody(r, &body); err != nil {
@@ -418,28 +426,44 @@ func (s *Server) connectSandbox(w http.ResponseWriter, r *http.Request, p manage
 	if err != nil {
 		return err
 	}
-	// Sandbox calls are served by the replica that registered the
-	// sandbox; they are not forwarded across a fleet yet. Registering it
-	// here too would give it two sets of tokens, one of them outliving
-	// its kill: refused instead.
 	if owner, err := s.deps.Manager.Where(r.Context(), p, id); err != nil {
 		return err
 	} else if !owner.Local {
-		return errElsewhere
+		return errElsewhere // one process: not reached; a fleet routes it first
+	}
+	if info.State == manager.StatePaused {
+		if _, err := s.deps.Manager.ResumeSession(r.Context(), p, id); err != nil {
+			return err
+		}
 	}
 	if body.Timeout != nil && *body.Timeout > 0 {
 		if _, err := s.deps.Manager.PatchSession(r.Context(), p, id, manager.SessionPatch{TimeoutS: body.Timeout}); err != nil {
 			return err
 		}
 	}
-	sb, ok := s.deps.Registry.get(id)
-	if !ok || sb.principal.Tenant != info.Tenant {
-		sb = newSandbox(id, info.Labels[labelTemplate], p, clientOf(r), nil)
-		s.deps.Registry.put(sb)
+	sb, ok, err := s.deps.Registry.served(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	if !ok || sb.tenant != info.Tenant || sb.envdToken == "" {
+		// No record (made before the registry kept them) or no tokens
+		// to show: new tokens, recorded for every replica.
+		template, client, envs := info.Labels[labelTemplate], clientOf(r), map[string]string(nil)
+		if ok && sb.tenant == info.Tenant {
+			template, client, envs = sb.template, sb.client, sb.envs
+		}
+		sb = newSandbox(id, template, p, client, envs)
+		if err := s.deps.Registry.register(r.Context(), sb); err != nil {
+			return err
+		}
 	}
 	writeJSON(w, http.StatusOK, viewOf(sb))
 	return nil
 }
+
+// errElsewhere refuses to connect a sandbox another replica serves.
+var errElsewhere = errcode.New(errcode.SessionUnavailable,
+	"this sandbox is served by another replica of the gateway; retry")
 
 // sdkAgent matches the SDKs' User-Agent: e2b-js-sdk/2.51.0,
 // e2b-python-sdk/2.x.

@@ -138,7 +138,7 @@ func TestPaths(t *testing.T) {
 }
 
 func TestCommandOf(t *testing.T) {
-	sb := &sandbox{envs: map[string]string{"A": "x y"}}
+	sb := &sandbox{record: record{envs: map[string]string{"A": "x y"}}}
 	cwd := "/home/user/sub"
 	for _, tc := range []struct {
 		c    processConfig
@@ -193,7 +193,9 @@ func bare() *Server {
 func TestSandboxAuth(t *testing.T) {
 	s := bare()
 	sb := newSandbox("sbxtest", "base", manager.Principal{Role: "agent", Name: "a", Tenant: "t"}, "e2b-js 2.51.0", nil)
-	s.deps.Registry.put(sb)
+	if err := s.deps.Registry.register(t.Context(), sb); err != nil {
+		t.Fatal(err)
+	}
 	mux := http.NewServeMux()
 	s.Routes(func(p string, h http.Handler, _ bool) { mux.Handle(p, h) })
 

@@ -168,7 +168,7 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	}
 	info, err := s.deps.Manager.Session(r.Context(), sb.principal, sb.id)
 	if code, _, _ := errcode.Of(err); code == errcode.NotFound || (err == nil && !live(info.State)) {
-		s.deps.Registry.forget(sb.id)
+		_ = s.deps.Registry.forget(r.Context(), sb.id) // the session is gone; so is its record
 		writeFileError(w, http.StatusBadGateway, "the sandbox is not running")
 		return
 	}

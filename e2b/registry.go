@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"fmt"
 	"strings"
 	"sync"
 
@@ -12,36 +13,47 @@ import (
 	"github.com/sandgate/sandgate/workspace"
 )
 
-// Registry is what this process knows of the E2B sandboxes it serves: for
-// each sandbox id, its session's tenant, the principal that created or
-// last connected it (the one its envd calls run as), its two tokens, and
-// its live processes and code contexts. It lives in memory: after a
-// restart, a sandbox's session is still there (GET, list, kill work with
-// the API key), and `Sandbox.connect(id)` registers it again with fresh
-// tokens; envd calls made with the old tokens fail closed (401).
+// Registry is the E2B sandboxes: for each sandbox id, a record in the
+// store (its session's tenant and key, the principal its envd calls run
+// as, its template and SDK, its envs and its two tokens' SHA-256), shared
+// by every replica of a fleet and kept across restarts; and, on the
+// replica serving its session, its live state (processes, code contexts,
+// the tokens as minted). Every sandbox call is served by the replica that
+// serves the session (Server.route forwards it there), so a sandbox has
+// one set of processes fleet-wide, never a second copy. A replica that
+// did not mint a sandbox's tokens checks them against the record; its
+// connect mints new ones, which replace the old everywhere at once.
 type Registry struct {
+	records records
+
 	mu   sync.Mutex
 	byID map[string]*sandbox
 }
 
-// NewRegistry returns an empty registry.
-func NewRegistry() *Registry { return &Registry{byID: map[string]*sandbox{}} }
+// NewRegistry returns a registry whose records live in this process's
+// memory only (one process, and the unit tests).
+func NewRegistry() *Registry {
+	return &Registry{records: &memRecords{byID: map[string]record{}}, byID: map[string]*sandbox{}}
+}
 
-// sandbox is one registered sandbox.
+// OpenRegistry returns a registry whose records live in db (the audit
+// database), bringing its table up to date.
+func OpenRegistry(ctx context.Context, db Store) (*Registry, error) {
+	if err := db.Migrate(ctx, storeComponent, storeMigrations); err != nil {
+		return nil, fmt.Errorf("e2b: sandbox registry: %w", err)
+	}
+	return &Registry{records: sqlRecords{db: db}, byID: map[string]*sandbox{}}, nil
+}
+
+// sandbox is one sandbox as the replica serving it knows it: its record,
+// and its live state here.
 type sandbox struct {
-	id        string
-	template  string
-	principal manager.Principal
-	// client is the SDK as its control-plane calls named it ("e2b-js
-	// 2.51.0"), for the approver's "via".
-	client string
-	// envs are the sandbox's environment variables (create's envVars).
-	envs map[string]string
-	// The tokens' SHA-256: envd's X-Access-Token and the code
-	// interpreter's E2B-Traffic-Access-Token. The tokens themselves are
-	// kept to answer connect and getInfo again.
+	record
+	// The tokens as minted here (envd's X-Access-Token and the code
+	// interpreter's E2B-Traffic-Access-Token), to answer connect and
+	// getInfo again; empty when another replica, or an earlier run of
+	// this one, minted them.
 	envdToken, trafficToken string
-	envdSum, trafficSum     [sha256.Size]byte
 
 	mu       sync.Mutex
 	nextPID  uint32
@@ -51,7 +63,8 @@ type sandbox struct {
 }
 
 // codeContext is a name the code interpreter's client uses for the
-// session's one kernel (see interpreter.go).
+// session's one kernel (see interpreter.go). Contexts are live state: they
+// name the kernel of the replica serving the session, and go with it.
 type codeContext struct {
 	ID       string `json:"id"`
 	Language string `json:"language"`
@@ -61,13 +74,25 @@ type codeContext struct {
 // defaultContext names the session's kernel when the client names none.
 const defaultContext = "default"
 
+// newSandbox is a new sandbox of p's tenant with fresh tokens.
 func newSandbox(id, template string, p manager.Principal, client string, envs map[string]string) *sandbox {
-	sb := &sandbox{id: id, template: template, principal: p, client: client, envs: envs,
-		envdToken: newToken("ea_"), trafficToken: newToken("ta_"), nextPID: 100,
-		procs: map[uint32]*process{}, contexts: map[string]codeContext{}}
-	sb.envdSum, sb.trafficSum = sha256.Sum256([]byte(sb.envdToken)), sha256.Sum256([]byte(sb.trafficToken))
+	sb := liveOf(record{id: id, tenant: p.Tenant, sessionKey: workspace.Key(p.Tenant, id), template: template,
+		client: client, principal: p, envs: envs})
+	sb.mint()
+	return sb
+}
+
+// liveOf is a record's sandbox with no live state yet.
+func liveOf(rec record) *sandbox {
+	sb := &sandbox{record: rec, nextPID: 100, procs: map[uint32]*process{}, contexts: map[string]codeContext{}}
 	sb.contexts[defaultContext] = codeContext{ID: defaultContext, Language: "python", Cwd: homeDir}
 	return sb
+}
+
+// mint gives sb fresh tokens.
+func (sb *sandbox) mint() {
+	sb.envdToken, sb.trafficToken = newToken("ea_"), newToken("ta_")
+	sb.envdSum, sb.trafficSum = sha256.Sum256([]byte(sb.envdToken)), sha256.Sum256([]byte(sb.trafficToken))
 }
 
 // newToken is a fresh 260-bit random credential.
@@ -88,8 +113,18 @@ func (sb *sandbox) accepts(envd, traffic string) bool {
 	return (envd != "" && okE == 1) || (traffic != "" && okT == 1)
 }
 
-// put registers sb, replacing what was registered under its id.
-func (r *Registry) put(sb *sandbox) {
+// register records sb in the store and serves it here, replacing what
+// was registered under its id.
+func (r *Registry) register(ctx context.Context, sb *sandbox) error {
+	if err := r.records.put(ctx, sb.record); err != nil {
+		return err
+	}
+	r.keep(sb)
+	return nil
+}
+
+// keep serves sb here; an older sandbox of the id has its processes killed.
+func (r *Registry) keep(sb *sandbox) {
 	r.mu.Lock()
 	old := r.byID[sb.id]
 	r.byID[sb.id] = sb
@@ -99,15 +134,59 @@ func (r *Registry) put(sb *sandbox) {
 	}
 }
 
-func (r *Registry) get(id string) (*sandbox, bool) {
+// lookup returns the sandbox id as its record stands now, with its live
+// state here when this replica has some for the same record (same
+// tenant and tokens). A sandbox with no record is gone (killed, expired,
+// or released on another replica): what this replica held of it is
+// dropped.
+func (r *Registry) lookup(ctx context.Context, id string) (*sandbox, bool, error) {
+	rec, ok, err := r.records.get(ctx, id)
+	if err != nil {
+		return nil, false, err
+	}
+	if !ok {
+		r.drop(id)
+		return nil, false, nil
+	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	sb, ok := r.byID[id]
-	return sb, ok
+	sb := r.byID[id]
+	r.mu.Unlock()
+	if sb != nil && sb.tenant == rec.tenant && sb.envdSum == rec.envdSum && sb.trafficSum == rec.trafficSum {
+		return sb, true, nil
+	}
+	return liveOf(rec), true, nil
 }
 
-// forget drops the sandbox id and kills its processes.
-func (r *Registry) forget(id string) {
+// served returns the live sandbox id for work here: lookup's, kept here
+// so that its processes and contexts are found by the next call.
+func (r *Registry) served(ctx context.Context, id string) (*sandbox, bool, error) {
+	sb, ok, err := r.lookup(ctx, id)
+	if err != nil || !ok {
+		return nil, ok, err
+	}
+	r.mu.Lock()
+	if cur := r.byID[id]; cur != nil && cur != sb && cur.tenant == sb.tenant && cur.envdSum == sb.envdSum {
+		sb = cur // another call kept it first
+	}
+	old := r.byID[id]
+	r.byID[id] = sb
+	r.mu.Unlock()
+	if old != nil && old != sb {
+		old.killAll()
+	}
+	return sb, true, nil
+}
+
+// forget ends the sandbox id everywhere: its record, and what this
+// replica held of it.
+func (r *Registry) forget(ctx context.Context, id string) error {
+	err := r.records.remove(ctx, id)
+	r.drop(id)
+	return err
+}
+
+// drop forgets this replica's live state of id and kills its processes.
+func (r *Registry) drop(id string) {
 	r.mu.Lock()
 	sb := r.byID[id]
 	delete(r.byID, id)
@@ -118,14 +197,15 @@ func (r *Registry) forget(id string) {
 }
 
 // Release is the manager's SessionResource hook: a session deleted or
-// expired through any front end takes its sandbox registration with it,
-// so its tokens stop working at once. key is the session's key
-// (tenant~name).
-func (r *Registry) Release(_ context.Context, key string) error {
+// expired through any front end, on any replica, takes its sandbox's
+// record with it, so its tokens stop working everywhere at once, and its
+// processes here are killed. key is the session's key (tenant~name).
+func (r *Registry) Release(ctx context.Context, key string) error {
+	err := r.records.removeSession(ctx, key)
 	tenant, name := workspace.SplitKey(key)
 	r.mu.Lock()
 	sb, ok := r.byID[name]
-	if ok && sb.principal.Tenant == tenant {
+	if ok && sb.tenant == tenant {
 		delete(r.byID, name)
 	} else {
 		sb = nil
@@ -134,7 +214,19 @@ func (r *Registry) Release(_ context.Context, key string) error {
 	if sb != nil {
 		sb.killAll()
 	}
-	return nil
+	return err
+}
+
+// pauseLocal kills the processes of sandbox id here, as a pause frees
+// the session's processes; its record and tokens stay.
+func (r *Registry) pauseLocal(id string) {
+	r.mu.Lock()
+	sb := r.byID[id]
+	r.mu.Unlock()
+	if sb == nil {
+		return
+	}
+	sb.killAll() // each process leaves the table as its run ends
 }
 
 // killAll cancels the sandbox's running processes.

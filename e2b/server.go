@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/sandgate/sandgate/errcode"
 	"github.com/sandgate/sandgate/manager"
+	"github.com/sandgate/sandgate/workspace"
 )
 
 // Config tunes the front end.
@@ -40,6 +42,23 @@ type Deps struct {
 	// its Release to the manager as a session resource.
 	Registry *Registry
 	Logger   *slog.Logger
+	// Fleet routes a sandbox's calls to the replica serving its session;
+	// nil serves every session here (one process).
+	Fleet Fleet
+}
+
+// Fleet routes session requests between the replicas of a PostgreSQL
+// fleet (DESIGN.md §12); package fleet's Router implements it, as for the
+// REST and DeerFlow routes.
+type Fleet interface {
+	// Forwarded verifies that r was forwarded by another replica of the
+	// fleet and returns the request id that replica gave it.
+	Forwarded(r *http.Request) (requestID string, ok bool)
+	// Route serves r on the replica serving the session key when that is
+	// another one and reports true; false means this replica serves it.
+	// A non-nil error is the answer (nothing was written). A forwarded
+	// request is never forwarded again.
+	Route(w http.ResponseWriter, r *http.Request, key, requestID string, forwarded bool) (bool, error)
 }
 
 // Server is the front end. api mounts its routes (Routes).
@@ -88,24 +107,30 @@ func (s *Server) Routes(mount func(pattern string, h http.Handler, controlPlane 
 	cp("POST "+Prefix+"/v2/sandboxes", s.createSandbox)
 	cp("GET "+Prefix+"/sandboxes", s.listSandboxes)
 	cp("GET "+Prefix+"/v2/sandboxes", s.listSandboxes)
-	cp("GET "+Prefix+"/sandboxes/{id}", s.getSandbox)
-	cp("DELETE "+Prefix+"/sandboxes/{id}", s.killSandbox)
-	cp("POST "+Prefix+"/sandboxes/{id}/timeout", s.setTimeout)
-	cp("GET "+Prefix+"/sandboxes/{id}/metrics", s.getMetrics)
-	cp("POST "+Prefix+"/sandboxes/{id}/connect", s.connectSandbox)
-	cp("POST "+Prefix+"/v2/sandboxes/{id}/connect", s.connectSandbox)
+	// A sandbox's own control-plane calls are served where its
+	// session is (owned): its tokens, processes and cgroups are there.
+	cp("GET "+Prefix+"/sandboxes/{id}", s.owned(s.getSandbox))
+	cp("DELETE "+Prefix+"/sandboxes/{id}", s.owned(s.killSandbox))
+	cp("POST "+Prefix+"/sandboxes/{id}/timeout", s.owned(s.setTimeout))
+	cp("GET "+Prefix+"/sandboxes/{id}/metrics", s.owned(s.getMetrics))
+	cp("POST "+Prefix+"/sandboxes/{id}/connect", s.owned(s.connectSandbox))
+	cp("POST "+Prefix+"/v2/sandboxes/{id}/connect", s.owned(s.connectSandbox))
+	cp("POST "+Prefix+"/sandboxes/{id}/resume", s.owned(s.connectSandbox))
+	cp("POST "+Prefix+"/sandboxes/{id}/pause", s.owned(s.pauseSandbox))
+	cp("POST "+Prefix+"/sandboxes/{id}/fork", s.owned(s.forkSandbox))
 
-	mount("POST "+Prefix+"/process.Process/{method}", http.HandlerFunc(s.processRPC), false)
-	mount("POST "+Prefix+"/filesystem.Filesystem/{method}", http.HandlerFunc(s.filesystemRPC), false)
-	mount("GET "+Prefix+"/files", http.HandlerFunc(s.getFile), false)
-	mount("POST "+Prefix+"/files", http.HandlerFunc(s.postFiles), false)
-	mount("GET "+Prefix+"/health", http.HandlerFunc(s.health), false)
+	sbx := func(pattern string, h http.HandlerFunc, traffic bool) { mount(pattern, s.routedSandbox(h, traffic), false) }
+	sbx("POST "+Prefix+"/process.Process/{method}", s.processRPC, false)
+	sbx("POST "+Prefix+"/filesystem.Filesystem/{method}", s.filesystemRPC, false)
+	sbx("GET "+Prefix+"/files", s.getFile, false)
+	sbx("POST "+Prefix+"/files", s.postFiles, false)
+	sbx("GET "+Prefix+"/health", s.health, false)
 
-	mount("POST "+Prefix+"/execute", http.HandlerFunc(s.execute), false)
-	mount("GET "+Prefix+"/contexts", http.HandlerFunc(s.listContexts), false)
-	mount("POST "+Prefix+"/contexts", http.HandlerFunc(s.createContext), false)
-	mount("DELETE "+Prefix+"/contexts/{id}", http.HandlerFunc(s.deleteContext), false)
-	mount("POST "+Prefix+"/contexts/{id}/restart", http.HandlerFunc(s.restartContext), false)
+	sbx("POST "+Prefix+"/execute", s.execute, true)
+	sbx("GET "+Prefix+"/contexts", s.listContexts, true)
+	sbx("POST "+Prefix+"/contexts", s.createContext, true)
+	sbx("DELETE "+Prefix+"/contexts/{id}", s.deleteContext, true)
+	sbx("POST "+Prefix+"/contexts/{id}/restart", s.restartContext, true)
 }
 
 // BodyLimit is the body cap api puts on r when it is an upload to /files:
@@ -188,18 +213,33 @@ func (s *Server) controlPlane(h func(http.ResponseWriter, *http.Request, manager
 	})
 }
 
-// sandboxOf finds the sandbox a sandbox request names (E2b-Sandbox-Id)
-// and checks its token: X-Access-Token, or on the code interpreter's
-// routes also E2B-Traffic-Access-Token. ok is false for an unknown
-// sandbox (gone: the SDK reads 502 as not running) and for a wrong token.
+// sandboxOf is the sandbox a sandbox request names, as routedSandbox
+// found it (E2b-Sandbox-Id, its token checked: X-Access-Token, or on the
+// code interpreter's routes also E2B-Traffic-Access-Token), served here.
+// sb is nil for an unknown sandbox (gone: the SDK reads 502 as not
+// running), a wrong token, or a session that cannot be served (503),
+// with the status and message to answer.
 func (s *Server) sandboxOf(r *http.Request, traffic bool) (sb *sandbox, status int, msg string) {
+	if f, ok := r.Context().Value(foundKey{}).(*found); ok {
+		return f.sb, f.status, f.msg
+	}
+	return s.findSandbox(r, traffic) // a handler mounted without routedSandbox (tests)
+}
+
+// findSandbox looks up and authorises the sandbox r names, without
+// routing it.
+func (s *Server) findSandbox(r *http.Request, traffic bool) (sb *sandbox, status int, msg string) {
 	id := r.Header.Get("E2b-Sandbox-Id")
 	if id == "" {
 		return nil, http.StatusBadRequest, "the E2b-Sandbox-Id header is required (set E2B_SANDBOX_URL to this gateway's /e2b)"
 	}
-	sb, ok := s.deps.Registry.get(id)
+	sb, ok, err := s.deps.Registry.lookup(r.Context(), id)
+	if err != nil {
+		s.log.ErrorContext(r.Context(), "e2b sandbox lookup failed", "request_id", manager.RequestIDFrom(r.Context()), "err", err)
+		return nil, http.StatusServiceUnavailable, "the sandbox registry is unreachable; retry shortly"
+	}
 	if !ok {
-		return nil, http.StatusBadGateway, "the sandbox is not running on this gateway (killed, expired, or registered before a restart: Sandbox.connect registers it again)"
+		return nil, http.StatusBadGateway, "the sandbox is not running on this gateway (killed or expired)"
 	}
 	tt := ""
 	if traffic {
@@ -209,6 +249,85 @@ func (s *Server) sandboxOf(r *http.Request, traffic bool) (sb *sandbox, status i
 		return nil, http.StatusUnauthorized, "the sandbox's access token is missing or wrong"
 	}
 	return sb, 0, ""
+}
+
+type foundKey struct{}
+
+// found is what routedSandbox found for the handler.
+type found struct {
+	sb     *sandbox
+	status int
+	msg    string
+}
+
+// routedSandbox serves a sandbox route where the sandbox's session is
+// served: a call whose token checks out is forwarded to the replica
+// serving the session when that is another one (which checks it again),
+// so that a sandbox's processes, contexts and kernel live on one replica
+// whichever replica a call reaches. Served here, the handler gets the
+// sandbox through sandboxOf; a refusal is left to the handler to answer
+// in its route's wire format.
+func (s *Server) routedSandbox(h http.HandlerFunc, traffic bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sb, status, msg := s.findSandbox(r, traffic)
+		if sb != nil && s.deps.Fleet != nil {
+			handled, err := s.deps.Fleet.Route(w, r, sb.sessionKey, manager.RequestIDFrom(r.Context()), s.forwarded(r))
+			if handled && err == nil {
+				return
+			}
+			if err != nil {
+				_, status, msg = errcode.Of(err)
+				if status == http.StatusServiceUnavailable {
+					w.Header().Set("Retry-After", "1")
+				}
+				sb = nil
+			}
+		}
+		if sb != nil {
+			var ok bool
+			var err error
+			if sb, ok, err = s.deps.Registry.served(r.Context(), sb.id); err != nil || !ok {
+				sb, status, msg = nil, http.StatusBadGateway, "the sandbox is not running on this gateway (killed or expired)"
+			}
+		}
+		ctx := context.WithValue(r.Context(), foundKey{}, &found{sb: sb, status: status, msg: msg})
+		if sb != nil {
+			ctx = manager.WithServedHere(ctx, sb.sessionKey)
+		}
+		h(w, r.WithContext(ctx))
+	})
+}
+
+// forwarded reports whether r came from another replica of the fleet (a
+// verified hop).
+func (s *Server) forwarded(r *http.Request) bool {
+	if s.deps.Fleet == nil {
+		return false
+	}
+	_, ok := s.deps.Fleet.Forwarded(r)
+	return ok
+}
+
+// owned serves a control-plane call about one sandbox ({id}) on the
+// replica serving its session, forwarding it there when that is another
+// one (which authenticates the caller again from its own key). An id that
+// is not a live E2B sandbox of the caller's tenant is answered here.
+func (s *Server) owned(h func(http.ResponseWriter, *http.Request, manager.Principal) error) func(http.ResponseWriter, *http.Request, manager.Principal) error {
+	if s.deps.Fleet == nil {
+		return h
+	}
+	return func(w http.ResponseWriter, r *http.Request, p manager.Principal) error {
+		info, err := s.session(r, p, r.PathValue("id"))
+		if err != nil {
+			return err
+		}
+		key := workspace.Key(info.Tenant, info.ID)
+		handled, err := s.deps.Fleet.Route(w, r, key, manager.RequestIDFrom(r.Context()), s.forwarded(r))
+		if err != nil || handled {
+			return err
+		}
+		return h(w, r.WithContext(manager.WithServedHere(r.Context(), key)), p)
+	}
 }
 
 // sandboxContext is r's context for work in sb: its principal, the front

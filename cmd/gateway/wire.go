@@ -172,7 +172,11 @@ func build(ctx context.Context, cfg Config, getenv func(string) string, stdout, 
 		}
 	}
 	if cfg.E2B.Enabled {
-		gw.e2b = e2b.NewRegistry()
+		// The E2B sandboxes' records (tokens as digests) live in the
+		// gateway's database too: any replica of a fleet finds them.
+		if gw.e2b, err = e2b.OpenRegistry(ctx, gw.audit); err != nil {
+			return nil, err
+		}
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -538,8 +542,8 @@ func (gw *gateway) resources() []manager.SessionResource {
 	}
 	if gw.e2b != nil {
 		// Deleting or expiring a session kills its E2B sandbox's tokens
-		// and live commands.
-		out = append(out, manager.SessionResource{Name: "e2b", Release: gw.e2b.Release})
+		// and live commands; a shutdown leaves its record, in the store.
+		out = append(out, manager.SessionResource{Name: "e2b", Durable: true, Release: gw.e2b.Release})
 	}
 	if gw.egress != nil {
 		// A deleted session's "allow for this session" answers go with it.
@@ -599,7 +603,11 @@ func (gw *gateway) e2bServer() (api.E2BServer, error) {
 	if gw.e2b == nil {
 		return nil, nil
 	}
-	return e2b.New(e2b.Config{}, e2b.Deps{Manager: gw.manager, Registry: gw.e2b, Logger: gw.log})
+	deps := e2b.Deps{Manager: gw.manager, Registry: gw.e2b, Logger: gw.log}
+	if gw.router != nil { // a nil *Router in the interface would not read as "one process"
+		deps.Fleet = gw.router
+	}
+	return e2b.New(e2b.Config{}, deps)
 }
 
 // daytonaServer builds the Daytona front end on the manager, or returns
@@ -609,7 +617,11 @@ func (gw *gateway) daytonaServer() (api.DaytonaServer, error) {
 	if !gw.cfg.Daytona.Enabled {
 		return nil, nil
 	}
-	return daytona.New(daytona.Config{PublicURL: gw.cfg.Daytona.PublicURL}, daytona.Deps{Manager: gw.manager, Logger: gw.log})
+	deps := daytona.Deps{Manager: gw.manager, Logger: gw.log}
+	if gw.router != nil { // a nil *Router in the interface would not read as "one process"
+		deps.Fleet = gw.router
+	}
+	return daytona.New(daytona.Config{PublicURL: gw.cfg.Daytona.PublicURL}, deps)
 }
 
 // mcpServer builds the MCP endpoint on the manager and the browser router,
