@@ -119,7 +119,9 @@ func (s *Server) Routes(mount func(pattern string, h http.Handler, controlPlane 
 	cp("POST "+Prefix+"/sandboxes/{id}/pause", s.owned(s.pauseSandbox))
 	cp("POST "+Prefix+"/sandboxes/{id}/fork", s.owned(s.forkSandbox))
 
-	sbx := func(pattern string, h http.HandlerFunc, traffic bool) { mount(pattern, s.routedSandbox(h, traffic), false) }
+	sbx := func(pattern string, h http.HandlerFunc, traffic bool) {
+		mount(pattern, s.routedSandbox(h, traffic), false)
+	}
 	sbx("POST "+Prefix+"/process.Process/{method}", s.processRPC, false)
 	sbx("POST "+Prefix+"/filesystem.Filesystem/{method}", s.filesystemRPC, false)
 	sbx("GET "+Prefix+"/files", s.getFile, false)
