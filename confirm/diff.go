@@ -70,7 +70,12 @@ func Diff(path string, before, after []byte, existed bool) FileDiff {
 	if !existed {
 		from = "/dev/null"
 	}
-	text := "--- " + from + "\n+++ b/" + strings.TrimPrefix(path, "/") + "\n" + hunks(ops)
+	text := "--- " + from + "\n+++ b/" + strings.TrimPrefix(path, "/") + "\n" + hunks(ops, 2*MaxDiffBytes)
+	// Redacted over twice what is shown, so that a secret crossing the
+	// cut is recognised whole before it is cut.
+	if len(text) > 2*MaxDiffBytes {
+		text = cutUTF8(text, 2*MaxDiffBytes)
+	}
 	d.Text = Redact(text)
 	if len(d.Text) > MaxDiffBytes {
 		cut := strings.LastIndexByte(d.Text[:MaxDiffBytes], '\n')
@@ -180,11 +185,12 @@ func middleOps(a, b []string) []lineOp {
 }
 
 // hunks renders ops as unified-diff hunks with diffContext lines of
-// context around each change.
-func hunks(ops []lineOp) string {
+// context around each change, stopping after the hunk that passes limit
+// bytes (what is shown is cut shorter).
+func hunks(ops []lineOp, limit int) string {
 	var sb strings.Builder
 	n := len(ops)
-	for start := 0; start < n; {
+	for start := 0; start < n && sb.Len() <= limit; {
 		first := start
 		for first < n && ops[first].kind == ' ' {
 			first++
