@@ -24,9 +24,10 @@ import (
 // with the file API, `cd /mnt/user-data/workspace && python hello.py`,
 // write an output under /mnt/user-data/outputs from a command and read it
 // back with the file API, and list with find as DeerFlow's ls tool does.
-// It runs in each executor as root, and in the subprocess executor as a
-// non-root gateway (user namespaces; the other executors need the Docker
-// engine's socket, which a non-root gateway is not given).
+// It runs in each executor as root and as a non-root gateway (subprocess
+// through user namespaces; docker, gVisor and aio given the Docker
+// engine's socket through its group, aio binding its instances directly:
+// executors/aio/direct.go).
 func TestDeerFlowSequenceInEveryExecutor(t *testing.T) {
 	if os.Geteuid() != 0 {
 		if os.Getenv("SANDGATE_REQUIRE_ROOT") == "1" {
@@ -47,9 +48,10 @@ func TestDeerFlowSequenceInEveryExecutor(t *testing.T) {
 		{"aio", "aio", false, "SANDGATE_REQUIRE_DOCKER"},
 		{"docker/non-root", "docker", true, "SANDGATE_REQUIRE_DOCKER"},
 		{"gvisor/non-root", "gvisor", true, "SANDGATE_REQUIRE_GVISOR"},
-		// aio has no non-root case: binding a session to a running
-		// instance moves mounts in the host's mount namespace, which a
-		// non-root gateway cannot do (its pool reports why at start).
+		// A non-root gateway cannot move mounts in the host's mount
+		// namespace: its aio pool makes each instance for its session,
+		// the workspace mounted by the engine at create time.
+		{"aio/non-root", "aio", true, "SANDGATE_REQUIRE_DOCKER"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			base := startDeerFlowGateway(t, tc.executor, root, tc.nonRoot, tc.require)
@@ -199,7 +201,7 @@ func onlyExecutorPolicy(t *testing.T, dir, executor string) string {
 					d.(map[string]any)["executor"] = executor
 				}
 			}
-			for _, k := range []string{"isolation_upgrade", "stateful", "detached"} {
+			for _, k := range []string{"isolation_upgrade", "stateful", "detached", "session_sandbox"} {
 				if m, ok := data[k].(map[string]any); ok {
 					m["executor"] = executor
 					if _, ok := m["fallback"]; ok {

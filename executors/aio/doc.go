@@ -139,9 +139,14 @@
 //
 // # Requirements
 //
-// The gateway must run as root in the Docker engine's mount namespace (it
-// makes bind mounts under StateDir that the engine must see), StateDir
-// must be on a local filesystem, and the sandgate/aio image must exist
+// Binding sessions to instances started ahead needs the gateway to run
+// as root in the Docker engine's mount namespace (it makes bind mounts
+// under StateDir that the engine must see). A non-root gateway binds
+// directly instead (direct.go): each instance is made for its session
+// with the workspace as a Docker bind mount, none is started ahead, and
+// none is adopted at a restart; slower to a session's first run, the same
+// for every run. StateDir must be on a local filesystem, and the
+// sandgate/aio image must exist
 // (make images: scripts/images.sh builds sandgate/aio-base from
 // images/aio, images/aio/layer.sh adds sandboxd).
 package aio

@@ -40,6 +40,11 @@ func New(ctx context.Context, cfg PoolConfig) (*Executor, error) {
 		return nil, fmt.Errorf("aio: config: %w", err)
 	}
 	cfg = cfg.withDefaults()
+	if directMode(cfg.Network) && cfg.MinInstances > 0 {
+		cfg.Logger.Warn("aio: not root: instances are made for their session with the workspace mounted by the engine, none started ahead (min_instances 0)",
+			"min_instances", cfg.MinInstances)
+		cfg.MinInstances = 0
+	}
 	be, err := newLocalBackend(cfg)
 	if err != nil {
 		return nil, err

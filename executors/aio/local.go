@@ -63,6 +63,10 @@ type handle struct {
 	dir         string
 	key         string
 	port        int // bridge mode: the published host port
+	// Direct binding (direct.go): the labels the container is created
+	// with once its workspace is known, and the pinned socket.
+	labels map[string]string
+	sockFD int
 }
 
 // binding is what an instance serves once bound.
@@ -107,8 +111,11 @@ type localBackend struct {
 	// madeMount is set when this process made StateDir a mount point; it
 	// undoes that at a Close that removed every instance.
 	madeMount bool
-	image     imageID // the id of cfg.Image, for Capabilities
-	egress    egressHub
+	// direct: a non-root gateway; instances are made for their session
+	// with the workspace mounted by the engine (direct.go).
+	direct bool
+	image  imageID // the id of cfg.Image, for Capabilities
+	egress egressHub
 }
 
 func newLocalBackend(cfg PoolConfig) (*localBackend, error) {
@@ -130,8 +137,8 @@ func newLocalBackend(cfg PoolConfig) (*localBackend, error) {
 	if err := os.Chmod(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("aio: state dir: %w", err)
 	}
-	b := &localBackend{cfg: cfg, cli: cli, log: cfg.Logger}
-	if cfg.Network == NetworkNone {
+	b := &localBackend{cfg: cfg, cli: cli, log: cfg.Logger, direct: directMode(cfg.Network)}
+	if cfg.Network == NetworkNone && !b.direct {
 		if b.madeMount, err = ensureSharedMount(cfg.StateDir); err != nil {
 			return nil, fmt.Errorf("aio: state dir: %w", err)
 		}
@@ -201,16 +208,21 @@ func newKey() string {
 // session the container gets its deterministic name at once; without one
 // it waits, unbound, under a warm name.
 func (b *localBackend) create(ctx context.Context, slot, session string) (*handle, error) {
+	labels := map[string]string{labelManaged: "true", labelExecutor: string(executors.KindAIO),
+		labelInstance: b.cfg.Instance, labelSlot: slot}
+	if session != "" {
+		labels[labelSession] = session
+	}
+	if b.direct {
+		return b.createDirect(slot, session, labels)
+	}
 	h := &handle{slot: slot, dir: filepath.Join(b.cfg.StateDir, slot), key: newKey()}
 	if err := b.prepareState(h); err != nil {
 		return nil, err
 	}
 	name := b.warmName(slot)
-	labels := map[string]string{labelManaged: "true", labelExecutor: string(executors.KindAIO),
-		labelInstance: b.cfg.Instance, labelSlot: slot}
 	if session != "" {
 		name = b.containerName(session)
-		labels[labelSession] = session
 	}
 	cfg, hc := b.containerConfig(h, labels)
 	res, err := b.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: hc, Name: name})
@@ -408,15 +420,26 @@ func (b *localBackend) bind(ctx context.Context, h *handle, bd binding) (*Client
 	if err := prepareWorkspace(bd.ws.Dir, bd.ws.UID, bd.ws.GID); err != nil {
 		return nil, fmt.Errorf("aio: %w", err)
 	}
-	target := filepath.Join(h.dir, stateWS)
-	if err := unmountAll(target); err != nil {
-		return nil, fmt.Errorf("aio: %w", err)
-	}
-	if err := bindWorkspace(bd.ws.Dir, target); err != nil {
-		return nil, fmt.Errorf("aio: %w", err)
-	}
-	if err := bindLayout(h, bd.ws); err != nil {
-		return nil, err
+	if b.direct {
+		if h.containerID != "" && h.name != b.containerName(bd.session) {
+			return nil, unavailable("under a non-root gateway an instance serves the session it was made for", nil)
+		}
+		if h.containerID == "" {
+			if err := b.startDirect(ctx, h, bd.ws); err != nil {
+				return nil, err
+			}
+		}
+	} else {
+		target := filepath.Join(h.dir, stateWS)
+		if err := unmountAll(target); err != nil {
+			return nil, fmt.Errorf("aio: %w", err)
+		}
+		if err := bindWorkspace(bd.ws.Dir, target); err != nil {
+			return nil, fmt.Errorf("aio: %w", err)
+		}
+		if err := bindLayout(h, bd.ws); err != nil {
+			return nil, err
+		}
 	}
 	rec, _ := json.Marshal(sessionRecord{Session: bd.session, Dir: bd.ws.Dir, UID: bd.ws.UID, GID: bd.ws.GID,
 		Root: bd.ws.Root, Home: bd.ws.Home})
@@ -437,7 +460,7 @@ func (b *localBackend) bind(ctx context.Context, h *handle, bd binding) (*Client
 		return c, waitReady(ctx, c)
 	}
 	run := filepath.Join(h.dir, stateRun)
-	if err := os.Chown(run, bd.ws.UID, bd.ws.GID); err != nil {
+	if err := os.Chown(run, bd.ws.UID, bd.ws.GID); err != nil && !(b.direct && bd.ws.UID == os.Geteuid()) {
 		return nil, fmt.Errorf("aio: %w", err)
 	}
 	user := strconv.Itoa(bd.ws.UID) + ":" + strconv.Itoa(bd.ws.GID)
@@ -459,6 +482,14 @@ func (b *localBackend) bind(ctx context.Context, h *handle, bd binding) (*Client
 	if err := waitReady(ctx, c); err != nil {
 		c.Close()
 		return nil, err
+	}
+	if b.direct {
+		c.Close()
+		pinned, err := pinSocket(h, filepath.Join(run, socketName))
+		if err != nil {
+			return nil, err
+		}
+		return NewUnixClient(pinned, h.key), nil
 	}
 	// The socket exists: the directory goes back to root, so that code in
 	// the sandbox (the socket's owner) cannot swap the socket for a
@@ -509,9 +540,12 @@ func (b *localBackend) destroy(ctx context.Context, h *handle) error {
 		}
 	}
 	b.closeEgress(h.slot)
+	unpin(h)
 	if h.dir != "" {
-		if err := errors.Join(unmountAll(filepath.Join(h.dir, stateWS)), unmountLayout(h)); err != nil {
-			errs = append(errs, err)
+		if !b.direct { // under direct binding the gateway made no mount
+			if err := errors.Join(unmountAll(filepath.Join(h.dir, stateWS)), unmountLayout(h)); err != nil {
+				errs = append(errs, err)
+			}
 		}
 		b.cleanState(h)
 	}
@@ -606,6 +640,10 @@ func (b *localBackend) adopt(ctx context.Context) ([]adoptable, error) {
 }
 
 func (b *localBackend) cleanAfterUnmount(h *handle) {
+	if b.direct {
+		b.cleanState(h)
+		return
+	}
 	if err := errors.Join(unmountAll(filepath.Join(h.dir, stateWS)), unmountLayout(h)); err != nil {
 		b.log.Warn("aio: stale mount left behind", "dir", h.dir, "err", err.Error())
 		return
@@ -614,8 +652,8 @@ func (b *localBackend) cleanAfterUnmount(h *handle) {
 }
 
 func (b *localBackend) adoptOne(ctx context.Context, c container.Summary, h *handle) (adoptable, bool) {
-	if c.State != container.StateRunning || h.dir == "" {
-		return adoptable{}, false
+	if c.State != container.StateRunning || h.dir == "" || b.direct {
+		return adoptable{}, false // direct binding adopts nothing (direct.go)
 	}
 	key, err := os.ReadFile(filepath.Join(h.dir, stateKey))
 	if err != nil {
