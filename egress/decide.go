@@ -43,6 +43,9 @@ type verdict struct {
 	decision string
 	// grant is the id of the grant that answered for a person.
 	grant string
+	// warnings are the decision's reasons in warn mode, told the agent
+	// (WarningHeader) when it is let through.
+	warnings []policy.Reason
 }
 
 // refusal is v's answer to the client, for what was asked of t.
@@ -63,7 +66,7 @@ func (h *Handle) decide(ctx context.Context, t target, rec *connRecord) verdict 
 	in := h.policyInput(t, addrs)
 	d := h.s.deps.Policy.DecideEgress(ctx, in)
 	rec.decision(d)
-	v := verdict{in: in, rule: d.Rule, inspect: d.Inspect}
+	v := verdict{in: in, rule: d.Rule, inspect: d.Inspect, warnings: d.Warnings()}
 	if d.Inspect && h.s.ca == nil && d.Action != policy.ActionDeny {
 		v.status, v.rule, v.msg = http.StatusForbidden, ruleNoCA, t.String()+" is to be inspected and the gateway has no CA to do it"
 		return v

@@ -81,6 +81,7 @@ func (h *Handle) relayOne(ctx context.Context, client net.Conn, cr *bufio.Reader
 		return false
 	}
 	rr.status = resp.StatusCode
+	addWarnings(resp.Header, rr.warnings)
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		h.switchProtocols(countingWriterConn{Conn: client, w: cw}, cr, server, sr, resp, upgrade, rr, t)
 		return false
@@ -116,6 +117,7 @@ func (h *Handle) admit(ctx context.Context, client net.Conn, req *http.Request, 
 	}
 	if !v.inspect {
 		rr.allowed(v.rule)
+		rr.warnings = v.warnings // the connection's decision is the request's
 		return true
 	}
 	in := v.in
@@ -135,6 +137,7 @@ func (h *Handle) admit(ctx context.Context, client net.Conn, req *http.Request, 
 	}
 	if rv.allowed {
 		rr.allowed(rv.rule)
+		rr.warnings = d.Warnings()
 		return true
 	}
 	rr.keepAlive = noBody

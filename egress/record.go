@@ -40,9 +40,7 @@ func newConnRecord() *connRecord { return &connRecord{id: newConnID(), start: ti
 
 func (r *connRecord) decision(d policy.EgressDecision) {
 	r.pol = d
-	for _, x := range d.Reasons {
-		r.reasons = append(r.reasons, audit.Reason{Code: x.Code, Message: x.Message})
-	}
+	r.reasons = append(r.reasons, auditReasons(d.Reasons)...)
 }
 
 // refused marks the connection denied by rule.
@@ -95,6 +93,7 @@ func (h *Handle) finish(r *connRecord) {
 	if r.requests > 0 {
 		rec.Detail["requests"] = strconv.Itoa(r.requests)
 	}
+	recordWouldBe(rec, r.pol)
 	if r.addr != "" {
 		rec.Detail["address"] = r.addr
 	}

@@ -36,9 +36,10 @@ type reqRecord struct {
 	action, rule, outcome string
 	reasons               []audit.Reason
 	status                int
-	credential            string // the name of the header attached, never its value
-	grant                 string // the id of the grant that let it through
-	keepAlive             bool   // a refused request left the connection usable
+	credential            string          // the name of the header attached, never its value
+	grant                 string          // the id of the grant that let it through
+	warnings              []policy.Reason // told the agent on the response (WarningHeader)
+	keepAlive             bool            // a refused request left the connection usable
 }
 
 // newConnID names a connection in its records.
@@ -59,9 +60,7 @@ func (r *connRecord) request(req *http.Request, t target) *reqRecord {
 
 func (r *reqRecord) decision(d policy.EgressDecision) {
 	r.pol, r.decided = d, true
-	for _, x := range d.Reasons {
-		r.reasons = append(r.reasons, audit.Reason{Code: x.Code, Message: x.Message})
-	}
+	r.reasons = append(r.reasons, auditReasons(d.Reasons)...)
 }
 
 func (r *reqRecord) allowed(rule string) {
@@ -112,6 +111,7 @@ func (h *Handle) finishRequest(r *reqRecord) {
 	if r.grant != "" {
 		rec.Detail["grant_id"] = r.grant
 	}
+	recordWouldBe(rec, r.pol)
 	if h.s.deps.Audit == nil {
 		return
 	}

@@ -106,7 +106,7 @@ func (h *Handle) ServeConn(ctx context.Context, conn net.Conn) {
 // is read first and its server name must be the CONNECT host; a host with
 // a bound credential is intercepted instead.
 func (h *Handle) serveConnect(ctx context.Context, conn net.Conn, br *bufio.Reader, up, bareUp net.Conn, t target, v verdict, rec *connRecord) {
-	if _, err := io.WriteString(conn, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+	if err := writeConnectEstablished(conn, v.warnings); err != nil {
 		return
 	}
 	if v.inspect || h.s.hasCredential(t.host) {
@@ -142,7 +142,7 @@ func (h *Handle) servePlain(ctx context.Context, conn net.Conn, br *bufio.Reader
 	if !v.inspect {
 		// A connection decision: no request record (the connection's
 		// counts the bytes).
-		h.forwardPlain(conn, br, req, up, t, &reqRecord{})
+		h.forwardPlain(conn, br, req, up, t, &reqRecord{warnings: v.warnings})
 		return
 	}
 	if req.URL.Path == "" {
@@ -180,6 +180,7 @@ func (h *Handle) forwardPlain(conn net.Conn, br *bufio.Reader, req *http.Request
 		return
 	}
 	stripHopByHop(resp.Header)
+	addWarnings(resp.Header, rr.warnings)
 	resp.Close = true
 	_ = resp.Write(conn)
 }
