@@ -63,6 +63,11 @@ func TestEgressEnforcementModes(t *testing.T) {
 				tc.wouldBe, tc.wouldBeR, tc.warnings)
 		}
 	}
+	// The decision log's result carries the would-be decision.
+	res, err := resultValue(e.DecideEgress(ctx, conn("bad.example.org", "t")))
+	if m, _ := res.(map[string]any); err != nil || m["would_be"] != ActionDeny || m["would_be_rule"] != "no-bad" {
+		t.Errorf("decision log result %v %v", res, err)
+	}
 	shipped := newEngine(t, Options{})
 	if d := shipped.DecideEgress(ctx, conn("elsewhere.test", "acme")); d.Action != ActionDeny || d.WouldBe != "" {
 		t.Errorf("the shipped policy: %+v", d)
