@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -104,7 +105,7 @@ for i in $(seq 50); do python3 -c 'import socket; socket.create_connection(("127
 }
 
 // sandboxContainers lists an instance's session sandboxes.
-func sandboxContainers(t *testing.T, instance string) []string {
+func sandboxContainers(t testing.TB, instance string) []string {
 	t.Helper()
 	var out []string
 	for _, id := range instanceContainers(t, instance) {
@@ -116,4 +117,41 @@ func sandboxContainers(t *testing.T, instance string) []string {
 		}
 	}
 	return out
+}
+
+// BenchmarkSessionSandbox times one command in a session sandbox (an
+// exec of python3 printing 1) against `docker exec <the sandbox> python3
+// -c 'print(1)'` through the CLI on the same container, back to back in
+// each iteration so both see the same load; the sandbox's creation (the
+// session's first command) is outside the timing.
+//
+//	go test -run '^$' -bench SessionSandbox -benchtime 30x ./executors/docker/
+func BenchmarkSessionSandbox(b *testing.B) {
+	e := newTestExecutor(b, shippedWarmAfter)
+	s := spec(b, executors.LangPython, "print(1)")
+	s.Layout = executors.Layout{SessionSandbox: true}
+	execute(b, e, s)
+	box := sandboxContainers(b, e.cfg.Instance)
+	if len(box) != 1 {
+		b.Fatalf("sandboxes %v", box)
+	}
+	var ours, cli []time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		s.RequestID = "req-" + executortest.Nonce()
+		if res := execute(b, e, s); res.Stdout != "1\n" {
+			b.Fatalf("%+v", res)
+		}
+		ours = append(ours, time.Since(t0))
+		t0 = time.Now()
+		if out, err := exec.Command("docker", "exec", "-u", "65534", box[0], "python3", "-c", "print(1)").Output(); err != nil || string(out) != "1\n" {
+			b.Fatalf("docker exec: %q %v", out, err)
+		}
+		cli = append(cli, time.Since(t0))
+	}
+	p50 := func(d []time.Duration) time.Duration { slices.Sort(d); return d[len(d)/2] }
+	o, c := p50(ours), p50(cli)
+	b.ReportMetric(float64(o.Milliseconds()), "ms-p50")
+	b.ReportMetric(float64(c.Milliseconds()), "cli-ms-p50")
+	b.ReportMetric(float64(o)/float64(c), "x-cli")
 }
