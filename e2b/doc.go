@@ -14,6 +14,14 @@
 // chooses, audit), the file calls are the manager's file operations, and
 // the approver sees "via E2B SDK (e2b-js 2.51.0)".
 //
+// A sandbox is one sandbox for its life, as E2B users expect: Layout
+// declares SessionSandbox, so the policy sends its commands to an
+// executor with the session_sandbox capability, where they all run in
+// one long-lived sandbox of the session (docker and gVisor: one
+// container, each command an exec in it, executors/docker/session.go):
+// processes, /tmp and what was installed persist from one command to the
+// next. runCode's cells run in the session's kernel, a sandbox of its own.
+//
 // What is served (research/e2b-compat.md has the wire format, observed
 // from the SDKs; no E2B code or .proto file is in this repository):
 //
