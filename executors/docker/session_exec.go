@@ -279,6 +279,9 @@ func (e *Executor) killInSandbox(sb *sessionBox, run string) {
 		User:         strconv.Itoa(sh.uid) + ":" + strconv.Itoa(sh.gid),
 		Cmd:          []string{"python3", "-I", "-c", sessionKillScript, run},
 		AttachStdout: true, AttachStderr: true,
+		// A marker of its own: a sweep another command's timeout runs at
+		// the same time leaves this one alone.
+		Env: []string{sessionRunEnv + "=sweep:" + run},
 	})
 	if err == nil {
 		var att client.ExecAttachResult
