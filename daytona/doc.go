@@ -68,6 +68,12 @@
 // stop/start/archive (a sandgate sandbox is never stopped, only ended),
 // signed file URLs, and Daytona's socket.io event stream (the SDK falls
 // back to polling; DAYTONA_USE_DEPRECATED_POLLING=true or
-// useDeprecatedPolling spares it the attempt). A fleet: a sandbox's
-// toolbox calls must reach the replica that serves its session.
+// useDeprecatedPolling spares it the attempt).
+//
+// # A fleet
+//
+// A Daytona sandbox keeps nothing outside its session, whose record is
+// in the store: on PostgreSQL any replica answers get and list, and its
+// toolbox calls and its delete are forwarded to the replica serving the
+// session (Fleet), where its processes and kernel are.
 package daytona

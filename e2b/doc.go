@@ -61,12 +61,15 @@
 // values: envd's access token (X-Access-Token, on every envd call and on
 // /execute) and the traffic token (E2B-Traffic-Access-Token, the only one
 // the SDK sends on /contexts). A sandbox request without its token is
-// 401; one for a sandbox this process does not serve is 502 ("not
-// running"). The tokens live in this process's memory (Registry): they
-// die with the sandbox's session (kill, expiry, or DELETE
-// /v1/sessions/{id}, through the manager's session resource hook) and at
-// a restart, after which Sandbox.connect with the API key registers the
-// sandbox again with new ones. Create and connect answer the domain
+// 401; one for a sandbox that is gone is 502 ("not running"). The
+// store keeps only their SHA-256 (Registry, the e2b_sandboxes table of
+// the gateway's database, SQLite or a fleet's PostgreSQL), with the rest
+// of the sandbox's record: they die with the sandbox's session (kill,
+// expiry, or DELETE /v1/sessions/{id}, through the manager's session
+// resource hook) and survive a restart. The replica that minted them
+// shows them again to connect and getInfo; one that did not (after a
+// restart or a failover) mints new ones on connect, which replace the old
+// everywhere at once. Create and connect answer the domain
 // "sandgate.invalid", which cannot resolve: a client that forgot
 // E2B_SANDBOX_URL fails instead of sending its commands and files to
 // E2B's public hosts.
@@ -94,9 +97,31 @@
 //
 // # Not served yet
 //
-// Pause/resume, snapshots, watchDir, PTY, signed file URLs, getHost port
-// forwarding; getMetrics' history (one reading, now, is served, see
-// metrics.go); a process outliving the gateway's restart. A fleet: the registry is per process, so a sandbox's calls
-// must reach the replica that created or connected it (others answer
-// 502).
+// Snapshots (createSnapshot), autoPause at the timeout, watchDir, PTY,
+// signed file URLs, getHost port forwarding; getMetrics' history (one
+// reading, now, is served, see metrics.go); a process outliving the
+// gateway's restart or its replica's death.
+//
+// # A fleet
+//
+// On PostgreSQL, a sandbox is one session whichever replica a call
+// reaches: its record is in the store, and every call about it (envd's,
+// the interpreter's, and its own control-plane calls: get, kill, timeout,
+// metrics, connect, pause, fork) is forwarded to the replica serving its
+// session, as the REST and DeerFlow routes are. Its processes, their
+// output and its code contexts live there, one copy fleet-wide. When that
+// replica dies, the next call adopts the session elsewhere: the
+// workspace and the record survive, the tokens keep working; the
+// background commands are gone (connect(pid) is not_found) and the next
+// cell's kernel is new.
+//
+// # Pause, resume and fork
+//
+// Sandbox.pause (betaPause) is the session's pause (issue 30): its
+// containers and processes are freed, background commands killed; a
+// paused sandbox lists as "paused", and Sandbox.connect resumes it (a
+// gVisor kernel with its memory, elsewhere the workspace). A second pause
+// answers 409, which the SDK reads as false. Sandbox.fork is the
+// session's fork: count new sandboxes, each with its own tokens and a
+// copy of the workspace (and, under gVisor, the kernel's memory).
 package e2b
