@@ -8,14 +8,17 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
 
-// fleetReport is what fleet.mjs (e2b/ or daytona/) prints.
+// fleetReport is what fleet.mjs (e2b/ or daytona/) or failover.mjs prints.
 type fleetReport struct {
 	SandboxID string    `json:"sandbox_id"`
+	PID       int       `json:"pid"`
 	Steps     []e2bStep `json:"steps"`
 }
 
@@ -23,7 +26,17 @@ type fleetReport struct {
 // with env (the SDK's key), and returns its report by step.
 func runFleetClient(ctx context.Context, t *testing.T, f *fleet, node, dir string, env ...string) (string, map[string]e2bStep) {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, node, "fleet.mjs")
+	rep := runFleetScript(ctx, t, f, node, dir, "fleet.mjs", env...)
+	steps := map[string]e2bStep{}
+	for _, s := range rep.Steps {
+		steps[s.Step] = s
+	}
+	return rep.SandboxID, steps
+}
+
+func runFleetScript(ctx context.Context, t *testing.T, f *fleet, node, dir, script string, env ...string) fleetReport {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, node, script)
 	cmd.Dir = dir
 	base := slices.DeleteFunc(os.Environ(), func(kv string) bool {
 		return strings.HasPrefix(kv, "E2B_") || strings.HasPrefix(kv, "DAYTONA_")
@@ -33,17 +46,13 @@ func runFleetClient(ctx context.Context, t *testing.T, f *fleet, node, dir strin
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("node %s/fleet.mjs: %v\nstderr: %s\n%s", dir, err, stderr.String(), f.logTails())
+		t.Fatalf("node %s/%s: %v\nstderr: %s\n%s", dir, script, err, stderr.String(), f.logTails())
 	}
 	var rep fleetReport
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
-		t.Fatalf("%s/fleet.mjs output: %v: %.2000s", dir, err, stdout.String())
+		t.Fatalf("%s/%s output: %v: %.2000s", dir, script, err, stdout.String())
 	}
-	steps := map[string]e2bStep{}
-	for _, s := range rep.Steps {
-		steps[s.Step] = s
-	}
-	return rep.SandboxID, steps
+	return rep
 }
 
 // checkSteps runs each check on its step's result; a step that threw,
@@ -189,4 +198,57 @@ func fleetDaytonaFiles(raw json.RawMessage) error {
 		return fmt.Errorf("want the upload through B downloaded through A and read through C (%v)", err)
 	}
 	return nil
+}
+
+// TestFleetE2BFailover: an E2B sandbox made on replica A, with a file and
+// a background command, outlives A's death (SIGKILL): connecting through
+// B adopts its session (its record is in the store), the file is there
+// and commands run; the background command, which lived in A's memory,
+// is not listed and connecting to it fails with the SDK's not-found
+// error, never a second copy. A kill through C ends it.
+func TestFleetE2BFailover(t *testing.T) {
+	node, _ := requireE2BClient(t)
+	if _, err := exec.LookPath("docker"); err != nil {
+		skipOrFail(t, requireDockerEnv, "docker CLI not found: %v", err)
+	}
+	instance := "fleetfo-" + randomToken(t)[4:12]
+	f := startFleet(t, instance)
+	defer func() {
+		if t.Failed() {
+			t.Log(f.logTails())
+		}
+	}()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	key := "E2B_API_KEY=" + f.agent
+	start := runFleetScript(ctx, t, f, node, e2bClientDir, "failover.mjs", key, "FAILOVER_PHASE=start")
+	if start.SandboxID == "" || start.PID == 0 {
+		t.Fatalf("start: %+v", start)
+	}
+	_ = f.procs["a"].Process.Signal(syscall.SIGKILL)
+	t.Cleanup(func() { removeInstance(t, instance+"-a") })
+	after := runFleetScript(ctx, t, f, node, e2bClientDir, "failover.mjs", key, "FAILOVER_PHASE=after",
+		"SANDBOX_ID="+start.SandboxID, "PID="+strconv.Itoa(start.PID))
+	steps := map[string]e2bStep{}
+	for _, s := range after.Steps {
+		steps[s.Step] = s
+	}
+	checkFleetSteps(t, steps, map[string]func(json.RawMessage) error{
+		"file_survives": fleetEqual(`"written before the failover\n"`),
+		"command_runs":  fleetEqual(`"written before the failover\n"`),
+		"process_gone": func(raw json.RawMessage) error {
+			r, err := decodeAs[struct {
+				Listed  bool `json:"listed"`
+				Connect *struct {
+					Name    string `json:"name"`
+					Message string `json:"message"`
+				} `json:"connect"`
+			}](raw)
+			if err != nil || r.Listed || r.Connect == nil || r.Connect.Name != "NotFoundError" {
+				return fmt.Errorf("want the process not listed and connect raising NotFoundError (%v)", err)
+			}
+			return nil
+		},
+		"kill": fleetEqual(`true`),
+	})
 }
