@@ -155,3 +155,30 @@ func BenchmarkSessionSandbox(b *testing.B) {
 	b.ReportMetric(float64(c.Milliseconds()), "cli-ms-p50")
 	b.ReportMetric(float64(o)/float64(c), "x-cli")
 }
+
+// TestSessionSandboxReapedAtStart: a session sandbox a gateway left
+// behind (it crashed: no release, no Close) is removed by the next start
+// of the same instance, as every container of the executor is.
+func TestSessionSandboxReapedAtStart(t *testing.T) {
+	e := newTestExecutor(t, shippedWarmAfter)
+	s := spec(t, executors.LangBash, "nohup sleep 600 >/dev/null 2>&1 & echo ok")
+	s.Layout = executors.Layout{SessionSandbox: true}
+	if res := execute(t, e, s); res.ExitCode != 0 {
+		t.Fatalf("%+v", res)
+	}
+	if n := len(sandboxContainers(t, e.cfg.Instance)); n != 1 {
+		t.Fatalf("%d session sandboxes, want 1", n)
+	}
+	next, err := New(t.Context(), Config{Instance: e.cfg.Instance, Logger: testLogger(t), Pool: noPool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close(context.Background())
+	deadline := time.Now().Add(30 * time.Second)
+	for len(sandboxContainers(t, e.cfg.Instance)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the next start of the instance left the session sandbox")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
