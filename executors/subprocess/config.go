@@ -162,6 +162,9 @@ type Config struct {
 	// it must be traversable by the sandbox uids, or javascript runs stay
 	// cold. Default os.TempDir().
 	WarmDir string
+	// ZygotePool sizes the pool of pre-started Python zygotes of no
+	// session, which sessions' first runs claim (zygote_pool_idle.go).
+	ZygotePool ZygotePoolConfig
 	// Logger receives operational messages. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -184,6 +187,7 @@ func (c Config) withDefaults() Config {
 	c.WarmMax = orInt(c.WarmMax, DefaultWarmMax)
 	c.WarmIdleTTL = orDuration(c.WarmIdleTTL, DefaultWarmIdleTTL)
 	c.WarmDir = orString(c.WarmDir, os.TempDir())
+	c.ZygotePool = c.ZygotePool.withDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

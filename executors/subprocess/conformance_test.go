@@ -19,6 +19,9 @@ func newTestExecutor(t *testing.T, mutate ...func(*Config)) *Executor {
 	cfg := Config{
 		RootDir: runtimeRoot(t),
 		Logger:  slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+		// No pooled zygotes unless a test asks (zygote_pool_idle_test.go):
+		// the other tests count the zygotes their sessions start.
+		ZygotePool: ZygotePoolConfig{Max: -1},
 	}
 	for _, m := range mutate {
 		m(&cfg)

@@ -87,6 +87,11 @@ type launch struct {
 	// of its own but no /proc of its own (each run mounts one), and
 	// unlimited rlimits except open files (each run sets its own).
 	zygote bool
+	// slot, for a pooled zygote, stands in for the workspace and the
+	// program directory until a claim (zygote_pool_slots_linux.go); its
+	// mount namespace keeps the slot's mounts slaves, so the claim's
+	// mounts reach it.
+	slot *zslot
 }
 
 // command builds the exec.Cmd for l under the executor's isolation. The
@@ -101,7 +106,9 @@ func (e *Executor) command(l launch) *exec.Cmd {
 	}
 	args := []string{"-c", initScript, initArg0}
 	args = append(args, l.limits.UlimitValues()...)
-	if l.zygote {
+	if l.zygote && l.slot != nil {
+		args = append(args, e.unshare, "--mount", "--propagation", "slave", "--")
+	} else if l.zygote {
 		args = append(args, e.unshare, "--mount", "--")
 	} else {
 		args = append(args, e.unshare, "--mount-proc",

@@ -41,7 +41,7 @@ func (e *Executor) startLaunch(cmd *exec.Cmd, l launch) (*proc, error) {
 		if err != nil {
 			return nil, err
 		}
-		release, err := startInRoot(cmd, *l.root, base, l.bridge.fd())
+		release, err := startInRoot(cmd, *l.root, base, l.bridge.fd(), l.slot)
 		if err != nil {
 			return nil, err
 		}

@@ -164,7 +164,9 @@ func (p rootPlan) cloneTrees() (*runTrees, error) {
 			return nil, rootErr("clone "+m.src, err)
 		}
 		t.fds, t.dsts = append(t.fds, fd), append(t.dsts, m.dst)
-		attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+		// Private: a clone of a shared host mount would otherwise stay its
+		// peer, and a pooled zygote's namespace keeps propagation.
+		attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Propagation: unix.MS_PRIVATE}
 		if m.ro {
 			attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
 		}

@@ -80,7 +80,7 @@ func (b *baseNS) close() {
 // the child is reaped: Pdeathsig fires when the thread that forked the
 // child exits. The goroutine then returns still locked, so the runtime
 // destroys the thread and its namespace with it instead of reusing it.
-func startInRoot(cmd *exec.Cmd, plan rootPlan, base, netns int) (release chan struct{}, err error) {
+func startInRoot(cmd *exec.Cmd, plan rootPlan, base, netns int, slot *zslot) (release chan struct{}, err error) {
 	release = make(chan struct{})
 	started := make(chan error, 1)
 	go func() {
@@ -89,7 +89,7 @@ func startInRoot(cmd *exec.Cmd, plan rootPlan, base, netns int) (release chan st
 			started <- err
 			return
 		}
-		if err := enterPrivateRoot(plan, base); err != nil {
+		if err := enterPrivateRoot(plan, base, slot); err != nil {
 			started <- err
 			return
 		}
@@ -102,7 +102,13 @@ func startInRoot(cmd *exec.Cmd, plan rootPlan, base, netns int) (release chan st
 	return release, nil
 }
 
-func enterPrivateRoot(plan rootPlan, base int) error {
+// enterPrivateRoot finishes the calling thread in plan's root. With a
+// slot (a pooled zygote), the workspace and program directory are the
+// slot's (zslot.cloneInto), not plan's.
+func enterPrivateRoot(plan rootPlan, base int, slot *zslot) error {
+	if slot != nil {
+		plan.workspace, plan.code = "", ""
+	}
 	trees, err := plan.cloneTrees()
 	if err != nil {
 		return err
@@ -113,6 +119,11 @@ func enterPrivateRoot(plan rootPlan, base int) error {
 	// the base's root.
 	if err := unix.Unshare(unix.CLONE_FS); err != nil {
 		return fmt.Errorf("%w: unshare fs: %w", errRootBuild, err)
+	}
+	if slot != nil {
+		if err := slot.cloneInto(trees, plan); err != nil {
+			return err
+		}
 	}
 	if err := unix.Setns(base, unix.CLONE_NEWNS); err != nil {
 		return fmt.Errorf("%w: setns: %w", errRootBuild, err)

@@ -35,10 +35,11 @@ type Executor struct {
 	stage             string   // mount point of the base root while it is built
 	base              baseNS   // every run's root starts as a copy of it
 
-	warm     *warmPool   // nil when Config.DisableWarm
-	zygotes  *zygotePool // nil without namespaces, or when disabled
-	nodeBoot nodeBoot    // the node preload's directory
-	envTool  string      // env(1), for the bash hand-off; "" disables warm bash
+	warm     *warmPool    // nil when Config.DisableWarm
+	zygotes  *zygotePool  // nil without namespaces, or when disabled
+	idle     *idleZygotes // pre-started zygotes of no session (issue 34)
+	nodeBoot nodeBoot     // the node preload's directory
+	envTool  string       // env(1), for the bash hand-off; "" disables warm bash
 	// forwarder: the root has socat, the egress forwarder a run granted
 	// network needs without root (egress_linux.go).
 	forwarder bool
@@ -102,6 +103,7 @@ func New(ctx context.Context, cfg Config) (*Executor, error) {
 			e.zygotes = newZygotePool(e)
 		}
 	}
+	e.idle = newIdleZygotes(e)
 	e.log.Info("subprocess executor ready", "isolation", string(e.isolation), "root", e.rootID,
 		"sandbox_uid", e.cfg.SandboxUID, "drop_uid", e.dropUID,
 		"warm_max", e.cfg.WarmMax, "warm_disabled", cfg.DisableWarm, "zygotes", e.zygotes != nil)

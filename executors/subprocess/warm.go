@@ -635,6 +635,7 @@ func (e *Executor) Close(ctx context.Context) error {
 	if e.zygotes != nil {
 		err = e.zygotes.close(ctx)
 	}
+	err = errors.Join(err, e.idle.close(ctx))
 	if e.warm != nil {
 		err = errors.Join(err, e.warm.close(ctx))
 		if e.warm.activeRuns() > 0 {

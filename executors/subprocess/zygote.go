@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -43,6 +44,11 @@ type zygote struct {
 	dropped  bool   // out of the pool: killed when its last run ends
 	judged   bool   // counted as broken or working already
 	noStarts int    // runs in a row it took but did not start
+
+	// slot is a pooled zygote's (zygote_pool_idle.go): removed once the
+	// zygote is gone.
+	slot    *zslot
+	claimed atomic.Bool // a pooled zygote given to its session
 }
 
 // zygoteLimits are the zygote's own rlimits: the gateway's hard limits,
@@ -69,8 +75,13 @@ const zygoteReadyTimeout = 10 * time.Second
 // key without the limits. It returns once the process is started; ready
 // closes when it can serve.
 func (e *Executor) startZygote(ws *warmSpec, key warmKey, session string) (*zygote, error) {
-	l := ws.l
-	l.argv = []string{ws.key.interp, "-I", "-u", "-c", e.zygotes.program}
+	return e.launchZygote(ws.l, key, session, e.zygotes.died)
+}
+
+// launchZygote starts a zygote through l's launch chain; onEnd is called
+// when its socket ends.
+func (e *Executor) launchZygote(l launch, key warmKey, session string, onEnd func(*zygote)) (*zygote, error) {
+	l.argv = []string{key.interp, "-I", "-u", "-c", e.zygotes.program}
 	l.zygote = true
 	l.limits = zygoteLimits()
 	conn, child, err := socketPair(unix.SOCK_SEQPACKET, "zygote")
@@ -89,7 +100,7 @@ func (e *Executor) startZygote(ws *warmSpec, key warmKey, session string) (*zygo
 		conn.Close()
 		return nil, err
 	}
-	go z.readCtl(func() { e.zygotes.died(z) })
+	go z.readCtl(func() { onEnd(z) })
 	return z, nil
 }
 

@@ -82,6 +82,14 @@ package subprocess
 // 14 ms without, 10 ms with). A run sees gc.get_freeze_count() non-zero;
 // nothing else of it differs.
 //
+// A message without descriptors whose last field is a /tmp size only
+// prepares the spare (a pooled zygote, zygote_pool_idle.go, is sent one
+// when it is ready, so that its first run finds the spare there). R
+// changes to its cwd again by name once it is the sandbox uid: a pooled
+// zygote started in its slot's empty directory, which the claim's mount
+// of the session workspace covers, and a cwd held across that mount would
+// stay the covered directory.
+//
 // A failure before "G" exits silently: the gateway then runs the program
 // cold. R inherits no_new_privs from the launch chain.
 const zygoteBoot = pythonBootStart + `    _z = frozenset(_s.modules)
@@ -122,7 +130,7 @@ const zygoteBoot = pythonBootStart + `    _z = frozenset(_s.modules)
             break
         for _i in _d:
             _o.close(_i)
-        if len(_d) == 3 and len(_e) == 9:
+        if len(_d) in (0, 3) and len(_e) == 9:
             _hz = _e[8]
         if _h is None and _hz is not None:
             _v = [_S.socketpair(_S.AF_UNIX, _S.SOCK_SEQPACKET) for _i in range(3)]
@@ -228,6 +236,7 @@ const zygoteBoot = pythonBootStart + `    _z = frozenset(_s.modules)
     _o.setgroups([])
     _o.setresgid(int(_e[7]), int(_e[7]), int(_e[7]))
     _o.setresuid(int(_e[6]), int(_e[6]), int(_e[6]))
+    _o.chdir(_o.getcwd())
     with open("/proc/self/status") as _b:
         if any(_l.startswith(("CapPrm:", "CapEff:", "CapAmb:")) and int(_l.split()[1], 16) for _l in _b):
             _o._exit(1)

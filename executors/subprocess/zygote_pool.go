@@ -84,13 +84,16 @@ func (p *zygotePool) acquire(session string, ws *warmSpec) *zygote {
 			return nil
 		}
 		var err error
-		if z, err = p.e.startZygote(ws, key, session); err != nil {
+		if z = p.e.idle.claim(session, ws, key); z != nil {
+			p.live[session] = z
+		} else if z, err = p.e.startZygote(ws, key, session); err != nil {
 			p.stats.SpawnFailed++
 			p.e.log.Warn("zygote: start failed", "session_id", session, "error", err.Error())
 			return nil
+		} else {
+			p.stats.Spawned++
+			p.live[session] = z
 		}
-		p.stats.Spawned++
-		p.live[session] = z
 	}
 	if z.elem != nil {
 		p.idle.Remove(z.elem)
@@ -306,6 +309,7 @@ func (e *Executor) runZygote(ctx context.Context, session, interp string, ws *os
 	res, served, healthy, err := e.runInZygote(ctx, z, rel, l, newOut, timeout)
 	failed := !closed(z.ready) && err == nil && !healthy // died, or too slow for zygoteReadyTimeout
 	e.zygotes.done(z, served, healthy, failed, true)
+	e.idle.kick() // after the run: a pooled zygote's start would slow it down
 	return res, served, err
 }
 
