@@ -77,6 +77,10 @@ for i in $(seq 50); do python3 -c 'import socket; socket.create_connection(("127
 			t.Fatalf("%s: exit %d, stdout %q (want %q), stderr %q", s.name, res.ExitCode, res.Stdout, s.want, res.Stderr)
 		}
 	}
+	// 600 kB in one write: nothing lost to a runtime's short writes.
+	if res := run(`python3 -c "import sys; sys.stdout.write('x' * 600000)"`, 30*time.Second); len(res.Stdout) != 600000 || res.ExitCode != 0 {
+		t.Fatalf("a large write: %d bytes of stdout, exit %d", len(res.Stdout), res.ExitCode)
+	}
 	res := run("setsid sh -c 'exec sleep 1001' </dev/null >/dev/null 2>&1 & sleep 100", 2*time.Second)
 	if !res.TimedOut || res.ExitCode != executors.ExitCodeTimeout {
 		t.Fatalf("timeout: %+v", res)
