@@ -433,3 +433,31 @@ func TestForkDropsSessionGrants(t *testing.T) {
 		t.Fatalf("child's run after a deny: %d %s", r.status, r.raw)
 	}
 }
+
+// TestMemorySessionRoutedToGVisor: with the default policy (stateful
+// cells on docker), a session created with "snapshot": "memory" has its
+// cells on gVisor, and a pause keeps its DataFrame; a session created
+// without it keeps docker.
+func TestMemorySessionRoutedToGVisor(t *testing.T) {
+	g, _ := newPauseGVisor(t)
+	d := newPauseDocker(t, "api-pause-route-d")
+	e := newEnv(t, envOpts{mode: "STRICT", executors: []executors.Executor{d, g}})
+	if r := e.do("POST", "/v1/sessions", agentTok, map[string]any{"id": "mr", "snapshot": "memory"}); r.status != 201 {
+		t.Fatalf("create: %d %s", r.status, r.raw)
+	}
+	if r := pauseCell(t, e, "mr", pandasState, 120); r.body["sandbox_type"] != "gvisor" {
+		t.Fatalf("memory session's cell: %s", r.raw)
+	}
+	if r := pauseCell(t, e, "plain", "x = 1", 120); r.body["sandbox_type"] != "docker" {
+		t.Fatalf("plain session's cell: %s", r.raw)
+	}
+	if p := e.do("POST", "/v1/sessions/mr/pause", agentTok, nil); p.status != 200 || p.body["state"] != "paused" {
+		t.Fatalf("pause: %d %s", p.status, p.raw)
+	}
+	if r := pauseCell(t, e, "mr", pandasRead, 60); r.body["stdout"] != pandasWant || r.body["kernel_restarted"] != false {
+		t.Fatalf("after pause: %s", r.raw)
+	}
+	for _, s := range []string{"mr", "plain"} {
+		e.do("DELETE", "/v1/sessions/"+s, agentTok, nil)
+	}
+}

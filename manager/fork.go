@@ -143,7 +143,7 @@ func (m *Manager) forkOpen(ctx context.Context, parent sessionRecord) (SessionRe
 	ref := SessionRef{Tenant: parent.Tenant, ID: parent.Name + "-fork-" + forkSuffix()}
 	ref.Key = workspace.Key(ref.Tenant, ref.ID)
 	if _, _, err := m.open(ctx, ref, OpenOptions{Create: true, FrontEnd: parent.FrontEnd, Labels: maps.Clone(parent.Labels),
-		Metadata: parent.Metadata, IdleTimeout: parent.IdleTimeout}); err != nil {
+		Metadata: parent.Metadata, IdleTimeout: parent.IdleTimeout, Snapshot: parent.Snapshot}); err != nil {
 		return ref, executors.ForkChild{}, err
 	}
 	dir, err := m.deps.Workspaces.Fork(ctx, parent.Key, ref.Key)

@@ -36,6 +36,9 @@ type RunRequest struct {
 	Detached bool `json:"-"`
 	// ref is the session, resolved for Principal by ResolveSession.
 	ref SessionRef
+	// memorySnapshot asks the policy as for a session created with
+	// "snapshot": "memory" (snapshot_route.go's probe).
+	memorySnapshot bool
 	// sessionSandbox: the session's front end's layout asks for one
 	// sandbox for the session's life (policy request.session_sandbox).
 	sessionSandbox bool
@@ -233,7 +236,8 @@ func (m *Manager) decide(ctx context.Context, req RunRequest, a risk.Assessment)
 		Request: policy.Request{
 			Kind: req.Kind, SessionID: req.ref.ID, Language: req.Language,
 			CodeBytes: len(req.Code), CodeSHA256: policy.SHA256Hex([]byte(req.Code)), TimeoutS: m.timeoutS(req),
-			Context:  policy.Context{NeedsBrowser: req.Context.NeedsBrowser, NeedsPersistentFS: req.Context.NeedsPersistentFS},
+			Context: policy.Context{NeedsBrowser: req.Context.NeedsBrowser, NeedsPersistentFS: req.Context.NeedsPersistentFS,
+				NeedsMemorySnapshot: req.memorySnapshot || m.needsMemory(req.ref)},
 			Stateful: req.Stateful, Detached: req.Detached, SessionSandbox: req.sessionSandbox,
 		},
 		Risk:      policy.Risk{Level: a.Level.String(), ProvenSafe: a.ProvenSafe, Patterns: riskPatterns(a)},

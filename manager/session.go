@@ -65,6 +65,8 @@ type sessionRecord struct {
 	Held, Lost, Told []string
 	MovedFrom        string
 	MovedAt          time.Time
+	// Snapshot is what a pause must keep (OpenOptions.Snapshot).
+	Snapshot string
 }
 
 // Session is one session: its record and its activity since this
@@ -348,7 +350,7 @@ func (m *Manager) checkLive(s *Session) error {
 func newRecord2(ref SessionRef, o OpenOptions, now time.Time) sessionRecord {
 	rec := sessionRecord{Key: ref.Key, Tenant: ref.Tenant, Name: ref.ID, State: StateActive,
 		Labels: maps.Clone(o.Labels), Metadata: maps.Clone(o.Metadata), FrontEnd: o.FrontEnd, Client: Printable(o.Client, clientMax),
-		CreatedAt: now, IdleTimeout: o.IdleTimeout}
+		CreatedAt: now, IdleTimeout: o.IdleTimeout, Snapshot: o.Snapshot}
 	if o.TTL > 0 {
 		rec.ExpiresAt = now.Add(o.TTL)
 	}

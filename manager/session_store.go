@@ -39,6 +39,13 @@ var sessionMigrations = []audit.Migration{{
 	Name:     "create session records",
 	SQL:      strings.Replace(strings.ReplaceAll(sessionRecordsV1, "BIGINT", "INTEGER"), ");", ") STRICT;", 1) + ";",
 	Postgres: sessionRecordsV1 + ";",
+}, {
+	// snapshot is what a pause must keep of the session ("memory" routes
+	// its stateful cells where memory is kept; snapshot_route.go).
+	Version:  2,
+	Name:     "session snapshot requirement",
+	SQL:      `ALTER TABLE session_records ADD COLUMN snapshot TEXT NOT NULL DEFAULT ''`,
+	Postgres: `ALTER TABLE session_records ADD COLUMN snapshot TEXT NOT NULL DEFAULT ''`,
 }}
 
 const sessionRecordsV1 = `CREATE TABLE session_records (
@@ -98,7 +105,7 @@ func jsonText(v any) string {
 }
 
 const recordColumns = `key, tenant, name, state, labels, metadata, front_end, client, created_at, expires_at,
-	idle_timeout_ms, replica, held, lost, told, moved_from, moved_at`
+	idle_timeout_ms, replica, held, lost, told, moved_from, moved_at, snapshot`
 
 // load reads key's record; ok is false when there is none.
 func (s *sessionStore) load(ctx context.Context, key string) (rec sessionRecord, ok bool, err error) {
@@ -123,7 +130,7 @@ func scanRecord(row scanner) (sessionRecord, error) {
 	var labels, meta, created, expires, held, lost, told, movedAt string
 	var idle int64
 	err := row.Scan(&r.Key, &r.Tenant, &r.Name, &r.State, &labels, &meta, &r.FrontEnd, &r.Client, &created, &expires,
-		&idle, &r.Replica, &held, &lost, &told, &r.MovedFrom, &movedAt)
+		&idle, &r.Replica, &held, &lost, &told, &r.MovedFrom, &movedAt, &r.Snapshot)
 	if err != nil {
 		return r, err
 	}
@@ -144,15 +151,16 @@ func (s *sessionStore) save(ctx context.Context, rec sessionRecord) error {
 	}
 	return s.db.WriteTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, s.db.Rebind(`INSERT INTO session_records (`+recordColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (key) DO UPDATE SET tenant = excluded.tenant, name = excluded.name, state = excluded.state,
 			labels = excluded.labels, metadata = excluded.metadata, front_end = excluded.front_end,
 			client = excluded.client, created_at = excluded.created_at, expires_at = excluded.expires_at,
 			idle_timeout_ms = excluded.idle_timeout_ms, replica = excluded.replica, held = excluded.held,
-			lost = excluded.lost, told = excluded.told, moved_from = excluded.moved_from, moved_at = excluded.moved_at`),
+			lost = excluded.lost, told = excluded.told, moved_from = excluded.moved_from, moved_at = excluded.moved_at,
+			snapshot = excluded.snapshot`),
 			rec.Key, rec.Tenant, rec.Name, rec.State, jsonText(nonNilMap(rec.Labels)), jsonText(nonNilMap(rec.Metadata)),
 			rec.FrontEnd, rec.Client, fmtTime(rec.CreatedAt), fmtTime(rec.ExpiresAt), rec.IdleTimeout.Milliseconds(),
-			rec.Replica, jsonText(nonNilSlice(rec.Held)), jsonText(nonNilSlice(rec.Lost)), jsonText(nonNilSlice(rec.Told)), rec.MovedFrom, fmtTime(rec.MovedAt))
+			rec.Replica, jsonText(nonNilSlice(rec.Held)), jsonText(nonNilSlice(rec.Lost)), jsonText(nonNilSlice(rec.Told)), rec.MovedFrom, fmtTime(rec.MovedAt), rec.Snapshot)
 		if err != nil {
 			return fmt.Errorf("manager: write a session record: %w", err)
 		}

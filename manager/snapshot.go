@@ -431,6 +431,11 @@ func (m *Manager) createFromSnapshot(ctx context.Context, p Principal, ref Sessi
 	if err != nil {
 		return SessionInfo{}, Owner{}, err
 	}
+	if snap.Memory && o.Snapshot == "" {
+		// Its kernel is restored where memory is kept: its cells must
+		// go there too.
+		o.Snapshot = executors.SnapshotMemory
+	}
 	_, owner, err := m.open(ctx, ref, o)
 	if err != nil || !owner.Local {
 		return SessionInfo{}, owner, err

@@ -75,6 +75,7 @@ func (in Input) value(cache *executorsValue) (ast.Value, error) {
 			ast.Item(term("context"), ast.ObjectTerm(
 				ast.Item(term("needs_browser"), ast.InternedTerm(r.Context.NeedsBrowser)),
 				ast.Item(term("needs_persistent_fs"), ast.InternedTerm(r.Context.NeedsPersistentFS)),
+				ast.Item(term("needs_memory_snapshot"), ast.InternedTerm(r.Context.NeedsMemorySnapshot)),
 			)),
 		)),
 		ast.Item(term("risk"), ast.ObjectTerm(

@@ -187,6 +187,10 @@ type Request struct {
 type Context struct {
 	NeedsBrowser      bool
 	NeedsPersistentFS bool
+	// NeedsMemorySnapshot: the session was created with "snapshot":
+	// "memory", so a pause must keep its kernel's memory; its stateful
+	// cells go where that is kept (config.snapshot_memory).
+	NeedsMemorySnapshot bool
 }
 
 // Risk is the static assessment, as plain strings so policy does not depend
@@ -238,8 +242,9 @@ func (in Input) Map() map[string]any {
 			"detached":        in.Request.Detached,
 			"session_sandbox": in.Request.SessionSandbox,
 			"context": map[string]any{
-				"needs_browser":       in.Request.Context.NeedsBrowser,
-				"needs_persistent_fs": in.Request.Context.NeedsPersistentFS,
+				"needs_browser":         in.Request.Context.NeedsBrowser,
+				"needs_persistent_fs":   in.Request.Context.NeedsPersistentFS,
+				"needs_memory_snapshot": in.Request.Context.NeedsMemorySnapshot,
 			},
 		},
 		"risk": map[string]any{

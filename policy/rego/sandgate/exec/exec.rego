@@ -138,6 +138,8 @@ needs_aio if input.request.context.needs_persistent_fs
 # every command in one sandbox.
 preferred_executor := "aio" if {
 	needs_aio
+} else := config.snapshot_memory.executor if {
+	_memory_kernel
 } else := config.stateful.executor if {
 	input.request.stateful
 } else := config.isolation_upgrade.executor if {
@@ -297,6 +299,24 @@ _requires("memory_limit") if obligations.memory_mb > 0
 _requires("process_limit") if obligations.max_procs > 0
 
 _requires("kernels") if input.request.stateful
+
+# A session created with "snapshot": "memory" (issue 30) keeps its
+# kernel where a pause keeps memory: its stateful cells go to
+# config.snapshot_memory.executor (gVisor), and an executor that does not
+# report snapshot "memory" is a deny naming it, never a kernel whose
+# memory a pause would lose.
+_memory_kernel if {
+	input.request.context.needs_memory_snapshot
+	input.request.stateful
+}
+
+deny_reasons contains reason("executor.capability_missing", msg) if {
+	_memory_kernel
+	state := input.executors[executor]
+	state.available
+	object.get(state.capabilities, "snapshot", "none") != "memory"
+	msg := sprintf("%s cannot keep a session's memory (snapshot: memory)", [executor])
+}
 
 _requires("session_sandbox") if {
 	input.request.session_sandbox
