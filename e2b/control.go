@@ -230,8 +230,9 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request, p manager
 }
 
 func viewOf(sb *sandbox) sandboxView {
+	envd, traffic := sb.tokens()
 	return sandboxView{SandboxID: sb.id, TemplateID: sb.template, ClientID: clientID, EnvdVersion: envdVersion,
-		EnvdAccessToken: sb.envdToken, TrafficAccessToken: sb.trafficToken, Domain: domain}
+		EnvdAccessToken: envd, TrafficAccessToken: traffic, Domain: domain}
 }
 
 // session is the caller's E2B sandbox id as the manager describes it;
@@ -279,7 +280,7 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, p manager.Pr
 	if sb, ok, err := s.deps.Registry.lookup(r.Context(), info.ID); err != nil {
 		return err
 	} else if ok && sb.tenant == info.Tenant {
-		d.EnvdAccessToken = sb.envdToken // empty when minted elsewhere: connect mints new ones
+		d.EnvdAccessToken, _ = sb.tokens() // empty when minted elsewhere: connect mints new ones
 	}
 	writeJSON(w, http.StatusOK, d)
 	return nil
@@ -445,20 +446,31 @@ func (s *Server) connectSandbox(w http.ResponseWriter, r *http.Request, p manage
 	if err != nil {
 		return err
 	}
-	if !ok || sb.tenant != info.Tenant || sb.envdToken == "" {
-		// No record (made before the registry kept them) or no tokens
-		// to show: new tokens, recorded for every replica.
-		template, client, envs := info.Labels[labelTemplate], clientOf(r), map[string]string(nil)
-		if ok && sb.tenant == info.Tenant {
-			template, client, envs = sb.template, sb.client, sb.envs
-		}
-		sb = newSandbox(id, template, p, client, envs)
+	switch envd, _ := sbTokens(sb); {
+	case !ok || sb.tenant != info.Tenant:
+		// No record (made before the registry kept them): registered
+		// now with new tokens.
+		sb = newSandbox(id, info.Labels[labelTemplate], p, clientOf(r), nil)
 		if err := s.deps.Registry.register(r.Context(), sb); err != nil {
+			return err
+		}
+	case envd == "":
+		// Tokens this replica cannot show: new ones, for every replica;
+		// the sandbox's processes here carry on.
+		if err := s.deps.Registry.rotate(r.Context(), sb); err != nil {
 			return err
 		}
 	}
 	writeJSON(w, http.StatusOK, viewOf(sb))
 	return nil
+}
+
+// sbTokens is sb's tokens, or none for no sandbox.
+func sbTokens(sb *sandbox) (envd, traffic string) {
+	if sb == nil {
+		return "", ""
+	}
+	return sb.tokens()
 }
 
 // errElsewhere refuses to connect a sandbox another replica serves.

@@ -52,7 +52,9 @@ type sandbox struct {
 	// The tokens as minted here (envd's X-Access-Token and the code
 	// interpreter's E2B-Traffic-Access-Token), to answer connect and
 	// getInfo again; empty when another replica, or an earlier run of
-	// this one, minted them.
+	// this one, minted them. tokMu guards them and the record's digests,
+	// which a connect may replace in place (rotate).
+	tokMu                   sync.RWMutex
 	envdToken, trafficToken string
 
 	mu       sync.Mutex
@@ -103,13 +105,28 @@ func newToken(prefix string) string { return prefix + strings.ToLower(rand.Text(
 // them).
 func newSandboxID() string { return "sbx" + strings.ToLower(rand.Text()[:20]) }
 
+// tokens are the sandbox's tokens as minted here ("" when they were not).
+func (sb *sandbox) tokens() (envd, traffic string) {
+	sb.tokMu.RLock()
+	defer sb.tokMu.RUnlock()
+	return sb.envdToken, sb.trafficToken
+}
+
+// sums are the digests of the sandbox's tokens now.
+func (sb *sandbox) sums() [2][sha256.Size]byte {
+	sb.tokMu.RLock()
+	defer sb.tokMu.RUnlock()
+	return [2][sha256.Size]byte{sb.envdSum, sb.trafficSum}
+}
+
 // accepts reports whether token is the sandbox's envd token (or, for the
 // code interpreter, traffic is its traffic token), in constant time.
 func (sb *sandbox) accepts(envd, traffic string) bool {
 	e := sha256.Sum256([]byte(envd))
 	t := sha256.Sum256([]byte(traffic))
-	okE := subtle.ConstantTimeCompare(e[:], sb.envdSum[:])
-	okT := subtle.ConstantTimeCompare(t[:], sb.trafficSum[:])
+	sums := sb.sums()
+	okE := subtle.ConstantTimeCompare(e[:], sums[0][:])
+	okT := subtle.ConstantTimeCompare(t[:], sums[1][:])
 	return (envd != "" && okE == 1) || (traffic != "" && okT == 1)
 }
 
@@ -151,7 +168,7 @@ func (r *Registry) lookup(ctx context.Context, id string) (*sandbox, bool, error
 	r.mu.Lock()
 	sb := r.byID[id]
 	r.mu.Unlock()
-	if sb != nil && sb.tenant == rec.tenant && sb.envdSum == rec.envdSum && sb.trafficSum == rec.trafficSum {
+	if sb != nil && sb.tenant == rec.tenant && sb.sums() == [2][sha256.Size]byte{rec.envdSum, rec.trafficSum} {
 		return sb, true, nil
 	}
 	return liveOf(rec), true, nil
@@ -165,7 +182,7 @@ func (r *Registry) served(ctx context.Context, id string) (*sandbox, bool, error
 		return nil, ok, err
 	}
 	r.mu.Lock()
-	if cur := r.byID[id]; cur != nil && cur != sb && cur.tenant == sb.tenant && cur.envdSum == sb.envdSum {
+	if cur := r.byID[id]; cur != nil && cur != sb && cur.tenant == sb.tenant && cur.sums() == sb.sums() {
 		sb = cur // another call kept it first
 	}
 	old := r.byID[id]
@@ -175,6 +192,24 @@ func (r *Registry) served(ctx context.Context, id string) (*sandbox, bool, error
 		old.killAll()
 	}
 	return sb, true, nil
+}
+
+// rotate gives sb, served here, new tokens, recorded for every replica:
+// the old ones stop working everywhere, and its live processes and
+// contexts stay as they are.
+func (r *Registry) rotate(ctx context.Context, sb *sandbox) error {
+	sb.tokMu.RLock()
+	fresh := &sandbox{record: sb.record}
+	sb.tokMu.RUnlock()
+	fresh.mint()
+	if err := r.records.put(ctx, fresh.record); err != nil {
+		return err
+	}
+	sb.tokMu.Lock()
+	sb.envdToken, sb.trafficToken = fresh.envdToken, fresh.trafficToken
+	sb.envdSum, sb.trafficSum = fresh.envdSum, fresh.trafficSum
+	sb.tokMu.Unlock()
+	return nil
 }
 
 // forget ends the sandbox id everywhere: its record, and what this

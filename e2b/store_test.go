@@ -89,6 +89,23 @@ func testStore(t *testing.T, dbA, dbB Store) {
 	if strings.HasPrefix(onA.envdToken, "ea_") {
 		t.Fatal("A shows B's token")
 	}
+	// B, serving it, rotates the tokens in place (a connect where they
+	// cannot be shown): its live state stays, the new tokens work on A.
+	live, ok, err := b.served(ctx, sb.id)
+	if err != nil || !ok {
+		t.Fatalf("served on B: %v %v", ok, err)
+	}
+	before, _ := live.tokens()
+	if err := b.rotate(ctx, live); err != nil {
+		t.Fatal(err)
+	}
+	envd, _ := live.tokens()
+	if again, _, _ := b.served(ctx, sb.id); again != live {
+		t.Fatal("B's live state was replaced by the rotation")
+	}
+	if onA, _, _ := a.lookup(ctx, sb.id); onA == nil || !onA.accepts(envd, "") || onA.accepts(before, "") {
+		t.Fatal("A does not take the rotated token alone")
+	}
 	// A kill through A ends it for B.
 	if err := a.forget(ctx, sb.id); err != nil {
 		t.Fatal(err)
