@@ -113,12 +113,17 @@ func apply(ctx context.Context, cs kubernetes.Interface, obj runtime.Object, dry
 // ServiceAccount's RBAC is enough for the Kubernetes tier, used with that
 // account's own token: a session on a pool pod in sandgate-sandboxes runs
 // and is released; and it is least privilege: the account cannot read
-// pods or secrets in another namespace.
+// pods or secrets in another namespace. Then the gateway itself runs in
+// the cluster from the Deployment, on its locally built image
+// (inTestCluster says what the test node needs changed), and serves a
+// session's run_code end to end on a pod of the sandbox namespace.
 func TestDeployManifests(t *testing.T) {
 	needCluster(t)
 	admin := newBareClient(t)
 	ctx := t.Context()
 	objs := manifests(t)
+	image := gatewayImage(t)
+	port := freeLoopbackPort(t)
 	for _, o := range objs {
 		if err := apply(ctx, admin, o, true); err != nil && !isNamespacePending(err) {
 			t.Fatalf("dry run of %T: %v", o, err)
@@ -133,20 +138,38 @@ func TestDeployManifests(t *testing.T) {
 		_ = admin.RbacV1().ClusterRoles().Delete(c, "sandgate-gateway-sandbox-namespace", metav1.DeleteOptions{})
 		_ = admin.NodeV1().RuntimeClasses().Delete(c, "gvisor", metav1.DeleteOptions{})
 	})
-	// Namespaces first, then the rest (the Deployment's image is not
-	// built here: it stays a dry run).
+	inTestCluster(objs, image, port)
+	// Namespaces first, then the rest; the Deployment at the end.
 	for pass := range 2 {
 		for _, o := range objs {
 			_, isNS := o.(*corev1.Namespace)
 			_, isDeploy := o.(*appsv1.Deployment)
-			if isNS == (pass == 0) {
-				if err := apply(ctx, admin, o, isDeploy); err != nil {
+			if isNS == (pass == 0) && !isDeploy {
+				if err := apply(ctx, admin, o, false); err != nil {
 					t.Fatalf("apply %T: %v", o, err)
 				}
 			}
 		}
 	}
 	kubeconfig := serviceAccountKubeconfig(t, admin, "sandgate-system", "sandgate-gateway")
+	saCheck(t, kubeconfig)
+	agent := "agent-" + executortest.Nonce() + executortest.Nonce()
+	base := deployGateway(t, admin, objs, port, agent)
+	st, out := runThroughGateway(t, base, agent, "in-cluster", "echo served in the cluster; hostname")
+	d, _ := out["decision"].(map[string]any)
+	if st != 200 || out["stdout"] != "served in the cluster\nsandbox\n" || d["executor"] != "kubernetes" {
+		t.Fatalf("run_code through the in-cluster gateway: %d %v\n%s", st, out, gatewayLogs(admin))
+	}
+	pods, err := admin.CoreV1().Pods("sandgate-sandboxes").List(ctx, metav1.ListOptions{LabelSelector: labelSession})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("session pods in sandgate-sandboxes: %v %v, want one", names(pods.Items), err)
+	}
+}
+
+// saCheck: the ServiceAccount's RBAC is enough for the tier and no more.
+func saCheck(t *testing.T, kubeconfig string) {
+	t.Helper()
+	ctx := t.Context()
 	e, err := New(ctx, Config{Kubeconfig: kubeconfig, Namespace: "sandgate-sandboxes", Image: testImage(),
 		ImagePullPolicy: "Never", Instance: "deploy-" + executortest.Nonce(), Logger: testLogger(t),
 		PodMemoryMB: 512, PodCPU: "100m", Pool: PoolConfig{Size: 1}})
