@@ -18,6 +18,10 @@ import (
 // that started it, such as an agent's server that its later commands
 // call over loopback.
 //
+// A session with a session sandbox (Layout.SessionSandbox: E2B's) runs
+// its detached runs there instead, as execs beside its other commands
+// (session.go); what follows is every other session's way.
+//
 // Each detached run still gets a container of its own, created like a
 // run's (read-only root, every capability dropped, the session's uid, the
 // workspace at /workspace, the limits of its decision), so a kill or its
