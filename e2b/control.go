@@ -155,7 +155,7 @@ func (b *createBody) check() error {
 	case b.Timeout != nil && (*b.Timeout < 0 || *b.Timeout > maxTimeout):
 		return invalid("timeout", "must be 0 to 2592000 seconds")
 	case b.AutoPause != nil && *b.AutoPause:
-		return invalid("autoPause", "pausing sandboxes is not served by sandgate")
+		return invalid("autoPause", "pausing at the timeout (autoPause) is not served by sandgate; pause with Sandbox.pause")
 	case isSet(b.Network):
 		return invalid("network", "egress is decided by the gateway's policy, not per sandbox")
 	case isSet(b.VolumeMounts):
