@@ -60,3 +60,15 @@ func restoreSynchronous(conn *sql.Conn, level string) {
 		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 	}
 }
+
+// RelaxedWriteTx is WriteTx committed with synchronous=NORMAL. It is for
+// rows that are not the audit trail and that a later audited action always
+// follows: the WAL is one append-only file, so the next commit with
+// synchronous=FULL (any Append, a run's write-ahead record) fsyncs these
+// rows too, and a power cut can lose them only together with no audit
+// record after them. A process crash loses nothing either way. The
+// manager creates session records this way (a session's first run writes
+// its write-ahead audit record, FULL, just after).
+func (s *SQLite) RelaxedWriteTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	return relaxedWrites{s}.WriteTx(ctx, fn)
+}

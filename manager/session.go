@@ -319,7 +319,11 @@ func (t *sessionTable) get(ctx context.Context, m *Manager, ref SessionRef, o Op
 	}
 	rec.Replica = me
 	if fresh || moved {
-		if err := m.store.save(ctx, rec); err != nil {
+		save := m.store.save
+		if fresh {
+			save = m.store.create
+		}
+		if err := save(ctx, rec); err != nil {
 			return nil, fmt.Errorf("%w: %w", errPlacement, err)
 		}
 	}

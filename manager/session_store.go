@@ -149,7 +149,12 @@ func (s *sessionStore) save(ctx context.Context, rec sessionRecord) error {
 	if s == nil {
 		return nil
 	}
-	return s.db.WriteTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	return s.write(ctx, s.db.WriteTx, rec)
+}
+
+// write upserts rec in a transaction of writeTx.
+func (s *sessionStore) write(ctx context.Context, writeTx func(context.Context, func(context.Context, *sql.Tx) error) error, rec sessionRecord) error {
+	return writeTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, s.db.Rebind(`INSERT INTO session_records (`+recordColumns+`)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (key) DO UPDATE SET tenant = excluded.tenant, name = excluded.name, state = excluded.state,
@@ -166,6 +171,28 @@ func (s *sessionStore) save(ctx context.Context, rec sessionRecord) error {
 		}
 		return nil
 	})
+}
+
+// relaxedWriter is a database that can commit without waiting for the
+// disk (audit.SQLite.RelaxedWriteTx).
+type relaxedWriter interface {
+	RelaxedWriteTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error
+}
+
+// create writes a new session's record, off the disk's path where the
+// database allows: a session create answered from the page cache, whose
+// record the next audited write (its first run's write-ahead record,
+// synchronous=FULL) makes durable with it. Measured on the reference VM
+// under load (bench -only ttfo-subprocess, n=30): the FULL commit took
+// 0.8 ms p50 and up to 17 ms of a create's path.
+func (s *sessionStore) create(ctx context.Context, rec sessionRecord) error {
+	if s == nil {
+		return nil
+	}
+	if r, ok := s.db.(relaxedWriter); ok {
+		return s.write(ctx, r.RelaxedWriteTx, rec)
+	}
+	return s.save(ctx, rec)
 }
 
 // remove deletes key's record.
