@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
 )
 
@@ -218,4 +219,43 @@ func wouldBe(obj map[string]any, action string) (string, string, error) {
 		return "", "", fmt.Errorf("%w: would_be %q on %s", errBadDecision, w, action)
 	}
 	return w, rule, nil
+}
+
+// value is Map as OPA's value, built directly: a replay decides
+// thousands of inputs, and the generic conversion of a map is a good part
+// of a small decision's cost.
+func (in EgressInput) value() ast.Value {
+	obj := ast.NewObject(
+		[2]*ast.Term{ast.InternedTerm("mode"), ast.StringTerm(in.Mode)},
+		[2]*ast.Term{ast.InternedTerm("host"), ast.StringTerm(in.Host)},
+		[2]*ast.Term{ast.InternedTerm("port"), ast.IntNumberTerm(in.Port)},
+		[2]*ast.Term{ast.InternedTerm("scheme"), ast.StringTerm(in.Scheme)},
+		[2]*ast.Term{ast.InternedTerm("session_id"), ast.StringTerm(in.SessionID)},
+		[2]*ast.Term{ast.InternedTerm("tenant"), ast.StringTerm(in.Tenant)},
+		[2]*ast.Term{ast.InternedTerm("principal"), ast.StringTerm(in.Principal)},
+		[2]*ast.Term{ast.InternedTerm("request_id"), ast.StringTerm(in.RequestID)},
+		[2]*ast.Term{ast.InternedTerm("risk"), ast.StringTerm(in.Risk)},
+		[2]*ast.Term{ast.InternedTerm("resolved"), stringsTerm(in.Resolved)},
+		[2]*ast.Term{ast.InternedTerm("gateway_addresses"), stringsTerm(in.GatewayAddresses)},
+	)
+	if h := in.HTTP; h != nil {
+		obj.Insert(ast.InternedTerm("http"), ast.ObjectTerm(
+			[2]*ast.Term{ast.InternedTerm("method"), ast.StringTerm(h.Method)},
+			[2]*ast.Term{ast.InternedTerm("scheme"), ast.StringTerm(h.Scheme)},
+			[2]*ast.Term{ast.InternedTerm("host"), ast.StringTerm(h.Host)},
+			[2]*ast.Term{ast.InternedTerm("port"), ast.IntNumberTerm(h.Port)},
+			[2]*ast.Term{ast.InternedTerm("path"), ast.StringTerm(h.Path)},
+			[2]*ast.Term{ast.InternedTerm("query"), ast.StringTerm(h.Query)},
+			[2]*ast.Term{ast.InternedTerm("header_names"), stringsTerm(h.HeaderNames)},
+		))
+	}
+	return obj
+}
+
+func stringsTerm(ss []string) *ast.Term {
+	ts := make([]*ast.Term, len(ss))
+	for i, s := range ss {
+		ts[i] = ast.StringTerm(s)
+	}
+	return ast.ArrayTerm(ts...)
 }

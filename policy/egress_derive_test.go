@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/storage"
 )
 
@@ -192,5 +193,19 @@ func TestEgressReplayDecidesAsTheCandidateInTheStore(t *testing.T) {
 	cancel()
 	if _, err := r.Candidate(cancelled, inputs); err == nil {
 		t.Fatal("a cancelled replay went on")
+	}
+}
+
+// TestEgressInputValue: the input built directly for replays is the
+// input Map converts to.
+func TestEgressInputValue(t *testing.T) {
+	for _, in := range parityInputs()[:40] {
+		want, err := ast.InterfaceToValue(in.Map())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := in.value(); got.Compare(want) != 0 {
+			t.Fatalf("value %v, Map %v", got, want)
+		}
 	}
 }

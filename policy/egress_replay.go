@@ -126,12 +126,8 @@ func (r *EgressReplay) Candidate(ctx context.Context, inputs []EgressInput) ([]E
 	}
 	out := make([]EgressDecision, len(inputs))
 	err := eachParallel(ctx, len(inputs), func(i int) error {
-		in, err := ast.InterfaceToValue(inputs[i].Map())
-		if err != nil {
-			return err
-		}
 		wrapped := ast.NewObject(
-			[2]*ast.Term{ast.InternedTerm("input"), ast.NewTerm(in)},
+			[2]*ast.Term{ast.InternedTerm("input"), ast.NewTerm(inputs[i].value())},
 			[2]*ast.Term{ast.InternedTerm("rules"), r.rules},
 			[2]*ast.Term{ast.InternedTerm("derived"), r.derived})
 		out[i] = r.e.egressDecision(ctx, r.c, r.q, rego.EvalParsedInput(wrapped))
@@ -145,7 +141,7 @@ func (r *EgressReplay) Candidate(ctx context.Context, inputs []EgressInput) ([]E
 func (r *EgressReplay) Now(ctx context.Context, inputs []EgressInput) ([]EgressDecision, error) {
 	out := make([]EgressDecision, len(inputs))
 	err := eachParallel(ctx, len(inputs), func(i int) error {
-		out[i] = r.e.decideEgress(ctx, r.c, inputs[i].Map())
+		out[i] = r.e.egressDecision(ctx, r.c, r.c.egress, rego.EvalParsedInput(inputs[i].value()))
 		return nil
 	})
 	return out, err
