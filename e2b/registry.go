@@ -181,17 +181,24 @@ func (r *Registry) served(ctx context.Context, id string) (*sandbox, bool, error
 	if err != nil || !ok {
 		return nil, ok, err
 	}
+	return r.serve(sb), true, nil
+}
+
+// serve keeps sb, a sandbox lookup just returned, as served here, and
+// returns the live sandbox to work in: one kept meanwhile for the same
+// record wins.
+func (r *Registry) serve(sb *sandbox) *sandbox {
 	r.mu.Lock()
-	if cur := r.byID[id]; cur != nil && cur != sb && cur.tenant == sb.tenant && cur.sums() == sb.sums() {
+	if cur := r.byID[sb.id]; cur != nil && cur != sb && cur.tenant == sb.tenant && cur.sums() == sb.sums() {
 		sb = cur // another call kept it first
 	}
-	old := r.byID[id]
-	r.byID[id] = sb
+	old := r.byID[sb.id]
+	r.byID[sb.id] = sb
 	r.mu.Unlock()
 	if old != nil && old != sb {
 		old.killAll()
 	}
-	return sb, true, nil
+	return sb
 }
 
 // rotate gives sb, served here, new tokens, recorded for every replica:

@@ -286,11 +286,7 @@ func (s *Server) routedSandbox(h http.HandlerFunc, traffic bool) http.Handler {
 			}
 		}
 		if sb != nil {
-			var ok bool
-			var err error
-			if sb, ok, err = s.deps.Registry.served(r.Context(), sb.id); err != nil || !ok {
-				sb, status, msg = nil, http.StatusBadGateway, "the sandbox is not running on this gateway (killed or expired)"
-			}
+			sb = s.deps.Registry.serve(sb) // as looked up just now
 		}
 		ctx := context.WithValue(r.Context(), foundKey{}, &found{sb: sb, status: status, msg: msg})
 		if sb != nil {
