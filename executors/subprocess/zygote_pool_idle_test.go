@@ -1,10 +1,15 @@
 package subprocess
 
 import (
+	"bufio"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -132,4 +137,110 @@ func TestZygotePoolServesOneSession(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestZygotePoolGoneWithGateway: a gateway killed with SIGKILL while its
+// pool is full leaves nothing: every process of its pooled zygotes (the
+// zygote, its init, its spare) dies with it, the host's mount table never
+// had a slot or a workspace on one, and the next executor's start removes
+// the dead one's run directory (the empty directory the slots' tmpfs
+// covered in its own namespace).
+func TestZygotePoolGoneWithGateway(t *testing.T) {
+	if os.Getenv("SANDGATE_ZYGOTE_POOL_CHILD") != "" {
+		poolChild(t)
+		return
+	}
+	requireRoot(t)
+	warmDir := t.TempDir()
+	if err := os.Chmod(warmDir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestZygotePoolGoneWithGateway$", "-test.v")
+	cmd.Env = append(os.Environ(), "SANDGATE_ZYGOTE_POOL_CHILD="+warmDir)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var runDir string
+	var procs []procID
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 2 || f[0] != "POOL" {
+			t.Log("child: " + sc.Text())
+			continue
+		}
+		runDir = f[1]
+		for _, p := range f[2:] {
+			pid, start, _ := strings.Cut(p, ":")
+			n, _ := strconv.Atoi(pid)
+			procs = append(procs, procID{n, start})
+		}
+		break
+	}
+	if runDir == "" || len(procs) < 4 {
+		t.Fatalf("the child reported no full pool (run dir %q, %d processes)", runDir, len(procs))
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for left := alive(procs); len(left) > 0; left = alive(procs) {
+		if time.Now().After(deadline) {
+			t.Fatalf("processes of the killed gateway's pool remain: %v", left)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(mi), runDir) {
+		t.Fatalf("the host has a mount under the dead gateway's run directory %s", runDir)
+	}
+	newZygoteExecutor(t, func(c *Config) { c.WarmDir = warmDir })
+	if _, err := os.Lstat(runDir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the dead gateway's run directory is still there after a start: %v", err)
+	}
+}
+
+// poolChild fills a pool of two and reports its run directory and the
+// processes of its pooled zygotes, then waits to be killed.
+func poolChild(t *testing.T) {
+	e := newZygoteExecutor(t, func(c *Config) {
+		c.WarmDir = os.Getenv("SANDGATE_ZYGOTE_POOL_CHILD")
+		c.ZygotePool = ZygotePoolConfig{Size: 2, Max: 2}
+	})
+	mustExecute(t, e, warmRun("sess-"+executortest.Nonce(), executortest.NewWorkspace(t), executors.LangPython, "print(1)"))
+	var line strings.Builder
+	line.WriteString("POOL " + e.runDir)
+	for _, z := range waitPoolIdle(t, e, 2) {
+		init := z.proc.cmd.Process.Pid
+		// The zygote and its spare (C, P1 and R), forked before any claim.
+		procs := append(waitDescendants(t, init, 4), procID{init, procStartOf(init)})
+		for _, p := range procs {
+			fmt.Fprintf(&line, " %d:%s", p.pid, p.start)
+		}
+	}
+	fmt.Println(line.String())
+	time.Sleep(time.Minute)
+}
+
+// procStartOf is pid's start time field, as procID keeps it.
+func procStartOf(pid int) string {
+	for _, p := range alive([]procID{{pid, ""}}) {
+		return p.start
+	}
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 20 {
+		return ""
+	}
+	return f[19]
 }
