@@ -372,11 +372,16 @@ type SubprocessConfig struct {
 	// Zygotes runs a session's Python code in a per-session zygote that
 	// forks each run (needs root; see the subprocess package). Default
 	// true; warm_max also bounds them, and 0 turns them off too.
-	Zygotes      bool `yaml:"zygotes"`
-	MemoryMB     int  `yaml:"memory_mb"`
-	CPUSeconds   int  `yaml:"cpu_seconds"`
-	MaxProcs     int  `yaml:"max_procs"`
-	MaxOutputKiB int  `yaml:"max_output_kib"`
+	Zygotes bool `yaml:"zygotes"`
+	// ZygotePool sizes the pool of pre-started zygotes of no session that
+	// sessions' first Python runs claim (size per shape, max in all, 0 for
+	// the memory-derived default, negative off; shapes). Needs root and
+	// zygotes.
+	ZygotePool   subprocess.ZygotePoolConfig `yaml:"zygote_pool"`
+	MemoryMB     int                         `yaml:"memory_mb"`
+	CPUSeconds   int                         `yaml:"cpu_seconds"`
+	MaxProcs     int                         `yaml:"max_procs"`
+	MaxOutputKiB int                         `yaml:"max_output_kib"`
 	// RootDir is the runtime root filesystem that `make images` exports
 	// (/var/lib/sandgate/rootfs/runtime): runs then see the same toolchain
 	// (python3 with the data stack, node, bash, git) as in docker and aio.

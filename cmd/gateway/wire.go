@@ -394,7 +394,7 @@ func subprocessConfig(sp SubprocessConfig, log *slog.Logger) subprocess.Config {
 	return subprocess.Config{
 		Limits: executors.Limits{MemoryMB: sp.MemoryMB, CPUSeconds: sp.CPUSeconds, MaxProcs: sp.MaxProcs,
 			MaxOutputBytes: sp.MaxOutputKiB << 10},
-		WarmMax: sp.WarmMax, DisableWarm: sp.WarmMax <= 0, DisableZygote: !sp.Zygotes,
+		WarmMax: sp.WarmMax, DisableWarm: sp.WarmMax <= 0, DisableZygote: !sp.Zygotes, ZygotePool: sp.ZygotePool,
 		RootDir: sp.RootDir, TmpMB: sp.TmpMB, Logger: log,
 	}
 }
