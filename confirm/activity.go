@@ -152,22 +152,21 @@ func (a *Activity) Forget(tenant, sessionID string) {
 	}
 }
 
-// excerptOf is s's start and end, redacted. Each end is redacted over a
-// wider window than it keeps, so that a secret crossing the cut is
-// recognised whole before it is cut.
+// excerptOf is s's start and end, redacted. The whole of s (already
+// bounded by the caller) is redacted before it is cut: a secret's shape
+// is often recognised only by its start (a PEM key by its BEGIN line), so
+// an end cut from unredacted text could show the rest of it.
 func excerptOf(s string) *OutputExcerpt {
 	if s == "" {
 		return nil
 	}
-	const slack = 200
 	e := &OutputExcerpt{Bytes: len(s)}
-	if len(s) <= ExcerptHead+ExcerptTail+slack {
-		e.Text = Redact(strings.ToValidUTF8(s, "\uFFFD"))
+	r := Redact(strings.ToValidUTF8(s, "\uFFFD"))
+	if len(r) <= ExcerptHead+ExcerptTail {
+		e.Text = r
 		return e
 	}
-	head := Redact(strings.ToValidUTF8(cutUTF8(s, ExcerptHead+slack), "\uFFFD"))
-	tail := Redact(strings.ToValidUTF8(tailUTF8(s, ExcerptTail+slack), "\uFFFD"))
-	e.Text = cutUTF8(head, ExcerptHead) + " … " + tailUTF8(tail, ExcerptTail)
+	e.Text = cutUTF8(r, ExcerptHead) + " … " + tailUTF8(r, ExcerptTail)
 	e.Cut = true
 	return e
 }

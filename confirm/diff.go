@@ -56,7 +56,11 @@ func Diff(path string, before, after []byte, existed bool) FileDiff {
 		d.Status = "unchanged"
 		return d
 	}
-	a, b := splitLines(string(before)), splitLines(string(after))
+	// Each side is redacted whole before it is diffed: a hunk from the
+	// middle of a PEM file has no BEGIN line, so redacting the diff's
+	// text would miss the key. A change inside a redacted secret shows as
+	// no changed lines.
+	a, b := splitLines(Redact(string(before))), splitLines(Redact(string(after)))
 	ops := lineOps(a, b)
 	for _, o := range ops {
 		switch o.kind {
@@ -70,13 +74,7 @@ func Diff(path string, before, after []byte, existed bool) FileDiff {
 	if !existed {
 		from = "/dev/null"
 	}
-	text := "--- " + from + "\n+++ b/" + strings.TrimPrefix(path, "/") + "\n" + hunks(ops, 2*MaxDiffBytes)
-	// Redacted over twice what is shown, so that a secret crossing the
-	// cut is recognised whole before it is cut.
-	if len(text) > 2*MaxDiffBytes {
-		text = cutUTF8(text, 2*MaxDiffBytes)
-	}
-	d.Text = Redact(text)
+	d.Text = "--- " + from + "\n+++ b/" + strings.TrimPrefix(path, "/") + "\n" + hunks(ops, 2*MaxDiffBytes)
 	if len(d.Text) > MaxDiffBytes {
 		cut := strings.LastIndexByte(d.Text[:MaxDiffBytes], '\n')
 		if cut < 0 {

@@ -44,9 +44,18 @@ var secretAssignment = regexp.MustCompile(`(?i)\b([A-Za-z0-9_.-]*(?:password|pas
 
 var assignmentHints = []string{"pass", "secret", "token", "key", "credential"}
 
+// pemBody is a run of lines of base64 only, each at least 40 characters:
+// the body of a PEM key. It is looked for only in text that names a
+// private key somewhere, because a piece of text (a diff hunk, the tail
+// of a printed key) can hold the body without its BEGIN line.
+var pemBody = regexp.MustCompile(`(?m)^[ \t]*[A-Za-z0-9+/=]{40,}[ \t]*\r?$(?:\n[ \t]*[A-Za-z0-9+/=]{40,}[ \t]*\r?$)*`)
+
 // Redact replaces the secrets of known shapes in s by [redacted].
 func Redact(s string) string {
 	lower := strings.ToLower(s)
+	if strings.Contains(s, "PRIVATE KEY-----") {
+		s = pemBody.ReplaceAllString(s, Redacted)
+	}
 	for _, sh := range secretShapes {
 		if strings.Contains(lower, sh.hint) {
 			s = sh.re.ReplaceAllString(s, Redacted)
