@@ -445,8 +445,13 @@ type ZygotePoolConfig struct {
 }
 
 // Pool defaults. A pooled zygote costs what a session's idle zygote does
-// with its spare: the interpreter, its init shell, and the spare's R with
-// its own copy of the heap (see "Zygotes" in the package documentation).
+// with its spare: the interpreter, its init shell, and the spare's C, P1
+// and R (see "Zygotes" in the package documentation). Measured on the
+// reference VM (python3.11, the runtime root): the five processes of a
+// ready pooled zygote hold 12.1 MiB PSS (37 MiB RSS summed, shared pages
+// counted in each); zygoteCostMiB keeps twice the PSS. On a 2-core,
+// 24 GiB machine the defaults keep 2 per shape and at most 4 (1/64 of the
+// memory, 376 MiB, would allow 15).
 const (
 	DefaultZygotePoolSize   = 2
 	DefaultZygotePoolShapes = 2

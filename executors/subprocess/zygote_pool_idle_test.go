@@ -244,3 +244,38 @@ func procStartOf(pid int) string {
 	}
 	return f[19]
 }
+
+// TestZygotePoolBurst: 50 sessions whose first runs arrive at once, with a
+// pool of two, all get their own output: the claims take what is ready,
+// the rest start their own zygote (or run warm when the zygotes are at
+// their cap), and none is lost or served another session's zygote.
+func TestZygotePoolBurst(t *testing.T) {
+	e := newPoolExecutor(t, 2)
+	mustExecute(t, e, warmRun("sess-"+executortest.Nonce(), executortest.NewWorkspace(t), executors.LangPython, "print(1)"))
+	waitPoolIdle(t, e, 2)
+	const n = 50
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			sess, ws := "sess-"+executortest.Nonce(), executortest.NewWorkspace(t)
+			res, err := e.Execute(t.Context(), warmRun(sess, ws, executors.LangPython,
+				"import os\nprint(len(os.listdir('.')), "+strconv.Itoa(i)+")"))
+			switch want := fmt.Sprintf("0 %d\n", i); {
+			case err != nil:
+				errs <- fmt.Errorf("session %d: %w", i, err)
+			case res.Stdout != want || res.ExitCode != 0:
+				errs <- fmt.Errorf("session %d: %+v, want stdout %q", i, res, want)
+			default:
+				errs <- nil
+			}
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if st := e.PoolStatus(); st.Claims < 2 {
+		t.Errorf("the burst claimed %d pooled zygotes, want the 2 ready ones (%+v)", st.Claims, st)
+	}
+}
