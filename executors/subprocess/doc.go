@@ -277,6 +277,31 @@
 //   - Memory: a zygote holds ~9.7 MB resident (its pages are shared with
 //     its runs until written), plus ~1.6 MB for its init shell.
 //
+// # Pooled zygotes (a session's first run)
+//
+// A session's first Python run used to start its zygote on the request's
+// path: an interpreter start-up, then the run forked on demand (no spare
+// yet). Timing points in the gateway (bench -only ttfo-subprocess, n=30,
+// load average ~20, p50) put the zygote's start at 33 ms and that first
+// run at 26 ms of a session create to first output of 88 ms; every other
+// step (HTTP, the session record, the policy decision, the write-ahead
+// audit record, the code file) was under 1 ms at p50. So the executor
+// keeps zygotes of no session ready, each with its spare forked, and a
+// first run claims one (zygote_pool_idle.go: the claim mounts the
+// session's workspace onto the zygote's slot, which mount propagation
+// carries into its namespaces; zygote_pool_slots_linux.go: the slots
+// exist only in a mount namespace of the executor's). A pooled zygote
+// serves one session and nothing of any session was in its root before
+// the claim (TestZygotePoolServesOneSession); a gateway killed with a
+// full pool leaves nothing behind (TestZygotePoolGoneWithGateway).
+// Config.ZygotePool sizes it. Measured the same way after: 15.1 ms p50
+// against raw python3 9.1 ms in the same run (was 86 ms against 11.8
+// ms). Sessions created back to back faster than zygotes start (the
+// pool refills one at a time, after the claiming run) drain it, and
+// those runs start their own zygote as before: under load average ~26 a
+// later run measured 75 ms against raw 19.8 ms. Only as root: a rootless
+// gateway has no zygotes, and PoolStatus says so.
+//
 // # Network by policy (the egress bridge)
 //
 // A run granted network (Spec.Network, with Spec.Egress) still has no
