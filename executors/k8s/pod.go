@@ -151,18 +151,6 @@ func (e *Executor) lockedSpec(uid, gid, memMB int, layoutRoot string, command []
 	}
 }
 
-// secretOf names the key Secret a pod of this tier reads.
-func secretOf(p *corev1.Pod) string {
-	for _, c := range p.Spec.Containers {
-		for _, v := range c.Env {
-			if v.Name == keyEnv && v.ValueFrom != nil && v.ValueFrom.SecretKeyRef != nil {
-				return v.ValueFrom.SecretKeyRef.Name
-			}
-		}
-	}
-	return ""
-}
-
 func (e *Executor) labels(sessionID string) map[string]string {
 	return map[string]string{
 		labelManagedBy: managedBy,
