@@ -160,13 +160,13 @@ func (e *Executor) labels(sessionID string) map[string]string {
 	}
 }
 
-// keySecret holds the sandbox's per-sandbox credential (sandboxd's API
-// key), minted at creation, under a name of its own (the pod's name plus
-// a random suffix: a pod of the same session made later never meets the
-// old key, which the garbage collector deletes with its pod). The pod
-// reads it into sandboxd's environment, which sandboxd drops at start;
-// another replica finds it through the pod's spec to reach the same
-// sandbox.
+// keySecret is the session's binding (binding.go): it holds the
+// sandbox's per-sandbox credential (sandboxd's API key), minted with the
+// binding, so a pod placed later for the session (after a loss, under a
+// new binding) never meets the old key. A pod created for the session
+// reads it into sandboxd's environment, which sandboxd drops at start; a
+// pooled pod gets it through its FIFO; another replica reads it from the
+// binding to reach the same sandbox.
 func (e *Executor) keySecret(sessionID, name, key string) *corev1.Secret {
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.cfg.Namespace, Labels: e.labels(sessionID)},
