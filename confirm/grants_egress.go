@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -68,7 +69,16 @@ func parseEgressTarget(target string) (egressRequest, bool) {
 // prefixCovers reports whether path is prefix or lies beneath it, as
 // grants.rego matches: a prefix ending in "/" covers what starts with it,
 // any other itself and what follows it after a "/".
+//
+// A path or prefix a server could resolve elsewhere covers nothing: one
+// with a dot segment, also one with path parameters ("..;", which Tomcat
+// and Spring resolve as ".."), or a double-encoded dot or slash
+// ("%252e"). The egress proxy refuses such a request before it is held
+// (egress.checkPath); this keeps a grant from covering one all the same.
 func prefixCovers(prefix, path string) bool {
+	if resolvesElsewhere(prefix) || resolvesElsewhere(path) {
+		return false
+	}
 	if path == prefix {
 		return true
 	}
@@ -76,6 +86,26 @@ func prefixCovers(prefix, path string) bool {
 		return false
 	}
 	return strings.HasSuffix(prefix, "/") || path[len(prefix)] == '/'
+}
+
+// resolvesElsewhere reports whether p has a segment that decodes, up to
+// its first ";", to "." or "..", or a "%" left after one decoding before
+// an encoded ".", "/" or "\", or is not valid percent-encoding.
+func resolvesElsewhere(p string) bool {
+	dec, err := url.PathUnescape(p)
+	if err != nil {
+		return true
+	}
+	low := strings.ToLower(dec)
+	if strings.Contains(low, "%2e") || strings.Contains(low, "%2f") || strings.Contains(low, "%5c") {
+		return true
+	}
+	for _, part := range strings.FieldsFunc(dec, func(r rune) bool { return r == '/' || r == '\\' }) {
+		if name, _, _ := strings.Cut(part, ";"); name == "." || name == ".." {
+			return true
+		}
+	}
+	return false
 }
 
 // egressScope checks an egress grant decision: approved, on a held

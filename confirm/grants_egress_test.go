@@ -171,3 +171,61 @@ func TestEgressGrantOfAFailedDecision(t *testing.T) {
 		t.Fatalf("approved: %+v", out)
 	}
 }
+
+// TestPrefixCovers: a grant's prefix covers the paths beneath it, and no
+// path a server could resolve outside it: "..;" (Tomcat and Spring drop
+// ";..." before resolving) or a dot or slash encoded twice.
+func TestPrefixCovers(t *testing.T) {
+	cases := []struct {
+		prefix, path string
+		covers       bool
+	}{
+		{"/v1/items", "/v1/items", true},
+		{"/v1/items", "/v1/items/7", true},
+		{"/v1/items", "/v1/items;v=2/7", false}, // not beneath "/v1/items/"
+		{"/v1/items", "/v1/items/a;v=2/7", true},
+		{"/v1/", "/v1/items", true},
+		{"/v1/items", "/v1/itemsx", false},
+		{"/v1/items", "/v1/items/../admin", false},
+		{"/v1/items", "/v1/items/..;/admin", false},
+		{"/v1/items", "/v1/items/%2e%2e;/admin", false},
+		{"/v1/items", "/v1/items/%2E%2e%3B/admin", false},
+		{"/v1/items", "/v1/items/.;/x", false},
+		{"/v1/items", "/v1/items/..;jsessionid=1/admin", false},
+		{"/v1/items", "/v1/items/%252e%252e/admin", false},
+		{"/v1/items", "/v1/items/%252E%252E/admin", false},
+		{"/v1/items", "/v1/items/x%252f..%252fadmin", false},
+		{"/v1/items", "/v1/items/x%255C..", false},
+		{"/v1/items", "/v1/items/%zz", false},
+		{"/v1/items/..;/", "/v1/items/..;/admin", false},
+	}
+	for _, c := range cases {
+		if got := prefixCovers(c.prefix, c.path); got != c.covers {
+			t.Errorf("prefixCovers(%q, %q) = %v, want %v", c.prefix, c.path, got, c.covers)
+		}
+	}
+}
+
+// TestEgressGrantPrefixOverDotSegment: an approver's "POST under
+// /v1/items" does not stand for a held request whose path a server
+// resolves to /v1/admin: the decision is refused, no grant given.
+func TestEgressGrantPrefixOverDotSegment(t *testing.T) {
+	h := newEgressGrantHub(t)
+	ctx := context.Background()
+	held := confirmAsync(ctx, h.Hub, heldRequest("s1", "POST", "/v1/items/..;/admin"))
+	v := waitPending(t, h.Hub, 1)[0]
+	_, err := h.Decide(ctx, v.ID, Approver{Name: "alice"},
+		Decision{Decision: "approve", Scope: ScopeSession, ForS: 1800, PathPrefix: "/v1/items"})
+	if !errors.Is(err, ErrGrantPrefix) {
+		t.Fatalf("a grant over a dot segment: %v", err)
+	}
+	if live, err := h.opts.Grants.List(ctx, Approver{}, GrantQuery{SessionID: "s1", Live: true}); err != nil || len(live) != 0 {
+		t.Fatalf("live grants: %+v %v", live, err)
+	}
+	if _, err := h.Decide(ctx, v.ID, Approver{Name: "alice"}, Decision{Decision: "deny"}); err != nil {
+		t.Fatal(err)
+	}
+	if out := held.wait(t); out.Approved() {
+		t.Fatalf("approved: %+v", out)
+	}
+}

@@ -16,7 +16,26 @@ func TestCheckPath(t *testing.T) {
 	}{
 		{"/v1/repos/a/b", ""},
 		{"/v1/a%20b", ""},
-		{"/v1/%252e%252e/x", ""}, // decodes once to a literal "%2e%2e" segment
+		{"/v1/%25zz/x", ""},  // a literal "%zz"
+		{"/v1/100%25/x", ""}, // a literal "%" is fine
+		{"/v1/%2541/x", ""},  // decodes twice to "A", harmless
+		// Tomcat and Spring resolve a segment by its text before ";".
+		{"/v1/items/..;/admin", "dot segment"},
+		{"/v1/items/%2e%2e;/admin", "dot segment"},
+		{"/v1/items/.;/x", "dot segment"},
+		{"/v1/items/..;jsessionid=1/admin", "dot segment"},
+		{"/v1/items/.%2E%3b/admin", "dot segment"},
+		{"/v1/items/a\\..;/admin", "dot segment"},
+		{"/v1/items/a;v=1/b", ""},
+		{"/v1/items/...;/b", ""},
+		// A server that decodes twice reads these as dot segments or separators.
+		{"/v1/%252e%252e/x", "double-encoded"},
+		{"/v1/items/%252E%252E/admin", "double-encoded"},
+		{"/v1/items%252fadmin", "double-encoded"},
+		{"/v1/items%252F..", "double-encoded"},
+		{"/v1/items%255cadmin", "double-encoded"},
+		{"/v1/items%255C..", "double-encoded"},
+		{"/v1/items/%25%32e%25%32e/admin", "double-encoded"},
 		{"/", ""},
 		{"/v1/../admin", "dot segment"},
 		{"/v1/%2e%2e/admin", "dot segment"},

@@ -154,10 +154,20 @@ func (h *Handle) admit(ctx context.Context, client net.Conn, req *http.Request, 
 // "/v1/..%2fadmin"): a server that decodes before it resolves would reach
 // a path no rule was asked about. An encoded slash alone stays allowed
 // (GitLab's API names a project "group%2Fproject").
+//
+// A segment with path parameters counts by its text before the first ";":
+// Tomcat and Spring drop ";..." from each segment before they resolve, so
+// "/v1/items/..;/admin" reaches "/v1/admin" there while a rule, or a grant
+// for "/v1/items", reads it as beneath "/v1/items". And "%25" before an
+// encoded ".", "/" or "\" ("%252e%252e") is refused: a server that decodes
+// twice reads a dot segment or a separator no rule saw.
 func checkPath(req *http.Request) string {
 	raw := req.URL.EscapedPath()
 	if req.URL.Opaque != "" || !strings.HasPrefix(raw, "/") {
 		return "the request target " + headerSafe(truncate(req.RequestURI, 200)) + " has no absolute path"
+	}
+	if doubleEncoded(raw) {
+		return "a double-encoded dot or slash in the path is refused"
 	}
 	for _, seg := range strings.Split(raw, "/") {
 		dec, err := url.PathUnescape(seg)
@@ -165,12 +175,30 @@ func checkPath(req *http.Request) string {
 			return "the path is not valid percent-encoding"
 		}
 		for _, part := range strings.FieldsFunc(dec, func(r rune) bool { return r == '/' || r == '\\' }) {
-			if part == "." || part == ".." {
+			if name, _, _ := strings.Cut(part, ";"); name == "." || name == ".." {
 				return "a dot segment in the path is refused"
 			}
 		}
 	}
 	return ""
+}
+
+// doubleEncoded reports whether raw, decoded once, still holds the
+// encoding of ".", "/" or "\" (any case): "%252e", "%252F", "%255c", and
+// "%25%32e" as much, since a literal "%" in the decoded text can only come
+// from an encoded one.
+func doubleEncoded(raw string) bool {
+	dec, err := url.PathUnescape(raw)
+	if err != nil {
+		return false // checkPath refuses it segment by segment
+	}
+	dec = strings.ToLower(dec)
+	for _, enc := range []string{"%2e", "%2f", "%5c"} {
+		if strings.Contains(dec, enc) {
+			return true
+		}
+	}
+	return false
 }
 
 // normalPath is the request's path as rules and credentials match it: in
