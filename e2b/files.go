@@ -159,7 +159,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request, sb *sandbox, p s
 }
 
 // health answers 204 for a sandbox this gateway serves whose session is
-// live, 502 otherwise (the SDK's isRunning reads 502 as not running).
+// live and not paused, 502 otherwise (the SDK's isRunning reads 502 as not running).
 func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	sb, status, msg := s.sandboxOf(r, false)
 	if sb == nil {
@@ -174,6 +174,11 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		s.fileErrorOf(w, r, err)
+		return
+	}
+	if info.State == manager.StatePaused {
+		// As E2B's isRunning reads a paused sandbox; connect resumes it.
+		writeFileError(w, http.StatusBadGateway, "the sandbox is paused (Sandbox.connect resumes it)")
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -99,7 +99,8 @@ func fleetEqual(want string) func(json.RawMessage) error {
 // command through B writes /tmp, one through C reads it (one session
 // sandbox, fleet-wide); a file written through C is read through A and
 // by a command through B; a background command started through B is
-// listed through C and killed through A; pause through C, a pause
+// listed through C and killed through A; pause through C (isRunning
+// through B is then false), a pause
 // through A answers false (already paused), connect through B resumes it
 // and the workspace is there; fork through C gives a new sandbox with
 // the file; kill through A ends it for B and C (isRunning false, a
@@ -129,7 +130,7 @@ func TestFleetE2BAndDaytona(t *testing.T) {
 		"tmp_on_c":       fleetEqual(`"42\n"`),
 		"files_c_to_a_b": fleetFiles,
 		"background":     fleetBackground,
-		"pause_resume": fleetEqual(`{"paused":true,"state":"paused","pausedAgain":false,"stateAfter":"running",
+		"pause_resume": fleetEqual(`{"paused":true,"state":"paused","runningWhilePaused":false,"pausedAgain":false,"stateAfter":"running",
 			"file":"written through C\n"}`),
 		"fork": fleetEqual(`{"read":"written through C\n","distinct":true}`),
 		"kill": fleetEqual(`{"killedOnA":true,"runningOnB":false,"runningOnC":false}`),

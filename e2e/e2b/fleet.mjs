@@ -51,11 +51,12 @@ await step("background", async () => {
 await step("pause_resume", async () => {
   const paused = await c.pause();
   const state = (await Sandbox.getInfo(a.sandboxId, at("B"))).state;
+  const runningWhilePaused = await b.isRunning();
   const again = await Sandbox.pause(a.sandboxId, at("A"));
   const r = await Sandbox.connect(a.sandboxId, at("B"));
   const stateAfter = (await Sandbox.getInfo(a.sandboxId, at("C"))).state;
   const file = (await r.commands.run("cat /home/user/fleet.txt")).stdout;
-  return { paused, state, pausedAgain: again, stateAfter, file };
+  return { paused, state, runningWhilePaused, pausedAgain: again, stateAfter, file };
 });
 await step("fork", async () => {
   const [child] = await Sandbox.fork(a.sandboxId, { ...at("C"), count: 1 });
