@@ -142,8 +142,36 @@ func ttfoTierRun(ctx context.Context, t ttfoTier, o opts) (abResult, error) {
 		sides, 1, o.ttfoN, o.ttfoBlock)
 	if err == nil {
 		r.print(os.Stdout)
+		printPool(ctx, t)
 	}
 	return r, err
+}
+
+// printPool prints the tier's pool of pre-started sandboxes as /readyz
+// shows it after the run: how many first runs claimed one and how many
+// found none ready.
+func printPool(ctx context.Context, t ttfoTier) {
+	b, err := t.g.do(ctx, "GET", "/readyz", "", nil)
+	if err != nil {
+		return
+	}
+	var rz struct {
+		Executors map[string]struct {
+			Pool *struct {
+				Enabled              bool
+				Reason               string
+				Idle, Size, Max      int
+				Claims, Misses, Lost int64
+			} `json:"pool"`
+		} `json:"executors"`
+	}
+	if json.Unmarshal(b, &rz) != nil {
+		return
+	}
+	if p := rz.Executors[t.name].Pool; p != nil {
+		fmt.Printf("  %s pool: enabled %v %s, claims %d, misses %d, lost %d, idle %d (size %d, max %d)\n",
+			t.name, p.Enabled, p.Reason, p.Claims, p.Misses, p.Lost, p.Idle, p.Size, p.Max)
+	}
 }
 
 // ttfoRESTOnce creates a session, runs its first command and deletes it.
