@@ -167,6 +167,9 @@ func (g *Grants) giveEgress(ctx context.Context, v View, d Decision, by string) 
 // (an agent's next call can follow at once); when it cannot be recorded
 // the approval stays pending and the approver is told, and when the
 // decision does not stand (another approver's came first) it is revoked.
+// Until the approval's row says approved the grant covers nothing
+// (approvedOnly), so a reject that wins leaves it unusable even before,
+// or without, its revocation.
 // A run grant is given after the decision, as withGrant says.
 func (h *Hub) decideWithGrant(ctx context.Context, v View, status string, d Decision, by string, resolve func() (View, error)) (View, error) {
 	if v.Kind != KindEgress || status != StatusApproved || d.ForS <= 0 {
@@ -189,13 +192,61 @@ func (h *Hub) decideWithGrant(ctx context.Context, v View, status string, d Deci
 }
 
 // coveringEgress asks the egress policy which of live covers req. A
-// request without its decision input (req.Egress) is covered by none.
+// request without its decision input (req.Egress) is covered by none, and
+// only grants whose approval is recorded approved are offered.
 func (g *Grants) coveringEgress(ctx context.Context, req Request, live []Grant) (string, error) {
 	ep, ok := g.opts.Policy.(EgressGrantPolicy)
 	if !ok || req.Egress == nil || req.Egress.HTTP == nil {
 		return "", nil
 	}
+	live, err := g.store.approvedOnly(ctx, live)
+	if err != nil {
+		return "", err
+	}
 	return ep.CoveringEgressGrant(ctx, *req.Egress, live)
+}
+
+// approvedOnly keeps the grants of gs whose approval's row says
+// "approved" (and those given by no approval). An egress grant is
+// recorded before its approval's decision (decideWithGrant), so that the
+// held request, once let go, finds it; until the approval row is approved
+// it covers nothing, and if another approver's reject wins it never does,
+// whether or not its revocation is then written. The row and the grant
+// are in one database (the audit database), so there is no window.
+func (s grantStore) approvedOnly(ctx context.Context, gs []Grant) ([]Grant, error) {
+	var ids []any
+	for _, gr := range gs {
+		if gr.ApprovalID != "" {
+			ids = append(ids, gr.ApprovalID)
+		}
+	}
+	if len(ids) == 0 {
+		return gs, nil
+	}
+	q := `SELECT id FROM approvals WHERE status = 'approved' AND id IN (?` + strings.Repeat(`, ?`, len(ids)-1) + `)`
+	rows, err := s.db.DB().QueryContext(ctx, s.db.Rebind(q), ids...)
+	if err != nil {
+		return nil, fmt.Errorf("confirm: read grants' approvals: %w", err)
+	}
+	defer rows.Close()
+	approved := map[string]bool{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("confirm: read grants' approvals: %w", err)
+		}
+		approved[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("confirm: read grants' approvals: %w", err)
+	}
+	out := make([]Grant, 0, len(gs))
+	for _, gr := range gs {
+		if gr.ApprovalID == "" || approved[gr.ApprovalID] {
+			out = append(out, gr)
+		}
+	}
+	return out, nil
 }
 
 // CoveringEgressGrant implements EgressGrantPolicy.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
+	"sync"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -227,5 +229,65 @@ func TestEgressGrantPrefixOverDotSegment(t *testing.T) {
 	}
 	if out := held.wait(t); out.Approved() {
 		t.Fatalf("approved: %+v", out)
+	}
+}
+
+// TestEgressGrantOfARejectedApproval: an egress grant is recorded before
+// its approval's decision; while the approval is pending, and after
+// another approver's reject wins, it covers no request of the session,
+// even when its revocation is never written.
+func TestEgressGrantOfARejectedApproval(t *testing.T) {
+	h := newEgressGrantHub(t)
+	ctx := context.Background()
+	held := confirmAsync(ctx, h.Hub, heldRequest("s1", "POST", "/v1/items"))
+	v := waitPending(t, h.Hub, 1)[0]
+	// The approve-with-grant has recorded its grant and not yet resolved.
+	gr, err := h.opts.Grants.giveEgress(ctx, v, Decision{Decision: "approve", Scope: ScopeSession, ForS: 1800, PathPrefix: "/v1/"}, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := heldRequest("s1", "POST", "/v1/orders/1")
+	if g, ok := h.opts.Grants.cover(ctx, next); ok {
+		t.Fatalf("a grant of a pending approval covers %s: %+v", next.Target, g)
+	}
+	// Bob's reject wins; alice's approval (and so the grant's revocation)
+	// never comes.
+	if _, err := h.Decide(ctx, v.ID, Approver{Name: "bob"}, Decision{Decision: "deny"}); err != nil {
+		t.Fatal(err)
+	}
+	if out := held.wait(t); out.Approved() {
+		t.Fatalf("approved: %+v", out)
+	}
+	if g, ok := h.opts.Grants.cover(ctx, next); ok {
+		t.Fatalf("grant %s of a rejected approval covers %s: %+v", gr.ID, next.Target, g)
+	}
+}
+
+// TestEgressGrantRace: an approve-with-grant and a reject race on one
+// held request; whichever wins, a grant covers the session's next request
+// exactly when the approval ended approved.
+func TestEgressGrantRace(t *testing.T) {
+	h := newEgressGrantHub(t)
+	ctx := context.Background()
+	for i := range 8 {
+		session := "s" + strconv.Itoa(i)
+		held := confirmAsync(ctx, h.Hub, heldRequest(session, "POST", "/v1/items"))
+		v := waitPending(t, h.Hub, 1)[0]
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			_, _ = h.Decide(ctx, v.ID, Approver{Name: "alice"}, Decision{Decision: "approve", Scope: ScopeSession, ForS: 1800, PathPrefix: "/v1/"})
+		}()
+		go func() {
+			defer wg.Done()
+			_, _ = h.Decide(ctx, v.ID, Approver{Name: "bob"}, Decision{Decision: "deny"})
+		}()
+		out := held.wait(t)
+		wg.Wait()
+		_, covered := h.opts.Grants.cover(ctx, heldRequest(session, "POST", "/v1/orders/1"))
+		if covered != out.Approved() {
+			t.Fatalf("round %d: approval %s, next request covered by a grant: %v", i, out.Status, covered)
+		}
 	}
 }
