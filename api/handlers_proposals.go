@@ -78,6 +78,11 @@ func proposalFieldErr(err error) error {
 		// gateway does not have, which no rewording of the value fixes.
 		return &fieldErr{field: manager.FieldError{Field: "value", Code: "unknown_executor", Message: err.Error()}}
 	}
+	if err == confirm.ErrProposalWeakens {
+		// Its own field code: an executor overlay may only keep or raise
+		// isolation, so no session state makes this value acceptable.
+		return &fieldErr{field: manager.FieldError{Field: "value", Code: "weakens_isolation", Message: err.Error()}}
+	}
 	for _, f := range []struct {
 		err   error
 		field string

@@ -26,6 +26,14 @@ import (
 // gateway does not have.
 var ErrProposalExecutor = errcode.New(errcode.InvalidRequest, "value is not an executor configured on this gateway")
 
+// ErrProposalWeakens is an executor proposal that could move none of the
+// session's runs to a more (or as) isolating executor than the one it
+// gets now: the policy applies an overlay only where it keeps or raises
+// isolation (config.executor_isolation) and never to CRITICAL runs, so
+// such a proposal could only ever have asked to weaken isolation.
+var ErrProposalWeakens = errcode.New(errcode.InvalidRequest,
+	"the executor isolates no run more than the one it gets now; a proposal may only keep or raise isolation")
+
 // replayTimeoutS is the timeout a replayed run is decided with (records do
 // not keep the requested one): the policy's default.
 const replayTimeoutS = 30
@@ -36,10 +44,42 @@ func (p *Proposals) executorOverlay(ctx context.Context, pr Proposal) (map[strin
 	if p.opts.Executors == nil {
 		return nil, ErrProposalKind
 	}
-	if _, ok := p.opts.Executors(ctx)[pr.Value]; !ok || pr.Value == "" {
+	execs := p.opts.Executors(ctx)
+	if _, ok := execs[pr.Value]; !ok || pr.Value == "" {
 		return nil, ErrProposalExecutor
 	}
+	if err := p.checkRaisesIsolation(ctx, pr, execs); err != nil {
+		return nil, err
+	}
 	return map[string]any{"session": sessionKey(pr.Tenant, pr.SessionID), "executor": pr.Value}, nil
+}
+
+// checkRaisesIsolation asks the policy itself (the ranking lives only in
+// its data) whether the overlay would route any run of the session
+// elsewhere: one plain, one detached and one session-sandbox run at each
+// level below CRITICAL in the gateway's mode, decided with the candidate
+// and as now. Moving none, the proposal could only weaken isolation.
+func (p *Proposals) checkRaisesIsolation(ctx context.Context, pr Proposal, execs map[string]policy.ExecutorState) error {
+	var ins []policy.Input
+	for _, level := range []string{"SAFE", "LOW", "MEDIUM", "HIGH"} {
+		for _, shape := range []policy.Request{{}, {Detached: true}, {SessionSandbox: true}} {
+			req := shape
+			req.Kind, req.SessionID, req.Language, req.TimeoutS = "run_code", pr.SessionID, "python", replayTimeoutS
+			ins = append(ins, policy.Input{Mode: p.opts.Mode, Request: req, Executors: execs,
+				Risk:      policy.Risk{Level: level, ProvenSafe: level == "SAFE"},
+				Principal: policy.Principal{Role: "agent", Tenant: pr.Tenant}})
+		}
+	}
+	cand, err := p.opts.Policy.ReplayExec(ctx, map[string]string{sessionKey(pr.Tenant, pr.SessionID): pr.Value}, ins)
+	if err != nil {
+		return err
+	}
+	for i, in := range ins {
+		if cand[i].Executor != p.opts.Policy.DecideQuietly(ctx, in).Executor {
+			return nil
+		}
+	}
+	return ErrProposalWeakens
 }
 
 func sessionKey(tenant, sessionID string) string { return tenant + "/" + sessionID }

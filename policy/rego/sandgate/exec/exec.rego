@@ -145,8 +145,14 @@ preferred_executor := "aio" if {
 } else := config.isolation_upgrade.executor if {
 	upgraded
 } else := session_executor if {
-	session_executor # an accepted executor proposal (overlay.rego)
-} else := config.session_sandbox.executor if {
+	overlay_applies # an accepted executor proposal (overlay.rego)
+} else := base_executor
+
+# base_executor is the executor a run gets below the AIO sandbox, a
+# kernel's executor and the isolation upgrade: the session sandbox's, the
+# detached default, else the mode table's. An executor overlay replaces
+# it only where it isolates at least as much (overlay.rego).
+base_executor := config.session_sandbox.executor if {
 	input.request.session_sandbox
 	not input.request.stateful
 } else := config.detached.executor if {
