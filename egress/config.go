@@ -20,6 +20,9 @@ const (
 	DefaultMaxTunnels        = 64
 	DefaultDialTimeout       = 10 * time.Second
 	DefaultRecentConnections = 20
+	// DefaultUpgradeProtocol is the one protocol an upgrade may switch to
+	// when Config.UpgradeProtocols is nil.
+	DefaultUpgradeProtocol = "websocket"
 	// maxHeadBytes caps a proxy request's line and headers.
 	maxHeadBytes = 64 << 10
 )
@@ -64,6 +67,13 @@ type Config struct {
 	// name, e.g. "/v1/sessions/{session}/proposals". A policy refusal
 	// names it; empty: refusals name none.
 	ProposalEndpoint string
+	// UpgradeProtocols are the protocols a request may ask to switch to
+	// (Upgrade, by name, any case: "websocket" passes "WebSocket" and
+	// "websocket/13"); a request asking for any other ("tcp", "TLS/1.2")
+	// is refused with 403 before the policy is asked, since what flows
+	// after the switch is not inspected. nil means DefaultUpgradeProtocol;
+	// an empty list refuses every upgrade.
+	UpgradeProtocols []string
 }
 
 // Credential is a header the proxy adds to the requests to Host (HTTPS
@@ -149,5 +159,13 @@ func (c Config) withDefaults() Config {
 	if c.MaxTunnelsPerSession <= 0 {
 		c.MaxTunnelsPerSession = DefaultMaxTunnels
 	}
+	if c.UpgradeProtocols == nil {
+		c.UpgradeProtocols = []string{DefaultUpgradeProtocol}
+	}
+	up := make([]string, len(c.UpgradeProtocols))
+	for i, p := range c.UpgradeProtocols {
+		up[i] = strings.ToLower(strings.TrimSpace(p))
+	}
+	c.UpgradeProtocols = up
 	return c
 }

@@ -115,6 +115,11 @@ func (h *Handle) admit(ctx context.Context, client net.Conn, req *http.Request, 
 			path: path}.write(client, req.UserAgent())
 		return false
 	}
+	upgrade := upgradeTokens(req.Header)
+	if msg := h.refuseUpgrade(client, req, upgrade, t, path); msg != "" {
+		rr.refused(ruleUpgrade, policy.ActionDeny, msg, http.StatusForbidden)
+		return false
+	}
 	if !v.inspect {
 		rr.allowed(v.rule)
 		rr.warnings = v.warnings // the connection's decision is the request's
@@ -122,7 +127,7 @@ func (h *Handle) admit(ctx context.Context, client net.Conn, req *http.Request, 
 	}
 	in := v.in
 	in.HTTP = &policy.EgressHTTP{Method: req.Method, Scheme: t.scheme, Host: t.host, Port: t.port, Path: path,
-		Query: req.URL.RawQuery, HeaderNames: headerNames(req.Header)}
+		Query: req.URL.RawQuery, HeaderNames: headerNames(req.Header), Upgrade: upgrade}
 	d := h.s.deps.Policy.DecideEgress(ctx, in)
 	rr.decision(d)
 	rv := verdict{rule: d.Rule, status: http.StatusForbidden}

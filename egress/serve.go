@@ -142,6 +142,10 @@ func (h *Handle) servePlain(ctx context.Context, conn net.Conn, br *bufio.Reader
 	if !v.inspect {
 		// A connection decision: no request record (the connection's
 		// counts the bytes).
+		if msg := h.refuseUpgrade(conn, req, upgradeTokens(req.Header), t, normalPath(req)); msg != "" {
+			rec.refused(ruleUpgrade, msg)
+			return
+		}
 		h.forwardPlain(conn, br, req, up, t, &reqRecord{warnings: v.warnings})
 		return
 	}

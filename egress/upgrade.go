@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 )
@@ -30,6 +31,40 @@ import (
 // header, as an Upgrade header that Connection does not name is, so the
 // server answers in HTTP/1.1. A 101 to a protocol the request did not ask
 // for is a 502, the connection closed.
+
+// Only the protocols on Config.UpgradeProtocols (websocket by default)
+// pass: a request that asks for any other ("Upgrade: tcp", "TLS/1.2") is
+// refused with the structured 403 (rule egress.upgrade_protocol) before
+// the policy is asked, on any host, decided by its connection or per
+// request; a rule that allows a WebSocket handshake cannot let a raw TCP
+// tunnel through. The policy sees the protocols asked as
+// input.http.upgrade, lower-case, to decide among those.
+
+// ruleUpgrade reports an upgrade to a protocol not on the list.
+const ruleUpgrade = "egress.upgrade_protocol"
+
+// upgradeTokens are the protocols a request asks to switch to, lower-case
+// (input.http.upgrade); empty, not nil, for none.
+func upgradeTokens(h http.Header) []string {
+	out := []string{}
+	if up := upgradeOf(h); up != "" {
+		for _, p := range strings.Split(up, ",") {
+			out = append(out, strings.ToLower(strings.TrimSpace(p)))
+		}
+	}
+	return out
+}
+
+// refusedUpgrade is the first of asked (lower-case) that allowed does not
+// name, by itself or by its name without a version; "" when all pass.
+func refusedUpgrade(asked, allowed []string) string {
+	for _, p := range asked {
+		if !slices.Contains(allowed, p) && !slices.Contains(allowed, protocolName(p)) {
+			return p
+		}
+	}
+	return ""
+}
 
 // upgradeOf is the protocol list a request asks to switch to (its Upgrade
 // header when Connection names "upgrade", h2c left out); "" for none.
@@ -137,4 +172,26 @@ func spliceUpgraded(client net.Conn, cr *bufio.Reader, server net.Conn, sr *bufi
 	_ = server.Close()
 	_ = client.SetReadDeadline(aLongTimeAgo)
 	<-done
+}
+
+// allowedUpgrades names the list for a refusal's message.
+func allowedUpgrades(list []string) string {
+	if len(list) == 0 {
+		return "no protocol"
+	}
+	return strings.Join(list, ", ")
+}
+
+// refuseUpgrade answers a request asking to switch to a protocol not on
+// the list with the structured 403 and returns why; "" lets it on.
+func (h *Handle) refuseUpgrade(client net.Conn, req *http.Request, asked []string, t target, path string) string {
+	p := refusedUpgrade(asked, h.s.cfg.UpgradeProtocols)
+	if p == "" {
+		return ""
+	}
+	msg := "an upgrade to " + headerSafe(truncate(p, 64)) + " is refused: the proxy passes upgrades to " +
+		allowedUpgrades(h.s.cfg.UpgradeProtocols) + " only"
+	refusal{status: http.StatusForbidden, rule: ruleUpgrade, msg: msg, method: req.Method, host: t.host, port: t.port,
+		path: path}.write(client, req.UserAgent())
+	return msg
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -249,5 +250,71 @@ func writeMaskedText(t *testing.T, w io.Writer, s string) {
 	}
 	if _, err := w.Write(f); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestUpgradeOnlyListedProtocols: an upgrade to a protocol not on the
+// list (websocket by default) gets the structured 403 and never reaches
+// the server, on an inspected TLS host, an inspected plain host and a
+// plain host decided by its connection alone, though a rule allows the
+// handshake's GET there; a WebSocket handshake still goes through.
+func TestUpgradeOnlyListedProtocols(t *testing.T) {
+	t.Parallel()
+	h, u, ws := wsSetup(t)
+	proxy := h.listen(binding("team-a", "wsu"))
+	urls := []string{fmt.Sprintf("https://api.test:%d/ws", u.tPort), fmt.Sprintf("http://%s/ws", hostPort("plain.test", u.plainPort)),
+		fmt.Sprintf("http://%s/ws", hostPort("keep.test", u.plainPort))}
+	for _, target := range urls {
+		for _, proto := range []string{"tcp", "TLS/1.2", "websocket, tcp", "WebSocket, h2c, IRC/6.9"} {
+			req, _ := http.NewRequest("GET", target, nil)
+			req.Header.Set("Connection", "Upgrade")
+			req.Header.Set("Upgrade", proto)
+			resp, err := h.client(proxy).Do(req)
+			if err != nil {
+				t.Fatalf("%s upgrade %s: %v", target, proto, err)
+			}
+			if d := readDenied(t, resp); d.Rule != ruleUpgrade || d.Decision != "deny" || d.Error.Code != "policy_denied" ||
+				!strings.Contains(d.Error.Message, "websocket") {
+				t.Errorf("%s upgrade %s: %+v", target, proto, d)
+			}
+		}
+	}
+	if got := ws.seen(); len(got) != 0 {
+		t.Errorf("the server saw %q", got)
+	}
+	plainWebSocket(t, proxy, hostPort("plain.test", u.plainPort))
+	plainWebSocket(t, proxy, hostPort("keep.test", u.plainPort))
+}
+
+// TestRefusedUpgrade: the list names protocols by name, any version.
+func TestRefusedUpgrade(t *testing.T) {
+	allowed := Config{}.withDefaults().UpgradeProtocols
+	cases := []struct {
+		header string
+		refuse string
+	}{
+		{"", ""},
+		{"websocket", ""},
+		{"WebSocket", ""},
+		{"websocket/13", ""},
+		{"h2c", ""}, // never passed on: removed, not refused
+		{"tcp", "tcp"},
+		{"TLS/1.2", "tls/1.2"},
+		{"websocket, tcp", "tcp"},
+	}
+	for _, c := range cases {
+		hd := http.Header{"Connection": {"Upgrade"}}
+		if c.header != "" {
+			hd.Set("Upgrade", c.header)
+		}
+		if got := refusedUpgrade(upgradeTokens(hd), allowed); got != c.refuse {
+			t.Errorf("Upgrade %q: refused %q, want %q", c.header, got, c.refuse)
+		}
+	}
+	if got := refusedUpgrade([]string{"websocket"}, Config{UpgradeProtocols: []string{}}.withDefaults().UpgradeProtocols); got != "websocket" {
+		t.Errorf("an empty list passed %q", got)
+	}
+	if got := refusedUpgrade([]string{"irc/6.9"}, Config{UpgradeProtocols: []string{" IRC "}}.withDefaults().UpgradeProtocols); got != "" {
+		t.Errorf("a configured protocol refused: %q", got)
 	}
 }

@@ -51,6 +51,12 @@ type EgressHTTP struct {
 	// HeaderNames are the request's header names, canonical and sorted;
 	// the values stay out of the policy (they carry credentials).
 	HeaderNames []string
+	// Upgrade are the protocols the request asks to switch to (its Upgrade
+	// header when Connection names it, h2c left out), lower-case as sent
+	// ("websocket", "tls/1.2"); empty for none. The proxy passes only
+	// protocols on its list (egress.Config.UpgradeProtocols); within it, a
+	// rule decides on this, not on the header's name alone.
+	Upgrade []string
 }
 
 // EgressDecision is the answer for one connection.
@@ -103,6 +109,7 @@ func (in EgressInput) Map() map[string]any {
 		m["http"] = map[string]any{
 			"method": in.HTTP.Method, "scheme": in.HTTP.Scheme, "host": in.HTTP.Host, "port": in.HTTP.Port,
 			"path": in.HTTP.Path, "query": in.HTTP.Query, "header_names": strings2any(in.HTTP.HeaderNames),
+			"upgrade": strings2any(in.HTTP.Upgrade),
 		}
 	}
 	return m
@@ -247,6 +254,7 @@ func (in EgressInput) value() ast.Value {
 			[2]*ast.Term{ast.InternedTerm("path"), ast.StringTerm(h.Path)},
 			[2]*ast.Term{ast.InternedTerm("query"), ast.StringTerm(h.Query)},
 			[2]*ast.Term{ast.InternedTerm("header_names"), stringsTerm(h.HeaderNames)},
+			[2]*ast.Term{ast.InternedTerm("upgrade"), stringsTerm(h.Upgrade)},
 		))
 	}
 	return obj
