@@ -321,3 +321,32 @@ func TestRunHoldEndsWhenTheProbeSeesTheOutage(t *testing.T) {
 	runsFail.Store(false)
 	runsAgainWithin(t, h, 5*time.Second) // not the hour-long hold
 }
+
+// TestRunSessionSandboxCheckedByManager: a session whose front end wants
+// one sandbox for its life (E2B's) cannot be run by an executor without
+// the session_sandbox capability even when an administrator's policy
+// sends it there: its runs would each get a fresh sandbox, and /tmp or a
+// background process would silently vanish between commands.
+func TestRunSessionSandboxCheckedByManager(t *testing.T) {
+	allow := &policy.Decision{Action: policy.ActionAllow, Executor: "subprocess", PolicyRevision: "admin-rev",
+		Obligations: policy.Obligations{TimeoutS: 10}}
+	e2bLayout := manager.Layout{Layout: executors.Layout{Root: "/home/user", Workdir: "/home/user", SessionSandbox: true}}
+	h := newHarness(t, hopts{decision: allow, layouts: map[string]manager.Layout{"e2b": e2bLayout}})
+	h.sub.Caps = &executors.Capabilities{NetworkIsolation: true, KillDetached: true, Isolation: "test"}
+	req := request("python", safePython)
+	req.SessionID = "sbx"
+	_, err := h.m.Run(manager.WithFrontEnd(t.Context(), "e2b"), req)
+	if !errors.Is(err, manager.ErrPolicyDenied) {
+		t.Fatalf("Run: %v, want ErrPolicyDenied", err)
+	}
+	if reasons := deniedReasons(t, err); len(reasons) != 1 || !strings.Contains(reasons[0].Message, "one sandbox for the session's life") {
+		t.Errorf("reasons %+v, want the session sandbox named", reasons)
+	}
+	if n := len(h.sub.Calls()); n != 0 {
+		t.Errorf("subprocess executed %d times, want 0", n)
+	}
+	h.sub.Caps.SessionSandbox = true
+	if _, err := h.m.Run(manager.WithFrontEnd(t.Context(), "e2b"), req); err != nil {
+		t.Fatalf("with the capability: %v", err)
+	}
+}

@@ -219,6 +219,11 @@ func (m *Manager) Evaluate(ctx context.Context, req RunRequest) (*Evaluation, er
 	if err != nil {
 		return nil, invalidFields(FieldError{Field: "language", Code: "oneof", Message: "unsupported language"})
 	}
+	// A dry run decides as the run would: with the session's front end's
+	// one-sandbox wish (read, not claimed: evaluating serves nothing).
+	if info, derr := m.describe(ctx, req.ref); derr == nil {
+		req.sessionSandbox = m.deps.Layouts[info.FrontEnd].SessionSandbox
+	}
 	return &Evaluation{Risk: assessment, Decision: m.decide(ctx, req, assessment)}, nil
 }
 
@@ -379,6 +384,9 @@ func specFor(req RunRequest, d policy.Decision) executors.Spec {
 		Timeout: time.Duration(d.Obligations.TimeoutS) * time.Second, Network: d.Obligations.Network,
 		Limits: executors.Limits{MemoryMB: d.Obligations.MemoryMB, MaxProcs: d.Obligations.MaxProcs},
 		Output: req.OnOutput, Stateful: req.Stateful,
+		// The layout itself comes with the workspace (execute); its
+		// SessionSandbox is known now, so enforceable checks it too.
+		Layout: executors.Layout{SessionSandbox: req.sessionSandbox},
 	}
 }
 
