@@ -302,7 +302,7 @@ func TestRefusalsAreStructured(t *testing.T) {
 	if d := readDenied(t, resp); d.Rule != "ro" || d.Method != "POST" || d.Path != "/form" {
 		t.Errorf("plain POST refusal %+v", d)
 	}
-	for _, p := range []string{"/v1/%2e%2e/admin", "/a/./b"} {
+	for _, p := range []string{"/v1/%2e%2e/admin", "/a/./b", "/v1/items/..;/admin", "/v1/items/%2e%2e;/admin", "/v1/%252e%252e/admin"} {
 		raw, resp := connect(t, proxy, hostPort("api.test", u.tPort))
 		if resp.StatusCode != 200 {
 			t.Fatal(resp.Status)
