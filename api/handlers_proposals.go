@@ -78,6 +78,11 @@ func proposalFieldErr(err error) error {
 		// gateway does not have, which no rewording of the value fixes.
 		return &fieldErr{field: manager.FieldError{Field: "value", Code: "unknown_executor", Message: err.Error()}}
 	}
+	if err == confirm.ErrProposalSessionEnded {
+		// Its own field code: no decision applies to a proposal whose
+		// session has ended (it was withdrawn then).
+		return &fieldErr{field: manager.FieldError{Field: "decision", Code: "session_ended", Message: err.Error()}}
+	}
 	if err == confirm.ErrProposalWeakens {
 		// Its own field code: an executor overlay may only keep or raise
 		// isolation, so no session state makes this value acceptable.

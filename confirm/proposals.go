@@ -57,6 +57,11 @@ const (
 	AuditProposalAccepted = "proposal.accepted"
 	AuditProposalRejected = "proposal.rejected"
 	AuditProposalRevoked  = "proposal.revoked"
+	// AuditProposalWithdrawn: a proposal still pending when its session
+	// ended, closed by the gateway (stored as rejected by
+	// system:session-ended, so the store's statuses and the channels'
+	// messages need nothing new).
+	AuditProposalWithdrawn = "proposal.withdrawn"
 )
 
 var (
@@ -70,6 +75,9 @@ var (
 	// ErrProposalsPending bounds what one session can ask: each proposal
 	// costs a replay and a person's attention.
 	ErrProposalsPending = errcode.New(errcode.Conflict, "the session already has 5 pending proposals; wait for their answers")
+	// ErrProposalSessionEnded is a decision on a proposal whose session
+	// ended: it was withdrawn then, and nothing it asked for can apply.
+	ErrProposalSessionEnded = errcode.New(errcode.Conflict, "the proposal's session has ended; the proposal was withdrawn")
 )
 
 // Proposal is one request for an exception.
@@ -579,6 +587,9 @@ func (p *Proposals) Decide(ctx context.Context, who Approver, id string, d Propo
 	if err != nil {
 		return Proposal{}, err
 	}
+	if withdrawn(pr) {
+		return Proposal{}, ErrProposalSessionEnded
+	}
 	now := time.Now()
 	pr.DecidedBy, pr.DecidedAt, pr.Reason = who.Name, now, d.Reason
 	switch d.Decision {
@@ -602,6 +613,9 @@ func (p *Proposals) Decide(ctx context.Context, who Approver, id string, d Propo
 		return Proposal{}, ErrProposalDecision
 	}
 	if err := p.store.decide(ctx, pr, ProposalPending); errors.Is(err, errNotPending) {
+		if cur, err := p.store.get(ctx, id); err == nil && withdrawn(cur) {
+			return Proposal{}, ErrProposalSessionEnded // withdrawn meanwhile
+		}
 		return Proposal{}, ErrProposalDecided
 	} else if err != nil {
 		return Proposal{}, fmt.Errorf("confirm: record proposal decision: %w", err)
@@ -669,21 +683,51 @@ func (p *Proposals) end(ctx context.Context, pr Proposal, by string) error {
 	return p.apply(ctx, true)
 }
 
-// EndSession revokes the accepted proposals of a session that was
-// deleted or expired: a later session of the same name starts without
-// them (audited as proposal.revoked by "system:session-ended").
+// EndSession closes the proposals of a session that was deleted or
+// expired: the pending ones are withdrawn (an approver's Accept button,
+// in Slack or elsewhere, could otherwise put a proposal in force for a
+// later session of the same name; audited as proposal.withdrawn, posted
+// messages updated), then the accepted ones are revoked (audited as
+// proposal.revoked). Both by "system:session-ended". Pending ones go
+// first: one accepted meanwhile is then in the accepted list.
 func (p *Proposals) EndSession(ctx context.Context, tenant, sessionID string) error {
-	accepted, err := p.store.list(ctx, ProposalQuery{Status: ProposalAccepted, Tenant: tenant, SessionID: sessionID}, nil)
+	pending, err := p.store.list(ctx, ProposalQuery{Status: ProposalPending, Tenant: tenant, SessionID: sessionID}, nil)
 	if err != nil {
 		return err
 	}
 	var errs []error
+	for _, pr := range pending {
+		if err := p.withdraw(ctx, pr); err != nil && !errors.Is(err, errNotPending) {
+			errs = append(errs, err) // errNotPending: decided meanwhile
+		}
+	}
+	accepted, err := p.store.list(ctx, ProposalQuery{Status: ProposalAccepted, Tenant: tenant, SessionID: sessionID}, nil)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
 	for _, pr := range accepted {
 		if _, err := p.revoke(ctx, pr, sessionEnded, "the session ended"); err != nil && !errors.Is(err, errNotPending) {
 			errs = append(errs, err) // errNotPending: revoked meanwhile
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// withdraw closes pending proposal pr because its session ended.
+func (p *Proposals) withdraw(ctx context.Context, pr Proposal) error {
+	pr.Status, pr.DecidedBy, pr.DecidedAt, pr.Reason = ProposalRejected, sessionEnded, time.Now(), "the session ended"
+	if err := p.store.decide(ctx, pr, ProposalPending); err != nil {
+		return err
+	}
+	p.audit(ctx, AuditProposalWithdrawn, pr, sessionEnded, map[string]string{"kind": pr.Kind, "value": pr.Value,
+		"reason": pr.Reason})
+	p.syncPosted(context.WithoutCancel(ctx), pr.ID)
+	return nil
+}
+
+// withdrawn: pr was closed, undecided, when its session ended.
+func withdrawn(pr Proposal) bool {
+	return pr.Status == ProposalRejected && pr.DecidedBy == sessionEnded
 }
 
 func (p *Proposals) audit(ctx context.Context, kind string, pr Proposal, by string, detail map[string]string) {
