@@ -3,8 +3,10 @@ package confirm
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
+	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/policy"
 )
 
@@ -28,6 +30,15 @@ func TestExecutorProposalOnlyRaisesIsolation(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
+	// The session's recent runs: the effect shows the MEDIUM one moving
+	// to gVisor, not the CRITICAL one (the states carry no capabilities,
+	// so both are denied; the route is what this checks).
+	for _, level := range []string{"MEDIUM", "CRITICAL"} {
+		if err := h.db.Append(ctx, &audit.Record{Kind: "run_code", SessionID: "s1", Principal: "agent:a", Language: "python",
+			RiskLevel: level, Action: "allow", Executor: "docker", Outcome: audit.OutcomeOK}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	propose := func(value string) (Proposal, error) {
 		return p.Propose(ctx, ProposalRequest{SessionID: "s1", Principal: "agent:a", Kind: ProposalExecutor, Value: value,
 			Justification: "needs another tier"})
@@ -38,6 +49,10 @@ func TestExecutorProposalOnlyRaisesIsolation(t *testing.T) {
 	pr, err := propose("gvisor")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if pr.Effect.ChangedCount != 1 || len(pr.Effect.Changed) != 1 || !strings.HasSuffix(pr.Effect.Changed[0].Candidate, " on gvisor") ||
+		!strings.HasPrefix(pr.Effect.Changed[0].What, "MEDIUM") {
+		t.Errorf("effect: %+v", pr.Effect)
 	}
 	if _, err := p.Decide(ctx, Approver{Name: "alice"}, pr.ID, ProposalDecision{Decision: "accept", ForS: 600}); err != nil {
 		t.Fatal(err)
