@@ -2,7 +2,6 @@ package policy
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/rego"
@@ -37,43 +36,21 @@ func (e *Engine) CoveringEgressGrant(ctx context.Context, in EgressInput, grants
 		return "", nil
 	}
 	v, err := e.evalEgressGrants(ctx, EgressGrantQuery, in, grants)
-	if err != nil || v == nil {
-		return "", err
-	}
-	id, ok := v.(string)
-	if !ok {
-		return "", fmt.Errorf("%w: egress grant is not a string", ErrGrantEval)
-	}
-	return id, nil
+	return grantID(v, err, "egress grant")
 }
 
 // evalEgressGrants evaluates query with in and input.grants; nil when
 // undefined.
 func (e *Engine) evalEgressGrants(ctx context.Context, query string, in EgressInput, grants []EgressGrant) (any, error) {
-	c := e.cur.Load()
-	if c == nil {
-		return nil, nil
-	}
-	pq, err := e.grantQ.get(ctx, c, query)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrGrantEval, err)
-	}
-	m := in.Map()
-	gs := make([]any, len(grants))
-	for i, g := range grants {
-		gs[i] = map[string]any{"id": g.ID, "scope": g.Scope, "tenant": g.Tenant, "session_id": g.SessionID,
-			"method": g.Method, "host": g.Host, "port": g.Port, "path_prefix": g.PathPrefix,
-			"expires_ns": g.ExpiresAt.UnixNano()}
-	}
-	m["grants"] = gs
-	ectx, cancel := context.WithTimeout(ctx, e.evalTimeout)
-	defer cancel()
-	rs, err := pq.Eval(ectx, rego.EvalInput(m))
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrGrantEval, err)
-	}
-	if len(rs) == 0 || len(rs[0].Expressions) == 0 {
-		return nil, nil
-	}
-	return rs[0].Expressions[0].Value, nil
+	return e.evalGrantQuery(ctx, query, func() (rego.EvalOption, error) {
+		m := in.Map()
+		gs := make([]any, len(grants))
+		for i, g := range grants {
+			gs[i] = map[string]any{"id": g.ID, "scope": g.Scope, "tenant": g.Tenant, "session_id": g.SessionID,
+				"method": g.Method, "host": g.Host, "port": g.Port, "path_prefix": g.PathPrefix,
+				"expires_ns": g.ExpiresAt.UnixNano()}
+		}
+		m["grants"] = gs
+		return rego.EvalInput(m), nil
+	})
 }

@@ -80,12 +80,20 @@ func (e *Engine) CoveringGrant(ctx context.Context, in Input, grants []Grant) (s
 		return "", nil
 	}
 	v, err := e.evalGrants(ctx, GrantQuery, in, grants)
+	return grantID(v, err, "grant")
+}
+
+// grantID reads the answer of a grant query (exec or egress) as the
+// covering grant's id; what names the rule in the error when the policy
+// answers something other than a string. Shared so both kinds of grant
+// fail the same way: an odd answer is an error, never a grant.
+func grantID(v any, err error, what string) (string, error) {
 	if err != nil || v == nil {
 		return "", err
 	}
 	id, ok := v.(string)
 	if !ok {
-		return "", fmt.Errorf("%w: grant is not a string", ErrGrantEval)
+		return "", fmt.Errorf("%w: %s is not a string", ErrGrantEval, what)
 	}
 	return id, nil
 }
@@ -113,6 +121,27 @@ func grantsValue(grants []Grant) *ast.Array {
 
 // evalGrants evaluates query with in and input.grants; nil when undefined.
 func (e *Engine) evalGrants(ctx context.Context, query string, in Input, grants []Grant) (any, error) {
+	return e.evalGrantQuery(ctx, query, func() (rego.EvalOption, error) {
+		v, err := in.value(&e.executors)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrGrantEval, err)
+		}
+		obj, ok := v.(ast.Object)
+		if !ok {
+			return nil, ErrGrantEval
+		}
+		obj.Insert(ast.StringTerm("grants"), ast.NewTerm(grantsValue(grants)))
+		return rego.EvalParsedInput(obj), nil
+	})
+}
+
+// evalGrantQuery evaluates the grant rule query of the loaded revision
+// with the input that input builds (after the query is prepared, so a
+// query that does not compile is reported first); nil when no policy is
+// loaded or the rule is undefined. One place for the exec and egress
+// grant questions, so both share the prepared queries, the evaluation
+// timeout and the ErrGrantEval wrapping. input's error is returned as is.
+func (e *Engine) evalGrantQuery(ctx context.Context, query string, input func() (rego.EvalOption, error)) (any, error) {
 	c := e.cur.Load()
 	if c == nil {
 		return nil, nil
@@ -121,18 +150,13 @@ func (e *Engine) evalGrants(ctx context.Context, query string, in Input, grants 
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrGrantEval, err)
 	}
-	v, err := in.value(&e.executors)
+	opt, err := input()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrGrantEval, err)
+		return nil, err
 	}
-	obj, ok := v.(ast.Object)
-	if !ok {
-		return nil, ErrGrantEval
-	}
-	obj.Insert(ast.StringTerm("grants"), ast.NewTerm(grantsValue(grants)))
 	ectx, cancel := context.WithTimeout(ctx, e.evalTimeout)
 	defer cancel()
-	rs, err := pq.Eval(ectx, rego.EvalParsedInput(obj))
+	rs, err := pq.Eval(ectx, opt)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrGrantEval, err)
 	}
