@@ -279,6 +279,10 @@ type EgressConfig struct {
 	// ["10.1.2.3"]), like /etc/hosts for the proxy. The policy still
 	// decides, on these addresses.
 	Hosts map[string][]string `yaml:"hosts"`
+	// UpgradeProtocols are the protocols a request through an inspected
+	// host may switch to (Upgrade), once the policy allowed it; absent,
+	// egress's default (websocket). An empty list allows none.
+	UpgradeProtocols []string `yaml:"upgrade_protocols"`
 }
 
 // EgressCredential is one secret bound to a host. Prefer ValueEnv (the

@@ -109,6 +109,9 @@ func TestLoadFull(t *testing.T) {
 	if d := c.Daytona; d.Enabled || d.PublicURL != "https://gate.example.com/sandgate" {
 		t.Fatalf("decoded daytona %+v", d)
 	}
+	if u := c.Egress.UpgradeProtocols; len(u) != 2 || u[0] != "websocket" || u[1] != "IRC/6.9" {
+		t.Fatalf("egress upgrade_protocols decoded %q", u)
+	}
 	if g := c.Executors.GVisor; g != (DockerConfig{Enabled: true, Runtime: "runsc-kvm", Instance: "gw-2", MemoryMB: 384, WarmMax: 2, WarmPerSession: 3}) {
 		t.Fatalf("gvisor decoded %+v", g)
 	}

@@ -501,6 +501,7 @@ func (gw *gateway) egressProxy(confirmer confirm.Service, reg prometheus.Registe
 		Mode: gw.cfg.Mode, HandshakeTimeout: e.HandshakeTimeout, ApprovalTimeout: gw.cfg.Approval.Timeout,
 		MaxTunnelsPerSession: e.MaxTunnelsPerSession, TLSPorts: e.TLSPorts, Credentials: creds,
 		CADir: filepath.Join(gw.cfg.DataDir, "egress"), ProposalEndpoint: proposalEndpoint,
+		UpgradeProtocols: e.UpgradeProtocols,
 	}, egress.Deps{
 		Policy: gw.policy, Confirm: confirmer, Audit: egressEvents{gw.audit, gw.events}, Metrics: egress.NewMetrics(reg), Logger: gw.log,
 		Resolver: egress.StaticResolver(hosts, net.DefaultResolver),
