@@ -248,9 +248,14 @@ func (e *Executor) StartDetached(ctx context.Context, spec executors.Spec, stdin
 	}
 	life, cancel := context.WithCancel(e.life)
 	r := &detachedRun{e: e, stdin: pw, cancel: cancel, done: make(chan struct{})}
-	e.detached.add(spec.SessionID, r)
+	if !e.detached.add(spec.SessionID, r, &e.bg) {
+		// Closing: the container is left to Close's sweep of its own.
+		cancel()
+		return nil, e.unavailable("executor closed", nil)
+	}
 	log := e.log.With("request_id", spec.RequestID, "session_id", spec.SessionID)
 	go func() {
+		defer e.bg.Done()
 		defer close(r.done)
 		defer e.detached.remove(spec.SessionID, r)
 		res, err := e.run(life, b, runInput{
@@ -300,13 +305,24 @@ func (e *Executor) detachedBox(ctx context.Context, spec executors.Spec, sh shap
 	return b, false, err
 }
 
-func (d *detachedRuns) add(session string, r *detachedRun) {
+// add registers r, and counts the goroutine that will run it in bg,
+// unless the executor is closing. Both happen under the lock closeDetached
+// takes to mark the set closed, so every run Close does not kill was
+// counted before Close waits on bg (a goroutine started after that wait
+// began, whose removals then called bg.Add, was a data race: CI trial of
+// TestPoolPairServesFirstDetachedRun). false: closed, nothing registered.
+func (d *detachedRuns) add(session string, r *detachedRun, bg *sync.WaitGroup) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.closed {
+		return false
+	}
+	bg.Add(1)
 	if d.runs[session] == nil {
 		d.runs[session] = map[*detachedRun]bool{}
 	}
 	d.runs[session][r] = true
+	return true
 }
 
 func (d *detachedRuns) remove(session string, r *detachedRun) {

@@ -216,9 +216,13 @@ func (e *Executor) startDetachedInSandbox(ctx context.Context, spec executors.Sp
 	}
 	life, cancel := context.WithCancel(e.life)
 	r := &detachedRun{e: e, stdin: pw, cancel: cancel, done: make(chan struct{})}
-	e.detached.add(spec.SessionID, r)
+	if !e.detached.add(spec.SessionID, r, &e.bg) {
+		cancel()
+		return nil, e.unavailable("executor closed", nil)
+	}
 	log := e.log.With("request_id", spec.RequestID, "session_id", spec.SessionID)
 	go func() {
+		defer e.bg.Done()
 		defer close(r.done)
 		defer e.detached.remove(spec.SessionID, r)
 		res, err := e.execInSandbox(life, sb, sessionInput{stdinMode: stdin, runInput: runInput{
