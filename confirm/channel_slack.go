@@ -181,9 +181,23 @@ type slackRef struct {
 
 // Post sends chat.postMessage.
 func (s *Slack) Post(ctx context.Context, v View) (string, error) {
+	return s.postMessage(ctx, slackText(v), s.blocks(v))
+}
+
+// Resolved sends chat.update: the message without its buttons, saying how
+// the request ended.
+func (s *Slack) Resolved(ctx context.Context, ref string, v View) error {
+	return s.updateMessage(ctx, ref, slackText(v), s.blocks(v))
+}
+
+// postMessage sends chat.postMessage with text and blocks to the
+// channel's conversation and returns the message's reference (slackRef as
+// JSON) for updateMessage. Held requests and proposals post through it, so
+// both are sent and referenced alike.
+func (s *Slack) postMessage(ctx context.Context, text string, blocks []any) (string, error) {
 	var out slackRef
 	err := s.call(ctx, "chat.postMessage", map[string]any{
-		"channel": s.opts.Channel, "text": slackText(v), "blocks": s.blocks(v),
+		"channel": s.opts.Channel, "text": text, "blocks": blocks,
 		"unfurl_links": false, "unfurl_media": false,
 	}, &out)
 	if err != nil {
@@ -198,15 +212,16 @@ func (s *Slack) Post(ctx context.Context, v View) (string, error) {
 	return string(mustJSON(out)), nil
 }
 
-// Resolved sends chat.update: the message without its buttons, saying how
-// the request ended.
-func (s *Slack) Resolved(ctx context.Context, ref string, v View) error {
+// updateMessage sends chat.update, rewriting the message ref (from
+// postMessage) with text and blocks. A reference that does not parse is
+// permanent: retrying cannot mend it.
+func (s *Slack) updateMessage(ctx context.Context, ref, text string, blocks []any) error {
 	var r slackRef
 	if err := json.Unmarshal([]byte(ref), &r); err != nil {
 		return Permanent(fmt.Errorf("bad message reference: %w", err))
 	}
 	return s.call(ctx, "chat.update", map[string]any{
-		"channel": r.Channel, "ts": r.TS, "text": slackText(v), "blocks": s.blocks(v),
+		"channel": r.Channel, "ts": r.TS, "text": text, "blocks": blocks,
 	}, nil)
 }
 

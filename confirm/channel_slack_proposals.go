@@ -2,7 +2,6 @@ package confirm
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -47,33 +46,13 @@ func (s *Slack) RoutesProposal(pr Proposal) bool {
 
 // PostProposal sends chat.postMessage.
 func (s *Slack) PostProposal(ctx context.Context, pr Proposal) (string, error) {
-	var out slackRef
-	err := s.call(ctx, "chat.postMessage", map[string]any{
-		"channel": s.opts.Channel, "text": proposalText(pr), "blocks": s.proposalBlocks(pr),
-		"unfurl_links": false, "unfurl_media": false,
-	}, &out)
-	if err != nil {
-		return "", err
-	}
-	if out.TS == "" {
-		return "", errors.New("chat.postMessage: no ts in the answer")
-	}
-	if out.Channel == "" {
-		out.Channel = s.opts.Channel
-	}
-	return string(mustJSON(out)), nil
+	return s.postMessage(ctx, proposalText(pr), s.proposalBlocks(pr))
 }
 
 // ProposalDecided sends chat.update: the message without its buttons,
 // saying how the proposal was decided.
 func (s *Slack) ProposalDecided(ctx context.Context, ref string, pr Proposal) error {
-	var r slackRef
-	if err := json.Unmarshal([]byte(ref), &r); err != nil {
-		return Permanent(fmt.Errorf("bad message reference: %w", err))
-	}
-	return s.call(ctx, "chat.update", map[string]any{
-		"channel": r.Channel, "ts": r.TS, "text": proposalText(pr), "blocks": s.proposalBlocks(pr),
-	}, nil)
+	return s.updateMessage(ctx, ref, proposalText(pr), s.proposalBlocks(pr))
 }
 
 // proposalOutcome says how a proposal stands.
