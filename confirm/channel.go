@@ -2,7 +2,6 @@ package confirm
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -155,31 +154,7 @@ func (h *Hub) runChannel(ch Channel, p *pending) {
 // It returns false when there should be none: a permanent failure, ctx
 // ended, or stop closed (the request was resolved).
 func (h *Hub) channelRetry(ctx context.Context, log *slog.Logger, what string, n int, err error, stop <-chan struct{}) bool {
-	var pe *PermanentError
-	if errors.As(err, &pe) {
-		log.Error("approval channel failed; not retrying", "op", what, "err", err)
-		return false
-	}
-	var ra time.Duration
-	if re := (*RetryAfterError)(nil); errors.As(err, &re) {
-		ra = re.After
-	}
-	wait := channelBackoff(h.opts.ChannelRetryMin, h.opts.ChannelRetryMax, n, ra)
-	level := slog.LevelDebug
-	if n == 1 {
-		level = slog.LevelWarn
-	}
-	log.Log(ctx, level, "approval channel failed; retrying", "op", what, "attempt", n, "err", err, "retry_in", wait.Round(time.Millisecond))
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-stop:
-		return false
-	case <-ctx.Done():
-		return false
-	}
+	return retryWait(ctx, log, what, n, err, h.opts.ChannelRetryMin, h.opts.ChannelRetryMax, stop)
 }
 
 // channelBackoff is min doubling per attempt, less up to a fifth at random,

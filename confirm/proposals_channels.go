@@ -116,7 +116,7 @@ func (p *Proposals) postProposal(ch ProposalChannel, pr Proposal) {
 			p.syncPosted(d.ctx, pr.ID)
 			return
 		}
-		if d.ctx.Err() != nil || !retryWait(d.ctx, log, "post proposal", n, err, d.retryMin, d.retryMax) {
+		if d.ctx.Err() != nil || !retryWait(d.ctx, log, "post proposal", n, err, d.retryMin, d.retryMax, nil) {
 			return
 		}
 	}
@@ -172,7 +172,7 @@ func (p *Proposals) updateProposal(m *postedProposal, pr Proposal) {
 			d.mu.Unlock()
 			return
 		}
-		if d.ctx.Err() != nil || !retryWait(d.ctx, log, "update proposal", n, err, d.retryMin, d.retryMax) {
+		if d.ctx.Err() != nil || !retryWait(d.ctx, log, "update proposal", n, err, d.retryMin, d.retryMax, nil) {
 			return
 		}
 	}
@@ -206,8 +206,10 @@ func (p *Proposals) syncAllPosted(ctx context.Context) {
 }
 
 // retryWait logs the n-th failure and waits before the next attempt; false
-// when there should be none (a permanent failure, ctx ended).
-func retryWait(ctx context.Context, log *slog.Logger, what string, n int, err error, lo, hi time.Duration) bool {
+// when there should be none (a permanent failure, ctx ended, or stop
+// closed; a nil stop never closes). Request and proposal deliveries retry
+// through it, so both back off and log alike.
+func retryWait(ctx context.Context, log *slog.Logger, what string, n int, err error, lo, hi time.Duration, stop <-chan struct{}) bool {
 	var pe *PermanentError
 	if errors.As(err, &pe) {
 		log.Error("approval channel failed; not retrying", "op", what, "err", err)
@@ -228,6 +230,8 @@ func retryWait(ctx context.Context, log *slog.Logger, what string, n int, err er
 	select {
 	case <-t.C:
 		return true
+	case <-stop:
+		return false
 	case <-ctx.Done():
 		return false
 	}
