@@ -100,8 +100,8 @@ var (
 	ErrSnapshotByteQuota  = errcode.New(errcode.QuotaExceeded, "the tenant's snapshots are at their byte quota; delete one first")
 )
 
-// snapshotLocks serialises the quota check and the write of one
-// tenant's snapshots in this process.
+// snapshotLocks holds, per tenant, the process half of the quota lock
+// (lockTenantSnapshots in snapshot_quota.go adds the fleet's flock).
 type snapshotLocks struct {
 	mu      sync.Mutex
 	tenants map[string]*sync.Mutex
@@ -238,42 +238,20 @@ func (m *Manager) snapshot(ctx context.Context, s *Session, name string) (Snapsh
 	if busy {
 		return SnapshotInfo{}, errSessionBusy
 	}
-	lock := m.snaps.tenant(srec.Tenant)
-	lock.Lock()
-	defer lock.Unlock()
 	now := time.Now()
-	have := m.tenantSnapshots(srec.Tenant, now)
-	q := m.cfg.Quotas.For(srec.Tenant)
-	var used int64
-	for _, h := range have {
-		if h.Name == name {
-			return SnapshotInfo{}, errSnapshotExists
-		}
-		used += h.Bytes
-	}
-	if q.MaxSnapshots > 0 && len(have) >= q.MaxSnapshots {
-		return SnapshotInfo{}, ErrSnapshotCountQuota
-	}
-	if q.MaxSnapshotBytes > 0 && used >= q.MaxSnapshotBytes {
-		return SnapshotInfo{}, ErrSnapshotByteQuota
-	}
 	info := SnapshotInfo{ID: "snap-" + randomHex(8), Name: name, Tenant: srec.Tenant, Session: srec.Name,
 		Compressed: m.cfg.Snapshots.Compress, CreatedAt: now.UTC(), ExpiresAt: now.Add(m.snapshotRetention()).UTC()}
-	dir := filepath.Join(m.tenantSnapshotDir(srec.Tenant), info.ID)
-	if err := os.MkdirAll(filepath.Join(dir, "exec"), 0o700); err != nil {
-		return SnapshotInfo{}, fmt.Errorf("manager: snapshot dir: %w", err)
+	dir, err := m.reserveSnapshot(srec.Tenant, name, info.ID, now)
+	if err != nil {
+		return SnapshotInfo{}, err
 	}
 	if err := m.writeSnapshot(ctx, srec.Key, dir, &info); err != nil {
 		m.removeSnapshotDir(dir, info.ID)
 		return SnapshotInfo{}, err
 	}
-	if q.MaxSnapshotBytes > 0 && used+info.Bytes > q.MaxSnapshotBytes {
+	if err := m.commitSnapshot(dir, info, time.Now()); err != nil {
 		m.removeSnapshotDir(dir, info.ID)
-		return SnapshotInfo{}, fmt.Errorf("%w (this one is %d MiB)", ErrSnapshotByteQuota, info.Bytes>>20)
-	}
-	if err := writeSnapshotMeta(dir, info); err != nil {
-		m.removeSnapshotDir(dir, info.ID)
-		return SnapshotInfo{}, fmt.Errorf("manager: snapshot meta: %w", err)
+		return SnapshotInfo{}, err
 	}
 	return info, nil
 }
