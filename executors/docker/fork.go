@@ -179,7 +179,12 @@ func childBundle(dir, cdir, parentWS, childWS string) error {
 
 // rebindWorkspace rewrites a bundle's mount sources: the parent's
 // workspace (or a directory under it) becomes the child's, and files
-// copied into the parent's bundle dir come from the child's.
+// copied into the parent's bundle dir come from the child's. No other
+// host bind of the parent can be carried: a kernel's container has only
+// the workspace (twice with a layout root), the hosts and resolv.conf
+// files standalone copies into the bundle, and a private /dev/shm tmpfs,
+// never the egress socket directory, since a stateful run granted
+// network is refused (executeCell) and its shape has no egress.
 func rebindWorkspace(raw []byte, dir, cdir, parentWS, childWS string) ([]byte, error) {
 	var spec map[string]any
 	if err := json.Unmarshal(raw, &spec); err != nil {
