@@ -57,16 +57,7 @@ func (m *Manager) pauseOrResume(ctx context.Context, p Principal, id, kind strin
 		return SessionInfo{}, err
 	}
 	rec.Tenant, rec.SessionID = ref.Tenant, ref.ID
-	err = m.admitted(ctx, m.rateRef(p, ref), opRead, func() error {
-		// Peek: naming an unknown session creates none, and opening a
-		// paused one here does not resume it before it is asked to.
-		s, err := m.local(WithSessionPeek(ctx), ref)
-		if err != nil {
-			return err
-		}
-		if _, kept := m.table.cached(ref.Key); !kept {
-			return errSessionNotFound
-		}
+	err = m.withPeekedSession(ctx, p, ref, func(s *Session) error {
 		return do(ctx, s, rec)
 	})
 	if err != nil {

@@ -202,14 +202,7 @@ func (m *Manager) CreateSnapshot(ctx context.Context, p Principal, id, name stri
 		return SnapshotInfo{}, err
 	}
 	rec.Tenant, rec.SessionID = ref.Tenant, ref.ID
-	err = m.admitted(ctx, m.rateRef(p, ref), opRead, func() error {
-		s, err := m.local(WithSessionPeek(ctx), ref)
-		if err != nil {
-			return err
-		}
-		if _, kept := m.table.cached(ref.Key); !kept {
-			return errSessionNotFound
-		}
+	err = m.withPeekedSession(ctx, p, ref, func(s *Session) error {
 		if err := m.autoResume(ctx, s); err != nil {
 			return err
 		}
