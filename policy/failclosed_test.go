@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -30,15 +31,25 @@ func treeWith(t testing.TB, extra map[string]string) fstest.MapFS {
 }
 
 // replaceDecision swaps the default exec.rego for a policy whose decision
-// rule is src, keeping the package's schema annotation. The default's
-// grants.rego goes too: it reads exec.rego's level and mode table, which
-// src does not define.
+// rule is src, keeping the package's schema annotation. The package's
+// other files go too (grants.rego, overlay.rego and every test): they read
+// exec.rego's rules (level, the mode table, base_executor), which src does
+// not define.
 func replaceDecision(t testing.TB, src string) fstest.MapFS {
-	return treeWith(t, map[string]string{
-		"sandgate/exec/exec.rego":        "# METADATA\n# scope: package\n# schemas:\n#   - input: schema.exec_input\npackage sandgate.exec\n\n" + src,
-		"sandgate/exec/grants.rego":      "",
-		"sandgate/exec/grants_test.rego": "",
-	})
+	t.Helper()
+	files := map[string]string{
+		"sandgate/exec/exec.rego": "# METADATA\n# scope: package\n# schemas:\n#   - input: schema.exec_input\npackage sandgate.exec\n\n" + src,
+	}
+	others, err := fs.Glob(DefaultFS(), "sandgate/exec/*.rego")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range others {
+		if p != "sandgate/exec/exec.rego" {
+			files[p] = ""
+		}
+	}
+	return treeWith(t, files)
 }
 
 func TestFailClosed(t *testing.T) {
