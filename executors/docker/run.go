@@ -217,23 +217,9 @@ func (e *Executor) run(ctx context.Context, b *box, in runInput) (executors.Resu
 	go e.feed(b, in, in.log)
 
 	killedFor, copyErr := e.await(ctx, b, in.timeout, copied, out.ended)
-	o := out.finish()
-	res := executors.Result{Duration: time.Since(began), Stdout: o.Stdout, Stderr: o.Stderr,
-		Truncated: o.Truncated, OutputPath: o.SpillPath}
-
-	switch {
-	case killedFor != nil && !errors.Is(killedFor, errTimedOut):
-		return res, fmt.Errorf("docker: run aborted: %w", killedFor)
-	case killedFor != nil:
-		res.ExitCode, res.TimedOut = executors.ExitCodeTimeout, true
-		return res, nil
-	}
-	// The boot script's trailer gives the status at once. Without it (the
-	// shell itself was killed) or for a SIGKILL, which may be the memory
-	// limit's, the engine has the last word.
-	if code, ok := out.exitStatus(); ok && code != exitSIGKILL && copyErr == nil {
-		res.ExitCode = code
-		return res, nil
+	res, settled, err := runEnd(out, began, killedFor, copyErr)
+	if settled {
+		return res, err
 	}
 	code, waitErr := e.exitStatus(b)
 	if waitErr != nil {
@@ -244,6 +230,29 @@ func (e *Executor) run(ctx context.Context, b *box, in runInput) (executors.Resu
 		res.OOMKilled = e.oomKilled(b.id)
 	}
 	return res, nil
+}
+
+// runEnd is the result of a run whose output has ended, as far as the
+// run itself tells it (a container's run and a session sandbox's exec
+// alike): an abort, a timeout, or the boot script's trailer. settled is
+// false when the engine has the last word: without a trailer (the shell
+// itself was killed) or for a SIGKILL, which may be the memory limit's.
+func runEnd(out *runOutput, began time.Time, killedFor, copyErr error) (res executors.Result, settled bool, err error) {
+	o := out.finish()
+	res = executors.Result{Duration: time.Since(began), Stdout: o.Stdout, Stderr: o.Stderr,
+		Truncated: o.Truncated, OutputPath: o.SpillPath}
+	switch {
+	case killedFor != nil && !errors.Is(killedFor, errTimedOut):
+		return res, true, fmt.Errorf("docker: run aborted: %w", killedFor)
+	case killedFor != nil:
+		res.ExitCode, res.TimedOut = executors.ExitCodeTimeout, true
+		return res, true, nil
+	}
+	if code, ok := out.exitStatus(); ok && code != exitSIGKILL && copyErr == nil {
+		res.ExitCode = code
+		return res, true, nil
+	}
+	return res, false, nil
 }
 
 // exitSIGKILL is the status of a process killed by SIGKILL: a kill, or the

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"strconv"
@@ -197,19 +196,9 @@ func (e *Executor) execInSandbox(ctx context.Context, sb *sessionBox, in session
 	go feedExec(conn, in.runInput, in.log)
 
 	killedFor, copyErr := e.awaitExec(ctx, sb, in.requestID, in.timeout, copied, out.ended, conn)
-	o := out.finish()
-	res := executors.Result{Duration: time.Since(began), Stdout: o.Stdout, Stderr: o.Stderr,
-		Truncated: o.Truncated, OutputPath: o.SpillPath}
-	switch {
-	case killedFor != nil && !errors.Is(killedFor, errTimedOut):
-		return res, fmt.Errorf("docker: run aborted: %w", killedFor)
-	case killedFor != nil:
-		res.ExitCode, res.TimedOut = executors.ExitCodeTimeout, true
-		return res, nil
-	}
-	if code, ok := out.exitStatus(); ok && code != exitSIGKILL && copyErr == nil {
-		res.ExitCode = code
-		return res, nil
+	res, settled, err := runEnd(out, began, killedFor, copyErr)
+	if settled {
+		return res, err
 	}
 	code, err := e.execExitCode(created.ID)
 	if err != nil {
