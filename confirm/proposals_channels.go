@@ -141,7 +141,10 @@ func (p *Proposals) syncPosted(ctx context.Context, id string) {
 	defer d.mu.Unlock()
 	for _, m := range msgs {
 		m.expires = pr.ExpiresAt
-		if m.busy || m.status == pr.Status {
+		// A status read before a later decision landed must not undo the
+		// message: a proposal only moves forward (pending, then accepted
+		// or rejected, then revoked).
+		if m.busy || proposalStage(pr.Status) <= proposalStage(m.status) {
 			continue
 		}
 		m.busy = true
@@ -153,6 +156,18 @@ func (p *Proposals) syncPosted(ctx context.Context, id string) {
 	if pr.Status == ProposalRejected || pr.Status == ProposalRevoked {
 		delete(d.posted, id)
 	}
+}
+
+// proposalStage orders a proposal's statuses as they can follow each
+// other.
+func proposalStage(status string) int {
+	switch status {
+	case ProposalAccepted, ProposalRejected:
+		return 1
+	case ProposalRevoked:
+		return 2
+	}
+	return 0
 }
 
 func (p *Proposals) updateProposal(m *postedProposal, pr Proposal) {
