@@ -62,6 +62,18 @@ func (m *Manager) wantsSessionSandbox(sess *Session) bool {
 	return m.deps.Layouts[fe].SessionSandbox
 }
 
+// sessionSandboxOf is wantsSessionSandbox for a session that may not be
+// open here: the front end is fixed at create, so a session this replica
+// holds answers from memory and only another's costs a read of its
+// record. A session without a record (not created yet) wants none.
+func (m *Manager) sessionSandboxOf(ctx context.Context, ref SessionRef) bool {
+	if s, ok := m.table.cached(ref.Key); ok {
+		return m.wantsSessionSandbox(s)
+	}
+	rec, found, err := m.store.load(ctx, ref.Key)
+	return err == nil && found && m.deps.Layouts[rec.FrontEnd].SessionSandbox
+}
+
 // layoutFor is the layout of sess (its creating front end's), with its
 // directories made in the session's workspace.
 func (m *Manager) layoutFor(ctx context.Context, sess *Session, key string) (executors.Layout, error) {

@@ -221,9 +221,7 @@ func (m *Manager) Evaluate(ctx context.Context, req RunRequest) (*Evaluation, er
 	}
 	// A dry run decides as the run would: with the session's front end's
 	// one-sandbox wish (read, not claimed: evaluating serves nothing).
-	if info, derr := m.describe(ctx, req.ref); derr == nil {
-		req.sessionSandbox = m.deps.Layouts[info.FrontEnd].SessionSandbox
-	}
+	req.sessionSandbox = m.sessionSandboxOf(ctx, req.ref)
 	return &Evaluation{Risk: assessment, Decision: m.decide(ctx, req, assessment)}, nil
 }
 

@@ -138,15 +138,19 @@ needs_aio if input.request.context.needs_persistent_fs
 # every command in one sandbox.
 preferred_executor := "aio" if {
 	needs_aio
-} else := config.snapshot_memory.executor if {
-	_memory_kernel
-} else := config.stateful.executor if {
+} else := _kernel_executor if {
 	input.request.stateful
 } else := config.isolation_upgrade.executor if {
 	upgraded
 } else := session_executor if {
 	overlay_applies # an accepted executor proposal (overlay.rego)
 } else := base_executor
+
+# A kernel's executor: gVisor's for a session that keeps its memory
+# (_memory_kernel), else config.stateful's.
+_kernel_executor := config.snapshot_memory.executor if {
+	_memory_kernel
+} else := config.stateful.executor
 
 # base_executor is the executor a run gets below the AIO sandbox, a
 # kernel's executor and the isolation upgrade: the session sandbox's, the
@@ -161,9 +165,13 @@ base_executor := config.session_sandbox.executor if {
 
 level_rank := {"SAFE": 0, "LOW": 1, "MEDIUM": 2, "HIGH": 3, "CRITICAL": 4}
 
+# OPA pays per reference into the data, so the upgrade's settings are
+# read once; this is on every decision's path, as are the single reads
+# of config.limits and the inline _memory_kernel test below.
 upgraded if {
-	input.mode in config.isolation_upgrade.modes
-	level_rank[level] >= level_rank[config.isolation_upgrade.min_level]
+	u := config.isolation_upgrade
+	input.mode in u.modes
+	level_rank[level] >= level_rank[u.min_level]
 }
 
 # When the upgrade's executor is not available the run goes to the
@@ -194,9 +202,11 @@ chosen_executor := executor
 
 obligations := {
 	"network": run_network,
-	"timeout_s": min([input.request.timeout_s, config.limits.max_timeout_s]),
-	"memory_mb": object.get(config.limits.memory_mb, chosen_executor, config.limits.default_memory_mb),
-	"max_procs": object.get(config.limits.max_procs, chosen_executor, config.limits.default_max_procs),
+	"timeout_s": min([input.request.timeout_s, limits.max_timeout_s]),
+	"memory_mb": object.get(limits.memory_mb, chosen_executor, limits.default_memory_mb),
+	"max_procs": object.get(limits.max_procs, chosen_executor, limits.default_max_procs),
+} if {
+	limits := config.limits
 }
 
 # reason carries its enforcement mode only when it is not "enforce", so a
@@ -226,15 +236,13 @@ network_granted if input.mode in object.get(config.egress, "network_modes", [])
 
 network_granted if {
 	some rule in config.egress.rules
-	some scoped in object.get(rule, "sessions", [])
-	scoped == concat("/", [input.principal.tenant, input.request.session_id])
+	concat("/", [input.principal.tenant, input.request.session_id]) in object.get(rule, "sessions", [])
 	_grants_network(rule)
 }
 
 network_granted if {
 	some rule in config.egress.rules
-	some tenant in object.get(rule, "tenants", [])
-	tenant == input.principal.tenant
+	input.principal.tenant in object.get(rule, "tenants", [])
 	_grants_network(rule)
 }
 
@@ -317,7 +325,8 @@ _memory_kernel if {
 }
 
 deny_reasons contains reason("executor.capability_missing", msg) if {
-	_memory_kernel
+	input.request.stateful # _memory_kernel, tested inline: most runs stop here
+	input.request.context.needs_memory_snapshot
 	state := input.executors[executor]
 	state.available
 	object.get(state.capabilities, "snapshot", "none") != "memory"

@@ -19,10 +19,12 @@ import data.sandgate.config
 # executor the ranking does not list never applies (fail closed).
 session_executor := data.sandgate.overlay.executors[concat("/", [object.get(input.principal, "tenant", ""), input.request.session_id])]
 
-# overlay_applies is tested first for the overlay's presence: without one
-# (every session but those with an accepted proposal) it fails at its
-# first expression, so the default decision pays only the lookup.
+# overlay_applies is tested first for any overlay at all, then for this
+# session's: without one (every gateway before its first accepted
+# proposal) it fails at its first expression, a single read of the data,
+# and the default decision pays nothing more.
 overlay_applies if {
+	data.sandgate.overlay.executors
 	session_executor
 	level != "CRITICAL"
 	config.executor_isolation[session_executor] >= config.executor_isolation[base_executor]
