@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strconv"
 	"sync"
 	"time"
@@ -240,16 +241,38 @@ func (e *Executor) StartDetached(ctx context.Context, spec executors.Spec, stdin
 	} else {
 		sh = b.shape
 	}
+	return e.goDetached(spec, stdin, func(life context.Context, in io.Reader, log *slog.Logger) (executors.Result, error) {
+		return e.run(life, b, runInput{
+			lang: spec.Language, code: spec.Code, timeout: spec.Timeout, limits: spec.Limits,
+			dir: dir, requestID: spec.RequestID, log: log, tap: spec.Output, stdin: in,
+		})
+	}, func(err error) {
+		e.discard(b)
+		if later && err == nil {
+			e.warm.topUp(spec.SessionID, sh)
+		}
+	})
+}
+
+// goDetached registers a detached run with its session and starts it:
+// run does the work with the run's own life (ended by Kill, the
+// session's release or Close) and its input, a pipe closed at once
+// without stdin so that the program reads EOF and later writes fail.
+// after, when not nil, follows the run's end and its feed's. A run
+// killed or cancelled ends as SIGKILL (exit 137), not as an error. While
+// the executor closes it is refused, and what was made for it is left to
+// Close's sweep.
+func (e *Executor) goDetached(spec executors.Spec, stdin bool,
+	run func(life context.Context, in io.Reader, log *slog.Logger) (executors.Result, error), after func(err error)) (executors.Detached, error) {
 	pr, pw := io.Pipe()
 	var in io.Reader = pr
 	if !stdin {
 		in = nil
-		_ = pr.CloseWithError(io.ErrClosedPipe) // writes fail: the program reads EOF
+		_ = pr.CloseWithError(io.ErrClosedPipe)
 	}
 	life, cancel := context.WithCancel(e.life)
 	r := &detachedRun{e: e, stdin: pw, cancel: cancel, done: make(chan struct{})}
 	if !e.detached.add(spec.SessionID, r, &e.bg) {
-		// Closing: the container is left to Close's sweep of its own.
 		cancel()
 		return nil, e.unavailable("executor closed", nil)
 	}
@@ -258,21 +281,17 @@ func (e *Executor) StartDetached(ctx context.Context, spec executors.Spec, stdin
 		defer e.bg.Done()
 		defer close(r.done)
 		defer e.detached.remove(spec.SessionID, r)
-		res, err := e.run(life, b, runInput{
-			lang: spec.Language, code: spec.Code, timeout: spec.Timeout, limits: spec.Limits,
-			dir: dir, requestID: spec.RequestID, log: log, tap: spec.Output, stdin: in,
-		})
+		res, err := run(life, in, log)
 		_ = pr.CloseWithError(io.ErrClosedPipe) // the feed stops; later writes fail
 		cancel()
-		e.discard(b)
-		if later && err == nil {
-			e.warm.topUp(spec.SessionID, sh)
+		if after != nil {
+			after(err)
 		}
 		r.mu.Lock()
 		killed := r.killed
 		r.mu.Unlock()
 		if err != nil && (killed || errors.Is(err, context.Canceled)) {
-			// Kill, or the session's release: the container was killed.
+			// Kill, or the session's release: the run was killed.
 			res.ExitCode, err = exitSIGKILL, nil
 		}
 		r.res, r.err = res, err

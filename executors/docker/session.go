@@ -2,8 +2,8 @@ package docker
 
 import (
 	"context"
-	"errors"
 	"io"
+	"log/slog"
 	"sync"
 
 	"github.com/moby/moby/client"
@@ -208,36 +208,10 @@ func (e *Executor) startDetachedInSandbox(ctx context.Context, spec executors.Sp
 	if err != nil {
 		return nil, err
 	}
-	pr, pw := io.Pipe()
-	var in io.Reader = pr
-	if !stdin {
-		in = nil
-		_ = pr.CloseWithError(io.ErrClosedPipe)
-	}
-	life, cancel := context.WithCancel(e.life)
-	r := &detachedRun{e: e, stdin: pw, cancel: cancel, done: make(chan struct{})}
-	if !e.detached.add(spec.SessionID, r, &e.bg) {
-		cancel()
-		return nil, e.unavailable("executor closed", nil)
-	}
-	log := e.log.With("request_id", spec.RequestID, "session_id", spec.SessionID)
-	go func() {
-		defer e.bg.Done()
-		defer close(r.done)
-		defer e.detached.remove(spec.SessionID, r)
-		res, err := e.execInSandbox(life, sb, sessionInput{stdinMode: stdin, runInput: runInput{
+	return e.goDetached(spec, stdin, func(life context.Context, in io.Reader, log *slog.Logger) (executors.Result, error) {
+		return e.execInSandbox(life, sb, sessionInput{stdinMode: stdin, runInput: runInput{
 			lang: spec.Language, code: spec.Code, timeout: spec.Timeout, limits: spec.Limits,
 			dir: dir, requestID: spec.RequestID, log: log, tap: spec.Output, stdin: in,
 		}})
-		_ = pr.CloseWithError(io.ErrClosedPipe)
-		cancel()
-		r.mu.Lock()
-		killed := r.killed
-		r.mu.Unlock()
-		if err != nil && (killed || errors.Is(err, context.Canceled)) {
-			res.ExitCode, err = exitSIGKILL, nil
-		}
-		r.res, r.err = res, err
-	}()
-	return r, nil
+	}, nil)
 }
