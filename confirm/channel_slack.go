@@ -571,17 +571,10 @@ func (s *Slack) ServeCallback(w http.ResponseWriter, r *http.Request, hub *Hub) 
 	if v, err := hub.Get(r.Context(), id); err == nil {
 		rec.Tenant, rec.SessionID = v.Tenant, v.SessionID
 	}
-	if s.opts.TeamID != "" && team != s.opts.TeamID {
-		s.refuse(r.Context(), rec, ErrSlackTeam)
-		return ErrSlackTeam
+	who, err := s.clicker(r.Context(), rec, in, team, "approval_id", id)
+	if err != nil {
+		return err
 	}
-	who, ok := s.opts.Users[in.User.ID]
-	if !ok || who == "" {
-		s.refuse(r.Context(), rec, ErrSlackUser)
-		s.log.Warn("slack click from an unmapped user refused", "slack_user", in.User.ID, "approval_id", id)
-		return ErrSlackUser
-	}
-	rec.Principal = who
 	d := Decision{Decision: act.ActionID, Digest: digest}
 	if act.ActionID == slackApproveSession || act.ActionID == slackApprovePattern {
 		d.Decision, d.Scope = "approve", ScopeSession
@@ -614,6 +607,25 @@ func (s *Slack) ServeCallback(w http.ResponseWriter, r *http.Request, hub *Hub) 
 	s.log.Info("approval decided in slack", "approval_id", v.ID, "status", v.Status, "decided_by", who, "slack_user", in.User.ID)
 	w.WriteHeader(http.StatusOK)
 	return nil
+}
+
+// clicker is the approver principal of a click: a click from another
+// workspace than the channel's, or from a Slack user the configuration
+// does not map, is refused and audited (what is clicked, idKey: id, is
+// in the log line).
+func (s *Slack) clicker(ctx context.Context, rec *audit.Record, in SlackInteraction, team, idKey, id string) (string, error) {
+	if s.opts.TeamID != "" && team != s.opts.TeamID {
+		s.refuse(ctx, rec, ErrSlackTeam)
+		return "", ErrSlackTeam
+	}
+	who, ok := s.opts.Users[in.User.ID]
+	if !ok || who == "" {
+		s.refuse(ctx, rec, ErrSlackUser)
+		s.log.Warn("slack click from an unmapped user refused", "slack_user", in.User.ID, idKey, id)
+		return "", ErrSlackUser
+	}
+	rec.Principal = who
+	return who, nil
 }
 
 // refuse audits a refused callback.

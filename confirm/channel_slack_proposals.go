@@ -157,17 +157,10 @@ func (s *Slack) serveProposalClick(w http.ResponseWriter, r *http.Request, hub *
 		s.refuse(r.Context(), rec, ErrSlackPayload)
 		return ErrSlackPayload
 	}
-	if s.opts.TeamID != "" && team != s.opts.TeamID {
-		s.refuse(r.Context(), rec, ErrSlackTeam)
-		return ErrSlackTeam
+	who, err := s.clicker(r.Context(), rec, in, team, "proposal_id", id)
+	if err != nil {
+		return err
 	}
-	who, ok := s.opts.Users[in.User.ID]
-	if !ok || who == "" {
-		s.refuse(r.Context(), rec, ErrSlackUser)
-		s.log.Warn("slack click from an unmapped user refused", "slack_user", in.User.ID, "proposal_id", id)
-		return ErrSlackUser
-	}
-	rec.Principal = who
 	approver := s.opts.Route.Approver(who)
 	if pr, err := ps.Get(r.Context(), approver, id); err == nil {
 		rec.Tenant, rec.SessionID = pr.Tenant, pr.SessionID
