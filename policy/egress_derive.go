@@ -22,35 +22,54 @@ import (
 // egressExpandQuery is the compiled rules, as the policy defines them.
 const egressExpandQuery = "data.sandgate.egress.compiled_egress"
 
-var derivedEgressPath = storage.MustParsePath("/sandgate/derived/egress")
+// networkScopesQuery is whom the data grants network, per mode, as the
+// exec policy defines it (exec.rego); its result goes to
+// data.sandgate.derived.network, derived like the egress rules and for
+// the same reason: walking the egress rules was a good part of every exec
+// decision.
+const networkScopesQuery = "data.sandgate.exec.network_scopes"
 
-// deriveEgress writes c's compiled egress rules, as the data in txn makes
-// them, to derivedEgressPath. When the policy defines no expansion, or it
-// fails on this data, the derived rules are removed instead: the policy
-// then expands per decision, and an expansion error fails each decision
-// closed, exactly as without derived rules.
+var (
+	derivedEgressPath  = storage.MustParsePath("/sandgate/derived/egress")
+	derivedNetworkPath = storage.MustParsePath("/sandgate/derived/network")
+)
+
+// deriveEgress writes c's compiled egress rules, and whom they grant
+// network, as the data in txn makes them, under /sandgate/derived. When
+// the policy defines no such document, or it fails on this data, the
+// derived one is removed instead: the policy then computes it per
+// decision, and an error fails each decision closed, exactly as without
+// derived documents.
 func deriveEgress(ctx context.Context, c *compiled, txn storage.Transaction) error {
-	rs, err := c.egressExpand.Eval(ctx, rego.EvalTransaction(txn), rego.EvalMetrics(noMetrics))
+	if err := derive(ctx, c, txn, c.egressExpand, derivedEgressPath); err != nil {
+		return err
+	}
+	return derive(ctx, c, txn, c.networkScopes, derivedNetworkPath)
+}
+
+// derive writes pq's answer at path, or removes path when pq has none.
+func derive(ctx context.Context, c *compiled, txn storage.Transaction, pq rego.PreparedEvalQuery, path storage.Path) error {
+	rs, err := pq.Eval(ctx, rego.EvalTransaction(txn), rego.EvalMetrics(noMetrics))
 	if err != nil || len(rs) == 0 || len(rs[0].Expressions) == 0 {
-		return removeDerived(ctx, c.store, txn)
+		return removeDerived(ctx, c.store, txn, path)
 	}
 	v, err := ast.InterfaceToValue(rs[0].Expressions[0].Value)
 	if err != nil {
 		return err
 	}
-	if err := storage.MakeDir(ctx, c.store, txn, derivedEgressPath[:len(derivedEgressPath)-1]); err != nil {
+	if err := storage.MakeDir(ctx, c.store, txn, path[:len(path)-1]); err != nil {
 		return err
 	}
 	var op storage.PatchOp = storage.ReplaceOp
-	if _, err := c.store.Read(ctx, txn, derivedEgressPath); storage.IsNotFound(err) {
+	if _, err := c.store.Read(ctx, txn, path); storage.IsNotFound(err) {
 		op = storage.AddOp
 	}
-	return c.store.Write(ctx, txn, op, derivedEgressPath, v)
+	return c.store.Write(ctx, txn, op, path, v)
 }
 
-func removeDerived(ctx context.Context, st storage.Store, txn storage.Transaction) error {
-	if _, err := st.Read(ctx, txn, derivedEgressPath); storage.IsNotFound(err) {
+func removeDerived(ctx context.Context, st storage.Store, txn storage.Transaction, path storage.Path) error {
+	if _, err := st.Read(ctx, txn, path); storage.IsNotFound(err) {
 		return nil
 	}
-	return st.Write(ctx, txn, storage.RemoveOp, derivedEgressPath, nil)
+	return st.Write(ctx, txn, storage.RemoveOp, path, nil)
 }

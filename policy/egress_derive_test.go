@@ -103,7 +103,7 @@ func TestDerivedEgressRulesDecideAsExpandedOnes(t *testing.T) {
 				derived[i] = e.decideEgress(ctx, c, in.Map())
 			}
 			err := storage.Txn(ctx, c.store, storage.WriteParams, func(txn storage.Transaction) error {
-				return removeDerived(ctx, c.store, txn)
+				return removeDerived(ctx, c.store, txn, derivedEgressPath)
 			})
 			if err != nil || hasDerived(t, c) {
 				t.Fatalf("derived rules not removed: %v", err)

@@ -47,6 +47,9 @@ type compiled struct {
 	// egressExpand is the egress rules' expansion, evaluated when the
 	// data changes (egress_derive.go), not per decision.
 	egressExpand rego.PreparedEvalQuery
+	// networkScopes is whom the data grants network, per mode, evaluated
+	// with egressExpand (egress_derive.go).
+	networkScopes rego.PreparedEvalQuery
 	// prepare prepares another query on this revision's modules and
 	// store, as the ones above were (a replay's, on first use).
 	prepare func(ctx context.Context, query string) (rego.PreparedEvalQuery, error)
@@ -271,6 +274,9 @@ func compileParsed(ctx context.Context, modules map[string]*ast.Module, data map
 		return nil, err
 	}
 	if c.egressExpand, err = prepare(ctx, egressExpandQuery); err != nil {
+		return nil, err
+	}
+	if c.networkScopes, err = prepare(ctx, networkScopesQuery); err != nil {
 		return nil, err
 	}
 	err = storage.Txn(ctx, store, storage.WriteParams, func(txn storage.Transaction) error {

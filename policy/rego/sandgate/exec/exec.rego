@@ -232,33 +232,43 @@ default run_network := false
 
 run_network := network_granted if not input.request.stateful
 
-network_granted if input.mode in object.get(config.egress, "network_modes", [])
-
 network_granted if {
-	some rule in config.egress.rules
-	concat("/", [input.principal.tenant, input.request.session_id]) in object.get(rule, "sessions", [])
-	_grants_network(rule)
+	n := _network[input.mode]
+	n.any # most modes grant nobody: this one lookup decides
+	true in [n.all, concat("/", [input.principal.tenant, input.request.session_id]) in n.sessions, input.principal.tenant in n.tenants]
 }
 
-network_granted if {
-	some rule in config.egress.rules
-	input.principal.tenant in object.get(rule, "tenants", [])
-	_grants_network(rule)
+# network_scopes says, per mode of config.modes, whom the data grants
+# network ("any": anyone at all): every run ("all": the mode is in
+# config.egress.network_modes),
+# and the sessions ("tenant/session") and tenants that an egress rule
+# other than a deny, applying in that mode (a rule without modes applies
+# in every mode), is scoped to. It depends on the data alone, and
+# walking the rules is a good part of a decision, so the gateway
+# evaluates it once per policy, data and overlay revision and puts it at
+# data.sandgate.derived.network, a path reserved for it (as
+# derived.egress is); where that is absent (opa test, another tool
+# evaluating this package) it is computed here, with the same result.
+network_scopes[mode] := {"any": true in [everyone, count(sessions) > 0, count(tenants) > 0], "all": everyone, "sessions": sessions, "tenants": tenants} if {
+	some mode, _ in config.modes
+	everyone := mode in object.get(config.egress, "network_modes", [])
+	sessions := {s | some rule in _granting(mode); some s in object.get(rule, "sessions", [])}
+	tenants := {t | some rule in _granting(mode); some t in object.get(rule, "tenants", [])}
 }
 
-# A rule scoped to the run grants network when it is not a deny and
-# applies in the run's mode (a rule without modes applies in every mode).
-# The scope is matched first: most rules are scoped to nobody, and those
-# cost one lookup each.
-_grants_network(rule) if {
+_network := d if {
+	d := data.sandgate.derived.network
+} else := network_scopes
+
+_granting(mode) := [rule |
+	some rule in config.egress.rules
 	rule.action != "deny"
-	modes := object.get(rule, "modes", [])
-	_mode_listed(modes)
-}
+	_applies_in(object.get(rule, "modes", []), mode)
+]
 
-_mode_listed(modes) if count(modes) == 0
+_applies_in(modes, _) if count(modes) == 0
 
-_mode_listed(modes) if input.mode in modes
+_applies_in(modes, mode) if mode in modes
 
 deny_reasons contains reason("mode.unknown", sprintf("unknown security mode %q", [input.mode])) if {
 	not config.modes[input.mode]
