@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -10,49 +11,28 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/storage"
+	"github.com/open-policy-agent/opa/v1/storage/inmem"
 )
 
 // Egress replays: what the policy would decide on recorded connections
 // with candidate rules added (a proposal's effect, package confirm),
 // beside what it decides on them now. A replay decides no connection:
 // nothing is logged or shadowed, and the candidate never reaches the
-// store the live decisions read. The candidate's rules and compiled rules
-// (egress_derive.go) are computed once per replay, in a transaction that
-// is never committed, and handed to each evaluation with OPA's `with`, so
-// the evaluations read the store like live decisions do and run on every
-// core at once.
-
-// egressReplayQuery is the egress decision with the candidate's rules and
-// compiled rules in place of the store's, all given in the input.
-const egressReplayQuery = "data.sandgate.egress.decision with input as input.input" +
-	" with data.sandgate.config.egress.rules as input.rules with data.sandgate.derived.egress as input.derived"
-
-// lazyQuery is a query prepared on its first use, once per revision.
-type lazyQuery struct {
-	once sync.Once
-	pq   rego.PreparedEvalQuery
-	err  error
-}
-
-func (l *lazyQuery) get(ctx context.Context, c *compiled, query string) (rego.PreparedEvalQuery, error) {
-	// The first caller's cancellation must not be what every later
-	// replay of the revision gets.
-	l.once.Do(func() { l.pq, l.err = c.prepare(context.WithoutCancel(ctx), query) })
-	return l.pq, l.err
-}
+// store the live decisions read. The candidate's rules and derived
+// documents (egress_derive.go) are computed once per replay, in a
+// transaction of the live store that is never committed; the data as
+// they leave it becomes a store of the replay's own, on which the egress
+// decision is prepared, so each evaluation reads it as live decisions
+// read theirs (OPA's `with` on the data, which a replay used before,
+// made each of them half again as costly), and they run on every core
+// at once.
 
 // EgressReplay decides inputs against one candidate, on the revision in
 // force when it was made.
 type EgressReplay struct {
-	e     *Engine
-	c     *compiled
-	extra []map[string]any
-	// q, rules and derived are unset when the policy compiles no rules
-	// for the candidate (a policy of its own, or an expansion that
-	// fails): the candidate is then written into a transaction and the
-	// inputs decided in it one by one (sequential).
-	q              rego.PreparedEvalQuery
-	rules, derived *ast.Term
+	e *Engine
+	c *compiled
+	q rego.PreparedEvalQuery // the egress decision over the candidate's store
 }
 
 // NewEgressReplay prepares a replay of the policy with extra appended to
@@ -62,38 +42,43 @@ func (e *Engine) NewEgressReplay(ctx context.Context, extra []map[string]any) (*
 	if c == nil {
 		return nil, errors.New("policy: no policy is loaded")
 	}
-	r := &EgressReplay{e: e, c: c, extra: extra}
+	st, err := candidateStore(ctx, c, extra)
+	if err != nil {
+		return nil, err
+	}
+	q, err := c.prepareOn(ctx, st, EgressQuery)
+	if err != nil {
+		return nil, err
+	}
+	return &EgressReplay{e: e, c: c, q: q}, nil
+}
+
+// candidateStore is a store holding c's data as it would be with extra
+// appended to the egress rules: written, with the derived documents, into
+// a transaction of c's store that is aborted, and copied out of it.
+func candidateStore(ctx context.Context, c *compiled, extra []map[string]any) (storage.Store, error) {
 	txn, err := c.store.NewTransaction(ctx, storage.WriteParams)
 	if err != nil {
 		return nil, err
 	}
 	defer c.store.Abort(ctx, txn)
-	all, err := candidateRules(ctx, c, txn, extra)
+	if _, err := candidateRules(ctx, c, txn, extra); err != nil {
+		return nil, err
+	}
+	root, err := c.store.Read(ctx, txn, storage.RootPath)
 	if err != nil {
 		return nil, err
 	}
-	derived, err := c.store.Read(ctx, txn, derivedEgressPath)
-	switch {
-	case storage.IsNotFound(err):
-		return r, nil
-	case err != nil:
-		return nil, err
-	}
-	dv, ok := derived.(ast.Value)
-	if !ok {
-		if dv, err = ast.InterfaceToValue(derived); err != nil {
+	if v, ok := root.(ast.Value); ok {
+		if root, err = ast.JSON(v); err != nil {
 			return nil, err
 		}
 	}
-	rv, err := ast.InterfaceToValue(all)
-	if err != nil {
-		return nil, err
+	data, ok := root.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("policy: the data is a %T, not an object", root)
 	}
-	if r.q, err = c.replay.get(ctx, c, egressReplayQuery); err != nil {
-		return nil, err
-	}
-	r.rules, r.derived = ast.NewTerm(rv), ast.NewTerm(dv)
-	return r, nil
+	return inmem.NewFromObjectWithOpts(data, inmem.OptReturnASTValuesOnRead(true)), nil
 }
 
 // candidateRules writes the store's egress rules followed by extra, and
@@ -118,19 +103,11 @@ func candidateRules(ctx context.Context, c *compiled, txn storage.Transaction, e
 }
 
 // Candidate decides each of inputs with the candidate. It fails only on
-// ctx's end (or a store error of the sequential fallback); an evaluation
-// that fails is a fail-closed deny, as live.
+// ctx's end; an evaluation that fails is a fail-closed deny, as live.
 func (r *EgressReplay) Candidate(ctx context.Context, inputs []EgressInput) ([]EgressDecision, error) {
-	if r.derived == nil {
-		return r.e.replaySequential(ctx, r.c, r.extra, inputs)
-	}
 	out := make([]EgressDecision, len(inputs))
 	err := eachParallel(ctx, len(inputs), func(i int) error {
-		wrapped := ast.NewObject(
-			[2]*ast.Term{ast.InternedTerm("input"), ast.NewTerm(inputs[i].value())},
-			[2]*ast.Term{ast.InternedTerm("rules"), r.rules},
-			[2]*ast.Term{ast.InternedTerm("derived"), r.derived})
-		out[i] = r.e.egressDecision(ctx, r.c, r.q, rego.EvalParsedInput(wrapped))
+		out[i] = r.e.egressDecision(ctx, r.c, r.q, rego.EvalParsedInput(inputs[i].value()))
 		return nil
 	})
 	return out, err
@@ -182,26 +159,4 @@ func eachParallel(ctx context.Context, n int, fn func(i int) error) error {
 	}
 	wg.Wait()
 	return first
-}
-
-// replaySequential decides inputs one by one in a transaction holding the
-// candidate, never committed.
-func (e *Engine) replaySequential(ctx context.Context, c *compiled, extra []map[string]any, inputs []EgressInput) ([]EgressDecision, error) {
-	txn, err := c.store.NewTransaction(ctx, storage.WriteParams)
-	if err != nil {
-		return nil, err
-	}
-	defer c.store.Abort(ctx, txn)
-	if _, err := candidateRules(ctx, c, txn, extra); err != nil {
-		return nil, err
-	}
-	out := make([]EgressDecision, len(inputs))
-	for i, in := range inputs {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		in, txn := rego.EvalInput(in.Map()), rego.EvalTransaction(txn)
-		out[i] = e.egressDecision(ctx, c, c.egress, func(ec *rego.EvalContext) { in(ec); txn(ec) })
-	}
-	return out, nil
 }

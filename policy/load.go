@@ -50,13 +50,11 @@ type compiled struct {
 	// networkScopes is whom the data grants network, per mode, evaluated
 	// with egressExpand (egress_derive.go).
 	networkScopes rego.PreparedEvalQuery
-	// prepare prepares another query on this revision's modules and
-	// store, as the ones above were (a replay's, on first use).
-	prepare func(ctx context.Context, query string) (rego.PreparedEvalQuery, error)
-	// replay is the egress replay's query, prepared on first use
-	// (egress_replay.go).
-	replay   lazyQuery
-	revision string
+	// prepareOn prepares another query on this revision's modules, as
+	// the ones above were, over store (a candidate replay's,
+	// egress_replay.go).
+	prepareOn func(ctx context.Context, store storage.Store, query string) (rego.PreparedEvalQuery, error)
+	revision  string
 	files    []string
 	loadedAt time.Time
 	// bundles is the manifest revision of each OPA bundle the revision
@@ -241,7 +239,7 @@ func compileParsed(ctx context.Context, modules map[string]*ast.Module, data map
 		return nil, fmt.Errorf("%w: no rule %s", ErrInvalidPolicy, ExecQuery)
 	}
 	store := inmem.NewFromObjectWithOpts(data, inmem.OptReturnASTValuesOnRead(true))
-	prepare := func(ctx context.Context, query string) (rego.PreparedEvalQuery, error) {
+	prepareOn := func(ctx context.Context, store storage.Store, query string) (rego.PreparedEvalQuery, error) {
 		opts := []func(*rego.Rego){
 			rego.Query(query),
 			rego.Store(store),
@@ -259,7 +257,10 @@ func compileParsed(ctx context.Context, modules map[string]*ast.Module, data map
 		}
 		return pq, nil
 	}
-	c := &compiled{loadedAt: time.Now(), modules: modules, data: data, store: store, prepare: prepare}
+	prepare := func(ctx context.Context, query string) (rego.PreparedEvalQuery, error) {
+		return prepareOn(ctx, store, query)
+	}
+	c := &compiled{loadedAt: time.Now(), modules: modules, data: data, store: store, prepareOn: prepareOn}
 	var err error
 	if c.exec, err = prepare(ctx, ExecQuery); err != nil {
 		return nil, err
