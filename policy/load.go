@@ -55,8 +55,8 @@ type compiled struct {
 	// egress_replay.go).
 	prepareOn func(ctx context.Context, store storage.Store, query string) (rego.PreparedEvalQuery, error)
 	revision  string
-	files    []string
-	loadedAt time.Time
+	files     []string
+	loadedAt  time.Time
 	// bundles is the manifest revision of each OPA bundle the revision
 	// was built from (empty for a folder): decision logs carry it.
 	bundles map[string]string
