@@ -2,10 +2,8 @@ package policy
 
 import (
 	"context"
-	"encoding/json"
 	"strconv"
 	"testing"
-	"testing/fstest"
 )
 
 // benchEgressRules is a realistic egress configuration: request presets
@@ -26,19 +24,7 @@ var benchEgressRules = []any{
 // egress rules.
 func benchEgressEngine(b *testing.B) *Engine {
 	b.Helper()
-	fsys, err := DefaultTree()
-	if err != nil {
-		b.Fatal(err)
-	}
-	const p = "sandgate/config/data.json"
-	var doc map[string]any
-	if err := json.Unmarshal(fsys[p].Data, &doc); err != nil {
-		b.Fatal(err)
-	}
-	doc["egress"].(map[string]any)["rules"] = benchEgressRules
-	data, _ := json.Marshal(doc)
-	fsys[p] = &fstest.MapFile{Data: data}
-	return newEngine(b, Options{FS: fsys})
+	return newEngine(b, Options{FS: treeWithEgress(b, func(eg map[string]any) { eg["rules"] = benchEgressRules })})
 }
 
 // BenchmarkDecideEgress is one egress decision in process: a connection

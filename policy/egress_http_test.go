@@ -2,9 +2,7 @@ package policy
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
-	"testing/fstest"
 )
 
 // TestEgressHTTPInput: a request on an inspected connection reaches the
@@ -45,18 +43,9 @@ func TestEgressHTTPInput(t *testing.T) {
 // requests with the shipped github-readonly preset (the Rego tests cover
 // the rules one by one).
 func TestEgressRequestDecision(t *testing.T) {
-	fsys, err := DefaultTree()
-	if err != nil {
-		t.Fatal(err)
-	}
-	const p = "sandgate/config/data.json"
-	var doc map[string]any
-	if err := json.Unmarshal(fsys[p].Data, &doc); err != nil {
-		t.Fatal(err)
-	}
-	doc["egress"].(map[string]any)["rules"] = []any{map[string]any{"name": "gh", "action": "allow", "request_preset": "github-readonly"}}
-	b, _ := json.Marshal(doc)
-	fsys[p] = &fstest.MapFile{Data: b}
+	fsys := treeWithEgress(t, func(eg map[string]any) {
+		eg["rules"] = []any{map[string]any{"name": "gh", "action": "allow", "request_preset": "github-readonly"}}
+	})
 	eng, err := New(context.Background(), Options{FS: fsys})
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package policy
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 	"testing/fstest"
 )
@@ -11,18 +10,7 @@ import (
 // enforcement table.
 func modesEgressEngine(t *testing.T, rules []any, enforcement string) *Engine {
 	t.Helper()
-	fsys, err := DefaultTree()
-	if err != nil {
-		t.Fatal(err)
-	}
-	const p = "sandgate/config/data.json"
-	var doc map[string]any
-	if err := json.Unmarshal(fsys[p].Data, &doc); err != nil {
-		t.Fatal(err)
-	}
-	doc["egress"].(map[string]any)["rules"] = rules
-	b, _ := json.Marshal(doc)
-	fsys[p] = &fstest.MapFile{Data: b}
+	fsys := treeWithEgress(t, func(eg map[string]any) { eg["rules"] = rules })
 	if enforcement != "" {
 		fsys["sandgate/config/enforcement/data.json"] = &fstest.MapFile{Data: []byte(enforcement)}
 	}

@@ -2,11 +2,13 @@ package policy
 
 import (
 	"context"
+	"encoding/json"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
+	"testing/fstest"
 
 	"go.yaml.in/yaml/v3"
 
@@ -98,6 +100,28 @@ func loadCases(t *testing.T) []decideCase {
 		t.Fatal(err)
 	}
 	return cases
+}
+
+// treeWithEgress is the shipped policy tree with its data's
+// config.egress changed by edit (rules, network_modes, ...).
+func treeWithEgress(t testing.TB, edit func(egress map[string]any)) fstest.MapFS {
+	t.Helper()
+	fsys, err := DefaultTree()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const p = "sandgate/config/data.json"
+	var doc map[string]any
+	if err := json.Unmarshal(fsys[p].Data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	edit(doc["egress"].(map[string]any))
+	data, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsys[p] = &fstest.MapFile{Data: data}
+	return fsys
 }
 
 // newEngine builds an engine for a test. Its evaluation budget defaults to

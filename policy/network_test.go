@@ -2,9 +2,7 @@ package policy
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
-	"testing/fstest"
 )
 
 // networkRules scope network to a session, a tenant, a mode, and deny a
@@ -21,19 +19,7 @@ var networkRules = []any{
 // rules and networkModes as config.egress.network_modes.
 func networkEngine(t *testing.T, networkModes []any) *Engine {
 	t.Helper()
-	fsys, err := DefaultTree()
-	if err != nil {
-		t.Fatal(err)
-	}
-	const p = "sandgate/config/data.json"
-	var doc map[string]any
-	if err := json.Unmarshal(fsys[p].Data, &doc); err != nil {
-		t.Fatal(err)
-	}
-	eg := doc["egress"].(map[string]any)
-	eg["rules"], eg["network_modes"] = networkRules, networkModes
-	data, _ := json.Marshal(doc)
-	fsys[p] = &fstest.MapFile{Data: data}
+	fsys := treeWithEgress(t, func(eg map[string]any) { eg["rules"], eg["network_modes"] = networkRules, networkModes })
 	return newEngine(t, Options{FS: fsys})
 }
 
