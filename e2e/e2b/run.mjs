@@ -25,6 +25,7 @@ const version = (p) => JSON.parse(readFileSync(new URL(`./node_modules/${p}/pack
 const report = { sdk: { e2b: version("e2b"), "@e2b/code-interpreter": version("@e2b/code-interpreter") }, steps: [] };
 
 async function step(name, fn) {
+  process.stderr.write(`step ${name}\n`);
   try {
     report.steps.push({ step: name, result: await fn() });
   } catch (e) {
