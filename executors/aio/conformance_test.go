@@ -16,6 +16,7 @@ import (
 	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/executors/executortest"
 	"github.com/sandgate/sandgate/executors/internal/etcmount"
+	"github.com/sandgate/sandgate/executors/internal/wsmount"
 )
 
 // TestConformancePool runs the conformance suite against the executor as
@@ -146,7 +147,7 @@ func startFixture(t *testing.T, img string) *fixture {
 		if err := ctr.Terminate(ctx); err != nil {
 			t.Errorf("terminate fixture: %v", err)
 		}
-		_ = unmountAll(ws)
+		_ = wsmount.UnmountAll(ws)
 		for _, p := range []string{filepath.Join(run, socketName), run, ws} {
 			_ = os.Remove(p)
 		}
@@ -191,10 +192,10 @@ func (f *fixture) Execute(ctx context.Context, spec executors.Spec) (executors.R
 	if err := prepareWorkspace(spec.WorkspaceDir, f.uid, f.uid); err != nil {
 		return executors.Result{}, err
 	}
-	if err := bindWorkspace(spec.WorkspaceDir, f.target); err != nil {
+	if err := wsmount.Bind(spec.WorkspaceDir, f.target); err != nil {
 		return executors.Result{}, err
 	}
-	defer func() { _ = unmountAll(f.target) }()
+	defer func() { _ = wsmount.UnmountAll(f.target) }()
 	return run(ctx, f.c, runRequest{dir: workspaceMount, id: spec.RequestID, lang: spec.Language, code: spec.Code, timeout: spec.Timeout,
 		margin: DefaultClientMargin, limits: spec.Limits, extended: true, output: spec.Output})
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/sandgate/sandgate/executors/executortest"
+	"github.com/sandgate/sandgate/executors/internal/wsmount"
 )
 
 // sandboxdBin is the sandboxd binary built from this checkout for the
@@ -192,7 +193,7 @@ func newStateDir(t testing.TB) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = unmountAll(dir)
+		_ = wsmount.UnmountAll(dir)
 		if err := os.Remove(dir); err != nil {
 			t.Errorf("state dir not empty after the test: %v", err)
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/moby/moby/api/types/mount"
 
 	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/executors/internal/wsmount"
 )
 
 // Path layouts (executors.Layout). Docker fixes a container's mounts when
@@ -78,7 +79,7 @@ func bindLayout(h *handle, ws Workspace) error {
 		if _, err := os.Stat(d); err != nil {
 			return fmt.Errorf("aio: the instance has no mount point for %s: %w", r, err)
 		}
-		return bindWorkspace(ws.Dir, d)
+		return wsmount.Bind(ws.Dir, d)
 	}
 	return nil
 }
@@ -90,7 +91,7 @@ func unmountLayout(h *handle) error {
 		if _, err := os.Stat(d); errors.Is(err, os.ErrNotExist) {
 			continue
 		}
-		errs = append(errs, unmountAll(d))
+		errs = append(errs, wsmount.UnmountAll(d))
 	}
 	return errors.Join(errs...)
 }

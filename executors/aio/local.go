@@ -25,6 +25,7 @@ import (
 
 	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/executors/internal/etcmount"
+	"github.com/sandgate/sandgate/executors/internal/wsmount"
 )
 
 // Labels on every container of the pool, following the docker executor's
@@ -150,7 +151,7 @@ func (b *localBackend) close(keep bool) {
 	b.closeAllEgress()
 	_ = b.cli.Close()
 	if b.madeMount && !keep {
-		_ = unmountAll(b.cfg.StateDir)
+		_ = wsmount.UnmountAll(b.cfg.StateDir)
 	}
 }
 
@@ -431,10 +432,10 @@ func (b *localBackend) bind(ctx context.Context, h *handle, bd binding) (*Client
 		}
 	} else {
 		target := filepath.Join(h.dir, stateWS)
-		if err := unmountAll(target); err != nil {
+		if err := wsmount.UnmountAll(target); err != nil {
 			return nil, fmt.Errorf("aio: %w", err)
 		}
-		if err := bindWorkspace(bd.ws.Dir, target); err != nil {
+		if err := wsmount.Bind(bd.ws.Dir, target); err != nil {
 			return nil, fmt.Errorf("aio: %w", err)
 		}
 		if err := bindLayout(h, bd.ws); err != nil {
@@ -543,7 +544,7 @@ func (b *localBackend) destroy(ctx context.Context, h *handle) error {
 	unpin(h)
 	if h.dir != "" {
 		if !b.direct { // under direct binding the gateway made no mount
-			if err := errors.Join(unmountAll(filepath.Join(h.dir, stateWS)), unmountLayout(h)); err != nil {
+			if err := errors.Join(wsmount.UnmountAll(filepath.Join(h.dir, stateWS)), unmountLayout(h)); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -644,7 +645,7 @@ func (b *localBackend) cleanAfterUnmount(h *handle) {
 		b.cleanState(h)
 		return
 	}
-	if err := errors.Join(unmountAll(filepath.Join(h.dir, stateWS)), unmountLayout(h)); err != nil {
+	if err := errors.Join(wsmount.UnmountAll(filepath.Join(h.dir, stateWS)), unmountLayout(h)); err != nil {
 		b.log.Warn("aio: stale mount left behind", "dir", h.dir, "err", err.Error())
 		return
 	}

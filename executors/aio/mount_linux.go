@@ -2,7 +2,6 @@ package aio
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -129,36 +128,6 @@ func ensureSharedMount(dir string) (made bool, err error) {
 		}
 	}
 	return made, nil
-}
-
-// bindWorkspace mounts the session's workspace directory onto target. The
-// directory is opened without following a symlink and mounted through its
-// descriptor, so what gets mounted is exactly the directory checked.
-func bindWorkspace(ws, target string) error {
-	fd, err := unix.Open(ws, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("open workspace: %w", err)
-	}
-	defer unix.Close(fd)
-	if err := unix.Mount("/proc/self/fd/"+strconv.Itoa(fd), target, "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("bind workspace: %w", err)
-	}
-	return nil
-}
-
-// unmountAll removes every mount stacked on target. A target that is not
-// a mount point is fine.
-func unmountAll(target string) error {
-	for range 8 {
-		err := unix.Unmount(target, unix.MNT_DETACH)
-		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("unmount %s: %w", target, err)
-		}
-	}
-	return fmt.Errorf("unmount %s: still mounted", target)
 }
 
 // prepareWorkspace gives the workspace directory itself (not its content)

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandgate/sandgate/executors/internal/wsmount"
 )
 
 // TestMountTableIsTheCallingThreads: the pool's mount checks read the
@@ -48,7 +50,7 @@ func TestMountTableIsTheCallingThreads(t *testing.T) {
 			return
 		}
 		r.binds = countMountsAt(t, dir)
-		_ = unmountAll(dir)
+		_ = wsmount.UnmountAll(dir)
 	})
 	r := <-done
 	if r.err != nil {

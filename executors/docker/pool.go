@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/executors/internal/wsmount"
 )
 
 // sandboxPool keeps pre-started, never-used sandboxes that belong to no
@@ -212,7 +213,7 @@ func (p *sandboxPool) claim(ctx context.Context, sh shape) *box {
 // slot, then the identity written to its boot step.
 func (p *sandboxPool) attach(b *box, sh shape) error {
 	slot := b.slot
-	if err := mountWorkspace(sh.dir, slotWorkspace(slot)); err != nil {
+	if err := wsmount.Bind(sh.dir, slotWorkspace(slot)); err != nil {
 		return err
 	}
 	b.release = func() {

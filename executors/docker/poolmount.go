@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandgate/sandgate/executors/internal/wsmount"
 )
 
 // The host side of the pool's slots. A slot is a directory of its own
@@ -76,40 +78,13 @@ func makeSlot(slot string) error {
 	return nil
 }
 
-// mountWorkspace bind-mounts the workspace dir onto target. dir is opened
-// without following a link in its last component, and the descriptor is
-// what is mounted, so a name changed in between cannot redirect it.
-func mountWorkspace(dir, target string) error {
-	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("open workspace: %w", err)
-	}
-	defer unix.Close(fd)
-	if err := unix.Mount(fmt.Sprintf("/proc/self/fd/%d", fd), target, "", unix.MS_BIND, ""); err != nil {
-		return fmt.Errorf("mount workspace on the slot: %w", err)
-	}
-	return nil
-}
-
-// unmountAll detaches every mount stacked on path. It reports whether
-// nothing is mounted there any more (the kernel says EINVAL: not a mount
-// point), so that what follows touches the slot, not a workspace.
-func unmountAll(path string) bool {
-	for range 16 {
-		if err := unix.Unmount(path, unix.MNT_DETACH); err != nil {
-			return errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT)
-		}
-	}
-	return false
-}
-
 // removeSlot unmounts slot's workspace and removes the (then empty but
 // for the marker) directories. A failure leaves them for the next
 // start's reap. The marker is removed by name, after the unmount: never
 // anything of the workspace.
 func removeSlot(slot string) {
 	ws := slotWorkspace(slot)
-	if !unmountAll(ws) {
+	if wsmount.UnmountAll(ws) != nil {
 		return
 	}
 	if err := unix.Unlinkat(unix.AT_FDCWD, filepath.Join(ws, slotMarker), 0); err != nil && !errors.Is(err, unix.ENOENT) {

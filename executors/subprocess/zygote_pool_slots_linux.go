@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandgate/sandgate/executors/internal/wsmount"
 )
 
 // The slots of pooled zygotes (zygote_pool_idle.go). A pooled zygote is
@@ -227,7 +229,7 @@ func (sl *zslot) attach(workspace, code string) error {
 func (sl *zslot) remove() {
 	_ = sl.ns.do(func() error {
 		for _, d := range []string{sl.ws(), sl.code()} {
-			if !unmountAll(d) {
+			if wsmount.UnmountAll(d) != nil {
 				return nil
 			}
 			_ = unix.Rmdir(d)
@@ -235,15 +237,4 @@ func (sl *zslot) remove() {
 		_ = unix.Rmdir(sl.dir)
 		return nil
 	})
-}
-
-// unmountAll detaches every mount stacked on path; it reports whether
-// nothing is mounted there any more.
-func unmountAll(path string) bool {
-	for range 16 {
-		if err := unix.Unmount(path, unix.MNT_DETACH); err != nil {
-			return errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT)
-		}
-	}
-	return false
 }
