@@ -111,18 +111,8 @@ func fleetEqual(want string) func(json.RawMessage) error {
 func TestFleetE2BAndDaytona(t *testing.T) {
 	node, _ := requireE2BClient(t)
 	requireDaytonaClient(t)
-	if _, err := exec.LookPath("docker"); err != nil {
-		skipOrFail(t, requireDockerEnv, "docker CLI not found: %v", err)
-	}
-	instance := "fleete2b-" + randomToken(t)[4:12]
-	f := startFleet(t, instance)
-	defer func() {
-		if t.Failed() {
-			t.Log(f.logTails())
-		}
-	}()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
-	defer cancel()
+	f, ctx := startFleetTest(t, "fleete2b")
+	instance := f.instance
 
 	id, steps := runFleetClient(ctx, t, f, node, e2bClientDir, "E2B_API_KEY="+f.agent)
 	checkFleetSteps(t, steps, map[string]func(json.RawMessage) error{
@@ -209,18 +199,8 @@ func fleetDaytonaFiles(raw json.RawMessage) error {
 // error, never a second copy. A kill through C ends it.
 func TestFleetE2BFailover(t *testing.T) {
 	node, _ := requireE2BClient(t)
-	if _, err := exec.LookPath("docker"); err != nil {
-		skipOrFail(t, requireDockerEnv, "docker CLI not found: %v", err)
-	}
-	instance := "fleetfo-" + randomToken(t)[4:12]
-	f := startFleet(t, instance)
-	defer func() {
-		if t.Failed() {
-			t.Log(f.logTails())
-		}
-	}()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
-	defer cancel()
+	f, ctx := startFleetTest(t, "fleetfo")
+	instance := f.instance
 	key := "E2B_API_KEY=" + f.agent
 	start := runFleetScript(ctx, t, f, node, e2bClientDir, "failover.mjs", key, "FAILOVER_PHASE=start")
 	if start.SandboxID == "" || start.PID == 0 {

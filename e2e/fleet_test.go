@@ -29,15 +29,36 @@ type fleet struct {
 	t                      *testing.T
 	bin, dir, dsn          string
 	agent, approver, admin string
+	instance               string // the executors' instance prefix: <instance>-<replica>
 	procs                  map[string]*exec.Cmd
 	bases                  map[string]string
 	logs                   map[string]string
 }
 
+// startFleetTest is a fleet test's start: the docker CLI (the test skips,
+// or fails under SANDGATE_REQUIRE_DOCKER, without it), three replicas of
+// an instance named from prefix, their log tails when the test fails, and
+// the test's ten-minute context.
+func startFleetTest(t *testing.T, prefix string) (*fleet, context.Context) {
+	t.Helper()
+	if _, err := exec.LookPath("docker"); err != nil {
+		skipOrFail(t, requireDockerEnv, "docker CLI not found: %v", err)
+	}
+	f := startFleet(t, prefix+"-"+randomToken(t)[4:12])
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(f.logTails())
+		}
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	t.Cleanup(cancel)
+	return f, ctx
+}
+
 func startFleet(t *testing.T, instance string) *fleet {
 	t.Helper()
 	f := &fleet{t: t, bin: gatewayBinary(t), dir: t.TempDir(), dsn: pgtest.Schema(t),
-		agent: randomToken(t), approver: randomToken(t), admin: randomToken(t),
+		agent: randomToken(t), approver: randomToken(t), admin: randomToken(t), instance: instance,
 		procs: map[string]*exec.Cmd{}, bases: map[string]string{}, logs: map[string]string{}}
 	for _, d := range []string{filepath.Dir(f.dir), f.dir} {
 		if err := os.Chmod(d, 0o711); err != nil {
@@ -207,18 +228,8 @@ type mcpFleetCall struct {
 // replica ends the sandbox everywhere.
 func TestFleetOneSession(t *testing.T) {
 	node, _ := requireMCPClient(t)
-	if _, err := exec.LookPath("docker"); err != nil {
-		skipOrFail(t, requireDockerEnv, "docker CLI not found: %v", err)
-	}
-	instance := "fleet-" + randomToken(t)[4:12]
-	f := startFleet(t, instance)
-	defer func() {
-		if t.Failed() {
-			t.Log(f.logTails())
-		}
-	}()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
-	defer cancel()
+	f, ctx := startFleetTest(t, "fleet")
+	instance := f.instance
 	run := "/v1/sessions/" + fleetSession + "/run_code"
 	cell := func(r, code string) map[string]any {
 		t.Helper()

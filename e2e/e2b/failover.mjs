@@ -8,19 +8,7 @@
 // report on stdout.
 import { Sandbox } from "e2b";
 
-const at = (r) => {
-  const u = process.env["SANDGATE_" + r] + "/e2b";
-  return { apiUrl: u, sandboxUrl: u };
-};
-const report = { steps: [] };
-
-async function step(name, fn) {
-  try {
-    report.steps.push({ step: name, result: await fn() });
-  } catch (e) {
-    report.steps.push({ step: name, thrown: { name: e?.name ?? "", message: String(e?.message ?? e) } });
-  }
-}
+import { at, report, step } from "./fleetlib.mjs";
 
 if (process.env.FAILOVER_PHASE === "start") {
   const a = await Sandbox.create(at("A"));

@@ -6,19 +6,7 @@
 // step's result, or what it threw. e2e/e2b_fleet_test.go checks it.
 import { Sandbox } from "e2b";
 
-const at = (r) => {
-  const u = process.env["SANDGATE_" + r] + "/e2b";
-  return { apiUrl: u, sandboxUrl: u };
-};
-const report = { steps: [] };
-
-async function step(name, fn) {
-  try {
-    report.steps.push({ step: name, result: await fn() });
-  } catch (e) {
-    report.steps.push({ step: name, thrown: { name: e?.name ?? "", message: String(e?.message ?? e) } });
-  }
-}
+import { at, report, step } from "./fleetlib.mjs";
 
 // Created on A; the same sandbox connected through B and C.
 const a = await Sandbox.create(at("A"));
