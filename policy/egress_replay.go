@@ -62,7 +62,7 @@ func candidateStore(ctx context.Context, c *compiled, extra []map[string]any) (s
 		return nil, err
 	}
 	defer c.store.Abort(ctx, txn)
-	if _, err := candidateRules(ctx, c, txn, extra); err != nil {
+	if err := candidateRules(ctx, c, txn, extra); err != nil {
 		return nil, err
 	}
 	root, err := c.store.Read(ctx, txn, storage.RootPath)
@@ -82,24 +82,20 @@ func candidateStore(ctx context.Context, c *compiled, extra []map[string]any) (s
 }
 
 // candidateRules writes the store's egress rules followed by extra, and
-// their compiled rules, into txn, and returns the rules.
-func candidateRules(ctx context.Context, c *compiled, txn storage.Transaction, extra []map[string]any) ([]any, error) {
+// the documents derived from them, into txn.
+func candidateRules(ctx context.Context, c *compiled, txn storage.Transaction, extra []map[string]any) error {
 	cur, err := c.store.Read(ctx, txn, egressRulesPath)
 	var rules []any
 	switch {
 	case storage.IsNotFound(err):
 	case err != nil:
-		return nil, err
+		return err
 	default:
 		if err := readInto(cur, &rules); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	all := append(rules, anyRules(extra)...)
-	if err := writeRules(ctx, c, txn, all); err != nil {
-		return nil, err
-	}
-	return all, nil
+	return writeRules(ctx, c, txn, append(rules, anyRules(extra)...))
 }
 
 // Candidate decides each of inputs with the candidate. It fails only on
