@@ -116,11 +116,10 @@ func TestGrantScopes(t *testing.T) {
 	}
 }
 
-// TestProposalsOnTheStore: a proposal is recorded with its effect,
-// decided once, its overlay in force while accepted and gone when
-// revoked; the book reads it back from the database.
-func TestProposalsOnTheStore(t *testing.T) {
-	db := openTestDB(t)
+// openTestProposals is the proposals service on db with the shipped
+// policy, in STRICT, closed when the test ends.
+func openTestProposals(t *testing.T, db audit.Database) (*Proposals, *policy.Engine) {
+	t.Helper()
 	ctx := context.Background()
 	eng, err := policy.New(ctx, policy.Options{EvalTimeout: 10 * time.Second})
 	if err != nil {
@@ -130,7 +129,17 @@ func TestProposalsOnTheStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
+	t.Cleanup(p.Close)
+	return p, eng
+}
+
+// TestProposalsOnTheStore: a proposal is recorded with its effect,
+// decided once, its overlay in force while accepted and gone when
+// revoked; the book reads it back from the database.
+func TestProposalsOnTheStore(t *testing.T) {
+	db := openTestDB(t)
+	ctx := context.Background()
+	p, eng := openTestProposals(t, db)
 	conn := policy.EgressInput{Mode: "STRICT", Host: "pkg.example.org", Port: 443, Scheme: "https", SessionID: "s1", Tenant: "t",
 		Resolved: []string{"198.51.100.7"}}
 	pr, err := p.Propose(ctx, ProposalRequest{Tenant: "t", SessionID: "s1", Principal: "agent:a", Kind: ProposalEgressHost,

@@ -19,15 +19,7 @@ import (
 func TestEndedSessionWithdrawsPendingProposals(t *testing.T) {
 	db := openTestDB(t)
 	ctx := context.Background()
-	eng, err := policy.New(ctx, policy.Options{EvalTimeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := OpenProposals(ctx, ProposalOptions{Store: db, Audit: db, Policy: eng, Mode: "STRICT"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
+	p, eng := openTestProposals(t, db)
 	ch := &recordingChannel{}
 	p.useChannels([]Channel{ch}, time.Millisecond, 10*time.Millisecond)
 	propose := func(s string) Proposal {
