@@ -24,7 +24,9 @@
 // serve reads the API key from the environment variable named by
 // --api-key-env (default SANDBOXD_API_KEY), removes it from its own
 // environment, and refuses to start without one: every request must carry
-// it as X-AIO-API-Key or Authorization: Bearer. The key is compared in
+// it as X-AIO-API-Key or Authorization: Bearer. With --await-key it starts
+// without one and refuses every request until POST /v1/claim sets it
+// (claim.go). The key is compared in
 // constant time and never logged.
 //
 // standby only waits for SIGTERM: it is the main process of a pool
@@ -99,13 +101,14 @@ func serve(args []string) error {
 	fs.StringVar(&cfg.Chromium, "chromium", cfg.Chromium, "the Chromium binary started by /v1/browser/info")
 	fs.StringVar(&cfg.CodeDir, "code-dir", cfg.CodeDir, "where the gateway's program files are written (every backend's path; change only outside a container)")
 	fs.BoolVar(&cfg.Contained, "contained", false, "sandboxd owns its PID namespace: kill orphans of a killed run too")
+	fs.BoolVar(&cfg.AwaitKey, "await-key", false, "serve without a key until POST /v1/claim sets one (a pool's idle sandbox)")
 	egress := fs.String("egress", "", "unix:PATH of the gateway's egress proxy socket: relay 127.0.0.1:3128 to it")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	key := os.Getenv(*keyEnv)
 	_ = os.Unsetenv(*keyEnv)
-	if key == "" {
+	if key == "" && !cfg.AwaitKey {
 		return fmt.Errorf("no API key in $%s: refusing to serve without one", *keyEnv)
 	}
 	cfg.APIKey = key

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -27,6 +28,9 @@ type config struct {
 	// puts them; only a sandboxd run outside its container (the client's
 	// own tests) names another.
 	CodeDir string
+	// AwaitKey: serve without a key until POST /v1/claim sets one
+	// (claim.go).
+	AwaitKey bool
 	// Contained enables the orphan sweep when a run is killed: only sound
 	// when sandboxd shares its PID namespace with nothing but its own runs.
 	Contained bool
@@ -59,8 +63,10 @@ func defaultConfig() config {
 // path parameter) so that an unknown path answers FastAPI's 404 and a known
 // path with the wrong method its 405.
 type server struct {
-	cfg     config
-	keyHash [32]byte
+	cfg config
+	// keyHash is the API key's hash; nil while a sandboxd started with
+	// --await-key waits for its claim (claim.go).
+	keyHash atomic.Pointer[[32]byte]
 	routes  map[string]map[string]http.HandlerFunc
 	jobs    *jobTable
 	bash    *bashSessions
@@ -72,19 +78,24 @@ type server struct {
 }
 
 func newServer(cfg config) *server {
-	s := &server{cfg: cfg, keyHash: sha256.Sum256([]byte(cfg.APIKey))}
+	s := &server{cfg: cfg}
+	if cfg.APIKey != "" {
+		h := sha256.Sum256([]byte(cfg.APIKey))
+		s.keyHash.Store(&h)
+	}
 	s.jobs = newJobTable(cfg)
 	s.bash = newBashSessions(s)
 	s.browser = &browser{cfg: cfg, jobs: s.jobs}
 	s.kernels = newKernelTable(s)
 	s.routes = map[string]map[string]http.HandlerFunc{
-		"/v1/sandbox":              {"GET": s.handleSandbox},
-		"/v1/bash/exec":            {"POST": s.handleBashExec},
-		"/v1/bash/kill":            {"POST": s.handleBashKill},
-		"/v1/bash/sessions":        {"GET": s.handleBashSessions},
-		"/v1/bash/sessions/create": {"POST": s.handleBashSessionCreate},
-		"/v1/code/execute":         {"POST": s.handleCodeExecute},
-		"/v1/browser/info":         {"GET": s.handleBrowserInfo},
+		"/v1/sandbox":               {"GET": s.handleSandbox},
+		"/v1/bash/exec":             {"POST": s.handleBashExec},
+		"/v1/bash/kill":             {"POST": s.handleBashKill},
+		"/v1/bash/sessions":         {"GET": s.handleBashSessions},
+		"/v1/bash/sessions/create":  {"POST": s.handleBashSessionCreate},
+		"/v1/code/execute":          {"POST": s.handleCodeExecute},
+		"/v1/browser/info":          {"GET": s.handleBrowserInfo},
+		"/v1/workspace/fingerprint": {"GET": s.handleFingerprint},
 	}
 	return s
 }
@@ -106,6 +117,10 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) serve(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/v1/claim" && r.Method == http.MethodPost && s.cfg.AwaitKey {
+		s.handleClaim(w, r)
+		return
+	}
 	if !s.authorized(r) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="sandboxd"`)
 		writeJSON(w, http.StatusUnauthorized, map[string]string{"detail": "Invalid or missing API key"})
@@ -161,17 +176,12 @@ func (s *server) paramRoute(r *http.Request, path string) map[string]http.Handle
 // are hashed first, so the comparison takes the same time whatever the
 // length of the presented key.
 func (s *server) authorized(r *http.Request) bool {
-	key := r.Header.Get("X-AIO-API-Key")
-	if key == "" {
-		if v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
-			key = strings.TrimSpace(v)
-		}
-	}
-	if key == "" {
+	key, want := presentedKey(r), s.keyHash.Load()
+	if key == "" || want == nil {
 		return false
 	}
 	h := sha256.Sum256([]byte(key))
-	return subtle.ConstantTimeCompare(h[:], s.keyHash[:]) == 1
+	return subtle.ConstantTimeCompare(h[:], want[:]) == 1
 }
 
 type statusWriter struct {

@@ -118,3 +118,14 @@ type BashExecResult struct {
 	StderrOffset int        `json:"stderr_offset"`
 	XSandgate    *RunOutput `json:"x_sandgate,omitempty"`
 }
+
+// Fingerprint is the data of GET /v1/workspace/fingerprint: a hash of
+// the workspace tree (see cmd/sandboxd), and how many entries it covers.
+type Fingerprint struct {
+	Fingerprint string `json:"fingerprint"`
+	Entries     int    `json:"entries"`
+}
+
+// EmptyFingerprint is the Fingerprint of an empty workspace: the SHA-256
+// of no input, in hex.
+const EmptyFingerprint = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
