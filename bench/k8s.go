@@ -78,7 +78,7 @@ executors:
   docker: {enabled: false}
   gvisor: {enabled: false}
   aio: {enabled: false}
-  kubernetes: {enabled: true, kubeconfig: %q, namespace: %q, image: %q, image_pull_policy: Never, pod_memory_mb: 512, pod_cpu: 500m, pool: {size: %d}}
+  kubernetes: {enabled: true, kubeconfig: %q, namespace: %q, image: %q, image_pull_policy: Never, pod_memory_mb: 768, pod_cpu: "1", pod_cpu_request: 100m, pool: {size: %d}}
 `, pol, kubeconfig, ns, image, pool)
 	return launchGateway(dir, bin, yaml, "sandgate-bench-k8s-"+ns+".log")
 }

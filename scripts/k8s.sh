@@ -382,6 +382,12 @@ start)
   exec 9>"$RUNDIR/lock"
   flock 9
   if api_up && node_ready; then
+    # This checkout's images (its sandboxd) may be newer than the ones
+    # the running cluster imported: hashed, so an unchanged one costs
+    # nothing.
+    refs=$(SANDGATE_K8S_CONTAINERD_SOCK=$SOCK "$here/scripts/k8s-images.sh" import)
+    echo "$refs" >"$RUN/images"
+    echo "${refs#* }" >"$RUN/sandbox-image"
     log "cluster already up"
   else
     start_cluster

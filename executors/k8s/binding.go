@@ -44,22 +44,31 @@ type staleBinding struct{ why string }
 
 func (s *staleBinding) Error() string { return "k8s: the bound pod is gone: " + s.why }
 
-// bind returns the session's pod and key: the pod its binding names
-// (adopted: another replica or an earlier attempt placed it), or a pod
-// placed here under a new binding.
-func (e *Executor) bind(ctx context.Context, spec executors.Spec) (pod *corev1.Pod, key string, adopted bool, err error) {
+// placement is the session's pod and its sandboxd's key. adopted: another
+// replica or an earlier attempt placed it. claimed: the way to a pod
+// claimed from the pool here, through which its sandboxd took the key.
+type placement struct {
+	pod     *corev1.Pod
+	key     string
+	adopted bool
+	claimed *conn
+}
+
+// bind returns the session's placement: the pod its binding names, or a
+// pod placed here under a new binding.
+func (e *Executor) bind(ctx context.Context, spec executors.Spec) (placement, error) {
 	name := bindingName(spec.SessionID)
 	for attempt := 0; attempt < 5; attempt++ {
 		sec, err := e.cs.CoreV1().Secrets(e.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			pod, key, err := e.place(ctx, spec)
+			pl, err := e.place(ctx, spec)
 			if errors.Is(err, errBindingTaken) {
 				continue
 			}
-			return pod, key, false, err
+			return pl, err
 		}
 		if err != nil {
-			return nil, "", false, unavailable("look up the session's sandbox", err)
+			return placement{}, unavailable("look up the session's sandbox", err)
 		}
 		pod, err := e.boundPod(ctx, sec)
 		var stale *staleBinding
@@ -68,32 +77,32 @@ func (e *Executor) bind(ctx context.Context, spec executors.Spec) (pod *corev1.P
 			continue
 		case errors.As(err, &stale):
 			e.unbind(context.WithoutCancel(ctx), sec)
-			return nil, "", false, lostError(stale.why)
+			return placement{}, lostError(stale.why)
 		case err != nil:
-			return nil, "", false, err
+			return placement{}, err
 		}
 		e.takeOver(ctx, sec, pod)
-		return pod, string(sec.Data[keyField]), true, nil
+		return placement{pod: pod, key: string(sec.Data[keyField]), adopted: true}, nil
 	}
-	return nil, "", false, unavailable("bind the session's sandbox", errors.New("its binding kept changing"))
+	return placement{}, unavailable("bind the session's sandbox", errors.New("its binding kept changing"))
 }
 
 // place creates the session's binding, then claims a pooled pod or
 // creates one, and records the pod in the binding.
-func (e *Executor) place(ctx context.Context, spec executors.Spec) (*corev1.Pod, string, error) {
+func (e *Executor) place(ctx context.Context, spec executors.Spec) (placement, error) {
 	key, err := newKey()
 	if err != nil {
-		return nil, "", err
+		return placement{}, err
 	}
 	secrets := e.cs.CoreV1().Secrets(e.cfg.Namespace)
 	sec, err := secrets.Create(ctx, e.keySecret(spec.SessionID, bindingName(spec.SessionID), key), metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
-		return nil, "", errBindingTaken
+		return placement{}, errBindingTaken
 	}
 	if err != nil {
-		return nil, "", unavailable("create the sandbox's key", err)
+		return placement{}, unavailable("create the sandbox's key", err)
 	}
-	pod, err := e.claimPooled(ctx, spec, key)
+	pod, cn, err := e.claimPooled(ctx, spec, key)
 	if pod == nil && err == nil {
 		pod, err = e.createPod(ctx, spec, sec.Name)
 	}
@@ -106,10 +115,13 @@ func (e *Executor) place(ctx context.Context, spec executors.Spec) (*corev1.Pod,
 		}
 	}
 	if err != nil {
+		if cn != nil {
+			cn.close()
+		}
 		e.unbind(context.WithoutCancel(ctx), sec)
-		return nil, "", err
+		return placement{}, err
 	}
-	return pod, key, nil
+	return placement{pod: pod, key: key, claimed: cn}, nil
 }
 
 // createPod creates a pod for the session, reading its key from the

@@ -1,8 +1,10 @@
 package k8s
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"log/slog"
 	"time"
 
@@ -82,7 +84,13 @@ type Config struct {
 	// the pod's at its creation.
 	PodMemoryMB int    `yaml:"pod_memory_mb"`
 	PodCPU      string `yaml:"pod_cpu"`
-	WorkspaceMB int    `yaml:"workspace_mb"`
+	// PodCPURequest, when set below PodCPU, is what each pod asks the
+	// scheduler for, while PodCPU stays its limit (Burstable QoS). Idle
+	// pool pods use almost no CPU, so a platform that keeps a warm pool
+	// overcommits CPU as it would for any idle workload; memory is never
+	// overcommitted (its request stays equal to its limit).
+	PodCPURequest string `yaml:"pod_cpu_request"`
+	WorkspaceMB   int    `yaml:"workspace_mb"`
 	// Pool is the warm pool of idle sandbox pods (pool.go); off when its
 	// size is 0.
 	Pool PoolConfig `yaml:"pool"`
@@ -122,6 +130,9 @@ func (c Config) withDefaults() Config {
 	if c.PodCPU == "" {
 		c.PodCPU = DefaultPodCPU
 	}
+	if c.PodCPURequest == "" {
+		c.PodCPURequest = c.PodCPU
+	}
 	if c.WorkspaceMB <= 0 {
 		c.WorkspaceMB = DefaultWorkspaceMB
 	}
@@ -145,8 +156,30 @@ func (c Config) Validate() error {
 	if c.Pool.Size < 0 || c.Pool.Size > MaxPoolSize {
 		return fmt.Errorf("pool.size %d: want 0 (off) to %d", c.Pool.Size, MaxPoolSize)
 	}
+	if err := validCPU(cmp.Or(c.PodCPU, DefaultPodCPU), c.PodCPURequest); err != nil {
+		return err
+	}
 	if c.SandboxUID < 0 || c.SandboxGID < 0 {
 		return errors.New("sandbox uid and gid must not be negative")
+	}
+	return nil
+}
+
+// validCPU: both are quantities (the request when set), and the request is at most
+// the limit, as the apiserver would otherwise refuse every pod.
+func validCPU(limit, request string) error {
+	var lq, rq resource.Quantity
+	lq, err := resource.ParseQuantity(limit)
+	if err != nil {
+		return fmt.Errorf("pod_cpu %q: %w", limit, err)
+	}
+	if request != "" {
+		if rq, err = resource.ParseQuantity(request); err != nil {
+			return fmt.Errorf("pod_cpu_request %q: %w", request, err)
+		}
+	}
+	if request != "" && rq.Cmp(lq) > 0 {
+		return fmt.Errorf("pod_cpu_request %s is above pod_cpu %s", request, limit)
 	}
 	return nil
 }

@@ -45,9 +45,10 @@
 //
 // The pod's /workspace is an emptyDir: the pod holds the session's files.
 // The gateway's copy (what the workspace API serves) is refreshed from it
-// after every run, and replaces it before a run when it changed through
-// the API (workspace.go), so a host write during a run is not seen until
-// the next one. Runs of one session take turns for that reason.
+// after a run that changed it (sandboxd's workspace fingerprint says
+// which), and replaces it before a run when it changed through the API
+// (workspace.go), so a host write during a run is not seen until the next
+// one. Runs of one session take turns for that reason.
 //
 // # One pod per session, whoever serves it
 //
@@ -61,13 +62,14 @@
 // # The warm pool
 //
 // pool.size > 0 keeps that many idle, session-agnostic pods in a
-// ReplicaSet (pool.go). A claim is a label update carrying the
-// resourceVersion read (optimistic concurrency: one claim of a pod
-// wins), which also drops the owner reference, so the ReplicaSet
-// refills the pool and the claimed pod never returns to it; the key is
-// then handed to the pod's waiting shell through a FIFO. Stale pool pods
-// (an older template, a restarted sandbox, a claim never bound) are
-// reaped when a gateway starts.
+// ReplicaSet (pool.go), their sandboxd already serving but awaiting its
+// key. A claim is a label update carrying the resourceVersion read
+// (optimistic concurrency: one claim of a pod wins), which also drops the
+// owner reference, so the ReplicaSet refills the pool and the claimed pod
+// never returns to it; the key is then handed to the pod's sandboxd
+// (POST /v1/claim, taken once) through the port-forward the session then
+// uses. Stale pool pods (an older template, a restarted sandbox, a claim
+// never bound) are reaped when a gateway starts.
 //
 // # Faults
 //

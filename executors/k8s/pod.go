@@ -87,7 +87,7 @@ func (e *Executor) lockedSpec(uid, gid, memMB int, layoutRoot string, command []
 	uid64, gid64 := int64(uid), int64(gid)
 	grace := int64(1)
 	mem := resource.MustParse(strconv.Itoa(memMB) + "Mi")
-	cpu := resource.MustParse(e.cfg.PodCPU)
+	cpu, cpuReq := resource.MustParse(e.cfg.PodCPU), resource.MustParse(e.cfg.PodCPURequest)
 	ws := resource.MustParse(strconv.Itoa(e.cfg.WorkspaceMB) + "Mi")
 	tmp := resource.MustParse("512Mi")
 	code := resource.MustParse("16Mi")
@@ -127,7 +127,7 @@ func (e *Executor) lockedSpec(uid, gid, memMB int, layoutRoot string, command []
 				Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 			},
 			Resources: corev1.ResourceRequirements{
-				Requests: corev1.ResourceList{corev1.ResourceMemory: mem, corev1.ResourceCPU: cpu, corev1.ResourceEphemeralStorage: eph},
+				Requests: corev1.ResourceList{corev1.ResourceMemory: mem, corev1.ResourceCPU: cpuReq, corev1.ResourceEphemeralStorage: eph},
 				Limits:   corev1.ResourceList{corev1.ResourceMemory: mem, corev1.ResourceCPU: cpu, corev1.ResourceEphemeralStorage: eph},
 			},
 			VolumeMounts: append(mounts, []corev1.VolumeMount{

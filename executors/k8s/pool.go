@@ -8,37 +8,41 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilexec "k8s.io/client-go/util/exec"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/executors/aio"
 )
 
 // The warm pool. A ReplicaSet (one per namespace, shared by every replica
 // of the gateway) keeps pool.size idle sandbox pods running. They belong
-// to no session: sandboxd in them does not serve yet; the container's
-// shell waits on a FIFO for the key. A claim takes one pod by updating
-// its labels (state idle → claimed, the session's labels) and dropping
-// its owner reference, in one update carrying the resourceVersion the
-// claimant read: of two claims of one pod, the apiserver accepts one and
-// answers the other with a conflict (optimistic concurrency), so a pod
-// never serves a second session. The claimed pod no longer matches the
-// ReplicaSet's selector, so the ReplicaSet controller creates its
-// replacement; nothing ever sets a pod's state back to idle, so a
-// claimed pod never returns to the pool. The claimant then hands the
-// key to the pod through the FIFO (one exec, stdin only: the key is in
-// no spec, argument or log), and sandboxd starts serving with it.
+// to no session: sandboxd in them serves from the pod's start but awaits
+// its key (--await-key) and refuses every request until it has one. A
+// claim takes one pod by updating its labels (state idle → claimed, the
+// session's labels) and dropping its owner reference, in one update
+// carrying the resourceVersion the claimant read: of two claims of one
+// pod, the apiserver accepts one and answers the other with a conflict
+// (optimistic concurrency), so a pod never serves a second session. The
+// claimed pod no longer matches the ReplicaSet's selector, so the
+// ReplicaSet controller creates its replacement; nothing ever sets a
+// pod's state back to idle, so a claimed pod never returns to the pool.
+// The claimant then hands the key to the pod's sandboxd (POST /v1/claim)
+// through the port-forward that then carries the session's runs: the key
+// is in no spec, argument or log, and sandboxd takes one key only. The
+// claim costs a few API calls and one request, not a process start.
 //
-// A session fits a pooled pod when it runs as the default uid with the
-// default layout and needs no more memory than the pool's pods have;
-// others get a pod of their own, as when the pool is empty.
+// A session fits a pooled pod when it uses the default layout and needs
+// no more memory than the pool's pods have; others get a pod of their
+// own, as when the pool is empty. The session's uid is not asked for: a
+// pooled pod runs as pool's uid (sandbox_uid), and since the pod is the
+// session's alone, the uid only keeps its code from being root; the
+// gateway's copy of the workspace is still owned by the session's uid.
 //
 // Pool pods have restartPolicy Always (a ReplicaSet requires it); a
 // sandbox container that restarted after the claim counts as lost
@@ -50,19 +54,14 @@ const (
 	annClaimedAt   = "sandgate.dev/claimed-at"
 	poolIdle       = "idle"
 	poolClaimed    = "claimed"
-	keyFIFO        = "/run/sandgate/key"
 )
 
 // poolTemplate is the pool pods' template, labelled with its own hash.
+// Their sandboxd serves from the start, awaiting its key (a claim).
 func (e *Executor) poolTemplate() corev1.PodTemplateSpec {
-	script := `f=` + keyFIFO + `; mkfifo -m 0600 "$f" && IFS= read -r SANDBOXD_API_KEY <"$f" && rm -f "$f" && ` +
-		`export SANDBOXD_API_KEY && exec /usr/local/bin/sandboxd ` + strings.Join(serveArgs(executors.Layout{}), " ")
-	spec := e.lockedSpec(e.cfg.SandboxUID, e.cfg.SandboxGID, e.cfg.PodMemoryMB, "", []string{"/bin/sh", "-c", script}, nil)
+	argv := append([]string{"/usr/local/bin/sandboxd"}, serveArgs(executors.Layout{})...)
+	spec := e.lockedSpec(e.cfg.SandboxUID, e.cfg.SandboxGID, e.cfg.PodMemoryMB, "", append(argv, "--await-key"), nil)
 	spec.RestartPolicy = corev1.RestartPolicyAlways
-	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "handoff", VolumeSource: corev1.VolumeSource{
-		EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}})
-	c := &spec.Containers[0]
-	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "handoff", MountPath: "/run/sandgate"})
 	raw, _ := json.Marshal(spec)
 	sum := sha256.Sum256(raw)
 	return corev1.PodTemplateSpec{
@@ -165,8 +164,7 @@ func restarts(p *corev1.Pod) int32 {
 
 // fitsPool: a pooled pod can be this run's sandbox.
 func (e *Executor) fitsPool(spec executors.Spec) bool {
-	return e.cfg.Pool.Size > 0 && spec.UID == e.cfg.SandboxUID && spec.GID == e.cfg.SandboxGID &&
-		spec.Layout.Root == "" && spec.Layout.Dir() == workspacePath &&
+	return e.cfg.Pool.Size > 0 && spec.Layout.Root == "" && spec.Layout.Dir() == workspacePath &&
 		spec.Limits.MemoryMB+256 <= e.cfg.PodMemoryMB
 }
 
@@ -189,11 +187,12 @@ func (e *Executor) idlePods() []*corev1.Pod {
 	return out
 }
 
-// claimPooled claims an idle pooled pod for the session and hands it
-// key; nil with no error when none fits or none is idle.
-func (e *Executor) claimPooled(ctx context.Context, spec executors.Spec, key string) (*corev1.Pod, error) {
+// claimPooled claims an idle pooled pod for the session and hands its
+// sandboxd key; nil with no error when none fits or none is idle. The
+// tunnel the key went through is the sandbox's from then on.
+func (e *Executor) claimPooled(ctx context.Context, spec executors.Spec, key string) (*corev1.Pod, *conn, error) {
 	if !e.fitsPool(spec) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	for _, p := range e.idlePods() {
 		c := p.DeepCopy()
@@ -212,43 +211,39 @@ func (e *Executor) claimPooled(ctx context.Context, spec executors.Spec, key str
 			continue // another claimant (or the controller) was first
 		}
 		if err != nil {
-			return nil, unavailable("claim a pooled sandbox pod", err)
+			return nil, nil, unavailable("claim a pooled sandbox pod", err)
 		}
-		if err := e.handKey(ctx, got.Name, key); err != nil {
+		cn, err := e.dial(ctx, got.Name, got.UID, key, claim)
+		if err != nil {
 			// That pod is of no use to anyone now; another may be.
 			e.cfg.Logger.Warn("k8s: a claimed pool pod did not take its key", "pod", got.Name, "err", err)
 			_ = e.deletePodUID(context.WithoutCancel(ctx), got.Name, got.UID)
 			if ctx.Err() != nil {
-				return nil, unavailable("hand the key to a pooled sandbox pod", err)
+				return nil, nil, unavailable("hand the key to a pooled sandbox pod", err)
 			}
 			continue
 		}
-		return got, nil
+		return got, cn, nil
 	}
-	return nil, nil
+	return nil, nil, nil
 }
 
-// handKey writes key into the pooled pod's FIFO, where its shell waits
-// for it to start sandboxd. The exec's script reads the key from its
-// stdin first and refuses an empty one (an exec's stdin can arrive empty
-// when the stream closes early, and an empty key would end the pod's
-// shell): nothing reached the FIFO then, so the hand-off is tried again.
-// It waits for the FIFO (a claim as the container starts) and, after
-// writing, for the pod's shell to remove it, so a nil error means the
-// key was read.
-func (e *Executor) handKey(ctx context.Context, pod, key string) error {
-	script := `IFS= read -r k && [ -n "$k" ] || exit 5; f=` + keyFIFO + `; i=0; ` +
-		`while [ ! -p "$f" ]; do i=$((i+1)); [ $i -gt 200 ] && exit 3; sleep 0.05; done; ` +
-		`printf '%s\n' "$k" >"$f" || exit 4; i=0; while [ -e "$f" ]; do i=$((i+1)); [ $i -gt 200 ] && exit 6; sleep 0.02; done`
-	var err error
-	for attempt := 0; attempt < 3; attempt++ {
-		hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err = e.podExec(hctx, pod, []string{"/bin/sh", "-c", script}, strings.NewReader(key+"\n"), nil)
-		cancel()
-		var code utilexec.ExitError
-		if err == nil || !errors.As(err, &code) || code.ExitStatus() != 5 || ctx.Err() != nil {
+// claim is dial's probe for a pooled pod: its sandboxd takes the key. A
+// sandboxd that already has another key (409) is never retried: the pod
+// is someone else's.
+func claim(ctx context.Context, c *aio.Client) error {
+	var last error
+	for delay := 2 * time.Millisecond; ; delay = min(delay*2, 50*time.Millisecond) {
+		err := c.Claim(ctx)
+		var apiErr *aio.APIError
+		if err == nil || errors.As(err, &apiErr) {
 			return err
 		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last attempt: %w)", ctx.Err(), last)
+		case <-time.After(delay):
+		}
 	}
-	return err
 }

@@ -3,7 +3,9 @@ package k8s
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -57,14 +59,22 @@ func waitIdle(t testing.TB, e *Executor, n int, not map[string]bool) map[string]
 // (no new pod is made for it), the ReplicaSet refills the pool, the
 // claimed pod is the session's alone (labelled with it, out of the
 // ReplicaSet, never idle again), and releasing the session deletes it.
+// The session has a uid of its own, as every session the gateway runs
+// does: it still gets a pooled pod, and the gateway's copy of what the
+// run wrote is owned by the session's uid.
 func TestWarmPool(t *testing.T) {
 	e := newTestExecutor(t, func(c *Config) { c.Pool.Size = 2; c.PodMemoryMB = 512; c.PodCPU = "100m" })
 	idle := waitIdle(t, e, 2, nil)
 	session := "sess-" + executortest.Nonce()
 	spec := bashSpec(t, session, "echo pooled > f.txt; id -u; hostname")
+	spec.UID, spec.GID = 4242, 4243
 	res, err := e.Execute(t.Context(), spec)
 	if err != nil || res.ExitCode != 0 || res.Stdout != fmt.Sprintf("%d\nsandbox\n", DefaultSandboxID) {
 		t.Fatalf("first run: %v %+v", err, res)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(spec.WorkspaceDir, "f.txt"), &st); err != nil || st.Uid != 4242 || st.Gid != 4243 {
+		t.Fatalf("the host copy of f.txt: %v, owner %d:%d, want the session's 4242:4243", err, st.Uid, st.Gid)
 	}
 	p := mustSessionPod(t, e, session)
 	if !idle[p.Name] {
@@ -78,6 +88,14 @@ func TestWarmPool(t *testing.T) {
 	spec.Code = "cat f.txt"
 	if res, err := e.Execute(t.Context(), spec); err != nil || res.Stdout != "pooled\n" {
 		t.Fatalf("second run on the claimed pod: %v %+v", err, res)
+	}
+	// sandboxd fingerprinted the pod's workspace, so a run that writes
+	// nothing costs no copy back (about 55 ms a run on the test cluster).
+	e.mu.Lock()
+	sb := e.sandboxes[session]
+	e.mu.Unlock()
+	if sb == nil || sb.podFP == "" {
+		t.Fatal("no workspace fingerprint after a run: every run copies the whole workspace back")
 	}
 	if err := e.ReleaseSession(t.Context(), session); err != nil {
 		t.Fatal(err)

@@ -124,35 +124,53 @@ func (sb *sandbox) started() bool {
 func (sb *sandbox) start(ctx context.Context, spec executors.Spec) error {
 	e := sb.e
 	began := time.Now()
-	pod, key, adopted, err := e.bind(ctx, spec)
+	pl, err := e.bind(ctx, spec)
 	if err != nil {
 		return err
 	}
-	sb.name, sb.uid, sb.key, sb.adopted, sb.fresh = pod.Name, pod.UID, key, adopted, !adopted
-	if st, why := e.pods.waitReady(ctx, sb.name, pod.UID); st != podReady {
-		e.unbindLost(context.WithoutCancel(ctx), sb.session, pod.UID)
-		return unavailable("sandbox pod did not start", errors.New(why))
+	pod := pl.pod
+	sb.name, sb.uid, sb.key, sb.adopted, sb.fresh = pod.Name, pod.UID, pl.key, pl.adopted, !pl.adopted
+	cn := pl.claimed // a pooled pod's sandboxd answered its claim: it runs
+	if cn == nil {
+		if st, why := e.pods.waitReady(ctx, sb.name, pod.UID); st != podReady {
+			e.unbindLost(context.WithoutCancel(ctx), sb.session, pod.UID)
+			return unavailable("sandbox pod did not start", errors.New(why))
+		}
+		if cn, err = sb.connect(ctx); err != nil {
+			return err
+		}
 	}
-	if sb.client, err = sb.connect(ctx); err != nil {
-		return err
-	}
+	sb.tun, sb.client = cn.tun, cn.client
 	e.cfg.Logger.Info("k8s: sandbox pod ready", "session_id", sb.session, "pod", sb.name,
-		"pooled", pod.Labels[labelPool] != "", "adopted", adopted, "took_ms", time.Since(began).Milliseconds())
+		"pooled", pod.Labels[labelPool] != "", "adopted", pl.adopted, "took_ms", time.Since(began).Milliseconds())
 	return nil
 }
 
-// connect opens the tunnel and waits for sandboxd to answer through it.
-// client-go ends a port-forward when the pod refuses one of its
-// connections, which a probe sent before sandboxd listens is: a tunnel
-// that ends while sandboxd is not ready yet is opened again, until ctx
-// ends (CI 12: one probe too early, then 90 s of a dead local port).
-func (sb *sandbox) connect(ctx context.Context) (*aio.Client, error) {
+// conn is an open way to a sandbox's sandboxd: the tunnel, and a client
+// that goes through it.
+type conn struct {
+	tun    *tunnel
+	client *aio.Client
+}
+
+func (cn *conn) close() {
+	cn.tun.close()
+	cn.client.Close()
+}
+
+// dial opens a tunnel to pod name (uid) and runs probe (aio.WaitReady, or
+// claim for a pooled pod) through it. client-go ends a port-forward when
+// the pod refuses one of its connections, which a probe sent before
+// sandboxd listens is: a tunnel that ends while sandboxd is not ready yet
+// is opened again, until ctx ends (CI 12: one probe too early, then 90 s
+// of a dead local port).
+func (e *Executor) dial(ctx context.Context, name string, uid types.UID, key string, probe func(context.Context, *aio.Client) error) (*conn, error) {
 	for {
-		t, err := sb.e.openTunnel(ctx, sb.name)
+		t, err := e.openTunnel(ctx, name)
 		if err != nil {
 			return nil, err
 		}
-		c := aio.NewHTTPClient(t.url(), sb.key)
+		c := aio.NewHTTPClient(t.url(), key)
 		wctx, cancel := context.WithCancel(ctx)
 		go func() {
 			select {
@@ -161,18 +179,18 @@ func (sb *sandbox) connect(ctx context.Context) (*aio.Client, error) {
 			case <-wctx.Done():
 			}
 		}()
-		err = aio.WaitReady(wctx, c)
+		err = probe(wctx, c)
 		cancel()
 		if err == nil {
-			sb.tun = t
-			return c, nil
+			return &conn{tun: t, client: c}, nil
 		}
 		died := t.dead()
 		t.close()
+		c.Close()
 		if !died || ctx.Err() != nil {
 			return nil, err
 		}
-		if p, ok := sb.e.pods.get(sb.name); ok && p.UID == sb.uid {
+		if p, ok := e.pods.get(name); ok && p.UID == uid {
 			if st, why := stateOf(p); st == podGone {
 				return nil, unavailable("sandbox pod did not start", errors.New(why))
 			}
@@ -183,6 +201,11 @@ func (sb *sandbox) connect(ctx context.Context) (*aio.Client, error) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// connect opens a new way to the session's sandboxd, once it answers.
+func (sb *sandbox) connect(ctx context.Context) (*conn, error) {
+	return sb.e.dial(ctx, sb.name, sb.uid, sb.key, aio.WaitReady)
 }
 
 // run runs spec in the pod: the host workspace in, the run, the pod's
@@ -235,12 +258,12 @@ func (sb *sandbox) reach(ctx context.Context) error {
 	if sb.tun != nil {
 		sb.tun.close()
 	}
-	c, err := sb.connect(rctx)
+	cn, err := sb.connect(rctx)
 	if err != nil {
 		return unavailable("sandbox pod unreachable", err)
 	}
 	sb.client.Close()
-	sb.client = c
+	sb.tun, sb.client = cn.tun, cn.client
 	return nil
 }
 

@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
 
-	"github.com/sandgate/sandgate/executors/aio"
+	"github.com/sandgate/sandgate/executors/aio/aiowire"
 )
 
 // The pod's /workspace is an emptyDir: the pod holds the session's files,
@@ -63,8 +63,8 @@ func (sb *sandbox) push(ctx context.Context, dir string) error {
 	}
 	if sb.fresh && emptyDir(dir) {
 		// A pod placed for this session starts with an empty workspace:
-		// nothing to copy.
-		sb.snap, sb.fresh = snap, false
+		// nothing to copy, and nothing to copy back unless the run writes.
+		sb.snap, sb.fresh, sb.podFP = snap, false, aiowire.EmptyFingerprint
 		return nil
 	}
 	pr, pw := io.Pipe()
@@ -91,31 +91,22 @@ func emptyDir(dir string) bool {
 	return len(names) == 0
 }
 
-// fingerprintCmd prints a hash of the pod's workspace tree (names, types,
-// sizes, modification times, modes, link targets). It runs through
-// sandboxd on the open tunnel, far cheaper than an exec through the
-// apiserver; the pod's answer only decides whether its workspace is
-// copied back, so a lying answer only keeps the session's own host copy
-// stale.
-const fingerprintCmd = `cd ` + workspacePath + ` && find . -printf '%P	%y	%s	%T@	%m	%l
-' | LC_ALL=C sort | sha256sum`
-
 // pullChanged pulls the pod's workspace when its fingerprint changed
-// since the last sync (a run that wrote nothing costs no copy).
+// since the last sync (a run that wrote nothing costs no copy). sandboxd
+// computes the fingerprint (GET /v1/workspace/fingerprint) on the open
+// tunnel, far cheaper than an exec through the apiserver; the pod's
+// answer only decides whether its workspace is copied back, so a lying
+// answer only keeps the session's own host copy stale. A fingerprint
+// that cannot be had (an unreadable tree) means a copy.
 func (sb *sandbox) pullChanged(ctx context.Context, dir string, uid, gid int) error {
-	timeout := 30.0
-	res, err := sb.client.BashExec(ctx, aio.BashExecRequest{Command: fingerprintCmd, ExecDir: workspacePath, Timeout: &timeout})
-	fp := ""
-	if err == nil && res.ExitCode != nil && *res.ExitCode == 0 && res.Stdout != nil {
-		fp = strings.TrimSpace(*res.Stdout)
-	}
-	if fp != "" && fp == sb.podFP {
+	fp, err := sb.client.WorkspaceFingerprint(ctx)
+	if err == nil && fp.Fingerprint != "" && fp.Fingerprint == sb.podFP {
 		return nil
 	}
 	if err := sb.pull(ctx, dir, uid, gid); err != nil {
 		return err
 	}
-	sb.podFP = fp
+	sb.podFP = fp.Fingerprint // "" when unknown: the next run copies again
 	return nil
 }
 
