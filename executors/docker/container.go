@@ -154,6 +154,10 @@ type shape struct {
 	// layout is the session's path layout (layout.go): fixed at
 	// creation, its mounts, cwd and HOME.
 	layout executors.Layout
+	// sandbox: a session sandbox (session.go), whose commands are execs:
+	// docker-init is its PID 1, and a pooled one sleeps once claimed
+	// instead of reading a program (poolsandbox.go).
+	sandbox bool
 }
 
 // newShape resolves the shape of a run.
@@ -247,7 +251,7 @@ func sandboxEnv(s shape) []string {
 }
 
 func (e *Executor) hostConfig(s shape) *container.HostConfig {
-	init := false
+	init := s.sandbox // docker-init reaps what a sandbox's commands orphan
 	netMode := container.NetworkMode("none")
 	if s.netns != "" {
 		netMode = container.NetworkMode("container:" + s.netns)

@@ -404,6 +404,9 @@ func (p *sandboxPool) prepare(key shape) (*box, error) {
 	}
 	labels := p.e.labels("", "")
 	labels[labelPool] = "true"
+	if key.sandbox {
+		labels[labelSandbox] = "true"
+	}
 	t0 := time.Now()
 	b, err := p.e.launch(p.e.life, key, labels, p.adjust(slot, key))
 	if err != nil {

@@ -59,7 +59,11 @@ func (p *sandboxPool) adjust(slot string, key shape) func(*client.ContainerCreat
 			o.HostConfig.Mounts = append(o.HostConfig.Mounts, m)
 		}
 		caps := []string{"SETUID", "SETGID", "SETPCAP"}
-		args := []string{strconv.Itoa(key.limits.MemoryMB), "-", "cd " + shellQuote(key.layout.Dir()) + " || exit 125\n" + p.e.bootScript()}
+		next := p.e.bootScript()
+		if key.sandbox {
+			next = sandboxSleepScript // poolsandbox.go
+		}
+		args := []string{strconv.Itoa(key.limits.MemoryMB), "-", "cd " + shellQuote(key.layout.Dir()) + " || exit 125\n" + next}
 		if own {
 			o.HostConfig.Mounts = append(o.HostConfig.Mounts, mount.Mount{Type: mount.TypeBind, Source: slot, Target: poolSlotMount,
 				BindOptions: &mount.BindOptions{Propagation: mount.PropagationRSlave}})

@@ -50,6 +50,10 @@ import (
 // (its processes and /tmp are lost, logged). A sandbox that died (its
 // memory limit killed PID 1) is replaced on the next command likewise.
 //
+// A sandbox comes from the pool when one of its shape is ready
+// (poolsandbox.go): the same container, started ahead, whose boot step
+// took on the session's identity at the claim.
+//
 // The container is labelled like every other of the executor's
 // (sandgate.session, sandgate.instance, ...) plus sandgate.sandbox=true:
 // it is removed when the session is released (deleted, expired, killed
@@ -73,6 +77,16 @@ type sandboxes struct {
 
 func newSandboxes() *sandboxes {
 	return &sandboxes{m: map[string]*sessionBox{}, starting: map[string]*sync.Mutex{}}
+}
+
+// containerOf is the id of session's sandbox container, "" for none.
+func (s *sandboxes) containerOf(session string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sb := s.m[session]; sb != nil {
+		return sb.b.id
+	}
+	return ""
 }
 
 // wantsSandbox reports whether spec runs in its session's sandbox.
@@ -126,8 +140,12 @@ func (e *Executor) sandbox(ctx context.Context, session string, sh shape) (*sess
 	return sb, nil
 }
 
-// launchSandbox creates and starts a session's sandbox container.
+// launchSandbox claims a pooled sandbox for the session
+// (poolsandbox.go) or creates and starts its sandbox container.
 func (e *Executor) launchSandbox(ctx context.Context, session string, sh shape) (*box, error) {
+	if b := e.pool.claimSandbox(ctx, sh); b != nil {
+		return b, nil
+	}
 	labels := e.labels(session, "")
 	delete(labels, labelWarm)
 	labels[labelSandbox] = "true"
@@ -137,8 +155,6 @@ func (e *Executor) launchSandbox(ctx context.Context, session string, sh shape) 
 		o.Config.StdinOnce = false
 		o.Config.OpenStdin = false
 		o.Config.AttachStdin = false
-		yes := true
-		o.HostConfig.Init = &yes // docker-init as PID 1 reaps what commands orphan
 	})
 	if err != nil {
 		return nil, err
@@ -181,7 +197,9 @@ func (e *Executor) closeSandboxes() {
 // network namespace of its own (the sandbox holds the session's
 // loopback) and no egress.
 func (e *Executor) sandboxShape(spec executors.Spec, dir string) shape {
-	return newShape(e.cfg.Images[spec.Language], dir, spec.UID, spec.GID, spec.Limits, e.cfg.Runtime).withLayout(spec.Layout)
+	sh := newShape(e.cfg.Images[spec.Language], dir, spec.UID, spec.GID, spec.Limits, e.cfg.Runtime).withLayout(spec.Layout)
+	sh.sandbox = true
+	return sh
 }
 
 // executeInSandbox is Execute for a run in its session's sandbox.

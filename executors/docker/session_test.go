@@ -49,6 +49,47 @@ func TestSessionSandbox(t *testing.T) {
 	}
 }
 
+// TestSessionSandboxFromPool: once a session asked for a sandbox of a
+// shape, the pool keeps sandboxes of that shape ready, and the next
+// session's sandbox is one of them, claimed rather than created, and a
+// session sandbox in every way checkSessionSandbox checks.
+func TestSessionSandboxFromPool(t *testing.T) {
+	needRoot(t)
+	for _, rt := range []struct {
+		name string
+		cfg  func(*Config)
+	}{
+		{"runc", func(*Config) {}},
+		{"gvisor", func(c *Config) { c.Runtime, c.OwnKernel, c.Kind = "runsc", true, executors.KindGVisor }},
+	} {
+		t.Run(rt.name, func(t *testing.T) {
+			e := newTestExecutor(t, withPool(t, 1, 4), rt.cfg)
+			if rt.name == "gvisor" {
+				if err := e.Available(t.Context()); errors.Is(err, ErrRuntimeMissing) {
+					if os.Getenv("SANDGATE_REQUIRE_GVISOR") == "1" {
+						t.Fatalf("gVisor required: %v", err)
+					}
+					t.Skipf("no runsc runtime: %v", err)
+				}
+			}
+			first := spec(t, executors.LangBash, "true")
+			first.Layout = executors.Layout{Root: "/home/user", Workdir: "/home/user", SessionSandbox: true}
+			if res := execute(t, e, first); res.ExitCode != 0 {
+				t.Fatalf("the first session's command: %+v", res)
+			}
+			if err := e.ReleaseSession(t.Context(), first.SessionID); err != nil {
+				t.Fatal(err)
+			}
+			readyPool(t, e, 2) // the default shape's and the sandbox shape's
+			before := e.PoolStatus().Claims
+			checkSessionSandbox(t, e)
+			if st := e.PoolStatus(); st.Claims != before+1 {
+				t.Fatalf("the second session's sandbox was not claimed from the pool: %+v (claims before: %d)", st, before)
+			}
+		})
+	}
+}
+
 func checkSessionSandbox(t *testing.T, e *Executor) {
 	base := spec(t, executors.LangBash, "")
 	base.Layout = executors.Layout{Root: "/home/user", Workdir: "/home/user", SessionSandbox: true}
@@ -62,6 +103,8 @@ func checkSessionSandbox(t *testing.T, e *Executor) {
 		name, code string
 		want       string
 	}{
+		{"pid 1 reaps orphans", "ps -o comm= -p 1", "docker-init"},
+		{"the sandbox sleeps as the session", `[ "$(ps -o uid= -C sleep | tr -d ' ' | sort -u)" = "$(id -u)" ] && echo same`, "same"},
 		{"tmp written", "echo kept-in-tmp >/tmp/persist.txt && echo ok", "ok"},
 		{"tmp read", "cat /tmp/persist.txt", "kept-in-tmp"},
 		{"user site written", `d=$(python3 -c 'import site; print(site.getusersitepackages())') && mkdir -p "$d" && echo 'X = "from-user-site"' >"$d/sgmod.py" && echo ok`, "ok"},
@@ -92,7 +135,7 @@ for i in $(seq 50); do python3 -c 'import socket; socket.create_connection(("127
 	if !strings.Contains(res.Stdout, "http.server 8765") {
 		t.Errorf("the earlier command's server died with the timed-out one:\n%s", res.Stdout)
 	}
-	boxes := sandboxContainers(t, e.cfg.Instance)
+	boxes := claimedSandboxes(t, e)
 	if len(boxes) != 1 {
 		t.Fatalf("session sandboxes: %v, want one", boxes)
 	}
@@ -100,12 +143,27 @@ for i in $(seq 50); do python3 -c 'import socket; socket.create_connection(("127
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for len(sandboxContainers(t, e.cfg.Instance)) > 0 {
+	for len(claimedSandboxes(t, e)) > 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the session sandbox outlived the session's release")
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// claimedSandboxes lists e's session sandboxes, but for those idle in
+// its pool.
+func claimedSandboxes(t testing.TB, e *Executor) []string {
+	t.Helper()
+	idle := map[string]bool{}
+	e.pool.mu.Lock()
+	for _, k := range e.pool.keys {
+		for _, b := range k.idle {
+			idle[shortID(b.id)] = true
+		}
+	}
+	e.pool.mu.Unlock()
+	return slices.DeleteFunc(sandboxContainers(t, e.cfg.Instance), func(id string) bool { return idle[shortID(id)] })
 }
 
 // sandboxContainers lists an instance's session sandboxes.

@@ -28,8 +28,19 @@ func (e *Executor) SessionUsage(ctx context.Context, sessionID string) (executor
 	if err != nil {
 		return u, e.engineError(ctx, "list", err)
 	}
+	ids := make(map[string]bool, len(list.Items)+1)
 	for _, c := range list.Items {
-		r, err := e.reading(ctx, c.ID)
+		_, holder := c.Labels[labelNetHolder]
+		ids[c.ID] = !holder
+	}
+	// A session sandbox claimed from the pool was labelled before it had
+	// a session (labels are fixed at creation): it is the session's all
+	// the same.
+	if id := e.sandboxes.containerOf(sessionID); id != "" {
+		ids[id] = true
+	}
+	for id, ownLimit := range ids {
+		r, err := e.reading(ctx, id)
 		if err != nil {
 			continue // it ended between the list and the read
 		}
@@ -37,7 +48,7 @@ func (e *Executor) SessionUsage(ctx context.Context, sessionID string) (executor
 		u.CPUNanos += r.cpuNanos
 		u.MemUsed += r.memUsed
 		u.MemCache += r.cache
-		if _, holder := c.Labels[labelNetHolder]; !holder {
+		if ownLimit {
 			u.MemLimit = max(u.MemLimit, r.limit)
 		}
 	}
