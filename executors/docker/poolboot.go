@@ -42,28 +42,13 @@ const poolSlotMount = "/run/sandgate/slot"
 func (p *sandboxPool) adjust(slot string, key shape) func(*client.ContainerCreateOptions) {
 	return func(o *client.ContainerCreateOptions) {
 		own := p.e.cfg.OwnKernel
-		targets := []string{workspaceMount}
-		if key.layout.Root != "" {
-			targets = append(targets, key.layout.Root)
-		}
-		o.HostConfig.Mounts = slices.DeleteFunc(o.HostConfig.Mounts, func(m mount.Mount) bool {
-			return slices.Contains(targets, m.Target)
-		})
-		ws := slotWorkspace(slot)
-		for _, t := range targets {
-			m := mount.Mount{Type: mount.TypeBind, Source: ws, Target: t,
-				BindOptions: &mount.BindOptions{Propagation: mount.PropagationRSlave}}
-			if own {
-				m.BindOptions.Propagation = mount.PropagationRPrivate // covered in the sandbox
-			}
-			o.HostConfig.Mounts = append(o.HostConfig.Mounts, m)
+		targets := useSlot(o, slot, key, own)
+		if key.sandbox {
+			sandboxCommand(o) // poolsandbox.go: no boot step, nothing to hand over
+			return
 		}
 		caps := []string{"SETUID", "SETGID", "SETPCAP"}
-		next := p.e.bootScript()
-		if key.sandbox {
-			next = sandboxSleepScript // poolsandbox.go
-		}
-		args := []string{strconv.Itoa(key.limits.MemoryMB), "-", "cd " + shellQuote(key.layout.Dir()) + " || exit 125\n" + next}
+		args := []string{strconv.Itoa(key.limits.MemoryMB), "-", "cd " + shellQuote(key.layout.Dir()) + " || exit 125\n" + p.e.bootScript()}
 		if own {
 			o.HostConfig.Mounts = append(o.HostConfig.Mounts, mount.Mount{Type: mount.TypeBind, Source: slot, Target: poolSlotMount,
 				BindOptions: &mount.BindOptions{Propagation: mount.PropagationRSlave}})
@@ -79,6 +64,29 @@ func (p *sandboxPool) adjust(slot string, key shape) func(*client.ContainerCreat
 		o.Config.Entrypoint = []string{"/bin/sh", "-c", poolBootPrefix, bootArg0}
 		o.Config.Cmd = args
 	}
+}
+
+// useSlot puts the slot's workspace in place of the workspace's
+// mounts in o (propagated from the host, except into a sandbox with its
+// own kernel, where the boot step binds it) and returns their targets.
+func useSlot(o *client.ContainerCreateOptions, slot string, key shape, own bool) []string {
+	targets := []string{workspaceMount}
+	if key.layout.Root != "" {
+		targets = append(targets, key.layout.Root)
+	}
+	o.HostConfig.Mounts = slices.DeleteFunc(o.HostConfig.Mounts, func(m mount.Mount) bool {
+		return slices.Contains(targets, m.Target)
+	})
+	ws := slotWorkspace(slot)
+	for _, t := range targets {
+		m := mount.Mount{Type: mount.TypeBind, Source: ws, Target: t,
+			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRSlave}}
+		if own {
+			m.BindOptions.Propagation = mount.PropagationRPrivate // covered in the sandbox
+		}
+		o.HostConfig.Mounts = append(o.HostConfig.Mounts, m)
+	}
+	return targets
 }
 
 // shellQuote quotes s for sh.

@@ -1,92 +1,60 @@
 package docker
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"fmt"
-	"io"
-	"time"
 
-	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
 )
 
 // Pooled session sandboxes. A session sandbox (session.go) is a container
 // created for the session on its first command: a create and a start on
-// the path of the first output of every E2B sandbox. The pool keeps them
-// ready too, as a shape of its own (shape.sandbox), made on the first
-// sandbox a shape asks for and sized by demand like any other: a pooled
-// container of no session with docker-init as PID 1, whose boot step
-// (poolBootPrefix) waits for its claim, then takes on the session's
-// identity and, instead of reading a program, says it is ready and
-// sleeps, as a sandbox created for the session does. Its commands are
-// execs like any sandbox's.
+// the path of the first output of every E2B sandbox. Under runc the pool
+// keeps them ready too, as a shape of its own (shape.sandbox), made on the
+// first sandbox a shape asks for and sized by demand like any other.
 //
-// The claim waits for that word before the sandbox is the session's: the
-// first command could otherwise start while the boot step still runs as
-// root (under gVisor, before it has bound the workspace), and a kill of
-// that command's tree could take the boot step with it.
+// A session sandbox needs nothing of its session but its workspace: its
+// only process of its own is a placeholder (docker-init as PID 1 over
+// `sleep infinity`) that runs as nobody, and every command is an exec as
+// the session's uid. So a pooled one is the same container, created with
+// the slot's workspace in place of the session's, and the claim is the
+// workspace's mount: no boot step, no identity handed over, no capability
+// added, nothing a command could tell from a sandbox created for it.
+//
+// Under gVisor the host's mount does not reach into a running sandbox
+// (the pool's runs bind it from inside, which needs a capability the
+// sandbox's execs would then inherit): session sandboxes are created
+// there as before.
 
-// sandboxReadyWord is what a pooled sandbox writes once it is the
-// session's.
-const sandboxReadyWord = "sandgate-sandbox-ready"
+// sandboxUser is who a session sandbox's placeholder runs as: nobody, so
+// that no command of the session can kill it (or count it against the
+// session's processes).
+const sandboxUser = nobody
 
-// sandboxSleepScript replaces a pooled run's boot script ($3 of
-// poolBootPrefix) in a pooled sandbox.
-const sandboxSleepScript = "printf '%s\\n' " + sandboxReadyWord + "\nexec sleep infinity"
+// sandboxCommand makes o a session sandbox's container: the placeholder
+// and nothing on stdin.
+func sandboxCommand(o *client.ContainerCreateOptions) {
+	o.Config.Entrypoint = []string{"sleep", "infinity"}
+	o.Config.Cmd = nil
+	o.Config.User = sandboxUser
+	o.Config.WorkingDir = "/"
+	o.Config.StdinOnce = false
+	o.Config.OpenStdin = false
+	o.Config.AttachStdin = false
+}
 
-// sandboxReadyTimeout bounds the wait for a claimed sandbox's word.
-const sandboxReadyTimeout = 10 * time.Second
-
-// claimSandbox hands the session a pooled sandbox of shape sh, claimed
-// and ready, or nil when none is (the caller creates one).
+// claimSandbox hands the session a pooled sandbox of shape sh with the
+// session's workspace mounted, or nil when none is ready or the runtime
+// has its own kernel (the caller creates one).
 func (p *sandboxPool) claimSandbox(ctx context.Context, sh shape) *box {
+	if p.e.cfg.OwnKernel {
+		return nil
+	}
 	b := p.claim(ctx, sh)
 	if b == nil {
 		return nil
 	}
-	if err := awaitWord(b, sandboxReadyWord, sandboxReadyTimeout); err != nil {
-		p.e.log.Warn("pooled session sandbox: not ready after its claim", "container", shortID(b.id), "err", err.Error())
-		p.e.discard(b)
-		p.lost.Add(1)
-		return nil
-	}
-	// Nothing travels over the container's own streams from now on.
+	// Nothing travels over the container's own streams.
 	b.conn.Close()
 	b.conn = client.HijackedResponse{}
 	return b
-}
-
-// awaitWord reads b's output stream until word appears on it.
-func awaitWord(b *box, word string, timeout time.Duration) error {
-	conn, r := b.conn.Conn, b.conn.Reader
-	if err := conn.SetReadDeadline(time.Now().Add(timeout)); err != nil {
-		return err
-	}
-	pr, pw := io.Pipe()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_, err := stdcopy.StdCopy(pw, pw, r)
-		pw.CloseWithError(err) // nil: EOF
-	}()
-	defer func() {
-		_ = conn.SetReadDeadline(time.Now()) // ends the copier's read
-		pr.Close()                           // and its write
-		<-done
-	}()
-	var seen bytes.Buffer
-	buf := make([]byte, 256)
-	for seen.Len() <= 4096 {
-		n, err := pr.Read(buf)
-		seen.Write(buf[:n])
-		if bytes.Contains(seen.Bytes(), []byte(word)) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("%w (output %.200q)", err, seen.String())
-		}
-	}
-	return errors.New("no ready word in the sandbox's first 4 KiB of output")
 }

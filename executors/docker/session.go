@@ -21,12 +21,13 @@ import (
 // workspace is the same directory as always.
 //
 // The container is created like a run's (read-only root, every
-// capability dropped, no-new-privileges, the session's uid, network none
-// with a loopback of its own, the workspace and the layout's root, a
-// size-capped /tmp, the run's cgroup limits), with docker-init as PID 1
-// (it reaps what commands orphan) and `sleep infinity` as its only
-// other process. Each command is an exec in it (session_exec.go) whose
-// fixed script reads the program from stdin, as a run's boot script does.
+// capability dropped, no-new-privileges, network none with a loopback of
+// its own, the workspace and the layout's root, a size-capped /tmp, the
+// run's cgroup limits), with docker-init as PID 1 (it reaps what commands
+// orphan) and `sleep infinity` as its only other process, both as nobody
+// (no command of the session can kill them). Each command is an exec in
+// it as the session's uid (session_exec.go) whose fixed script reads the
+// program from stdin, as a run's boot script does.
 //
 // What holds, per command:
 //   - risk, policy, approval and audit: unchanged, the manager's, before
@@ -50,12 +51,15 @@ import (
 // (its processes and /tmp are lost, logged). A sandbox that died (its
 // memory limit killed PID 1) is replaced on the next command likewise.
 //
-// A sandbox comes from the pool when one of its shape is ready
-// (poolsandbox.go): the same container, started ahead, whose boot step
-// took on the session's identity at the claim.
+// Under runc a sandbox comes from the pool when one of its shape is
+// ready (poolsandbox.go): the same container, started ahead with the
+// pool's slot as its workspace, onto which the claim mounts the
+// session's.
 //
 // The container is labelled like every other of the executor's
-// (sandgate.session, sandgate.instance, ...) plus sandgate.sandbox=true:
+// (sandgate.session, sandgate.instance, ...; a pooled one has no session
+// label, its labels being fixed before it had a session) plus
+// sandgate.sandbox=true:
 // it is removed when the session is released (deleted, expired, killed
 // through E2B), at Close, and by the next start's orphan reaper after a
 // crash.
@@ -149,13 +153,7 @@ func (e *Executor) launchSandbox(ctx context.Context, session string, sh shape) 
 	labels := e.labels(session, "")
 	delete(labels, labelWarm)
 	labels[labelSandbox] = "true"
-	b, err := e.launch(ctx, sh, labels, func(o *client.ContainerCreateOptions) {
-		o.Config.Entrypoint = []string{"sleep", "infinity"}
-		o.Config.Cmd = nil
-		o.Config.StdinOnce = false
-		o.Config.OpenStdin = false
-		o.Config.AttachStdin = false
-	})
+	b, err := e.launch(ctx, sh, labels, sandboxCommand)
 	if err != nil {
 		return nil, err
 	}
