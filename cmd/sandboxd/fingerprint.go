@@ -25,7 +25,8 @@ type fingerprint = aiowire.Fingerprint
 func (s *server) handleFingerprint(w http.ResponseWriter, r *http.Request) {
 	fp, err := workspaceFingerprint(s.cfg.Workspace)
 	if err != nil {
-		writeFail(w, http.StatusInternalServerError, "the workspace could not be read whole: "+err.Error(), nil)
+		s.cfg.Log.Warn("workspace fingerprint", "err", err)
+		writeFail(w, http.StatusInternalServerError, "the workspace could not be read whole", nil)
 		return
 	}
 	writeOK(w, fp)

@@ -10,7 +10,8 @@ import (
 // Claim calls POST /v1/claim with the client's key: a sandboxd started
 // with --await-key (a pool's idle sandbox) takes it as its API key, once.
 // Claiming again with the same key succeeds; a sandboxd claimed with
-// another key answers an APIError with status 409.
+// another key answers an APIError with status 409, and a key shorter
+// than 16 characters one with status 400.
 func (c *Client) Claim(ctx context.Context) error {
 	return c.call(ctx, http.MethodPost, "/v1/claim", nil, nil)
 }

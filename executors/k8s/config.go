@@ -88,7 +88,10 @@ type Config struct {
 	// scheduler for, while PodCPU stays its limit (Burstable QoS). Idle
 	// pool pods use almost no CPU, so a platform that keeps a warm pool
 	// overcommits CPU as it would for any idle workload; memory is never
-	// overcommitted (its request stays equal to its limit).
+	// overcommitted (its request stays equal to its limit). The price:
+	// under node pressure the kubelet evicts Burstable pods before
+	// Guaranteed ones, and a session whose pod is evicted is told its
+	// sandbox was lost.
 	PodCPURequest string `yaml:"pod_cpu_request"`
 	WorkspaceMB   int    `yaml:"workspace_mb"`
 	// Pool is the warm pool of idle sandbox pods (pool.go); off when its

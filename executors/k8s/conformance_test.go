@@ -12,12 +12,16 @@ import (
 
 // TestConformance runs the executor conformance suite on the Kubernetes
 // tier: each sub-test is a new session, so each run gets a pod of its
-// own, created, reached through the apiserver, and deleted at the end.
+// own, created for it, reached through the apiserver, and deleted at the
+// end.
 // It includes the no-network case (a listener on the host's 127.0.0.1
 // is unreachable from the pod), the memory and process limits, and the
 // environment.
 func TestConformance(t *testing.T) {
-	e := newTestExecutor(t)
+	conformance(t, newTestExecutor(t))
+}
+
+func conformance(t *testing.T, e *Executor) {
 	executortest.Run(t, executortest.Harness{
 		New:              func(*testing.T) executors.Executor { return releasing{e} },
 		ProcessesVisible: true, // the test cluster's runc pods run on this host

@@ -37,12 +37,20 @@ import (
 // is in no spec, argument or log, and sandboxd takes one key only. The
 // claim costs a few API calls and one request, not a process start.
 //
-// A session fits a pooled pod when it uses the default layout and needs
-// no more memory than the pool's pods have; others get a pod of their
-// own, as when the pool is empty. The session's uid is not asked for: a
-// pooled pod runs as pool's uid (sandbox_uid), and since the pod is the
-// session's alone, the uid only keeps its code from being root; the
-// gateway's copy of the workspace is still owned by the session's uid.
+// A session fits a pooled pod when it runs as the pool's uid
+// (sandbox_uid) with the default layout and needs no more memory than
+// the pool's pods have; others get a pod of their own, as when the pool
+// is empty. The uid is not a formality: on a node without user
+// namespaces (runc, hostUsers unset) the kernel counts a uid's processes
+// across every pod of the node, and sandboxd's per-run process limit is
+// an RLIMIT_NPROC. A pooled pod serving a session of another uid would
+// put every such session under one count, where one could starve the
+// others; the executor conformance suite's process-limit case fails on
+// pooled pods for that reason (pool pods and their sessions already share
+// the pool's uid). The way out is a uid range per pod (user namespaces,
+// which need runc 1.2; this host has Debian's 1.1.5) or a uid per pool
+// slot; until then gateway sessions, which each have a uid of their own,
+// get pods made for them.
 //
 // Pool pods have restartPolicy Always (a ReplicaSet requires it); a
 // sandbox container that restarted after the claim counts as lost
@@ -164,7 +172,8 @@ func restarts(p *corev1.Pod) int32 {
 
 // fitsPool: a pooled pod can be this run's sandbox.
 func (e *Executor) fitsPool(spec executors.Spec) bool {
-	return e.cfg.Pool.Size > 0 && spec.Layout.Root == "" && spec.Layout.Dir() == workspacePath &&
+	return e.cfg.Pool.Size > 0 && spec.UID == e.cfg.SandboxUID && spec.GID == e.cfg.SandboxGID &&
+		spec.Layout.Root == "" && spec.Layout.Dir() == workspacePath &&
 		spec.Limits.MemoryMB+256 <= e.cfg.PodMemoryMB
 }
 
@@ -213,9 +222,12 @@ func (e *Executor) claimPooled(ctx context.Context, spec executors.Spec, key str
 		if err != nil {
 			return nil, nil, unavailable("claim a pooled sandbox pod", err)
 		}
-		cn, err := e.dial(ctx, got.Name, got.UID, key, claim)
+		cctx, cancel := context.WithTimeout(ctx, claimTimeout)
+		cn, err := e.dial(cctx, got.Name, got.UID, key, claim)
+		cancel()
 		if err != nil {
-			// That pod is of no use to anyone now; another may be.
+			// That pod is of no use to anyone now; another (or a new
+			// one) may be.
 			e.cfg.Logger.Warn("k8s: a claimed pool pod did not take its key", "pod", got.Name, "err", err)
 			_ = e.deletePodUID(context.WithoutCancel(ctx), got.Name, got.UID)
 			if ctx.Err() != nil {
@@ -227,6 +239,12 @@ func (e *Executor) claimPooled(ctx context.Context, spec executors.Spec, key str
 	}
 	return nil, nil, nil
 }
+
+// claimTimeout bounds one pooled pod's claim (the tunnel and the key's
+// request): an idle pod that does not answer is left for the next one,
+// or a pod made for the session, instead of holding the request until
+// ready_timeout.
+const claimTimeout = 10 * time.Second
 
 // claim is dial's probe for a pooled pod: its sandboxd takes the key. A
 // sandboxd that already has another key (409) is never retried: the pod
