@@ -20,10 +20,7 @@ import (
 // scripts/k8s.sh starts:
 //   - warm-pool claim to first output: a new session's first run_code
 //     (print(1)) through a gateway whose pool holds ready idle pods; the
-//     pool is refilled before each sample, outside the timing. A gateway
-//     session runs as a uid of its own, which a pooled pod does not serve
-//     (executors/k8s/pool.go says why), so this is what such a session
-//     gets: a pod made for it, beside an idle pool;
+//     pool is refilled before each sample, outside the timing;
 //   - a cold pod to first output: the same through a gateway without a
 //     pool (the pod is created for the session);
 //   - run_code on a warm pod against the local aio tier: print(1) on a

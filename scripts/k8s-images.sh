@@ -55,8 +55,13 @@ USER 65535:65535
 ENTRYPOINT ["/pause"]' ./images/k8s-pause k8s-pause)
   # The sandbox pod runs sandboxd as the session's uid; /workspace, /tmp
   # and the code directory are emptyDir volumes (the root is read-only).
+  # A pooled pod runs as a uid of its own from the pool's range
+  # (executors/k8s: poolUIDBase, poolUIDCount), which the image names
+  # `sandbox` as it names the executors' default uids (images/runtime/
+  # trim.sh), so that whoami and $SHELL answer alike in every pod.
   sandbox=$(layer sandgate/k8s-sandbox 'ARG BASE
 FROM ${BASE}
+RUN i=1000000000; while [ $i -lt 1000008192 ]; do echo "sandbox:x:$i:$i:sandbox:/workspace:/bin/bash" >&3; echo "sandbox:x:$i:" >&4; i=$((i+1)); done 3>>/etc/passwd 4>>/etc/group
 COPY sandboxd /usr/local/bin/sandboxd
 ENTRYPOINT ["/usr/local/bin/sandboxd"]
 CMD ["standby"]' ./cmd/sandboxd sandboxd "$BASE")

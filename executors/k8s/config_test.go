@@ -47,7 +47,7 @@ func TestCPURequestOnPods(t *testing.T) {
 			return []string{r.Requests.Cpu().String(), r.Limits.Cpu().String(), r.Requests.Memory().String(), r.Limits.Memory().String()}
 		},
 		"pool pod": func() []string {
-			r := e.poolTemplate().Spec.Containers[0].Resources
+			r := e.poolTemplate(0, poolUIDBase).Spec.Containers[0].Resources
 			return []string{r.Requests.Cpu().String(), r.Limits.Cpu().String(), r.Requests.Memory().String(), r.Limits.Memory().String()}
 		},
 	} {

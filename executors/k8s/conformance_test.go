@@ -21,6 +21,18 @@ func TestConformance(t *testing.T) {
 	conformance(t, newTestExecutor(t))
 }
 
+// TestConformancePooled runs the suite on pods claimed from the warm
+// pool (a sub-test's session claims one when one is idle), whose sandboxd
+// started before any session existed and took its key at the claim, and
+// which run as uids of their own: a client must not be able to tell them
+// from pods made for it (the process-limit case fails when pool pods
+// share a uid).
+func TestConformancePooled(t *testing.T) {
+	e := newTestExecutor(t, func(c *Config) { c.Pool.Size = 2; c.PodCPURequest = "100m" })
+	waitIdle(t, e, 2, nil)
+	conformance(t, e)
+}
+
 func conformance(t *testing.T, e *Executor) {
 	executortest.Run(t, executortest.Harness{
 		New:              func(*testing.T) executors.Executor { return releasing{e} },

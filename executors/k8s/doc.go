@@ -61,14 +61,16 @@
 //
 // # The warm pool
 //
-// pool.size > 0 keeps that many idle, session-agnostic pods in a
-// ReplicaSet (pool.go), their sandboxd already serving but awaiting its
-// key. A claim is a label update carrying the resourceVersion read
-// (optimistic concurrency: one claim of a pod wins), which also drops the
-// owner reference, so the ReplicaSet refills the pool and the claimed pod
-// never returns to it; the key is then handed to the pod's sandboxd
-// (POST /v1/claim, taken once) through the port-forward the session then
-// uses. Stale pool pods (an older template, a restarted sandbox, a claim
+// pool.size > 0 keeps that many idle, session-agnostic pods, one per
+// slot ReplicaSet (pool.go), each as a uid of its own (on a node without
+// user namespaces the kernel counts a uid's processes across pods, and
+// sandboxd's per-run process limit is an RLIMIT_NPROC), their sandboxd
+// already serving but awaiting its key. A claim is a label update
+// carrying the resourceVersion read (optimistic concurrency: one claim of
+// a pod wins), which also drops the owner reference, so the slot's
+// ReplicaSet refills it (as a new uid) and the claimed pod never returns
+// to it; the key is then handed to the pod's sandboxd (POST /v1/claim,
+// taken once) through the port-forward the session then uses. Stale pool pods (an older template, a restarted sandbox, a claim
 // never bound) are reaped when a gateway starts.
 //
 // # Faults

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -20,37 +21,31 @@ import (
 	"github.com/sandgate/sandgate/executors/aio"
 )
 
-// The warm pool. A ReplicaSet (one per namespace, shared by every replica
-// of the gateway) keeps pool.size idle sandbox pods running. They belong
-// to no session: sandboxd in them serves from the pod's start but awaits
-// its key (--await-key) and refuses every request until it has one. A
-// claim takes one pod by updating its labels (state idle → claimed, the
+// The warm pool. ReplicaSets (one per slot, pool.size of them, shared by
+// every replica of the gateway) keep pool.size idle sandbox pods running,
+// each as a uid of its own (ensurePool). They belong to no session:
+// sandboxd in them serves from the pod's start but awaits its key
+// (--await-key) and refuses every request until it has one. A claim
+// takes one pod by updating its labels (state idle → claimed, the
 // session's labels) and dropping its owner reference, in one update
 // carrying the resourceVersion the claimant read: of two claims of one
 // pod, the apiserver accepts one and answers the other with a conflict
 // (optimistic concurrency), so a pod never serves a second session. The
-// claimed pod no longer matches the ReplicaSet's selector, so the
-// ReplicaSet controller creates its replacement; nothing ever sets a
-// pod's state back to idle, so a claimed pod never returns to the pool.
-// The claimant then hands the key to the pod's sandboxd (POST /v1/claim)
+// claimed pod no longer matches its ReplicaSet's selector, so the
+// ReplicaSet controller creates its replacement, as a new uid once the
+// claimant rotated the slot's (rotateSlot); nothing ever sets a pod's
+// state back to idle, so a claimed pod never returns to the pool. The
+// claimant then hands the key to the pod's sandboxd (POST /v1/claim)
 // through the port-forward that then carries the session's runs: the key
 // is in no spec, argument or log, and sandboxd takes one key only. The
 // claim costs a few API calls and one request, not a process start.
 //
-// A session fits a pooled pod when it runs as the pool's uid
-// (sandbox_uid) with the default layout and needs no more memory than
-// the pool's pods have; others get a pod of their own, as when the pool
-// is empty. The uid is not a formality: on a node without user
-// namespaces (runc, hostUsers unset) the kernel counts a uid's processes
-// across every pod of the node, and sandboxd's per-run process limit is
-// an RLIMIT_NPROC. A pooled pod serving a session of another uid would
-// put every such session under one count, where one could starve the
-// others; the executor conformance suite's process-limit case fails on
-// pooled pods for that reason (pool pods and their sessions already share
-// the pool's uid). The way out is a uid range per pod (user namespaces,
-// which need runc 1.2; this host has Debian's 1.1.5) or a uid per pool
-// slot; until then gateway sessions, which each have a uid of their own,
-// get pods made for them.
+// A session fits a pooled pod when it uses the default layout and needs
+// no more memory than the pool's pods have; others get a pod of their
+// own, as when the pool is empty. Its uid is not asked for: every pool
+// pod runs as a uid of its own (ensurePool), which stands for the
+// session's in its pod, as a session's own uid does in a pod made for it
+// (the gateway's copy of the workspace stays the session's uid's).
 //
 // Pool pods have restartPolicy Always (a ReplicaSet requires it); a
 // sandbox container that restarted after the claim counts as lost
@@ -59,66 +54,200 @@ const (
 	labelPool      = "sandgate.dev/pool"
 	labelPoolState = "sandgate.dev/pool-state"
 	labelTemplate  = "sandgate.dev/template"
+	labelSlot      = "sandgate.dev/pool-slot"
 	annClaimedAt   = "sandgate.dev/claimed-at"
 	poolIdle       = "idle"
 	poolClaimed    = "claimed"
 )
 
-// poolTemplate is the pool pods' template, labelled with its own hash.
-// Their sandboxd serves from the start, awaiting its key (a claim).
-func (e *Executor) poolTemplate() corev1.PodTemplateSpec {
+// poolTemplate is the template of pool slot slot's pods, running as
+// uid: labelled with a hash of everything but the uid (and the slot),
+// which all slots share.
+func (e *Executor) poolTemplate(slot int, uid int64) corev1.PodTemplateSpec {
 	argv := append([]string{"/usr/local/bin/sandboxd"}, serveArgs(executors.Layout{})...)
 	spec := e.lockedSpec(e.cfg.SandboxUID, e.cfg.SandboxGID, e.cfg.PodMemoryMB, "", append(argv, "--await-key"), nil)
 	spec.RestartPolicy = corev1.RestartPolicyAlways
 	raw, _ := json.Marshal(spec)
-	sum := sha256.Sum256(raw)
+	sum := sha256.Sum256(append([]byte(poolTemplateVersion), raw...))
+	spec.SecurityContext.RunAsUser, spec.SecurityContext.RunAsGroup = &uid, &uid
 	return corev1.PodTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{
 			labelManagedBy: managedBy, labelComponent: componentSbx,
 			labelPool: e.cfg.Pool.Name, labelPoolState: poolIdle, labelTemplate: hex.EncodeToString(sum[:])[:16],
+			labelSlot: strconv.Itoa(slot),
 		}},
 		Spec: spec,
 	}
 }
 
-// ensurePool creates or updates the pool's ReplicaSet, then reaps what a
+// poolTemplateVersion is part of the template's hash: pods of a pool from
+// before slots (one uid for all) are of an older template, so reaped.
+const poolTemplateVersion = "slots/1\n"
+
+// Pool uids: a pod's own, drawn at random from a range far from the
+// sessions' (workspace.DefaultUIDBase) and from the ids distributions
+// hand out, and none that a pod in use runs as, so that no two pods share
+// a uid's process count. The sandbox image names each `sandbox`
+// (scripts/k8s-images.sh), as the runtime image names the executors'
+// default uids.
+const (
+	poolUIDBase  = 1_000_000_000
+	poolUIDCount = 8192
+)
+
+// freePoolUID draws a pool uid that no pod of the tier runs as, as far
+// as the watch knows (a few tries; past them, any: the range is far
+// larger than a namespace's pods).
+func (e *Executor) freePoolUID() int64 {
+	inUse := e.uidsInUse(false)
+	uid := poolUIDBase + rand.Int64N(poolUIDCount)
+	for try := 0; try < 32 && inUse[uid]; try++ {
+		uid = poolUIDBase + rand.Int64N(poolUIDCount)
+	}
+	return uid
+}
+
+// uidsInUse are the uids the tier's pods run as: every pod's, or with
+// busyOnly those of pods that are not idle in the pool.
+func (e *Executor) uidsInUse(busyOnly bool) map[int64]bool {
+	out := map[int64]bool{}
+	if e.pods == nil {
+		return out
+	}
+	for _, obj := range e.pods.lister.List() {
+		if p, ok := obj.(*corev1.Pod); ok && (!busyOnly || p.Labels[labelPoolState] != poolIdle) {
+			out[podUID(p)] = true
+		}
+	}
+	return out
+}
+
+// podUID is the uid pod p runs as (0 when its spec does not say).
+func podUID(p *corev1.Pod) int64 {
+	if sc := p.Spec.SecurityContext; sc != nil && sc.RunAsUser != nil {
+		return *sc.RunAsUser
+	}
+	return 0
+}
+
+func (e *Executor) slotName(slot int) string { return e.cfg.Pool.Name + "-" + strconv.Itoa(slot) }
+
+// ensurePool creates or updates the pool's slots, then reaps what a
 // pool left behind: idle pods of an older template (a ReplicaSet does not
 // replace pods when its template changes), idle pods whose sandbox
 // restarted, and claims that were never bound (their claimant died
 // between the claim and the binding).
+//
+// A slot is a ReplicaSet of one pod whose template carries a uid of the
+// slot's own, drawn anew at each claim (rotateSlot): every pool pod runs
+// as a uid no other pod of the node has. One ReplicaSet for the whole
+// pool would give all its pods one uid, and on a node without user
+// namespaces the kernel counts a uid's processes across pods, which
+// sandboxd's per-run process limit (RLIMIT_NPROC) relies on.
 func (e *Executor) ensurePool(ctx context.Context) error {
 	if e.cfg.Pool.Size == 0 {
 		return nil
 	}
-	tmpl := e.poolTemplate()
-	e.poolHash = tmpl.Labels[labelTemplate]
-	n := int32(e.cfg.Pool.Size)
-	rs := &appsv1.ReplicaSet{
-		ObjectMeta: metav1.ObjectMeta{Name: e.cfg.Pool.Name, Namespace: e.cfg.Namespace,
-			Labels: map[string]string{labelManagedBy: managedBy, labelPool: e.cfg.Pool.Name}},
-		Spec: appsv1.ReplicaSetSpec{
-			Replicas: &n,
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{labelPool: e.cfg.Pool.Name, labelPoolState: poolIdle}},
-			Template: tmpl,
-		},
-	}
+	e.poolHash = e.poolTemplate(0, 0).Labels[labelTemplate]
 	rsc := e.cs.AppsV1().ReplicaSets(e.cfg.Namespace)
-	_, err := rsc.Create(ctx, rs, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			cur, err := rsc.Get(ctx, rs.Name, metav1.GetOptions{})
-			if err != nil {
+	one := int32(1)
+	for slot := range e.cfg.Pool.Size {
+		rs := &appsv1.ReplicaSet{
+			ObjectMeta: metav1.ObjectMeta{Name: e.slotName(slot), Namespace: e.cfg.Namespace,
+				Labels: map[string]string{labelManagedBy: managedBy, labelPool: e.cfg.Pool.Name, labelSlot: strconv.Itoa(slot)}},
+			Spec: appsv1.ReplicaSetSpec{
+				Replicas: &one,
+				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{
+					labelPool: e.cfg.Pool.Name, labelSlot: strconv.Itoa(slot), labelPoolState: poolIdle}},
+				Template: e.poolTemplate(slot, e.freePoolUID()),
+			},
+		}
+		_, err := rsc.Create(ctx, rs, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				cur, err := rsc.Get(ctx, rs.Name, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				uid := e.freePoolUID()
+				if sc := cur.Spec.Template.Spec.SecurityContext; sc != nil && sc.RunAsUser != nil &&
+					*sc.RunAsUser >= poolUIDBase && *sc.RunAsUser < poolUIDBase+poolUIDCount {
+					uid = *sc.RunAsUser // the slot keeps its uid
+				}
+				cur.Spec.Replicas, cur.Spec.Template = &one, e.poolTemplate(slot, uid)
+				_, err = rsc.Update(ctx, cur, metav1.UpdateOptions{})
 				return err
-			}
-			cur.Spec.Replicas, cur.Spec.Template = &n, tmpl
-			_, err = rsc.Update(ctx, cur, metav1.UpdateOptions{})
-			return err
-		})
+			})
+		}
+		if err != nil {
+			return fmt.Errorf("k8s: pool slot %d: %w", slot, err)
+		}
 	}
-	if err != nil {
-		return fmt.Errorf("k8s: pool replicaset: %w", err)
+	if err := e.dropSlots(ctx); err != nil {
+		return err
 	}
 	return e.reapPool(ctx)
+}
+
+// dropSlots deletes the pool's ReplicaSets beyond its size, and the one
+// ReplicaSet of a pool from before slots; their idle pods go with them.
+func (e *Executor) dropSlots(ctx context.Context) error {
+	rsc := e.cs.AppsV1().ReplicaSets(e.cfg.Namespace)
+	l, err := rsc.List(ctx, metav1.ListOptions{LabelSelector: labelPool + "=" + e.cfg.Pool.Name})
+	if err != nil {
+		return fmt.Errorf("k8s: list the pool's slots: %w", err)
+	}
+	var errs []error
+	for _, rs := range l.Items {
+		slot, err := strconv.Atoi(rs.Labels[labelSlot])
+		if err == nil && slot < e.cfg.Pool.Size && rs.Name == e.slotName(slot) {
+			continue
+		}
+		if err := rsc.Delete(ctx, rs.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// rotateSlot draws a new uid for the slot claimed's pod came from, so
+// that the pod replacing it runs as a uid of its own, and deletes an
+// idle replacement made (by the controller, faster) from the old
+// template: its uid is claimed's. Off the claim's path; until it is
+// done, idlePods passes over a pod of a uid in use.
+func (e *Executor) rotateSlot(ctx context.Context, claimed *corev1.Pod) {
+	slot, uid := claimed.Labels[labelSlot], podUID(claimed)
+	n, err := strconv.Atoi(slot)
+	if err != nil {
+		return
+	}
+	rsc := e.cs.AppsV1().ReplicaSets(e.cfg.Namespace)
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := rsc.Get(ctx, e.slotName(n), metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if sc := cur.Spec.Template.Spec.SecurityContext; sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != uid {
+			return nil // rotated already
+		}
+		cur.Spec.Template = e.poolTemplate(n, e.freePoolUID())
+		_, err = rsc.Update(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil && !apierrors.IsNotFound(err) {
+		e.cfg.Logger.Warn("k8s: rotate a pool slot's uid", "slot", slot, "err", err)
+		return
+	}
+	pods, err := e.cs.CoreV1().Pods(e.cfg.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: labelPool + "=" + e.cfg.Pool.Name + "," + labelSlot + "=" + slot + "," + labelPoolState + "=" + poolIdle})
+	if err != nil {
+		return
+	}
+	for i := range pods.Items {
+		if p := &pods.Items[i]; podUID(p) == uid {
+			_ = e.deletePodUID(ctx, p.Name, p.UID)
+		}
+	}
 }
 
 func (e *Executor) reapPool(ctx context.Context) error {
@@ -172,20 +301,21 @@ func restarts(p *corev1.Pod) int32 {
 
 // fitsPool: a pooled pod can be this run's sandbox.
 func (e *Executor) fitsPool(spec executors.Spec) bool {
-	return e.cfg.Pool.Size > 0 && spec.UID == e.cfg.SandboxUID && spec.GID == e.cfg.SandboxGID &&
-		spec.Layout.Root == "" && spec.Layout.Dir() == workspacePath &&
+	return e.cfg.Pool.Size > 0 && spec.Layout.Root == "" && spec.Layout.Dir() == workspacePath &&
 		spec.Limits.MemoryMB+256 <= e.cfg.PodMemoryMB
 }
 
 // idlePods lists the pool's ready, unclaimed pods of the current
 // template, as the watch sees them, in random order (claimants on other
-// replicas start elsewhere in the list).
+// replicas start elsewhere in the list), but for a pod whose uid a pod
+// in use has (a replacement made before its slot's uid was rotated).
 func (e *Executor) idlePods() []*corev1.Pod {
 	var out []*corev1.Pod
+	inUse := e.uidsInUse(true)
 	for _, obj := range e.pods.lister.List() {
 		p, ok := obj.(*corev1.Pod)
 		if !ok || p.Labels[labelPool] != e.cfg.Pool.Name || p.Labels[labelPoolState] != poolIdle ||
-			p.Labels[labelTemplate] != e.poolHash || restarts(p) > 0 {
+			p.Labels[labelTemplate] != e.poolHash || restarts(p) > 0 || inUse[podUID(p)] {
 			continue
 		}
 		if st, _ := stateOf(p); st == podReady {
@@ -235,6 +365,11 @@ func (e *Executor) claimPooled(ctx context.Context, spec executors.Spec, key str
 			}
 			continue
 		}
+		go func() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+			defer cancel()
+			e.rotateSlot(rctx, got)
+		}()
 		return got, cn, nil
 	}
 	return nil, nil, nil

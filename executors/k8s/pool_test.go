@@ -3,7 +3,9 @@ package k8s
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -57,34 +59,42 @@ func waitIdle(t testing.TB, e *Executor, n int, not map[string]bool) map[string]
 // (no new pod is made for it), the ReplicaSet refills the pool, the
 // claimed pod is the session's alone (labelled with it, out of the
 // ReplicaSet, never idle again), and releasing the session deletes it.
-// A session with a uid of its own (as every gateway session has) gets a
-// pod made for it instead (pool.go says why).
+// The session has a uid of its own, as every gateway session has: the
+// pod runs as a uid of its own too, which no other pod of the pool has,
+// and the gateway's copy of what the run wrote is the session's uid's.
 func TestWarmPool(t *testing.T) {
 	e := newTestExecutor(t, func(c *Config) { c.Pool.Size = 2; c.PodMemoryMB = 512; c.PodCPU = "100m" })
 	idle := waitIdle(t, e, 2, nil)
-	own := bashSpec(t, "sess-"+executortest.Nonce(), "id -u")
-	own.UID, own.GID = 4242, 4243
-	if res, err := e.Execute(t.Context(), own); err != nil || res.Stdout != "4242\n" {
-		t.Fatalf("a session of its own uid: %v %+v", err, res)
-	}
-	if p := mustSessionPod(t, e, own.SessionID); idle[p.Name] || p.Labels[labelPool] != "" {
-		t.Fatalf("a session of uid 4242 was served by pool pod %s", p.Name)
-	}
 	session := "sess-" + executortest.Nonce()
 	spec := bashSpec(t, session, "echo pooled > f.txt; id -u; hostname")
+	spec.UID, spec.GID = 4242, 4243
 	res, err := e.Execute(t.Context(), spec)
-	if err != nil || res.ExitCode != 0 || res.Stdout != fmt.Sprintf("%d\nsandbox\n", DefaultSandboxID) {
-		t.Fatalf("first run: %v %+v", err, res)
-	}
 	p := mustSessionPod(t, e, session)
+	if err != nil || res.ExitCode != 0 || res.Stdout != fmt.Sprintf("%d\nsandbox\n", podUID(p)) || podUID(p) < poolUIDBase {
+		t.Fatalf("first run: %v %+v (the pod's uid %d)", err, res, podUID(p))
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(spec.WorkspaceDir, "f.txt"), &st); err != nil || st.Uid != 4242 || st.Gid != 4243 {
+		t.Fatalf("the host copy of f.txt: %v, owner %d:%d, want the session's 4242:4243", err, st.Uid, st.Gid)
+	}
 	if !idle[p.Name] {
 		t.Fatalf("the session's pod %s was not one of the pool's idle pods %v", p.Name, idle)
 	}
 	if p.Labels[labelPoolState] != poolClaimed || len(p.OwnerReferences) != 0 || p.Annotations[annSession] != session {
 		t.Fatalf("claimed pod: labels %v owners %v annotations %v", p.Labels, p.OwnerReferences, p.Annotations)
 	}
-	// The controller refills the pool with new pods, not with the claimed one.
-	waitIdle(t, e, 2, map[string]bool{p.Name: true})
+	// The refill runs as uids of their own, none the claimed pod's.
+	refill := waitIdle(t, e, 2, map[string]bool{p.Name: true})
+	uids := map[int64]string{podUID(p): p.Name}
+	for _, q := range poolPods(t, e, poolIdle) {
+		if !refill[q.Name] {
+			continue
+		}
+		if other, dup := uids[podUID(&q)]; dup {
+			t.Fatalf("pods %s and %s both run as uid %d", q.Name, other, podUID(&q))
+		}
+		uids[podUID(&q)] = q.Name
+	}
 	spec.Code = "cat f.txt"
 	if res, err := e.Execute(t.Context(), spec); err != nil || res.Stdout != "pooled\n" {
 		t.Fatalf("second run on the claimed pod: %v %+v", err, res)
