@@ -61,7 +61,7 @@ func (s *Server) runDetached(ctx context.Context, cancel context.CancelFunc, req
 		if !errors.Is(err, manager.ErrCancelled) && ctx.Err() == nil {
 			p.append(dataOf(output.Stderr, []byte("sandgate: "+msg+"\n")), false)
 		}
-		p.append(endOf(err, msg), true)
+		p.append(endOf(killedOr(ctx, err), msg), true)
 		return
 	}
 	p.mu.Lock()
@@ -88,7 +88,7 @@ func (s *Server) runDetached(ctx context.Context, cancel context.CancelFunc, req
 	res, err := d.Result()
 	if err != nil {
 		msg := refusal(ctx, err)
-		p.append(endOf(err, msg), true)
+		p.append(endOf(killedOr(ctx, err), msg), true)
 		return
 	}
 	for i, full := range []string{res.Result.Stdout, res.Result.Stderr} {
@@ -117,6 +117,18 @@ func endFor(res *manager.RunResult) *endEvent {
 		end.Error = &e
 	}
 	return end
+}
+
+// killedOr is err, marked as a kill when ctx ended (SendSignal, or the
+// sandbox's end): a command killed while it was still starting (its
+// sandbox being claimed or created) fails with whatever the interrupted
+// step says, and the client asked for a kill, so it is told 137, not
+// that sandgate refused the command.
+func killedOr(ctx context.Context, err error) error {
+	if ctx.Err() != nil && !errors.Is(err, context.Canceled) {
+		return errors.Join(err, context.Canceled)
+	}
+	return err
 }
 
 // startSafely is manager.StartDetached with a panic turned into an error.

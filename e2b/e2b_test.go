@@ -2,6 +2,7 @@ package e2b
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -298,5 +299,28 @@ func TestRefusalText(t *testing.T) {
 	}
 	if ev := endOf(manager.ErrCancelled, ""); ev.End.ExitCode != exitKilled {
 		t.Errorf("killed: %+v", ev.End)
+	}
+}
+
+// TestKilledWhileStarting: a command whose start fails because the
+// client killed it (its context ended) ends as killed (137), whatever
+// the interrupted step's error; one that fails on its own is refused.
+func TestKilledWhileStarting(t *testing.T) {
+	cut := errors.New("docker: create: the request was cut short")
+	live := context.Background()
+	killed, cancel := context.WithCancel(context.Background())
+	cancel()
+	cases := []struct {
+		name string
+		ctx  context.Context
+		want int
+	}{
+		{"killed while starting", killed, exitKilled},
+		{"failed on its own", live, exitRefused},
+	}
+	for _, c := range cases {
+		if got := int(endOf(killedOr(c.ctx, cut), "msg").End.ExitCode); got != c.want {
+			t.Errorf("%s: exit %d, want %d", c.name, got, c.want)
+		}
 	}
 }
