@@ -56,5 +56,9 @@ func (p *sandboxPool) claimSandbox(ctx context.Context, sh shape) *box {
 	// Nothing travels over the container's own streams.
 	b.conn.Close()
 	b.conn = client.HijackedResponse{}
+	// A run's container is released at the run's end, when the pool
+	// refills behind it; a sandbox is released with its session, hours
+	// later: refill now.
+	p.kick()
 	return b
 }

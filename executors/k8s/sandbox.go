@@ -39,8 +39,11 @@ type sandbox struct {
 	adopted bool
 
 	runMu sync.Mutex // runs of a session take turns: the workspace copy is per run
-	tun   *tunnel
-	snap  string // the host workspace as last synced (workspace.go)
+	// connMu orders reach's replacing of tun and client (under runMu)
+	// with close, which the watch calls from its own goroutine.
+	connMu sync.Mutex
+	tun    *tunnel
+	snap   string // the host workspace as last synced (workspace.go)
 	// podFP is the pod's workspace fingerprint as last synced ("" when
 	// unknown), and fresh says the pod's workspace is still the empty
 	// one it started with (workspace.go).
@@ -263,7 +266,9 @@ func (sb *sandbox) reach(ctx context.Context) error {
 		return unavailable("sandbox pod unreachable", err)
 	}
 	sb.client.Close()
+	sb.connMu.Lock()
 	sb.tun, sb.client = cn.tun, cn.client
+	sb.connMu.Unlock()
 	return nil
 }
 
@@ -299,6 +304,8 @@ func (e *Executor) forget(sb *sandbox) {
 }
 
 func (sb *sandbox) close() {
+	sb.connMu.Lock()
+	defer sb.connMu.Unlock()
 	if sb.tun != nil {
 		sb.tun.close()
 	}
