@@ -51,8 +51,9 @@ func kubeTestCluster(t *testing.T) (kubeconfig, image string) {
 // TestPolicyRoutesToKubernetes: a policy whose rows name the executor
 // "kubernetes" sends a session's run_code to a pod of the Kubernetes
 // tier: the decision names it, the code runs there, the session has
-// exactly one pod, and
-// deleting the session deletes it.
+// exactly one pod, and deleting the session deletes it. DeerFlow's
+// provisioner API is backed by the same tier (the only executor on):
+// its sandbox's shell runs in a pod of its own, with DeerFlow's paths.
 func TestPolicyRoutesToKubernetes(t *testing.T) {
 	kubeconfig, image := kubeTestCluster(t)
 	tmp := t.TempDir()
@@ -92,6 +93,26 @@ policy:
 	pods, err := cs.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=sandgate"})
 	if err != nil || len(pods.Items) != 1 {
 		t.Fatalf("pods after the run: %d (%v), want exactly the session's one", len(pods.Items), err)
+	}
+	// DeerFlow's provisioner API on the same tier: its sandbox's shell
+	// runs in a pod of its own session, with DeerFlow's paths.
+	st, sb, raw := g.call("POST", "/deerflow/api/sandboxes", tok, `{"sandbox_id":"sbx-k8s","thread_id":"t1","user_id":"u1"}`)
+	url, _ := sb["sandbox_url"].(string)
+	if st != 200 || !strings.HasPrefix(url, g.base+"/deerflow/sandboxes/") {
+		t.Fatalf("DeerFlow create: %d %s", st, raw)
+	}
+	st, sh, raw := g.call("POST", strings.TrimPrefix(url, g.base)+"/v1/shell/exec", "",
+		`{"command":"hostname; pwd; echo df > /mnt/user-data/outputs/k.txt; cat /mnt/user-data/outputs/k.txt"}`)
+	data, _ := sh["data"].(map[string]any)
+	if out, _ := data["output"].(string); st != 200 || !strings.Contains(out, "sandbox\n/mnt/user-data/workspace\ndf") {
+		t.Fatalf("DeerFlow shell/exec on the Kubernetes tier: %d %s", st, raw)
+	}
+	pods, err = cs.CoreV1().Pods(ns).List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=sandgate"})
+	if err != nil || len(pods.Items) != 2 {
+		t.Fatalf("pods after DeerFlow's command: %d (%v), want the two sessions' two", len(pods.Items), err)
+	}
+	if st, _, raw := g.call("DELETE", "/deerflow/api/sandboxes/sbx-k8s", tok, ""); st != 200 {
+		t.Fatalf("DeerFlow delete: %d %s", st, raw)
 	}
 	if st, _, raw := g.call("DELETE", "/v1/sessions/k8s-routed", tok, ""); st/100 != 2 {
 		t.Fatalf("delete the session: %d %s", st, raw)
