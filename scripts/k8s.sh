@@ -258,6 +258,15 @@ restore_sysctls() {
   rm -f "$RUN/sysctls.saved"
 }
 
+# import_images imports what this checkout's images add into the running
+# containerd (hashed: nothing when unchanged) and records their refs.
+import_images() {
+  local refs
+  refs=$(SANDGATE_K8S_CONTAINERD_SOCK=$SOCK "$here/scripts/k8s-images.sh" import)
+  echo "$refs" >"$RUN/images"
+  echo "${refs#* }" >"$RUN/sandbox-image"
+}
+
 start_cluster() {
   local began=$SECONDS refs pause
   "$here/scripts/k8s-build.sh" >/dev/null
@@ -274,8 +283,7 @@ start_cluster() {
   configs "$pause"
   launch containerd env PATH="$BIN:$PATH" "$BIN/containerd" --config "$RUN/etc/containerd.toml"
   wait_for containerd "$BIN/ctr" -a "$SOCK" version
-  SANDGATE_K8S_CONTAINERD_SOCK=$SOCK "$here/scripts/k8s-images.sh" import >"$RUN/images"
-  echo "${refs#* }" >"$RUN/sandbox-image"
+  import_images
 
   launch kine "$BIN/kine" --listen-address 127.0.0.1:2379 --metrics-bind-address 0 \
     --endpoint "sqlite://$RUN/kine.db?_journal=WAL&cache=shared&_busy_timeout=30000"
@@ -385,9 +393,7 @@ start)
     # This checkout's images (its sandboxd) may be newer than the ones
     # the running cluster imported: hashed, so an unchanged one costs
     # nothing.
-    refs=$(SANDGATE_K8S_CONTAINERD_SOCK=$SOCK "$here/scripts/k8s-images.sh" import)
-    echo "$refs" >"$RUN/images"
-    echo "${refs#* }" >"$RUN/sandbox-image"
+    import_images
     log "cluster already up"
   else
     start_cluster

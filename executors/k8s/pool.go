@@ -123,8 +123,10 @@ func (e *Executor) uidsInUse(busyOnly bool) map[int64]bool {
 }
 
 // podUID is the uid pod p runs as (0 when its spec does not say).
-func podUID(p *corev1.Pod) int64 {
-	if sc := p.Spec.SecurityContext; sc != nil && sc.RunAsUser != nil {
+func podUID(p *corev1.Pod) int64 { return runAsUser(&p.Spec) }
+
+func runAsUser(spec *corev1.PodSpec) int64 {
+	if sc := spec.SecurityContext; sc != nil && sc.RunAsUser != nil {
 		return *sc.RunAsUser
 	}
 	return 0
@@ -164,19 +166,11 @@ func (e *Executor) ensurePool(ctx context.Context) error {
 		}
 		_, err := rsc.Create(ctx, rs, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
-			err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-				cur, err := rsc.Get(ctx, rs.Name, metav1.GetOptions{})
-				if err != nil {
-					return err
+			err = e.setSlot(ctx, slot, func(cur int64) (int64, bool) {
+				if cur >= poolUIDBase && cur < poolUIDBase+poolUIDCount {
+					return cur, true // the slot keeps its uid
 				}
-				uid := e.freePoolUID()
-				if sc := cur.Spec.Template.Spec.SecurityContext; sc != nil && sc.RunAsUser != nil &&
-					*sc.RunAsUser >= poolUIDBase && *sc.RunAsUser < poolUIDBase+poolUIDCount {
-					uid = *sc.RunAsUser // the slot keeps its uid
-				}
-				cur.Spec.Replicas, cur.Spec.Template = &one, e.poolTemplate(slot, uid)
-				_, err = rsc.Update(ctx, cur, metav1.UpdateOptions{})
-				return err
+				return e.freePoolUID(), true
 			})
 		}
 		if err != nil {
@@ -210,6 +204,27 @@ func (e *Executor) dropSlots(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// setSlot rewrites slot's ReplicaSet with one replica and the current
+// template, as the uid pick chooses from its template's present one;
+// pick's false leaves the ReplicaSet as it is.
+func (e *Executor) setSlot(ctx context.Context, slot int, pick func(cur int64) (int64, bool)) error {
+	rsc := e.cs.AppsV1().ReplicaSets(e.cfg.Namespace)
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := rsc.Get(ctx, e.slotName(slot), metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		uid, ok := pick(runAsUser(&cur.Spec.Template.Spec))
+		if !ok {
+			return nil
+		}
+		one := int32(1)
+		cur.Spec.Replicas, cur.Spec.Template = &one, e.poolTemplate(slot, uid)
+		_, err = rsc.Update(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+}
+
 // rotateSlot draws a new uid for the slot claimed's pod came from, so
 // that the pod replacing it runs as a uid of its own, and deletes an
 // idle replacement made (by the controller, faster) from the old
@@ -221,18 +236,8 @@ func (e *Executor) rotateSlot(ctx context.Context, claimed *corev1.Pod) {
 	if err != nil {
 		return
 	}
-	rsc := e.cs.AppsV1().ReplicaSets(e.cfg.Namespace)
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur, err := rsc.Get(ctx, e.slotName(n), metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if sc := cur.Spec.Template.Spec.SecurityContext; sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != uid {
-			return nil // rotated already
-		}
-		cur.Spec.Template = e.poolTemplate(n, e.freePoolUID())
-		_, err = rsc.Update(ctx, cur, metav1.UpdateOptions{})
-		return err
+	err = e.setSlot(ctx, n, func(cur int64) (int64, bool) {
+		return e.freePoolUID(), cur == uid // else rotated already
 	})
 	if err != nil && !apierrors.IsNotFound(err) {
 		e.cfg.Logger.Warn("k8s: rotate a pool slot's uid", "slot", slot, "err", err)
