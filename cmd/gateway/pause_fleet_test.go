@@ -186,11 +186,18 @@ func TestPausedKernelResumesOnAnotherReplica(t *testing.T) {
 		t.Fatalf("on b: %v", out)
 	}
 	// Which directory is "lost"'s: the one still there after "moved" was
-	// restored (a restore consumes its image).
+	// restored (a restore consumes its image, removed off the resume's
+	// path: CI 2 of session 12 looked before the removal had run).
 	var left []string
-	for _, d := range ckDirs {
-		if m, _ := filepath.Glob(filepath.Join(d, "*", "image", "checkpoint.img")); len(m) > 0 {
-			left = append(left, d)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		left = left[:0]
+		for _, d := range ckDirs {
+			if m, _ := filepath.Glob(filepath.Join(d, "*", "image", "checkpoint.img")); len(m) > 0 {
+				left = append(left, d)
+			}
+		}
+		if len(left) == 1 || time.Now().After(deadline) {
+			break
 		}
 	}
 	if len(left) != 1 {
