@@ -483,7 +483,8 @@ func (e *Executor) keepBundle(ctx context.Context, rt runsc, root, id, dir strin
 
 // standalone makes an engine's bundle restorable without the engine:
 // its hooks (the engine's network setup) and namespace paths go, its root
-// is rootfs, its cgroup is its own, and each bind-mounted file (hosts,
+// is rootfs, its cgroup is its own (its CPU quota kept apart, see
+// checkpoint_cpu.go), and each bind-mounted file (hosts,
 // resolv.conf, hostname, which the engine deletes with the container) is
 // copied into dir.
 func standalone(spec map[string]any, rootfs, dir string) error {
@@ -506,6 +507,9 @@ func standalone(spec map[string]any, rootfs, dir string) error {
 			}
 			lx["namespaces"] = kept
 		}
+	}
+	if err := takeCPULimit(spec, dir); err != nil {
+		return err
 	}
 	mounts, _ := spec["mounts"].([]any)
 	for i, mv := range mounts {
@@ -595,6 +599,9 @@ func (e *Executor) restoreFrom(ctx context.Context, session string, ck *checkpoi
 	outW.Close()
 	logf.Close()
 	rb := &restoredBox{root: root, id: id, bundle: ck.dir}
+	if err == nil {
+		err = applyCPULimit(cgroupRoot, ck.dir) // checkpoint_cpu.go
+	}
 	if err != nil {
 		inW.Close()
 		outR.Close()

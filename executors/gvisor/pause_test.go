@@ -2,6 +2,10 @@ package gvisor
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,6 +68,7 @@ func TestPausedKernelRestoredAfterRestart(t *testing.T) {
 	if n := e2.RestoredSandboxes(); n != 1 {
 		t.Fatalf("restored sandboxes %d, want 1", n)
 	}
+	requireRestoredCPUQuota(t)
 	if err := e2.ReleaseSession(ctx, s.SessionID); err != nil {
 		t.Fatal(err)
 	}
@@ -73,5 +78,42 @@ func TestPausedKernelRestoredAfterRestart(t *testing.T) {
 	}
 	if ok, err := e2.ResumeSession(ctx, s.SessionID); ok || err != nil {
 		t.Fatalf("resume after drop: %v %v", ok, err)
+	}
+}
+
+// requireRestoredCPUQuota fails unless every restored kernel sandbox
+// that has processes runs under a CPU quota: runsc restores without one
+// and the executor sets it afterwards (docker/checkpoint_cpu.go).
+func requireRestoredCPUQuota(t *testing.T) {
+	t.Helper()
+	groups, _ := filepath.Glob("/sys/fs/cgroup/cpu/sandgate-restored/*")
+	quota := func(g string) int64 {
+		raw, _ := os.ReadFile(filepath.Join(g, "cpu.cfs_quota_us"))
+		n, _ := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
+		return n
+	}
+	if len(groups) == 0 { // cgroup v2
+		groups, _ = filepath.Glob("/sys/fs/cgroup/sandgate-restored/*")
+		quota = func(g string) int64 {
+			raw, _ := os.ReadFile(filepath.Join(g, "cpu.max"))
+			n, err := strconv.ParseInt(strings.Fields(string(raw) + " max")[0], 10, 64)
+			if err != nil {
+				return -1
+			}
+			return n
+		}
+	}
+	seen := 0
+	for _, g := range groups {
+		if procs, _ := os.ReadFile(filepath.Join(g, "cgroup.procs")); len(strings.TrimSpace(string(procs))) == 0 {
+			continue
+		}
+		seen++
+		if q := quota(g); q <= 0 {
+			t.Errorf("restored sandbox %s runs with no CPU quota (%d)", filepath.Base(g), q)
+		}
+	}
+	if seen == 0 {
+		t.Fatal("no restored sandbox's cgroup has processes")
 	}
 }
