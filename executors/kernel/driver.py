@@ -163,12 +163,21 @@ def run_cell(k, req, inbox):
             emit("done", status="error", timed_out=timed_out, restarted=restarted, lost=True, exit_status=-1, execution_count=0)
             return
         if reply is None:
+            # Once the kernel has gone idle only its reply is missing, and
+            # nothing more comes on iopub: wait on the shell channel then.
+            # (Polling it while blocking on iopub stalled about one cell in
+            # two by a whole POLL, when idle was read before the reply.)
             try:
-                m = k.kc.get_shell_msg(timeout=0)
+                m = k.kc.get_shell_msg(timeout=POLL if idle else 0)
                 if m["parent_header"].get("msg_id") == msg_id:
                     reply = m["content"]
             except queue.Empty:
-                pass
+                if idle and not k.km.is_alive():
+                    k.dead = True
+                    emit("done", status="died", timed_out=timed_out, restarted=restarted, exit_status=k.exit_status(), execution_count=0)
+                    return
+            if idle:
+                continue
         try:
             m = k.kc.get_iopub_msg(timeout=POLL)
         except queue.Empty:
