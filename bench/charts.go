@@ -99,6 +99,9 @@ func drawCharts(dir string, rep *report, sk *soakResult) error {
 	if rep.Kernel != nil {
 		all = append(all, *rep.Kernel)
 	}
+	if rep.Pause != nil {
+		all = append(all, *rep.Pause)
+	}
 	if rep.AIO != nil {
 		all = append(all, *rep.AIO)
 	}

@@ -367,6 +367,9 @@ func markdown(rep *report, sk *soakResult, h headline) string {
 	if rep.Kernel != nil {
 		scen("Stateful cells (session kernel)", "`run_code` with `stateful: true` of a pandas cell (import, a 1000-row DataFrame, a groupby) in one session's IPython kernel, against the same code as a stateless `run_code` in a warm docker session, both routed to docker by the default policy. The stateless run starts an interpreter and imports pandas every time; the cell does not. E2B code-interpreter publishes "+e2bWarmRunMS+" for a warm second run: a reference only, measured on its infrastructure, not here.", *rep.Kernel)
 	}
+	if rep.Pause != nil {
+		scen("Pause, resume and fork with memory (gVisor)", pauseNote, *rep.Pause)
+	}
 	if r := rep.E2B; r != nil {
 		scen("E2B front end", e2bNote, r.Commands, r.RunCode)
 		p("%s\n\n", e2bCreateLine(r))
