@@ -62,7 +62,7 @@ func TestPoolClaimIsFreshAndTheSessions(t *testing.T) {
 	if res := execute(t, e, a); res.ExitCode != 0 {
 		t.Fatalf("A: %+v", res)
 	}
-	b := spec(t, executors.LangBash, `id -u; id -G; pwd; ls -A /workspace; cat a.txt 2>&1; ps -eo args | grep -c '^sleep 300'; grep CapBnd /proc/self/status; echo > mine.txt`)
+	b := spec(t, executors.LangBash, `id -u; id -G; pwd; ls -A /workspace; cat a.txt 2>&1; ps -eo args | grep -c '^sleep 300'; grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb):' /proc/self/status | tr -d '\t' | sort | paste -sd ' ' -; echo > mine.txt`)
 	b.UID, b.GID = 61002, 61002
 	if err := os.Chown(b.WorkspaceDir, 61002, 61002); err != nil {
 		t.Fatal(err)
@@ -75,7 +75,7 @@ func TestPoolClaimIsFreshAndTheSessions(t *testing.T) {
 	if res.ExitCode != 0 || len(lines) < 7 {
 		t.Fatalf("B: %+v", res)
 	}
-	want := []string{"61002", "61002", "/workspace", "b.txt", "cat: a.txt: No such file or directory", "0", "CapBnd:\t0000000000000000"}
+	want := []string{"61002", "61002", "/workspace", "b.txt", "cat: a.txt: No such file or directory", "0", "CapAmb:0000000000000000 CapBnd:0000000000000000 CapEff:0000000000000000 CapInh:0000000000000000 CapPrm:0000000000000000"}
 	for i, w := range want {
 		if lines[i] != w {
 			t.Errorf("B line %d = %q, want %q (all: %q)", i, lines[i], w, res.Stdout)

@@ -33,6 +33,82 @@ for t in "$@"; do mount --bind /run/sandgate/slot/ws "$t" || exit 125; done
 if [ -e /workspace/.sandgate-unclaimed ]; then echo "sandgate: the workspace did not reach the pooled sandbox" >&2; exit 125; fi
 exec setpriv --reuid="$u" --regid="$g" --clear-groups --inh-caps=-all --bounding-set=-all -- /bin/sh -c "$s" sandgate-boot "$m" "$x"`
 
+// poolBootLauncher is a pooled container's command: it runs the claim
+// step in Python when the image has python3 (poolBootPython, $1), and
+// poolBootPrefix in the shell otherwise. Both do the same; the Python
+// step makes the binds and changes the identity with system calls in its
+// own process, where the shell's execs mount and setpriv after the
+// claim: under gVisor each of those is a process start of 10-13 ms on
+// the path of a session's first output (issue 34). Python starts while
+// the container idles, before any claim. Its $0 is bootArg0.
+var poolBootLauncher = `p=$1
+shift
+if command -v python3 >/dev/null 2>&1; then exec python3 -I -S -c "$p" "$0" "$@"; fi
+` + poolBootPrefix
+
+// poolBootPython is poolBootPrefix as one Python process, fixed text: it
+// reads the claim's line "uid gid" byte by byte (what follows on stdin is
+// the boot script's), refuses anything but two decimals other than 0,
+// binds the slot's workspace onto each target (under gVisor), refuses a
+// /workspace still marked unclaimed, then clears the bounding set (it
+// holds CAP_SETPCAP; every capability up to the kernel's last, where the
+// drop fails), the ambient and inheritable sets, the supplementary
+// groups, sets the gid and the uid (which clears the permitted and
+// effective sets), checks the identity and that no capability is left in
+// any set (/proc/self/status), and execs the boot script as setpriv does. Any failure, an exception included, exits
+// 125 before the exec.
+// argv: bootArg0, the boot script's $1 and $2, the script, targets.
+const poolBootPython = `import ctypes, os, sys
+def die(msg=""):
+    if msg:
+        os.write(2, b"sandgate: " + msg.encode() + b"\n")
+    os._exit(125)
+def claim_line():
+    b = b""
+    while not b.endswith(b"\n"):
+        c = os.read(0, 1)
+        if not c or len(b) > 40:
+            die()
+        b += c
+    f = b.decode("ascii", "replace").split()
+    if len(f) != 2 or not all(x.isascii() and x.isdigit() and int(x) > 0 for x in f):
+        die()
+    return int(f[0]), int(f[1])
+def main():
+    u, g = claim_line()
+    name, m, x, script = sys.argv[1:5]
+    libc = ctypes.CDLL(None, use_errno=True)
+    for t in sys.argv[5:]:
+        if libc.mount(b"/run/sandgate/slot/ws", t.encode(), None, 4096, None) != 0:
+            die("bind " + t + ": " + os.strerror(ctypes.get_errno()))
+    if os.path.exists("/workspace/.sandgate-unclaimed"):
+        die("the workspace did not reach the pooled sandbox")
+    cap = 0
+    while libc.prctl(24, cap, 0, 0, 0) == 0:
+        cap += 1
+    if libc.prctl(47, 4, 0, 0, 0) != 0:
+        die("ambient set")
+    hdr = (ctypes.c_uint32 * 2)(0x20080522, 0)
+    data = (ctypes.c_uint32 * 6)()
+    if libc.capget(hdr, data) != 0:
+        die("capget")
+    data[2] = data[5] = 0
+    if libc.capset(hdr, data) != 0:
+        die("inheritable set")
+    os.setgroups([])
+    os.setresgid(g, g, g)
+    os.setresuid(u, u, u)
+    st = dict(l.split(":\t", 1) for l in open("/proc/self/status").read().splitlines() if ":\t" in l)
+    if os.getresuid() != (u, u, u) or os.getresgid() != (g, g, g) or os.getgroups() or any(
+            int(st.get(k, "1"), 16) for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")):
+        die("identity")
+    os.execv("/bin/sh", ["/bin/sh", "-c", script, name, m, x])
+try:
+    main()
+except BaseException as e:
+    die(type(e).__name__)
+`
+
 // poolSlotMount is where a sandbox with its own kernel sees its slot.
 const poolSlotMount = "/run/sandgate/slot"
 
@@ -61,8 +137,8 @@ func (p *sandboxPool) adjust(slot string, key shape) func(*client.ContainerCreat
 		// the empty slot, which then could not be removed (rmdir) after the
 		// run; the prefix enters the workdir once the claim mounted it.
 		o.Config.WorkingDir = "/"
-		o.Config.Entrypoint = []string{"/bin/sh", "-c", poolBootPrefix, bootArg0}
-		o.Config.Cmd = args
+		o.Config.Entrypoint = []string{"/bin/sh", "-c", poolBootLauncher, bootArg0}
+		o.Config.Cmd = append([]string{poolBootPython}, args...)
 	}
 }
 

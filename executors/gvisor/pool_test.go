@@ -36,7 +36,7 @@ func TestPoolClaimUnderGVisor(t *testing.T) {
 	}
 	a := spec(t, executors.LangBash, `echo secret > a.txt; (sleep 300 &); echo ok`)
 	a.UID, a.GID = 61001, 61001
-	b := spec(t, executors.LangBash, `id -u; pwd; ls -A; cat a.txt 2>&1; ps -eo args | grep -c '^sleep 300'; grep CapBnd /proc/self/status; echo x > mine.txt && echo wrote`)
+	b := spec(t, executors.LangBash, `id -u; id -G; pwd; ls -A; cat a.txt 2>&1; ps -eo args | grep -c '^sleep 300'; grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb):' /proc/self/status | tr -d '\t' | sort | paste -sd ' ' -; echo x > mine.txt && echo wrote`)
 	b.UID, b.GID = 61002, 61002
 	for _, s := range []executors.Spec{a, b} {
 		if err := os.Chown(s.WorkspaceDir, s.UID, s.GID); err != nil {
@@ -50,7 +50,7 @@ func TestPoolClaimUnderGVisor(t *testing.T) {
 		t.Fatalf("A: %+v", res)
 	}
 	res := execute(t, e, b)
-	want := "61002\n/workspace\nb.txt\ncat: a.txt: No such file or directory\n0\nCapBnd:\t0000000000000000\nwrote\n"
+	want := "61002\n61002\n/workspace\nb.txt\ncat: a.txt: No such file or directory\n0\nCapAmb:0000000000000000 CapBnd:0000000000000000 CapEff:0000000000000000 CapInh:0000000000000000 CapPrm:0000000000000000\nwrote\n"
 	if res.ExitCode != 0 || res.Stdout != want {
 		t.Fatalf("B: exit %d stdout %q stderr %q, want stdout %q", res.ExitCode, res.Stdout, res.Stderr, want)
 	}
