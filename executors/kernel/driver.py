@@ -2,7 +2,7 @@
 #
 # Runs inside the sandbox, as the sandbox's user, next to one IPython
 # kernel it starts itself. It speaks the Jupyter messaging protocol to the
-# kernel through jupyter_client (Debian's python3-jupyter-client) and JSON
+# kernel over ZeroMQ (Debian's python3-zmq, see class Kernel) and JSON
 # lines to the executor on its own stdin and stdout:
 #
 #   in:  {"op": "execute", "code": "...", "timeout_ms": 30000, "max_result_bytes": N}
@@ -53,13 +53,22 @@ for _k, _v in (
 os.makedirs(os.environ["JUPYTER_RUNTIME_DIR"], mode=0o700, exist_ok=True)
 
 try:
-    from jupyter_client.manager import KernelManager  # noqa: E402
+    import zmq  # noqa: E402
 except ImportError:
-    emit_early = '{"ev":"fatal","message":"jupyter_client is missing from the image (make images)"}\n'
+    emit_early = '{"ev":"fatal","message":"pyzmq is missing from the image (make images)"}\n'
     _proto.write(emit_early)
     _proto.flush()
     sys.exit(1)
+import hashlib  # noqa: E402
+import hmac  # noqa: E402
+import signal  # noqa: E402
+import socket  # noqa: E402
+import subprocess  # noqa: E402
+import uuid  # noqa: E402
+from datetime import datetime, timezone  # noqa: E402
 
+# The kernel's command line, as Debian's python3 kernelspec gives it.
+KERNEL_CMD = ["/usr/bin/python3", "-m", "ipykernel_launcher", "-f"]
 KERNEL_ARGS = [
     "--InteractiveShell.colors=NoColor",  # tracebacks as plain text
     "--HistoryManager.enabled=False",  # no sqlite file; _ and Out still work
@@ -71,6 +80,7 @@ KERNEL_ARGS = [
 INTERRUPT_GRACE = 5.0
 START_TIMEOUT = 120.0
 POLL = 0.05
+DELIM = b"<IDS|MSG>"
 
 
 def emit(ev, **kw):
@@ -79,58 +89,179 @@ def emit(ev, **kw):
     _proto.flush()
 
 
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
 class Kernel:
+    """One IPython kernel and the Jupyter messaging the driver needs of
+    it: execute requests on the shell channel, their output on iopub,
+    interrupts as SIGINT to the kernel's process group, and kill. It is
+    written on pyzmq alone: jupyter_client's KernelManager and client
+    held about 40 MB more of the driver's memory, which every pause's
+    checkpoint image carried and every resume read back."""
+
+    ctx = zmq.Context.instance()
+
     def __init__(self):
-        self.km = None
-        self.kc = None
+        self.proc = None
+        self.shell = self.iopub = None
+        self.conn_file = None
         self.dead = False
 
     def start(self):
-        km = KernelManager(kernel_name="python3")
-        devnull = open(os.devnull, "r+b")
-        km.start_kernel(
-            extra_arguments=KERNEL_ARGS,
-            cwd=os.getcwd(),
-            env=dict(os.environ),
-            stdin=devnull,
-            stdout=devnull,
-            stderr=devnull,
-        )
-        kc = km.client()
-        kc.start_channels()
+        key = uuid.uuid4().hex
+        self.key = key.encode()
+        self.session = uuid.uuid4().hex
+        ports = {n: free_port() for n in ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")}
+        info = dict(ports, ip="127.0.0.1", key=key, transport="tcp", signature_scheme="hmac-sha256", kernel_name="python3")
+        self.conn_file = os.path.join(os.environ["JUPYTER_RUNTIME_DIR"], "kernel-%s.json" % self.session)
+        fd = os.open(self.conn_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(info, f)
+        env = dict(os.environ)
+        env["JPY_PARENT_PID"] = str(os.getpid())  # the kernel exits with the driver
+        with open(os.devnull, "r+b") as devnull:
+            self.proc = subprocess.Popen(
+                KERNEL_CMD + [self.conn_file] + KERNEL_ARGS,
+                cwd=os.getcwd(), env=env, stdin=devnull, stdout=devnull, stderr=devnull, start_new_session=True,
+            )
+        self.shell = self.ctx.socket(zmq.DEALER)
+        self.shell.linger = 0
+        self.shell.connect("tcp://127.0.0.1:%d" % ports["shell_port"])
+        self.iopub = self.ctx.socket(zmq.SUB)
+        self.iopub.linger = 0
+        self.iopub.setsockopt(zmq.SUBSCRIBE, b"")
+        self.iopub.connect("tcp://127.0.0.1:%d" % ports["iopub_port"])
+        self.dead = False
         try:
-            kc.wait_for_ready(timeout=START_TIMEOUT)
+            self.wait_for_ready()
         except Exception:
-            kc.stop_channels()
-            km.shutdown_kernel(now=True)
+            self.stop()
             raise
-        self.km, self.kc, self.dead = km, kc, False
+
+    def wait_for_ready(self):
+        """Ready is a kernel_info reply on shell and its status on iopub:
+        a SUB socket misses what is published before its subscription has
+        reached the kernel, so the first cell's output would be lost."""
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if not self.is_alive():
+                raise RuntimeError("the kernel exited while starting")
+            msg_id = self.send("kernel_info_request", {})
+            if not self._reply_to(msg_id, 1.0):
+                continue
+            end = time.monotonic() + 0.5
+            while time.monotonic() < end:
+                try:
+                    m = self.get_iopub_msg(timeout=0.1)
+                except queue.Empty:
+                    continue
+                if m["parent_header"].get("msg_id") == msg_id:
+                    self._drain_iopub()
+                    return
+        raise RuntimeError("the kernel did not answer in %d s" % START_TIMEOUT)
+
+    def _reply_to(self, msg_id, timeout):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            try:
+                m = self.get_shell_msg(timeout=max(end - time.monotonic(), 0))
+            except queue.Empty:
+                return False
+            if m["parent_header"].get("msg_id") == msg_id:
+                return True
+        return False
+
+    def _drain_iopub(self):
+        while True:
+            try:
+                self.get_iopub_msg(timeout=0)
+            except queue.Empty:
+                return
+
+    def sign(self, frames):
+        h = hmac.new(self.key, digestmod=hashlib.sha256)
+        for f in frames:
+            h.update(f)
+        return h.hexdigest().encode()
+
+    def send(self, msg_type, content):
+        msg_id = uuid.uuid4().hex
+        header = {"msg_id": msg_id, "msg_type": msg_type, "username": "sandgate", "session": self.session,
+                  "date": datetime.now(timezone.utc).isoformat(), "version": "5.3"}
+        frames = [json.dumps(x, ensure_ascii=False).encode("utf-8", "surrogateescape") for x in (header, {}, {}, content)]
+        self.shell.send_multipart([DELIM, self.sign(frames)] + frames)
+        return msg_id
+
+    def execute(self, code):
+        return self.send("execute_request", {"code": code, "silent": False, "store_history": True,
+                                             "user_expressions": {}, "allow_stdin": False, "stop_on_error": False})
+
+    def _recv(self, sock, timeout):
+        if not sock.poll(int(timeout * 1000)):
+            raise queue.Empty
+        frames = sock.recv_multipart()
+        i = frames.index(DELIM) if DELIM in frames else len(frames)
+        sig, rest = frames[i + 1:i + 2], frames[i + 2:i + 6]
+        if len(rest) != 4 or not hmac.compare_digest(sig[0], self.sign(rest)):
+            raise queue.Empty  # malformed or not signed with the key: ignored
+        header, parent, _meta, content = (json.loads(f) for f in rest)
+        return {"header": header, "parent_header": parent, "msg_type": header.get("msg_type"), "content": content}
+
+    def get_shell_msg(self, timeout):
+        return self._recv(self.shell, timeout)
+
+    def get_iopub_msg(self, timeout):
+        return self._recv(self.iopub, timeout)
+
+    def signal(self, signum):
+        try:
+            os.killpg(self.proc.pid, signum)
+        except OSError:
+            try:
+                self.proc.send_signal(signum)
+            except OSError:
+                pass
+
+    def interrupt(self):
+        self.signal(signal.SIGINT)
+
+    def is_alive(self):
+        return self.proc is not None and self.proc.poll() is None
 
     def stop(self):
-        if self.kc is not None:
+        for s in (self.shell, self.iopub):
+            if s is not None:
+                s.close()
+        self.shell = self.iopub = None
+        if self.proc is not None:
+            self.signal(signal.SIGKILL)
             try:
-                self.kc.stop_channels()
+                self.proc.wait(timeout=5)
             except Exception:
                 pass
-        if self.km is not None:
+        if self.conn_file:
             try:
-                self.km.shutdown_kernel(now=True)
-            except Exception:
+                os.unlink(self.conn_file)
+            except OSError:
                 pass
-        self.km = self.kc = None
+        self.conn_file = None
 
     def restart(self):
         self.stop()
+        self.proc = None
         self.start()
 
     def alive(self):
-        return self.km is not None and not self.dead and self.km.is_alive()
+        return self.proc is not None and not self.dead and self.is_alive()
 
     def exit_status(self):
-        try:
-            code = self.km.provisioner.process.poll()
-        except Exception:
-            return -1
+        code = self.proc.poll() if self.proc is not None else None
         if code is None:
             return -1
         return 128 - code if code < 0 else code
@@ -143,7 +274,7 @@ def run_cell(k, req, inbox):
         restarted = True
     budget = int(req.get("max_result_bytes") or 0)
     timeout = max(float(req.get("timeout_ms") or 30000) / 1000.0, 0.001)
-    msg_id = k.kc.execute(req.get("code", ""), store_history=True, allow_stdin=False, stop_on_error=False)
+    msg_id = k.execute(req.get("code", ""))
     deadline = time.monotonic() + timeout
     hard = None
     timed_out = False
@@ -153,7 +284,7 @@ def run_cell(k, req, inbox):
         now = time.monotonic()
         if hard is None and (now >= deadline or interrupted(inbox)):
             timed_out = now >= deadline
-            k.km.interrupt_kernel()
+            k.interrupt()
             hard = now + INTERRUPT_GRACE
         if hard is not None and now >= hard:
             # The cell ignored KeyboardInterrupt: the kernel is restarted
@@ -168,20 +299,20 @@ def run_cell(k, req, inbox):
             # (Polling it while blocking on iopub stalled about one cell in
             # two by a whole POLL, when idle was read before the reply.)
             try:
-                m = k.kc.get_shell_msg(timeout=POLL if idle else 0)
+                m = k.get_shell_msg(timeout=POLL if idle else 0)
                 if m["parent_header"].get("msg_id") == msg_id:
                     reply = m["content"]
             except queue.Empty:
-                if idle and not k.km.is_alive():
+                if idle and not k.is_alive():
                     k.dead = True
                     emit("done", status="died", timed_out=timed_out, restarted=restarted, exit_status=k.exit_status(), execution_count=0)
                     return
             if idle:
                 continue
         try:
-            m = k.kc.get_iopub_msg(timeout=POLL)
+            m = k.get_iopub_msg(timeout=POLL)
         except queue.Empty:
-            if not k.km.is_alive():
+            if not k.is_alive():
                 k.dead = True
                 emit("done", status="died", timed_out=timed_out, restarted=restarted, exit_status=k.exit_status(), execution_count=0)
                 return
