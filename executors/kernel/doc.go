@@ -7,8 +7,11 @@
 // The Jupyter protocol (five ZeroMQ sockets, HMAC-signed multipart
 // messages) is spoken inside the sandbox, by a small Python driver
 // (driver.py, embedded here and passed to `python3 -c`, so no image
-// carries a copy that could drift) that uses Debian's jupyter_client
-// against a local ipykernel. The executor talks to the driver with JSON
+// carries a copy that could drift) that speaks it over Debian's pyzmq to
+// a local ipykernel. (It used jupyter_client's KernelManager and client
+// until they proved to hold 40 MB of the driver's memory, which every
+// pause's checkpoint carried; the image still installs jupyter_client,
+// which ipykernel itself needs.) The executor talks to the driver with JSON
 // lines over the driver's stdin and stdout: one request per cell, then
 // the cell's events (stream, display, error) and a final done. This
 // package is the Go end of those JSON lines (Conn); docker holds it on a
@@ -17,8 +20,8 @@
 // Why not speak ZeroMQ from the gateway: the kernel's sockets would have
 // to leave the sandbox, which has no network interface by design
 // (DESIGN.md §9), and the gateway would need a ZeroMQ stack (cgo or a
-// partial pure-Go one) to reimplement what jupyter_client already does
-// right (heartbeats, interrupt by signal to the kernel's process group,
+// partial pure-Go one) for what the driver does in a page of Python
+// (signed messages, interrupt by signal to the kernel's process group,
 // restarts). Why not a home-made REPL: IPython's display formatting, `_`,
 // magics and tracebacks are the ones data-analysis users and their agents
 // know.
