@@ -64,6 +64,7 @@ type opts struct {
 	k8sN        int
 	e2bCreateN  int
 	ttfoBlock   int
+	ttfoGap     time.Duration
 	mixedDur    time.Duration
 	think       time.Duration
 	image       string
@@ -92,6 +93,7 @@ func main() {
 	flag.IntVar(&o.ttfoN, "ttfo-n", 100, "samples per side and tier of the time-to-first-output scenario")
 	flag.IntVar(&o.k8sN, "k8s-n", 20, "warm-pool claims of the k8s scenario (half as many cold pods, 5x as many warm run_code per side)")
 	flag.IntVar(&o.ttfoBlock, "ttfo-block", 10, "requests per alternating block (time to first output)")
+	flag.DurationVar(&o.ttfoGap, "ttfo-gap", 500*time.Millisecond, "untimed wait before each time-to-first-output sample: sessions arriving one at a time (0: back to back, a burst the pools cannot refill for)")
 	flag.DurationVar(&o.mixedDur, "mixed-duration", 30*time.Second, "duration of each mixed workload level")
 	flag.DurationVar(&o.think, "docker-think", time.Second, "untimed pause before each paced warm Docker run (an agent's model call)")
 	flag.StringVar(&o.image, "image", "sandgate/runtime:latest", "image of the docker run baseline")

@@ -64,6 +64,17 @@ type ttfoResult struct {
 	Commit    string       `json:"commit"`
 	Tiers     []abResult   `json:"tiers"`
 	Published []peerFigure `json:"published_peers"`
+	// GapMS is the untimed wait before each sample (-ttfo-gap).
+	GapMS float64 `json:"gap_ms"`
+	// Pools are the tiers' pools after their run, as /readyz shows them.
+	Pools []ttfoPool `json:"pools,omitempty"`
+}
+
+// ttfoPool is a tier's pool of pre-started sandboxes after its run: how
+// many first runs claimed one and how many found none ready.
+type ttfoPool struct {
+	Tier           string `json:"tier"`
+	Claims, Misses int64
 }
 
 // ttfoTier is one tier: how to reach it and its CLI baseline.
@@ -78,7 +89,7 @@ type ttfoTier struct {
 
 // scenarioTTFO measures every tier the gateways here serve.
 func scenarioTTFO(ctx context.Context, gw *gatewayProc, o opts) (ttfoResult, error) {
-	res := ttfoResult{Published: publishedPeers, Date: time.Now().UTC(), Commit: gitCommit()}
+	res := ttfoResult{Published: publishedPeers, Date: time.Now().UTC(), Commit: gitCommit(), GapMS: float64(o.ttfoGap.Milliseconds())}
 	python, err := sandboxPython()
 	if err != nil {
 		return res, err
@@ -107,7 +118,10 @@ func scenarioTTFO(ctx context.Context, gw *gatewayProc, o opts) (ttfoResult, err
 		if !o.want("ttfo") && !o.want("ttfo-"+t.name) {
 			continue
 		}
-		r, err := ttfoTierRun(ctx, t, o)
+		r, pool, err := ttfoTierRun(ctx, t, o)
+		if pool != nil {
+			res.Pools = append(res.Pools, *pool)
+		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "bench: ttfo %s unavailable: %v\n", t.name, err)
 			r = abResult{Name: "time to first output: " + t.name, Key: "ttfo-" + t.name, Concurrency: 1,
@@ -119,7 +133,7 @@ func scenarioTTFO(ctx context.Context, gw *gatewayProc, o opts) (ttfoResult, err
 }
 
 // ttfoTierRun measures one tier's front ends against its baseline.
-func ttfoTierRun(ctx context.Context, t ttfoTier, o opts) (abResult, error) {
+func ttfoTierRun(ctx context.Context, t ttfoTier, o opts) (abResult, *ttfoPool, error) {
 	prefix := "ttfo-" + t.name + "-" + randHex()
 	var seq atomic.Int64
 	next := func() string { return fmt.Sprintf("%s-%d", prefix, seq.Add(1)) }
@@ -134,44 +148,68 @@ func ttfoTierRun(ctx context.Context, t ttfoTier, o opts) (abResult, error) {
 	for _, s := range sides { // warm-up: images, interpreters, pools
 		for range 2 {
 			if _, err := s.s(ctx); err != nil {
-				return abResult{}, fmt.Errorf("%s warm-up: %w", s.label, err)
+				return abResult{}, nil, fmt.Errorf("%s warm-up: %w", s.label, err)
 			}
 		}
 	}
+	before := readPool(ctx, t)
+	for i := range sides {
+		sides[i].s = paced(o.ttfoGap, sides[i].s)
+	}
 	r, err := ab(ctx, "ttfo-"+t.name, "time to first output: "+t.name+" (session create to first output)",
 		sides, 1, o.ttfoN, o.ttfoBlock)
-	if err == nil {
-		r.print(os.Stdout)
-		printPool(ctx, t)
+	if err != nil {
+		return r, nil, err
 	}
-	return r, err
+	r.print(os.Stdout)
+	after := readPool(ctx, t)
+	if after == nil {
+		return r, nil, nil
+	}
+	if before != nil { // the warm-up's claims are not the run's
+		after.Claims, after.Misses = after.Claims-before.Claims, after.Misses-before.Misses
+	}
+	fmt.Printf("  %s pool during the run: claims %d, misses %d (gap %v before each sample)\n", t.name, after.Claims, after.Misses, o.ttfoGap)
+	return r, after, nil
 }
 
-// printPool prints the tier's pool of pre-started sandboxes as /readyz
-// shows it after the run: how many first runs claimed one and how many
-// found none ready.
-func printPool(ctx context.Context, t ttfoTier) {
+// paced waits gap, untimed, before each sample of s: one session arrives
+// after another has had its first output, as agent conversations start.
+func paced(gap time.Duration, s func(context.Context) (time.Duration, error)) func(context.Context) (time.Duration, error) {
+	if gap <= 0 {
+		return s
+	}
+	return func(ctx context.Context) (time.Duration, error) {
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(gap):
+		}
+		return s(ctx)
+	}
+}
+
+// readPool reads the tier's pool of pre-started sandboxes from /readyz,
+// nil when the tier has none.
+func readPool(ctx context.Context, t ttfoTier) *ttfoPool {
 	b, err := t.g.do(ctx, "GET", "/readyz", "", nil)
 	if err != nil {
-		return
+		return nil
 	}
 	var rz struct {
 		Executors map[string]struct {
 			Pool *struct {
-				Enabled              bool
-				Reason               string
-				Idle, Size, Max      int
-				Claims, Misses, Lost int64
+				Claims, Misses int64
 			} `json:"pool"`
 		} `json:"executors"`
 	}
 	if json.Unmarshal(b, &rz) != nil {
-		return
+		return nil
 	}
 	if p := rz.Executors[t.name].Pool; p != nil {
-		fmt.Printf("  %s pool: enabled %v %s, claims %d, misses %d, lost %d, idle %d (size %d, max %d)\n",
-			t.name, p.Enabled, p.Reason, p.Claims, p.Misses, p.Lost, p.Idle, p.Size, p.Max)
+		return &ttfoPool{Tier: t.name, Claims: p.Claims, Misses: p.Misses}
 	}
+	return nil
 }
 
 // ttfoRESTOnce creates a session, runs its first command and deletes it.
@@ -451,6 +489,11 @@ func ttfoMarkdown(r *ttfoResult) string {
 	var b strings.Builder
 	p := func(f string, a ...any) { fmt.Fprintf(&b, f, a...) }
 	p("## Time to first output (issue 34)\n\nMeasured %s, commit `%s`. Each sample creates a session and runs its first command (`print(1)`; `import os` first for the container tiers, which the policy sends there), timed from the create request to the first output, and deletes the session untimed; concurrency 1, blocks alternating with the tier's CLI baseline in the same run. REST is `POST /v1/sessions` then `run_code`; MCP is `initialize` (the MCP session makes its sandgate session) then `tools/call run_code`; E2B is `POST /e2b/sandboxes` then envd's `process.Process/Start` read up to its first stdout, as the SDK's `Sandbox.create()` and `commands.run()` do (E2B commands are detached runs, which the policy sends to docker).\n\n", r.Date.Format("2006-01-02 15:04 MST"), r.Commit)
+	if r.GapMS > 0 {
+		p("Sessions arrive one at a time: each sample waits %.0f ms, untimed, after the previous one (req/s includes the wait), as agent conversations start; within that rate the tiers' pools of pre-started sandboxes refill between two creates on this 2-core machine. Back to back (`-ttfo-gap 0`), creates outrun the refill (one sandbox start at a time) and about half of them find no sandbox ready and start their own.\n\n", r.GapMS)
+	} else {
+		p("Sessions are created back to back (`-ttfo-gap 0`): a burst that outruns the pools' refill, so part of the creates find no pre-started sandbox and start their own (claims and misses below).\n\n")
+	}
 	p("| tier | front end | p50 | p95 | p99 | n | ratio to the CLI baseline (p50) |\n|---|---|---|---|---|---|---|\n")
 	for _, t := range r.Tiers {
 		base := t.Sides[len(t.Sides)-1]
@@ -465,6 +508,9 @@ func ttfoMarkdown(r *ttfoResult) string {
 			}
 			p("| %s | %s | %s | %s | %s | %d | %s |\n", tierOf(t), s.Label, ms(s.Stats.P50), ms(s.Stats.P95), ms(s.Stats.P99), s.Stats.N, ratio)
 		}
+	}
+	for _, pl := range r.Pools {
+		p("\n%s's pool during the run: %d creates claimed a pre-started sandbox, %d found none ready.\n", pl.Tier, pl.Claims, pl.Misses)
 	}
 	p("\nPublished figures of other platforms (as published, not measured here, on their hardware):\n\n")
 	for _, f := range r.Published {
