@@ -199,3 +199,39 @@ func forkThree(ctx context.Context, g *gatewayProc, session string,
 	}
 	return d, err
 }
+
+// pauseTargets are issue 30's p50 targets in ms, by side.
+var pauseTargets = []struct {
+	label string
+	ms    float64
+	name  string
+}{
+	{pauseResumeLabel, 250, "issue 30: resume of a gVisor session holding pandas to its first answer p50 ≤ 250 ms"},
+	{pausePauseLabel, 1000, "issue 30: pause p50 ≤ 1 s"},
+	{pauseForkLabel, 1000, "issue 30: fork ×3 to three answers ≤ 1 s (p50)"},
+}
+
+// pauseHeadline adds issue 30's targets and the README's pause line.
+func pauseHeadline(rep *report, add func(target), lines *[]string) {
+	r := rep.Pause
+	if r == nil {
+		for _, pt := range pauseTargets {
+			add(target{Name: pt.name, Missing: true, Reason: unavailable(rep, "pause")})
+		}
+		return
+	}
+	cold, _ := r.side(pauseColdLabel)
+	for _, pt := range pauseTargets {
+		s, _ := r.side(pt.label)
+		t := target{Name: pt.name, Measured: fmt.Sprintf("p50 %s (n=%d)", ms(s.Stats.P50), s.Stats.N), Met: s.Stats.N > 0 && s.Stats.P50 <= pt.ms}
+		if !t.Met {
+			t.Reason = fmt.Sprintf("p50 %s", ms(s.Stats.P50))
+		}
+		add(t)
+	}
+	resume, _ := r.side(pauseResumeLabel)
+	pause, _ := r.side(pausePauseLabel)
+	fork, _ := r.side(pauseForkLabel)
+	*lines = append(*lines, fmt.Sprintf("A gVisor session holding pandas: paused in %s, first answer %s after its resume began (%.2f× a cold start to the same state, %s), fork ×3 to three answers %s (p50).",
+		ms(pause.Stats.P50), ms(resume.Stats.P50), resume.Stats.P50/cold.Stats.P50, ms(cold.Stats.P50), ms(fork.Stats.P50)))
+}

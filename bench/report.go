@@ -205,6 +205,7 @@ func headlines(rep *report, sk *soakResult) headline {
 	} else {
 		add(target{Name: "Stateful cell ≤ 0.5× a stateless run_code", Missing: true, Reason: unavailable(rep, "kernel")})
 	}
+	pauseHeadline(rep, add, &h.lines) // pause.go
 	e2bHeadline(rep, add, &h.lines)
 	// 3. aio
 	if r := rep.AIO; r != nil {
