@@ -168,7 +168,7 @@ func TestDefaultPoolMax(t *testing.T) {
 		ownKernel bool
 		want      int
 	}{
-		{24105, false, 8}, {24105, true, 4}, {2048, false, 2}, {2048, true, 1}, {256 << 10, true, 8},
+		{24105, false, 8}, {24105, true, 4}, {2048, false, 1}, {4096, false, 2}, {2048, true, 1}, {256 << 10, true, 8},
 	} {
 		if got := defaultPoolMax(tc.mem, tc.ownKernel); got != tc.want {
 			t.Errorf("defaultPoolMax(%d MiB, own kernel %v) = %d, want %d", tc.mem, tc.ownKernel, got, tc.want)

@@ -29,7 +29,9 @@ type PoolConfig struct {
 
 // Pool defaults. An idle pooled sandbox costs what an idle warm container
 // does (package doc, "Warm starts"): ~16 MiB under runc (its boot shell
-// and containerd shim), ~76 MiB RSS under gVisor (shim, gofer, sentry).
+// and containerd shim), ~76 MiB RSS under gVisor (shim, gofer, sentry),
+// plus its Python boot step (poolboot.go): ~7 MiB RSS under runc, ~5 MiB
+// under gVisor (measured against a shell waiting on stdin).
 const (
 	DefaultPoolSize   = 2
 	DefaultPoolShapes = 4
@@ -43,8 +45,8 @@ const (
 	poolMemShare = 64
 	// The memory an idle pooled sandbox costs, in MiB (measured, see
 	// above), by runtime kind.
-	poolCostRuncMiB   = 16
-	poolCostGVisorMiB = 76
+	poolCostRuncMiB   = 23
+	poolCostGVisorMiB = 81
 )
 
 // withDefaults fills the zero fields; ownKernel selects the gVisor cost.
@@ -64,8 +66,8 @@ func (c PoolConfig) withDefaults(ownKernel bool) PoolConfig {
 // defaultPoolMax is the pool cap for a machine of memMiB: its memory
 // share divided by one sandbox's cost, at least one and at most
 // poolMaxCap. On a 2-core, 24 GiB machine (MemTotal 24105 MiB, 1/64 of it
-// 376 MiB): 8 under runc (376 / 16 = 23,
-// capped), 4 under gVisor (376 / 76).
+// 376 MiB): 8 under runc (376 / 23 = 16,
+// capped), 4 under gVisor (376 / 81).
 func defaultPoolMax(memMiB int, ownKernel bool) int {
 	cost := poolCostRuncMiB
 	if ownKernel {
