@@ -142,6 +142,21 @@ func TestKernelsEndToEnd(t *testing.T) {
 		}
 	})
 
+	// A cell whose output is not UTF-8 (a file name of raw bytes) is shown
+	// with the bytes replaced, and the kernel keeps its state: the driver
+	// once died on such a message.
+	t.Run("NonUTF8OutputKeepsTheKernel", func(t *testing.T) {
+		t.Parallel()
+		e.cell(t, "k-bytes", "kept = 7", 60)
+		r := e.cell(t, "k-bytes", "import os\nprint('a' + os.fsdecode(b'\\xff') + 'b')", 60)
+		if r.body["success"] != true || r.body["stdout"] != "a\ufffdb\n" {
+			t.Fatalf("non-UTF-8 output: %s", r.raw)
+		}
+		if r = e.cell(t, "k-bytes", "print(kept)", 60); r.body["stdout"] != "7\n" || r.body["kernel_restarted"] != false {
+			t.Fatalf("after it: %s", r.raw)
+		}
+	})
+
 	// One session (one kernel) for the rich results, in turn: a plot, a
 	// DataFrame, a streamed cell and the same over MCP.
 	t.Run("RichResults", func(t *testing.T) {

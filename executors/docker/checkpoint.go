@@ -474,6 +474,9 @@ func (e *Executor) keepBundle(ctx context.Context, rt runsc, root, id, dir strin
 	if err := standalone(spec, rootfs, dir); err != nil {
 		return err
 	}
+	if err := carryCPULimit(st.Bundle, dir); err != nil { // checkpoint_cpu.go
+		return fmt.Errorf("docker: kernel bundle: %w", err)
+	}
 	raw, err = json.Marshal(spec)
 	if err != nil {
 		return err

@@ -88,3 +88,22 @@ func writeCgroup(path, value string) error {
 	}
 	return nil
 }
+
+// carryCPULimit copies the quota kept beside the bundle a kernel was
+// restored from (from) into the bundle kept of it now (to), when to's
+// spec had none: a restored kernel's config.json no longer holds its
+// quota, so a pause, fork or snapshot of a resumed kernel would
+// otherwise restore without one.
+func carryCPULimit(from, to string) error {
+	if _, err := os.Stat(filepath.Join(to, cpuLimitFile)); err == nil {
+		return nil
+	}
+	raw, err := os.ReadFile(filepath.Join(from, cpuLimitFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(to, cpuLimitFile), raw, 0o600)
+}

@@ -92,3 +92,33 @@ func TestStandaloneTakesCPULimit(t *testing.T) {
 		t.Fatalf("kept limit %q %v", kept, err)
 	}
 }
+
+// TestCPULimitCarriedOver: a bundle kept of a restored kernel (whose
+// config.json has no quota any more) takes the quota kept beside the
+// bundle it was restored from; one whose spec had a quota keeps its own.
+func TestCPULimitCarriedOver(t *testing.T) {
+	restored, kept, own := t.TempDir(), t.TempDir(), t.TempDir()
+	spec := map[string]any{"linux": map[string]any{"resources": map[string]any{"cpu": map[string]any{"quota": 70000.0, "period": 100000.0}}}}
+	if err := standalone(spec, "/rootfs", restored); err != nil {
+		t.Fatal(err)
+	}
+	// The restored kernel's spec, kept again: no quota left in it.
+	if err := standalone(spec, "/rootfs", kept); err != nil {
+		t.Fatal(err)
+	}
+	if err := carryCPULimit(restored, kept); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(kept, cpuLimitFile)); err != nil || !strings.Contains(string(got), `"quota":70000`) {
+		t.Fatalf("carried limit %q %v", got, err)
+	}
+	if err := os.WriteFile(filepath.Join(own, cpuLimitFile), []byte(`{"quota":5000,"period":100000}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := carryCPULimit(restored, own); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(own, cpuLimitFile)); !strings.Contains(string(got), `"quota":5000`) {
+		t.Fatalf("own limit replaced: %q", got)
+	}
+}

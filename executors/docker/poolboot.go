@@ -35,16 +35,17 @@ exec setpriv --reuid="$u" --regid="$g" --clear-groups --inh-caps=-all --bounding
 
 // poolBootLauncher is a pooled container's command: it runs the claim
 // step in Python when the image has python3 (poolBootPython, $1), and
-// poolBootPrefix in the shell otherwise. Both do the same; the Python
-// step makes the binds and changes the identity with system calls in its
-// own process, where the shell's execs mount and setpriv after the
-// claim: under gVisor each of those is a process start of 10-13 ms on
-// the path of a session's first output (issue 34). Python starts while
-// the container idles, before any claim. Its $0 is bootArg0.
-var poolBootLauncher = `p=$1
-shift
-if command -v python3 >/dev/null 2>&1; then exec python3 -I -S -c "$p" "$0" "$@"; fi
-` + poolBootPrefix
+// poolBootPrefix ($2) in the shell otherwise, or when that python3 lacks
+// what the step needs. Both do the same; the Python step makes the binds
+// and changes the identity with system calls in its own process, where
+// the shell's execs mount and setpriv after the claim: under gVisor each
+// of those is a process start of 10-13 ms on the path of a session's
+// first output (issue 34). Python starts while the container idles,
+// before any claim. Its $0 is bootArg0.
+const poolBootLauncher = `p=$1 q=$2
+shift 2
+if command -v python3 >/dev/null 2>&1; then exec python3 -I -S -c "$p" "$0" "$q" "$@"; fi
+exec /bin/sh -c "$q" "$0" "$@"`
 
 // poolBootPython is poolBootPrefix as one Python process, fixed text: it
 // reads the claim's line "uid gid" byte by byte (what follows on stdin is
@@ -55,10 +56,13 @@ if command -v python3 >/dev/null 2>&1; then exec python3 -I -S -c "$p" "$0" "$@"
 // drop fails), the ambient and inheritable sets, the supplementary
 // groups, sets the gid and the uid (which clears the permitted and
 // effective sets), checks the identity and that no capability is left in
-// any set (/proc/self/status), and execs the boot script as setpriv does. Any failure, an exception included, exits
+// any set (/proc/self/status), restores the signals Python ignores, and
+// execs the boot script as setpriv does. Any failure, an exception included, exits
 // 125 before the exec.
-// argv: bootArg0, the boot script's $1 and $2, the script, targets.
-const poolBootPython = `import ctypes, os, sys
+// argv: bootArg0, poolBootPrefix, the boot script's $1 and $2, the
+// script, targets.
+const poolBootPython = `import os
+import sys
 def die(msg=""):
     if msg:
         os.write(2, b"sandgate: " + msg.encode() + b"\n")
@@ -74,11 +78,11 @@ def claim_line():
     if len(f) != 2 or not all(x.isascii() and x.isdigit() and int(x) > 0 for x in f):
         die()
     return int(f[0]), int(f[1])
-def main():
+def main(ctypes, signal):
     u, g = claim_line()
-    name, m, x, script = sys.argv[1:5]
+    name, _, m, x, script = sys.argv[1:6]
     libc = ctypes.CDLL(None, use_errno=True)
-    for t in sys.argv[5:]:
+    for t in sys.argv[6:]:
         if libc.mount(b"/run/sandgate/slot/ws", t.encode(), None, 4096, None) != 0:
             die("bind " + t + ": " + os.strerror(ctypes.get_errno()))
     if os.path.exists("/workspace/.sandgate-unclaimed"):
@@ -102,9 +106,20 @@ def main():
     if os.getresuid() != (u, u, u) or os.getresgid() != (g, g, g) or os.getgroups() or any(
             int(st.get(k, "1"), 16) for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")):
         die("identity")
+    # Python ignores SIGPIPE and SIGXFSZ; an exec keeps ignored signals,
+    # and a shell cannot undo that: the run gets the defaults, as the
+    # shell step's does.
+    for n in ("SIGPIPE", "SIGXFSZ"):
+        signal.signal(getattr(signal, n), signal.SIG_DFL)
     os.execv("/bin/sh", ["/bin/sh", "-c", script, name, m, x])
 try:
-    main()
+    try:
+        import ctypes
+        import signal
+    except ImportError:
+        # A python3 without ctypes: the shell step, which has read nothing.
+        os.execv("/bin/sh", ["/bin/sh", "-c", sys.argv[2], sys.argv[1]] + sys.argv[3:])
+    main(ctypes, signal)
 except BaseException as e:
     die(type(e).__name__)
 `
@@ -138,7 +153,7 @@ func (p *sandboxPool) adjust(slot string, key shape) func(*client.ContainerCreat
 		// run; the prefix enters the workdir once the claim mounted it.
 		o.Config.WorkingDir = "/"
 		o.Config.Entrypoint = []string{"/bin/sh", "-c", poolBootLauncher, bootArg0}
-		o.Config.Cmd = append([]string{poolBootPython}, args...)
+		o.Config.Cmd = append([]string{poolBootPython, poolBootPrefix}, args...)
 	}
 }
 

@@ -13,15 +13,17 @@ import (
 // one) on the host as a child process, with no binds to make: a claim
 // line that is not two decimals other than 0 exits 125 before anything
 // else, and a good one execs the script with the claimed uid and gid, no
-// supplementary groups and no capability in any set, the boot script's
-// arguments in place, and what follows the line on stdin left for it.
+// supplementary groups, no capability in any set and no signal ignored
+// (Python ignores SIGPIPE and SIGXFSZ, which an exec would keep), the
+// boot script's arguments in place, and what follows the line on stdin
+// left for it.
 // The good cases need root (they change identity).
 func TestPoolBootPython(t *testing.T) {
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("no python3 on this host")
 	}
 	const script = `read -r rest; echo "$0 $1 $2 $(id -u) $(id -g) [$(id -G)] $rest"; ` +
-		`grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb):' /proc/self/status | tr -d '\t' | sort | paste -sd ' ' -`
+		`grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb):' /proc/self/status | tr -d '\t' | sort | paste -sd ' ' -; grep SigIgn /proc/self/status | tr -d '\t'`
 	const noCaps = "CapAmb:0000000000000000 CapBnd:0000000000000000 CapEff:0000000000000000 CapInh:0000000000000000 CapPrm:0000000000000000"
 	tests := []struct {
 		name, stdin string
@@ -37,14 +39,14 @@ func TestPoolBootPython(t *testing.T) {
 		{name: "no line", stdin: "5 5", code: 125},
 		{name: "too long", stdin: strings.Repeat("1", 60) + " 5\n", code: 125},
 		{name: "claimed", stdin: "61003 61004\nnext line\n", root: true,
-			want: bootArg0 + " 512 - 61003 61004 [61004] next line\n" + noCaps + "\n"},
+			want: bootArg0 + " 512 - 61003 61004 [61004] next line\n" + noCaps + "\nSigIgn:0000000000000000\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if tt.root && os.Geteuid() != 0 {
 				t.Skip("changing identity needs root")
 			}
-			cmd := exec.Command("python3", "-I", "-S", "-c", poolBootPython, bootArg0, "512", "-", script)
+			cmd := exec.Command("python3", "-I", "-S", "-c", poolBootPython, bootArg0, poolBootPrefix, "512", "-", script)
 			cmd.Stdin = strings.NewReader(tt.stdin)
 			var out, errb bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &errb

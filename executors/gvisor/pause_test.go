@@ -69,6 +69,19 @@ func TestPausedKernelRestoredAfterRestart(t *testing.T) {
 		t.Fatalf("restored sandboxes %d, want 1", n)
 	}
 	requireRestoredCPUQuota(t)
+	// Paused and resumed again, the restored kernel keeps its quota:
+	// its own bundle no longer holds it (the kept one is carried over).
+	if p, err := e2.PauseSession(ctx, s.SessionID); err != nil || !p.Memory {
+		t.Fatalf("second pause: %+v %v", p, err)
+	}
+	if ok, err := e2.ResumeSession(ctx, s.SessionID); err != nil || !ok {
+		t.Fatalf("second resume: %v %v", ok, err)
+	}
+	requireRestoredCPUQuota(t)
+	read.RequestID = "req-" + executortest.Nonce()
+	if res := execute(t, e2, read); res.Stdout != "v-9999900000 (100000, 2)\n" || res.Cell == nil || res.Cell.KernelRestarted {
+		t.Fatalf("after the second restore: stdout %q stderr %q", res.Stdout, res.Stderr)
+	}
 	if err := e2.ReleaseSession(ctx, s.SessionID); err != nil {
 		t.Fatal(err)
 	}

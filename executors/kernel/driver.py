@@ -89,12 +89,19 @@ def emit(ev, **kw):
     _proto.flush()
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+def free_ports(n):
+    """n distinct free loopback ports: every socket stays bound until all
+    are chosen, so no two channels get the same one."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            socks.append(s)
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 class Kernel:
@@ -117,19 +124,24 @@ class Kernel:
         key = uuid.uuid4().hex
         self.key = key.encode()
         self.session = uuid.uuid4().hex
-        ports = {n: free_port() for n in ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")}
+        names = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
+        ports = dict(zip(names, free_ports(len(names))))
         info = dict(ports, ip="127.0.0.1", key=key, transport="tcp", signature_scheme="hmac-sha256", kernel_name="python3")
         self.conn_file = os.path.join(os.environ["JUPYTER_RUNTIME_DIR"], "kernel-%s.json" % self.session)
-        fd = os.open(self.conn_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(info, f)
         env = dict(os.environ)
         env["JPY_PARENT_PID"] = str(os.getpid())  # the kernel exits with the driver
-        with open(os.devnull, "r+b") as devnull:
-            self.proc = subprocess.Popen(
-                KERNEL_CMD + [self.conn_file] + KERNEL_ARGS,
-                cwd=os.getcwd(), env=env, stdin=devnull, stdout=devnull, stderr=devnull, start_new_session=True,
-            )
+        try:
+            fd = os.open(self.conn_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                json.dump(info, f)
+            with open(os.devnull, "r+b") as devnull:
+                self.proc = subprocess.Popen(
+                    KERNEL_CMD + [self.conn_file] + KERNEL_ARGS,
+                    cwd=os.getcwd(), env=env, stdin=devnull, stdout=devnull, stderr=devnull, start_new_session=True,
+                )
+        except Exception:
+            self.stop()
+            raise
         self.shell = self.ctx.socket(zmq.DEALER)
         self.shell.linger = 0
         self.shell.connect("tcp://127.0.0.1:%d" % ports["shell_port"])
@@ -210,7 +222,9 @@ class Kernel:
         sig, rest = frames[i + 1:i + 2], frames[i + 2:i + 6]
         if len(rest) != 4 or not hmac.compare_digest(sig[0], self.sign(rest)):
             raise queue.Empty  # malformed or not signed with the key: ignored
-        header, parent, _meta, content = (json.loads(f) for f in rest)
+        # ipykernel encodes with surrogateescape: a cell may send bytes
+        # that are not UTF-8 (a file name, os.fsdecode), shown replaced.
+        header, parent, _meta, content = (json.loads(f.decode("utf-8", "replace")) for f in rest)
         return {"header": header, "parent_header": parent, "msg_type": header.get("msg_type"), "content": content}
 
     def get_shell_msg(self, timeout):
