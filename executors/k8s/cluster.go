@@ -3,6 +3,7 @@ package k8s
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -104,9 +105,19 @@ func stateOf(p *corev1.Pod) (podState, string) {
 	}
 	for _, c := range p.Status.ContainerStatuses {
 		if w := c.State.Waiting; w != nil && (w.Reason == "ErrImageNeverPull" || w.Reason == "ImagePullBackOff" ||
-			w.Reason == "CreateContainerConfigError" || w.Reason == "InvalidImageName") {
+			w.Reason == "CreateContainerConfigError" && !cacheNotSynced(w.Message) || w.Reason == "InvalidImageName") {
 			return podGone, w.Reason + ": " + w.Message
 		}
 	}
 	return podPending, ""
+}
+
+// cacheNotSynced tells kubelet's CreateContainerConfigError for its own
+// Secret or ConfigMap cache not synced yet ("failed to sync secret cache:
+// timed out waiting for the condition", seen on a loaded node), which
+// kubelet retries, from the same reason for a Secret or ConfigMap that is
+// missing, which is final. The pod's start stays bounded by the tier's
+// start timeout either way.
+func cacheNotSynced(msg string) bool {
+	return strings.Contains(msg, "failed to sync") && strings.Contains(msg, "cache")
 }
