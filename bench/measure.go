@@ -153,7 +153,10 @@ type sideResult struct {
 	FirstFailure string `json:"first_failure,omitempty"`
 }
 
-// abResult compares the gateway (Sides[0]) with its baselines.
+// abResult compares a scenario's sides. The report's baseline is its
+// first side whose label does not start with "gateway": the gateway's
+// own sides usually come first, the pause scenario puts its cold start
+// first.
 type abResult struct {
 	Name        string       `json:"name"`
 	Key         string       `json:"key"`

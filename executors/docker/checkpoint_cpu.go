@@ -56,11 +56,8 @@ func takeCPULimit(spec map[string]any, dir string) error {
 // standalone) under root (cgroupRoot), on cgroup v2 or v1. A bundle kept before quotas were
 // taken out has no file: runsc applied its quota itself.
 func applyCPULimit(root, bundle string) error {
-	raw, err := os.ReadFile(filepath.Join(bundle, cpuLimitFile))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
+	raw, err := readCPULimit(bundle)
+	if raw == nil || err != nil {
 		return err
 	}
 	var l cpuLimit
@@ -98,12 +95,18 @@ func carryCPULimit(from, to string) error {
 	if _, err := os.Stat(filepath.Join(to, cpuLimitFile)); err == nil {
 		return nil
 	}
-	raw, err := os.ReadFile(filepath.Join(from, cpuLimitFile))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
+	raw, err := readCPULimit(from)
+	if raw == nil || err != nil {
 		return err
 	}
 	return os.WriteFile(filepath.Join(to, cpuLimitFile), raw, 0o600)
+}
+
+// readCPULimit is the quota kept beside bundle, nil when none was kept.
+func readCPULimit(bundle string) ([]byte, error) {
+	raw, err := os.ReadFile(filepath.Join(bundle, cpuLimitFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	return raw, err
 }
