@@ -76,6 +76,10 @@ type sandboxPool struct {
 	off string
 	// root is this executor's slot directory (<Dir>/<kind>-<instance>).
 	root string
+	// slots says root is ready for slots: the gateway is root and the
+	// engine local. Session sandboxes need one for their process server
+	// (procserver.go) also when the pool is disabled.
+	slots bool
 
 	mu     sync.Mutex
 	keys   map[shape]*poolKey
@@ -117,6 +121,14 @@ func newSandboxPool(e *Executor) *sandboxPool {
 			e.log.Info("removed the slots of an earlier process's pool", "count", n)
 		}
 	}
+	if os.Geteuid() == 0 && localEngine(e.cfg.Host) {
+		if err := preparePoolRoot(cfg.Dir, p.root); err != nil {
+			p.off = "slot directory: " + err.Error()
+			e.log.Warn("sandbox pool disabled", "err", err.Error())
+			return p
+		}
+		p.slots = true
+	}
 	switch {
 	case cfg.Max <= 0:
 		p.off = "disabled by configuration"
@@ -126,11 +138,6 @@ func newSandboxPool(e *Executor) *sandboxPool {
 		p.off = "the engine is not on this host's Unix socket: a claim's mount would not reach its containers"
 	}
 	if p.off != "" {
-		return p
-	}
-	if err := preparePoolRoot(cfg.Dir, p.root); err != nil {
-		p.off = "slot directory: " + err.Error()
-		e.log.Warn("sandbox pool disabled", "err", err.Error())
 		return p
 	}
 	e.goBackground(p.fillLoop)
@@ -401,8 +408,8 @@ func (p *sandboxPool) defaultKey() shape {
 
 // prepare creates and starts one pooled sandbox of shape key.
 func (p *sandboxPool) prepare(key shape) (*box, error) {
-	slot := filepath.Join(p.root, p.e.boot+"-"+strconv.FormatInt(p.seq.Add(1), 10))
-	if err := makeSlot(slot); err != nil {
+	slot, err := p.newSlot()
+	if err != nil {
 		return nil, err
 	}
 	labels := p.e.labels("", "")
@@ -421,8 +428,28 @@ func (p *sandboxPool) prepare(key shape) (*box, error) {
 	p.mu.Unlock()
 	b.slot = slot
 	b.release = func() { removeSlot(slot) }
+	if key.sandbox && p.e.procServers() {
+		if err := p.e.awaitProcServer(p.e.life, b); err != nil {
+			p.e.discard(b)
+			return nil, err
+		}
+	}
 	p.made.Add(1)
 	return b, nil
+}
+
+// newSlot makes a slot directory, with its ctl directory for a process
+// server.
+func (p *sandboxPool) newSlot() (string, error) {
+	slot := filepath.Join(p.root, p.e.boot+"-"+strconv.FormatInt(p.seq.Add(1), 10))
+	if err := makeSlot(slot); err != nil {
+		return "", err
+	}
+	if err := makeCtl(slot); err != nil {
+		removeSlot(slot)
+		return "", err
+	}
+	return slot, nil
 }
 
 // watch removes b from its pool as soon as its container exits while it

@@ -135,7 +135,12 @@ func (p *sandboxPool) adjust(slot string, key shape) func(*client.ContainerCreat
 		own := p.e.cfg.OwnKernel
 		targets := useSlot(o, slot, key, own)
 		if key.sandbox {
-			sandboxCommand(o) // poolsandbox.go: no boot step, nothing to hand over
+			// poolsandbox.go: no boot step, nothing to hand over.
+			if p.e.procServers() {
+				procServerCommand(slot)(o)
+			} else {
+				sandboxCommand(o)
+			}
 			return
 		}
 		caps := []string{"SETUID", "SETGID", "SETPCAP"}

@@ -93,6 +93,7 @@ func removeSlot(slot string) {
 	if err := unix.Rmdir(ws); err != nil && !errors.Is(err, unix.ENOENT) {
 		return
 	}
+	removeCtl(slot)
 	_ = unix.Rmdir(slot)
 }
 

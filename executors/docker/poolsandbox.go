@@ -53,9 +53,12 @@ func (p *sandboxPool) claimSandbox(ctx context.Context, sh shape) *box {
 	if b == nil {
 		return nil
 	}
-	// Nothing travels over the container's own streams.
-	b.conn.Close()
-	b.conn = client.HijackedResponse{}
+	// Nothing travels over the container's own streams (closed already
+	// under a process server).
+	if b.conn.Conn != nil {
+		b.conn.Close()
+		b.conn = client.HijackedResponse{}
+	}
 	// A run's container is released at the run's end, when the pool
 	// refills behind it; a sandbox is released with its session, hours
 	// later: refill now.

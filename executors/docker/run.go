@@ -34,6 +34,9 @@ type box struct {
 	// holder is the network holder of a pooled pair until a claim makes
 	// it a session's (poolpair.go).
 	holder *box
+	// procSock is the host path of a session sandbox's process server's
+	// socket (procserver.go), "" when its commands are execs.
+	procSock string
 }
 
 // exitWatch holds the outcome of the engine's wait on one container. The

@@ -153,6 +153,9 @@ func (e *Executor) launchSandbox(ctx context.Context, session string, sh shape) 
 	labels := e.labels(session, "")
 	delete(labels, labelWarm)
 	labels[labelSandbox] = "true"
+	if e.procServers() {
+		return e.launchProcServer(ctx, sh, labels)
+	}
 	b, err := e.launch(ctx, sh, labels, sandboxCommand)
 	if err != nil {
 		return nil, err

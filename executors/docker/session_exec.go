@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
 
 	"github.com/sandgate/sandgate/executors"
@@ -158,25 +157,12 @@ func (e *Executor) execInSandbox(ctx context.Context, sb *sessionBox, in session
 		mode = "stdin"
 	}
 	sh := sb.sh
-	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.EngineTimeout)
-	defer cancel()
-	created, err := e.cli.ExecCreate(opCtx, sb.b.id, client.ExecCreateOptions{
-		User:        strconv.Itoa(sh.uid) + ":" + strconv.Itoa(sh.gid),
-		AttachStdin: true, AttachStdout: true, AttachStderr: true,
-		Env:        append(sandboxEnv(sh), sessionRunEnv+"="+in.requestID),
-		WorkingDir: sh.layout.Dir(),
-		Cmd: []string{"/bin/sh", "-c", script, "sandgate-run",
-			strconv.Itoa(sh.limits.MemoryMB), strconv.Itoa(len(in.code)), mode},
-	})
+	cmd, err := e.startInSandbox(ctx, sb, append(sandboxEnv(sh), sessionRunEnv+"="+in.requestID),
+		[]string{"/bin/sh", "-c", script, "sandgate-run", strconv.Itoa(sh.limits.MemoryMB), strconv.Itoa(len(in.code)), mode})
 	if err != nil {
-		return executors.Result{}, e.engineError(ctx, "exec create", err)
+		return executors.Result{}, err
 	}
-	att, err := e.cli.ExecAttach(opCtx, created.ID, client.ExecAttachOptions{})
-	if err != nil {
-		return executors.Result{}, e.engineError(ctx, "exec start", err)
-	}
-	conn := att.HijackedResponse
-	defer conn.Close()
+	defer cmd.close()
 
 	rel, shown := output.SpillPaths(in.requestID)
 	out := newRunOutput(output.Options{
@@ -189,20 +175,17 @@ func (e *Executor) execInSandbox(ctx context.Context, sb *sessionBox, in session
 	})
 	began := time.Now()
 	copied := make(chan error, 1)
-	go func() {
-		_, err := stdcopy.StdCopy(out.Stdout(), out.Stderr(), conn.Reader)
-		copied <- err
-	}()
-	go feedExec(conn, in.runInput, in.log)
+	go func() { copied <- cmd.copyOut(out.Stdout(), out.Stderr()) }()
+	go feedExec(cmd, in.runInput, in.log)
 
-	killedFor, copyErr := e.awaitExec(ctx, sb, in.requestID, in.timeout, copied, out.ended, conn)
+	killedFor, copyErr := e.awaitExec(ctx, sb, in.requestID, in.timeout, copied, out.ended, cmd.stop)
 	res, settled, err := runEnd(out, began, killedFor, copyErr)
 	if settled {
 		return res, err
 	}
-	code, err := e.execExitCode(created.ID)
+	code, err := cmd.exit()
 	if err != nil {
-		return res, e.engineError(ctx, "exec inspect", errors.Join(err, copyErr))
+		return res, e.engineError(ctx, "exit status", errors.Join(err, copyErr))
 	}
 	res.ExitCode = code
 	if code == exitSIGKILL {
@@ -212,16 +195,16 @@ func (e *Executor) execInSandbox(ctx context.Context, sb *sessionBox, in session
 }
 
 // feedExec writes the header, the program and (for a detached run with
-// input) the rest of stdin to the exec, then closes its stdin.
-func feedExec(conn client.HijackedResponse, in runInput, log *slog.Logger) {
+// input) the rest of stdin to the command, then closes its stdin.
+func feedExec(cmd sandboxCmd, in runInput, log *slog.Logger) {
 	r := io.MultiReader(bytes.NewReader(stdinHeader(in.lang, in.requestID)), bytes.NewReader([]byte(in.code)))
 	if in.stdin != nil {
 		r = io.MultiReader(r, in.stdin)
 	}
-	if _, err := io.Copy(conn.Conn, r); err != nil {
+	if _, err := io.Copy(cmd.stdin, r); err != nil {
 		log.Debug("write program", "err", err.Error())
 	}
-	if err := conn.CloseWrite(); err != nil {
+	if err := cmd.closeIn(); err != nil {
 		log.Debug("close stdin", "err", err.Error())
 	}
 }
@@ -229,7 +212,7 @@ func feedExec(conn client.HijackedResponse, in runInput, log *slog.Logger) {
 // awaitExec is await for an exec: the kill is the command's tree in the
 // sandbox, never the sandbox.
 func (e *Executor) awaitExec(ctx context.Context, sb *sessionBox, run string, timeout time.Duration,
-	copied <-chan error, ended <-chan struct{}, conn client.HijackedResponse) (killedFor, copyErr error) {
+	copied <-chan error, ended <-chan struct{}, stop func()) (killedFor, copyErr error) {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	done := ctx.Done()
@@ -252,7 +235,7 @@ func (e *Executor) awaitExec(ctx context.Context, sb *sessionBox, run string, ti
 		case <-done:
 			kill(context.Cause(ctx))
 		case <-grace:
-			conn.Close() // unblocks the copy
+			stop() // unblocks the copy
 			grace = nil
 		}
 	}
@@ -263,21 +246,14 @@ func (e *Executor) awaitExec(ctx context.Context, sb *sessionBox, run string, ti
 func (e *Executor) killInSandbox(sb *sessionBox, run string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(e.life), e.cfg.EngineTimeout)
 	defer cancel()
-	sh := sb.sh
-	created, err := e.cli.ExecCreate(ctx, sb.b.id, client.ExecCreateOptions{
-		User:         strconv.Itoa(sh.uid) + ":" + strconv.Itoa(sh.gid),
-		Cmd:          []string{"python3", "-I", "-c", sessionKillScript, run},
-		AttachStdout: true, AttachStderr: true,
-		// A marker of its own: a sweep another command's timeout runs at
-		// the same time leaves this one alone.
-		Env: []string{sessionRunEnv + "=sweep:" + run},
-	})
+	// A marker of its own: a sweep another command's timeout runs at the
+	// same time leaves this one alone.
+	cmd, err := e.startInSandbox(ctx, sb, []string{sessionRunEnv + "=sweep:" + run},
+		[]string{"python3", "-I", "-c", sessionKillScript, run})
 	if err == nil {
-		var att client.ExecAttachResult
-		if att, err = e.cli.ExecAttach(ctx, created.ID, client.ExecAttachOptions{}); err == nil {
-			_, _ = io.Copy(io.Discard, att.Reader) // ends when the sweep has
-			att.Close()
-		}
+		_ = cmd.closeIn()
+		err = cmd.copyOut(io.Discard, io.Discard) // ends when the sweep has
+		cmd.close()
 	}
 	if err != nil {
 		e.log.Warn("kill a command in its session sandbox", "request_id", run, "err", err.Error())
