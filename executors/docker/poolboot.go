@@ -18,8 +18,9 @@ import (
 // workspace (mounted in the sandbox at poolSlotMount) onto each target
 // ($4...). A /workspace that still holds the slot's marker (the mount
 // never reached the container: an engine in another mount namespace) is
-// refused with exit 125 and the reason, never run in. Then setpriv sets the identity, drops every supplementary
-// group, clears the inheritable, ambient and bounding capability sets
+// refused with exit 125 and the reason, never run in. Then setpriv sets the identity, with the gid as the only
+// supplementary group (what the engine gives a container's user, so a
+// pooled run sees the groups an unpooled one does), clears the inheritable, ambient and bounding capability sets
 // (the permitted and effective ones go with the uid change) and execs
 // the run's boot script ($3), which enters the working directory anew
 // (the claim's mount covers the one the container started in) and reads
@@ -31,7 +32,7 @@ m=$1 x=$2 s=$3
 shift 3
 for t in "$@"; do mount --bind /run/sandgate/slot/ws "$t" || exit 125; done
 if [ -e /workspace/.sandgate-unclaimed ]; then echo "sandgate: the workspace did not reach the pooled sandbox" >&2; exit 125; fi
-exec setpriv --reuid="$u" --regid="$g" --clear-groups --inh-caps=-all --bounding-set=-all -- /bin/sh -c "$s" sandgate-boot "$m" "$x"`
+exec setpriv --reuid="$u" --regid="$g" --groups="$g" --inh-caps=-all --bounding-set=-all -- /bin/sh -c "$s" sandgate-boot "$m" "$x"`
 
 // poolBootLauncher is a pooled container's command: it runs the claim
 // step in Python when the image has python3 (poolBootPython, $1), and
@@ -53,8 +54,8 @@ exec /bin/sh -c "$q" "$0" "$@"`
 // binds the slot's workspace onto each target (under gVisor), refuses a
 // /workspace still marked unclaimed, then clears the bounding set (it
 // holds CAP_SETPCAP; every capability up to the kernel's last, where the
-// drop fails), the ambient and inheritable sets, the supplementary
-// groups, sets the gid and the uid (which clears the permitted and
+// drop fails), the ambient and inheritable sets, sets the supplementary
+// groups to the gid alone (as the engine does), sets the gid and the uid (which clears the permitted and
 // effective sets), checks the identity and that no capability is left in
 // any set (/proc/self/status), restores the signals Python ignores, and
 // execs the boot script as setpriv does. Any failure, an exception included, exits
@@ -99,11 +100,11 @@ def main(ctypes, signal):
     data[2] = data[5] = 0
     if libc.capset(hdr, data) != 0:
         die("inheritable set")
-    os.setgroups([])
+    os.setgroups([g])
     os.setresgid(g, g, g)
     os.setresuid(u, u, u)
     st = dict(l.split(":\t", 1) for l in open("/proc/self/status").read().splitlines() if ":\t" in l)
-    if os.getresuid() != (u, u, u) or os.getresgid() != (g, g, g) or os.getgroups() or any(
+    if os.getresuid() != (u, u, u) or os.getresgid() != (g, g, g) or os.getgroups() != [g] or any(
             int(st.get(k, "1"), 16) for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")):
         die("identity")
     # Python ignores SIGPIPE and SIGXFSZ; an exec keeps ignored signals,

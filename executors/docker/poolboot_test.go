@@ -13,8 +13,9 @@ import (
 // TestPoolBootPython runs a pooled container's claim step (the Python
 // one) on the host as a child process, with no binds to make: a claim
 // line that is not two decimals other than 0 exits 125 before anything
-// else, and a good one execs the script with the claimed uid and gid, no
-// supplementary groups, no capability in any set and no signal ignored
+// else, and a good one execs the script with the claimed uid and gid, the
+// gid as its only supplementary group (as the engine gives a container's
+// user), no capability in any set and no signal ignored
 // (Python ignores SIGPIPE and SIGXFSZ, which an exec would keep), the
 // boot script's arguments in place, and what follows the line on stdin
 // left for it.
@@ -23,7 +24,7 @@ func TestPoolBootPython(t *testing.T) {
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("no python3 on this host")
 	}
-	const script = `read -r rest; echo "$0 $1 $2 $(id -u) $(id -g) [$(id -G)] $rest"; ` +
+	const script = `read -r rest; echo "$0 $1 $2 $(id -u) $(id -g) [$(id -G)] $rest"; sed -n 's/^Groups:\t//p' /proc/self/status; ` +
 		`grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb):' /proc/self/status | tr -d '\t' | sort | paste -sd ' ' -; sed -n 's/^SigIgn:\t//p' /proc/self/status`
 	const noCaps = "CapAmb:0000000000000000 CapBnd:0000000000000000 CapEff:0000000000000000 CapInh:0000000000000000 CapPrm:0000000000000000"
 	tests := []struct {
@@ -40,7 +41,7 @@ func TestPoolBootPython(t *testing.T) {
 		{name: "no line", stdin: "5 5", code: 125},
 		{name: "too long", stdin: strings.Repeat("1", 60) + " 5\n", code: 125},
 		{name: "claimed", stdin: "61003 61004\nnext line\n", root: true,
-			want: bootArg0 + " 512 - 61003 61004 [61004] next line\n" + noCaps + "\n"},
+			want: bootArg0 + " 512 - 61003 61004 [61004] next line\n61004 \n" + noCaps + "\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

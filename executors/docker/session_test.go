@@ -91,6 +91,11 @@ func checkSessionSandbox(t *testing.T, e *Executor) {
 		// placeholder) are not the session's uid: no command can kill them.
 		{"the sandbox's processes are not the session's", `ps -eo uid= | tr -d ' ' | grep -vcx "$(id -u)"`, "2"},
 		{"a command holds no capability", `grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb):' /proc/self/status | awk '{print $2}' | sort -u`, "0000000000000000"},
+		// What an exec gave a command, whether the sandbox's process server
+		// started it or the engine did (procserver.go).
+		{"the command's environment", "env | cut -d= -f1 | sort | paste -sd' ' -", "HOME HOSTNAME LANG NODE_PATH PATH PWD SANDGATE_RUN SHLVL _"},
+		{"its gid is its only group", `[ "$(id -G)" = "$(id -g)" ] && [ "$(id -g)" != 0 ] && echo ok`, "ok"},
+		{"a session of its own", `[ "$(ps -o sid= -p $$ | tr -d ' ')" = "$(ps -o pgid= -p $$ | tr -d ' ')" ] && echo ok`, "ok"},
 		{"tmp written", "echo kept-in-tmp >/tmp/persist.txt && echo ok", "ok"},
 		{"tmp read", "cat /tmp/persist.txt", "kept-in-tmp"},
 		{"user site written", `d=$(python3 -c 'import site; print(site.getusersitepackages())') && mkdir -p "$d" && echo 'X = "from-user-site"' >"$d/sgmod.py" && echo ok`, "ok"},
