@@ -5,10 +5,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sandgate/sandgate/executors"
 )
 
 // The environment checks of DESIGN.md §6: whatever the isolation, code sees
@@ -205,4 +208,36 @@ func (s *suite) testDataStack(t *testing.T) {
 		t.Errorf("plot.png: %v (%d bytes), want a PNG", err, len(png))
 	}
 	t.Logf("pandas %s", fmt.Sprint(strings.Fields(res.Stdout)[0]))
+}
+
+// progProcessDefaults prints what a program inherits from whatever
+// started it: whether a pipe's writer dies of SIGPIPE when its reader
+// goes (an ignored SIGPIPE makes yes fail with "Broken pipe" instead),
+// the signals it finds ignored (bash lists those ignored on entry as
+// traps of ''; gVisor's /proc has no SigIgn), and how many supplementary
+// groups it has besides its own gid. A launcher written in another
+// language (Python ignores SIGPIPE and SIGXFSZ; a shell's background job
+// ignores SIGINT) leaks its dispositions through exec. SIGHUP is left
+// out: a gateway started under nohup passes it on in every backend that
+// forks it.
+const progProcessDefaults = `yes | head -n1
+echo "pipe ${PIPESTATUS[0]}"
+trap -p | grep -v SIGHUP
+g=$(id -g)
+echo "extra groups $(for x in $(id -G); do [ "$x" = "$g" ] || echo "$x"; done | wc -l)"
+`
+
+// testProcessDefaults: see progProcessDefaults. Every backend starts a
+// program as a fresh login would: SIGPIPE kills a writer, no signal is
+// ignored, no group but its own.
+func (s *suite) testProcessDefaults(t *testing.T) {
+	if !slices.Contains(s.h.Languages, executors.LangBash) {
+		t.Skip("the backend runs no bash")
+	}
+	r := s.newRun(t, executors.LangBash, progProcessDefaults)
+	res := r.do(t.Context())
+	const want = "y\npipe 141\nextra groups 0\n"
+	if res.ExitCode != 0 || res.Stdout != want || res.Stderr != "" {
+		t.Fatalf("exit %d stdout %q stderr %q, want %q and no stderr", res.ExitCode, res.Stdout, res.Stderr, want)
+	}
 }

@@ -124,6 +124,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Egress", s.forEachLang(s.testEgress))
 	t.Run("DataStack", s.testDataStack)
 	t.Run("Fingerprint", s.forEachLang(s.testFingerprint))
+	t.Run("ProcessDefaults", s.testProcessDefaults)
 	t.Run("MemoryLimit", s.forEachLang(s.testMemoryLimit))
 	t.Run("ProcessLimit", s.forEachLang(s.testProcessLimit))
 }
