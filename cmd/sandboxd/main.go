@@ -52,6 +52,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -102,12 +103,20 @@ func serve(args []string) error {
 	fs.StringVar(&cfg.CodeDir, "code-dir", cfg.CodeDir, "where the gateway's program files are written (every backend's path; change only outside a container)")
 	fs.BoolVar(&cfg.Contained, "contained", false, "sandboxd owns its PID namespace: kill orphans of a killed run too")
 	fs.BoolVar(&cfg.AwaitKey, "await-key", false, "serve without a key until POST /v1/claim sets one (a pool's idle sandbox)")
+	awaitClaim := fs.Bool("await-claim", false, "run as root until POST /v1/claim names the key and the identity, then serve as that identity (claimas.go)")
 	egress := fs.String("egress", "", "unix:PATH of the gateway's egress proxy socket: relay 127.0.0.1:3128 to it")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	key := os.Getenv(*keyEnv)
 	_ = os.Unsetenv(*keyEnv)
+	if *awaitClaim {
+		ln, err := listenOn(*listen)
+		if err != nil {
+			return err
+		}
+		return awaitIdentity(ln, args, *keyEnv, slog.New(slog.NewJSONHandler(os.Stderr, nil)))
+	}
 	if key == "" && !cfg.AwaitKey {
 		return fmt.Errorf("no API key in $%s: refusing to serve without one", *keyEnv)
 	}
@@ -153,8 +162,18 @@ func serve(args []string) error {
 }
 
 // listenOn opens a Unix socket (mode 0600, a stale file replaced) or a TCP
-// listener.
+// listener, or takes over an inherited one ("fd:N", from an identity
+// claim: claimas.go).
 func listenOn(addr string) (net.Listener, error) {
+	if n, ok := strings.CutPrefix(addr, "fd:"); ok {
+		fd, err := strconv.Atoi(n)
+		if err != nil || fd < 3 {
+			return nil, fmt.Errorf("listen %q: not an inherited descriptor", addr)
+		}
+		f := os.NewFile(uintptr(fd), "listener")
+		defer f.Close()
+		return net.FileListener(f)
+	}
 	path, ok := strings.CutPrefix(addr, "unix:")
 	if !ok {
 		return net.Listen("tcp", addr)
