@@ -463,7 +463,7 @@ func Default() Config {
 			Subprocess: SubprocessConfig{Enabled: true, WarmMax: subprocess.DefaultWarmMax, Zygotes: true},
 			Docker:     DockerConfig{Enabled: true},
 			GVisor:     DockerConfig{Enabled: true},
-			AIO:        AIOConfig{Enabled: true},
+			AIO:        AIOConfig{Enabled: true, PoolConfig: aio.PoolConfig{AheadOnDemand: true}},
 		},
 		Server: ServerConfig{
 			ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second,

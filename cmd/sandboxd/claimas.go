@@ -43,9 +43,9 @@ type claimIdentity struct {
 }
 
 // awaitIdentity serves ln until a claim arrives, then execs the claimed
-// sandboxd (args are serve's own, keyEnv the variable it reads its key
-// from). It returns only on a failure.
-func awaitIdentity(ln net.Listener, args []string, keyEnv string, log *slog.Logger) error {
+// sandboxd in workspace (args are serve's own, keyEnv the variable it
+// reads its key from). It returns only on a failure.
+func awaitIdentity(ln net.Listener, args []string, keyEnv, workspace string, log *slog.Logger) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return err
@@ -65,7 +65,7 @@ func awaitIdentity(ln net.Listener, args []string, keyEnv string, log *slog.Logg
 		}
 		argv, env, err := claimedCommand(exe, args, keyEnv, key, id, ln)
 		if err == nil {
-			err = answerAndExec(w, argv, env, id)
+			err = answerAndExec(w, argv, env, id, workspace)
 		}
 		failed <- err // answerAndExec returns only on a failure
 	})
@@ -146,12 +146,18 @@ func claimedCommand(exe string, args []string, keyEnv, key string, id claimIdent
 	return argv, env, nil
 }
 
-// answerAndExec takes the identity on this thread, answers the claim on
-// the hijacked connection, and execs argv. It returns only on a failure
-// (before the answer, the claim gets a 500).
-func answerAndExec(w http.ResponseWriter, argv, env []string, id claimIdentity) error {
+// answerAndExec takes the identity on this thread, enters workspace (as
+// that identity: the workspace mounted since the process started is the
+// session's), answers the claim on the hijacked connection, and execs
+// argv. It returns only on a failure (before the answer, the claim gets
+// a 500).
+func answerAndExec(w http.ResponseWriter, argv, env []string, id claimIdentity, workspace string) error {
 	runtime.LockOSThread() // the exec takes this thread's capability sets
-	if err := takeIdentity(id.UID, id.GID); err != nil {
+	err := takeIdentity(id.UID, id.GID)
+	if err == nil {
+		err = os.Chdir(workspace)
+	}
+	if err != nil {
 		writeFail(w, http.StatusInternalServerError, "the claim could not take its identity", nil)
 		return fmt.Errorf("take the claimed identity: %w", err)
 	}

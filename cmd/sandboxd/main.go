@@ -115,7 +115,7 @@ func serve(args []string) error {
 		if err != nil {
 			return err
 		}
-		return awaitIdentity(ln, args, *keyEnv, slog.New(slog.NewJSONHandler(os.Stderr, nil)))
+		return awaitIdentity(ln, args, *keyEnv, cfg.Workspace, slog.New(slog.NewJSONHandler(os.Stderr, nil)))
 	}
 	if key == "" && !cfg.AwaitKey {
 		return fmt.Errorf("no API key in $%s: refusing to serve without one", *keyEnv)

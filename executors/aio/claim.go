@@ -24,3 +24,18 @@ func (c *Client) WorkspaceFingerprint(ctx context.Context) (aiowire.Fingerprint,
 	err := c.call(ctx, http.MethodGet, "/v1/workspace/fingerprint", nil, &fp)
 	return fp, err
 }
+
+// ClaimIdentity is the identity a sandboxd started with --await-claim
+// takes at its claim (cmd/sandboxd/claimas.go).
+type ClaimIdentity struct {
+	UID  int    `json:"uid"`
+	GID  int    `json:"gid"`
+	Home string `json:"home,omitempty"`
+}
+
+// ClaimAs calls POST /v1/claim with the client's key and id: a sandboxd
+// started with --await-claim answers, then serves on the same socket as
+// id with that key. A uid or gid of 0, or a short key, is answered 400.
+func (c *Client) ClaimAs(ctx context.Context, id ClaimIdentity) error {
+	return c.call(ctx, http.MethodPost, "/v1/claim", id, nil)
+}

@@ -82,6 +82,13 @@ type PoolConfig struct {
 	// session's uid). Replenished in the background as far as
 	// MaxInstances allows. Default 0.
 	MinInstances int `yaml:"min_instances"`
+	// AheadOnDemand keeps at least one instance started ahead while
+	// sessions arrive (one took an instance within IdleTimeout), on top
+	// of MinInstances: a new session's bind then finds one started
+	// (issue 34), and a gateway whose aio tier nobody uses keeps no
+	// container for it. Its cost is one idle container. Off in the zero
+	// value; the gateway's defaults turn it on.
+	AheadOnDemand bool `yaml:"ahead_on_demand"`
 	// MaxInstances caps the containers of this pool, bound, unbound and
 	// being torn down together. Default 8.
 	MaxInstances int `yaml:"max_instances"`

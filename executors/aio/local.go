@@ -39,6 +39,10 @@ const (
 	labelInstance = "sandgate.instance"
 	labelSession  = "sandgate.session"
 	labelSlot     = "sandgate.aio.slot"
+	// labelClaim marks an instance whose sandboxd awaits an identity
+	// claim (claimas.go); one without it (made by an earlier gateway)
+	// runs sandboxd standby and is bound with an exec.
+	labelClaim = "sandgate.aio.claim"
 )
 
 // Paths in an instance's state directory and in the container.
@@ -68,6 +72,9 @@ type handle struct {
 	// with once its workspace is known, and the pinned socket.
 	labels map[string]string
 	sockFD int
+	// claimAs: the instance's sandboxd awaits an identity claim
+	// (claimas.go).
+	claimAs bool
 }
 
 // binding is what an instance serves once bound.
@@ -217,7 +224,10 @@ func (b *localBackend) create(ctx context.Context, slot, session string) (*handl
 	if b.direct {
 		return b.createDirect(slot, session, labels)
 	}
-	h := &handle{slot: slot, dir: filepath.Join(b.cfg.StateDir, slot), key: newKey()}
+	h := &handle{slot: slot, dir: filepath.Join(b.cfg.StateDir, slot), key: newKey(), claimAs: b.cfg.Network == NetworkNone}
+	if h.claimAs {
+		labels[labelClaim] = "identity"
+	}
 	if err := b.prepareState(h); err != nil {
 		return nil, err
 	}
@@ -375,6 +385,9 @@ func (b *localBackend) containerConfig(h *handle, labels map[string]string) (*co
 	cfg.User = strconv.Itoa(standbyID) + ":" + strconv.Itoa(standbyID)
 	cfg.Entrypoint = []string{sandboxdBinary}
 	cfg.Cmd = []string{"standby"}
+	if h.claimAs {
+		claimAsConfig(cfg, hc)
+	}
 	hc.NetworkMode = "none"
 	// As the docker executor's (executors/docker netfiles.go): the
 	// engine's network setup skipped, lo alone (runc brings it up), and
@@ -459,6 +472,9 @@ func (b *localBackend) bind(ctx context.Context, h *handle, bd binding) (*Client
 	if b.cfg.Network == NetworkBridge {
 		c := NewHTTPClient("http://127.0.0.1:"+strconv.Itoa(h.port), h.key)
 		return c, waitReady(ctx, c)
+	}
+	if h.claimAs {
+		return claimAs(ctx, h, bd.ws)
 	}
 	run := filepath.Join(h.dir, stateRun)
 	if err := os.Chown(run, bd.ws.UID, bd.ws.GID); err != nil && !(b.direct && bd.ws.UID == os.Geteuid()) {
@@ -661,6 +677,7 @@ func (b *localBackend) adoptOne(ctx context.Context, c container.Summary, h *han
 		return adoptable{}, false
 	}
 	h.key = string(key)
+	h.claimAs = c.Labels[labelClaim] == "identity"
 	a := adoptable{h: h, created: time.Unix(c.Created, 0)}
 	if b.cfg.Network == NetworkNone {
 		// The egress directory is mounted if the container was made by a

@@ -87,6 +87,9 @@ type pool struct {
 	bg      sync.WaitGroup
 	creates atomic.Int64 // containers created (tests and metrics)
 	now     func() time.Time
+	// lastBind is when a session last took an instance it did not
+	// have: demand, which keeps one instance started ahead (wantUnbound).
+	lastBind time.Time
 }
 
 func newPool(cfg PoolConfig, be backend) *pool {
@@ -284,6 +287,7 @@ func (p *pool) waitSlotLocked(ctx context.Context, since *time.Time, evict bool)
 // fail the other callers waiting for the same instance.
 func (p *pool) startAcquireLocked(in *instance, b binding) {
 	delete(p.unbound, in.slot)
+	p.lastBind = p.now()
 	in.session, in.ws, in.state, in.ready, in.err = b.session, b.ws, stateAcquiring, make(chan struct{}), nil
 	p.bySession[b.session] = in
 	p.bg.Go(func() {
@@ -591,17 +595,27 @@ func (p *pool) reapLocked() {
 		p.destroyLocked(in)
 	}
 	sort.Slice(spareUnbound, func(i, j int) bool { return spareUnbound[i].lastUsed.Before(spareUnbound[j].lastUsed) })
-	if extra := len(p.unbound) - p.cfg.MinInstances; extra > 0 {
+	if extra := len(p.unbound) - p.wantUnboundLocked(); extra > 0 {
 		for _, in := range spareUnbound[:min(extra, len(spareUnbound))] {
 			p.destroyLocked(in)
 		}
 	}
 }
 
-// replenishLocked starts unbound instances up to MinInstances, as far as
-// MaxInstances allows.
+// wantUnboundLocked is how many instances to keep started ahead:
+// MinInstances, and with AheadOnDemand at least one while sessions
+// arrive (one took an instance within IdleTimeout).
+func (p *pool) wantUnboundLocked() int {
+	if p.cfg.AheadOnDemand && !p.lastBind.IsZero() && p.now().Sub(p.lastBind) < p.cfg.IdleTimeout {
+		return max(p.cfg.MinInstances, 1)
+	}
+	return p.cfg.MinInstances
+}
+
+// replenishLocked starts unbound instances up to wantUnboundLocked, as
+// far as MaxInstances allows.
 func (p *pool) replenishLocked() {
-	for len(p.unbound) < p.cfg.MinInstances && len(p.all) < p.cfg.MaxInstances {
+	for len(p.unbound) < p.wantUnboundLocked() && len(p.all) < p.cfg.MaxInstances {
 		in := &instance{slot: newSlot(), state: stateAcquiring, created: p.now(), ready: make(chan struct{})}
 		p.all[in.slot] = in
 		p.unbound[in.slot] = in

@@ -470,3 +470,40 @@ func TestPoolRemovesWhatAFailedCreateLeft(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestPoolAheadOnDemand: with AheadOnDemand and no MinInstances, an idle
+// pool starts nothing; once a session took an instance, one is started
+// ahead and the next session binds it instead of creating one; after
+// IdleTimeout without a new session it is reaped and none is started.
+func TestPoolAheadOnDemand(t *testing.T) {
+	be := newFakeBackend()
+	p := newFakePool(t, be, func(c *PoolConfig) { c.AheadOnDemand, c.IdleTimeout = true, 400*time.Millisecond })
+	time.Sleep(150 * time.Millisecond)
+	if creates, _, _, _, _ := be.counts(); creates != 0 {
+		t.Fatalf("creates %d before any session: nothing is started ahead without demand", creates)
+	}
+	l, err := p.acquire(context.Background(), bindingFor("first"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.release(false)
+	waitFor(t, 2*time.Second, "one instance started ahead", func() bool { return p.stats()["unbound"] == 1 })
+	var ahead string
+	p.mu.Lock()
+	for slot := range p.unbound {
+		ahead = slot
+	}
+	p.mu.Unlock()
+	l, err = p.acquire(context.Background(), bindingFor("second"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.in.slot != ahead {
+		t.Errorf("the second session got slot %s, not the one started ahead (%s)", l.in.slot, ahead)
+	}
+	l.release(false)
+	waitFor(t, 3*time.Second, "the instances reaped once sessions stopped arriving", func() bool {
+		st := p.stats()
+		return st["unbound"] == 0 && st["idle"] == 0 && st["acquiring"] == 0
+	})
+}
