@@ -214,7 +214,7 @@ func (s *suite) testDataStack(t *testing.T) {
 // started it: whether a pipe's writer dies of SIGPIPE when its reader
 // goes (an ignored SIGPIPE makes yes fail with "Broken pipe" instead),
 // the signals it finds ignored (bash lists those ignored on entry as
-// traps of ''; gVisor's /proc has no SigIgn), and how many supplementary
+// traps of ”; gVisor's /proc has no SigIgn), and how many supplementary
 // groups it has besides its own gid. A launcher written in another
 // language (Python ignores SIGPIPE and SIGXFSZ; a shell's background job
 // ignores SIGINT) leaks its dispositions through exec. SIGHUP is left
