@@ -131,7 +131,13 @@ func serve(args []string) error {
 		return err
 	}
 	srv := newServer(cfg)
-	go srv.detail() // probe the interpreters before the first readiness check asks
+	if !strings.HasPrefix(*listen, "fd:") {
+		// Probe the interpreters before the first readiness check asks. A
+		// sandboxd exec'd by its claim (claimas.go) does not: its first
+		// request is the session's first run, which the probe's processes
+		// would slow down; GET /v1/sandbox probes then.
+		go srv.detail()
+	}
 	hs := &http.Server{
 		Handler:           srv,
 		ReadHeaderTimeout: 10 * time.Second,

@@ -70,9 +70,11 @@ func claimAs(ctx context.Context, h *handle, ws Workspace) (*Client, error) {
 		case <-time.After(delay):
 		}
 	}
-	if err := waitReady(ctx, c); err != nil {
+	// The claimed sandboxd serves the key: a cheap authenticated call
+	// (GET /v1/sandbox would wait for its interpreter probe, ~20 ms).
+	if err := c.call(ctx, http.MethodGet, "/v1/bash/sessions", nil, nil); err != nil {
 		c.Close()
-		return nil, err
+		return nil, unavailable("sandboxd did not serve after its claim", err)
 	}
 	if fi, err := os.Lstat(sock); err != nil || fi.Mode().Type() != fs.ModeSocket {
 		c.Close()

@@ -487,7 +487,10 @@ func TestPoolAheadOnDemand(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.release(false)
-	waitFor(t, 2*time.Second, "one instance started ahead", func() bool { return p.stats()["unbound"] == 1 })
+	waitFor(t, 2*time.Second, "one instance started ahead", func() bool {
+		st := p.stats()
+		return st["unbound"] == 1 && st["acquiring"] == 0
+	})
 	var ahead string
 	p.mu.Lock()
 	for slot := range p.unbound {
