@@ -13,12 +13,12 @@ import (
 // first sandbox a shape asks for and sized by demand like any other.
 //
 // A session sandbox needs nothing of its session but its workspace: its
-// only process of its own is a placeholder (docker-init as PID 1 over
-// `sleep infinity`) that runs as nobody, and every command is an exec as
-// the session's uid. So a pooled one is the same container, created with
-// the slot's workspace in place of the session's, and the claim is the
-// workspace's mount: no boot step, no identity handed over, no capability
-// added, nothing a command could tell from a sandbox created for it.
+// only process of its own is the process server (procserver.go), which
+// starts every command as the uid the command's request names. So a
+// pooled one is the same container, created with the slot's workspace in
+// place of the session's, and the claim is the workspace's mount: no boot
+// step, no identity handed over, nothing a command could tell from a
+// sandbox created for it.
 //
 // Under gVisor the host's mount does not reach into a running sandbox
 // (the pool's runs bind it from inside, which needs a capability the

@@ -24,10 +24,13 @@ import (
 // capability dropped, no-new-privileges, network none with a loopback of
 // its own, the workspace and the layout's root, a size-capped /tmp, the
 // run's cgroup limits), with docker-init as PID 1 (it reaps what commands
-// orphan) and `sleep infinity` as its only other process, both as nobody
-// (no command of the session can kill them). Each command is an exec in
-// it as the session's uid (session_exec.go) whose fixed script reads the
-// program from stdin, as a run's boot script does.
+// orphan). Under runc its main process is the process server
+// (procserver.go: root, with the identity-changing capabilities alone),
+// which starts each command as the session's uid; under gVisor it is
+// `sleep infinity` as nobody, and each command is an exec as the
+// session's uid (session_cmd.go). Either way no command of the session can
+// kill the sandbox's own processes, and the command's fixed script reads
+// the program from stdin, as a run's boot script does.
 //
 // What holds, per command:
 //   - risk, policy, approval and audit: unchanged, the manager's, before
