@@ -45,23 +45,25 @@ type soakEnv struct {
 
 type containerInfo struct {
 	ID, State, Executor, Warm, Instance, Session string
-	Created                                      time.Time
+	// Slot is an aio instance's slot (its state directory's name).
+	Slot    string
+	Created time.Time
 }
 
 func (e *soakEnv) containers(ctx context.Context) ([]containerInfo, error) {
 	out, err := e.engine.docker(ctx, "ps", "-a", "--no-trunc", "--format",
-		`{{.ID}}|{{.State}}|{{.Label "sandgate.executor"}}|{{.Label "sandgate.warm"}}|{{.Label "sandgate.instance"}}|{{.Label "sandgate.session"}}|{{.CreatedAt}}`)
+		`{{.ID}}|{{.State}}|{{.Label "sandgate.executor"}}|{{.Label "sandgate.warm"}}|{{.Label "sandgate.instance"}}|{{.Label "sandgate.session"}}|{{.CreatedAt}}|{{.Label "sandgate.aio.slot"}}`)
 	if err != nil {
 		return nil, err
 	}
 	var cs []containerInfo
 	for line := range strings.SplitSeq(out, "\n") {
 		f := strings.Split(line, "|")
-		if len(f) != 7 {
+		if len(f) != 8 {
 			continue
 		}
 		t, _ := time.Parse("2006-01-02 15:04:05 -0700 MST", f[6])
-		cs = append(cs, containerInfo{ID: f[0][:12], State: f[1], Executor: f[2], Warm: f[3], Instance: f[4], Session: f[5], Created: t})
+		cs = append(cs, containerInfo{ID: f[0][:12], State: f[1], Executor: f[2], Warm: f[3], Instance: f[4], Session: f[5], Created: t, Slot: f[7]})
 	}
 	return cs, nil
 }

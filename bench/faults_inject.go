@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -171,6 +172,23 @@ func injectContainerKill(ctx context.Context, k *faultKit) (string, float64, err
 		victim, answerKey(a), answered.Seconds(), rec.Seconds()), 0, err
 }
 
+// aioBoundTo reports whether aio container c, one started ahead of its
+// session (no session label: labels are fixed at create), is bound to
+// session sess, by the session record of its state directory.
+func (k *faultKit) aioBoundTo(c containerInfo, sess string) bool {
+	if c.Session != "" || c.Slot == "" || strings.ContainsAny(c.Slot, "/.") {
+		return false
+	}
+	raw, err := os.ReadFile(filepath.Join(k.env.aioState, c.Slot, "session"))
+	if err != nil {
+		return false
+	}
+	var rec struct {
+		Session string `json:"session"`
+	}
+	return json.Unmarshal(raw, &rec) == nil && strings.Contains(rec.Session, sess)
+}
+
 // aioVictim makes sure session sess has an aio instance and returns its
 // container.
 func (k *faultKit) aioVictim(ctx context.Context, sess string) (containerInfo, error) {
@@ -182,7 +200,7 @@ func (k *faultKit) aioVictim(ctx context.Context, sess string) (containerInfo, e
 		return containerInfo{}, err
 	}
 	for _, c := range cs {
-		if c.Executor == "aio" && strings.Contains(c.Session, sess) && c.State == "running" {
+		if c.Executor == "aio" && c.State == "running" && (strings.Contains(c.Session, sess) || k.aioBoundTo(c, sess)) {
 			return c, nil
 		}
 	}

@@ -90,8 +90,7 @@ def child(req, fds, w):
                 os.close(fd)
         os.setsid()
         drop(req["uid"], req["gid"])
-        for n in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):
-            signal.signal(n, signal.SIG_DFL)
+        defaults()
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
         env = dict(ENV)
         env.update(kv.split("=", 1) for kv in req["env"])
@@ -102,6 +101,23 @@ def child(req, fds, w):
             os.write(w, (type(e).__name__ + ": " + str(e))[:200].encode("utf-8", "replace"))
         finally:
             os._exit(127)
+# Every signal at its default, as a fresh process has it: Python ignores
+# SIGPIPE and SIGXFSZ, and the server may have been started with others
+# ignored (nohup's SIGHUP), which an exec would keep. rt_sigaction with a
+# zeroed action (SIG_DFL) reaches the signals glibc keeps to itself too.
+SIGACTION = {"x86_64": 13, "aarch64": 134}.get(os.uname().machine)
+def defaults():
+    if SIGACTION is None:
+        for n in range(1, signal.NSIG):
+            try:
+                signal.signal(n, signal.SIG_DFL)
+            except (OSError, ValueError):
+                pass
+        return
+    act = (ctypes.c_ulong * 4)()
+    for n in range(1, 65):
+        if n not in (signal.SIGKILL, signal.SIGSTOP):
+            libc.syscall(SIGACTION, n, act, None, 8)
 def valid(req):
     ok = lambda v: isinstance(v, str) and "\0" not in v
     return (isinstance(req, dict) and all(type(req.get(k)) is int and 0 < req[k] < 2**31 for k in ("uid", "gid"))
