@@ -145,7 +145,9 @@ func (p *sandboxPool) adjust(slot string, key shape) func(*client.ContainerCreat
 			return
 		}
 		caps := []string{"SETUID", "SETGID", "SETPCAP"}
-		args := []string{strconv.Itoa(key.limits.MemoryMB), "-", "cd " + shellQuote(key.layout.Dir()) + " || exit 125\n" + p.e.bootScript()}
+		// The cd sets OLDPWD, which an unpooled run does not have (the
+		// conformance fingerprint): unset before the boot script.
+		args := []string{strconv.Itoa(key.limits.MemoryMB), "-", "cd " + shellQuote(key.layout.Dir()) + " || exit 125\nunset OLDPWD\n" + p.e.bootScript()}
 		if own {
 			o.HostConfig.Mounts = append(o.HostConfig.Mounts, mount.Mount{Type: mount.TypeBind, Source: slot, Target: poolSlotMount,
 				BindOptions: &mount.BindOptions{Propagation: mount.PropagationRSlave}})
