@@ -3,7 +3,6 @@ package aio
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io/fs"
 	"net/http"
 	"os"
@@ -51,24 +50,18 @@ func claimAs(ctx context.Context, h *handle, ws Workspace) (*Client, error) {
 	sock := filepath.Join(h.dir, stateRun, socketName)
 	c := NewUnixClient(sock, h.key)
 	id := ClaimIdentity{UID: ws.UID, GID: ws.GID, Home: ws.Home}
-	var last error
-	for delay := time.Millisecond; ; delay = min(delay*2, 20*time.Millisecond) {
+	err := poll(ctx, time.Millisecond, func() (bool, error) {
 		err := c.ClaimAs(ctx, id)
-		if err == nil {
-			break
-		}
 		var ae *APIError
-		if errors.As(err, &ae) && ae.Status != http.StatusServiceUnavailable {
-			c.Close()
-			return nil, unavailable("sandboxd refused its claim", err)
-		}
-		last = err
-		select {
-		case <-ctx.Done():
-			c.Close()
-			return nil, unavailable("sandboxd did not take its claim", fmt.Errorf("%w (last: %w)", ctx.Err(), last))
-		case <-time.After(delay):
-		}
+		return !errors.As(err, &ae) || ae.Status == http.StatusServiceUnavailable, err
+	})
+	switch {
+	case err != nil && ctx.Err() != nil:
+		c.Close()
+		return nil, unavailable("sandboxd did not take its claim", err)
+	case err != nil:
+		c.Close()
+		return nil, unavailable("sandboxd refused its claim", err)
 	}
 	// The claimed sandboxd serves the key: a cheap authenticated call
 	// (GET /v1/sandbox would wait for its interpreter probe, ~20 ms).

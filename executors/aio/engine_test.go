@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -296,5 +297,45 @@ func TestEngineBrowserCDP(t *testing.T) {
 	bad := strings.Replace(url, token, strings.Repeat("0", len(token)), 1)
 	if _, err := remote.DialContext(ctx, bad); err == nil {
 		t.Errorf("a wrong token was accepted")
+	}
+}
+
+// TestEngineBindTakesTheClaim: in none mode under a root gateway a bind
+// hands the instance its session's identity through sandboxd's claim
+// (claimas.go), not a second sandboxd started with `docker exec`: after
+// two sessions' runs in instances started ahead (MinInstances), every
+// container of the pool carries the claim label and the engine has no
+// exec in any (the exec path's sandboxd runs as one for the instance's
+// life).
+func TestEngineBindTakesTheClaim(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the identity claim needs a root gateway")
+	}
+	e := newTestExecutor(t, func(c *PoolConfig) { c.MinInstances = 1 })
+	waitFor(t, time.Minute, "one instance started ahead", func() bool { return e.pool.stats()["unbound"] == 1 })
+	for _, session := range []string{"first", "second"} {
+		res, err := e.Execute(context.Background(), bashSpec(session, newWorkspace(t), "id -u"))
+		if want := fmt.Sprintf("%d\n", DefaultSandboxID); err != nil || res.Stdout != want {
+			t.Fatalf("%s: run %+v %v, want stdout %q", session, res, err, want)
+		}
+	}
+	cli, err := client.New(client.WithHostFromEnv())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	list := listContainers(t, e.cfg.Instance)
+	if len(list) < 2 {
+		t.Fatalf("%d containers for two sessions", len(list))
+	}
+	for _, c := range list {
+		in, err := cli.ContainerInspect(context.Background(), c.ID, client.ContainerInspectOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Labels[labelClaim] != "identity" || len(in.Container.ExecIDs) != 0 {
+			t.Errorf("container %s (%s): claim label %q, execs %v: a bind went through docker exec",
+				c.Names, c.Labels[labelSession], c.Labels[labelClaim], in.Container.ExecIDs)
+		}
 	}
 }

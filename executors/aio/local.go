@@ -528,18 +528,32 @@ func (b *localBackend) bind(ctx context.Context, h *handle, bd binding) (*Client
 
 // waitReady polls GET /v1/sandbox until it answers 200.
 func waitReady(ctx context.Context, c *Client) error {
-	var last error
-	for delay := 2 * time.Millisecond; ; delay = min(delay*2, 20*time.Millisecond) {
+	err := poll(ctx, 2*time.Millisecond, func() (bool, error) {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
 		_, err := c.Sandbox(pctx)
-		cancel()
-		if err == nil {
-			return nil
+		return true, err
+	})
+	if err != nil {
+		return unavailable("sandbox not ready", err)
+	}
+	return nil
+}
+
+// poll calls try until it returns nil, returns again=false, or ctx ends,
+// waiting first, then twice as long each time up to 20 ms: a sandboxd
+// listens tens of milliseconds after its start, and a faster poll only
+// takes CPU from that start. Its error is try's last, with ctx's when
+// ctx ended it.
+func poll(ctx context.Context, first time.Duration, try func() (again bool, err error)) error {
+	for delay := first; ; delay = min(delay*2, 20*time.Millisecond) {
+		again, err := try()
+		if err == nil || !again {
+			return err
 		}
-		last = err
 		select {
 		case <-ctx.Done():
-			return unavailable("sandbox not ready", fmt.Errorf("%w (last probe: %w)", ctx.Err(), last))
+			return fmt.Errorf("%w (last: %w)", ctx.Err(), err)
 		case <-time.After(delay):
 		}
 	}

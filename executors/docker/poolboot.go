@@ -57,14 +57,15 @@ exec /bin/sh -c "$q" "$0" "$@"`
 // drop fails), the ambient and inheritable sets, sets the supplementary
 // groups to the gid alone (as the engine does), sets the gid and the uid (which clears the permitted and
 // effective sets), checks the identity and that no capability is left in
-// any set (/proc/self/status), restores the signals Python ignores, and
-// execs the boot script as setpriv does. Any failure, an exception included, exits
+// any set (/proc/self/status), puts every signal at its default
+// (pyIdentity's drop and defaults), and execs the boot script as setpriv
+// does. Any failure, an exception included, exits
 // 125 before the exec.
 // argv: bootArg0, poolBootPrefix, the boot script's $1 and $2, the
 // script, targets.
 const poolBootPython = `import os
 import sys
-def die(msg=""):
+` + pyIdentity + `def die(msg=""):
     if msg:
         os.write(2, b"sandgate: " + msg.encode() + b"\n")
     os._exit(125)
@@ -88,30 +89,11 @@ def main(ctypes, signal):
             die("bind " + t + ": " + os.strerror(ctypes.get_errno()))
     if os.path.exists("/workspace/.sandgate-unclaimed"):
         die("the workspace did not reach the pooled sandbox")
-    cap = 0
-    while libc.prctl(24, cap, 0, 0, 0) == 0:
-        cap += 1
-    if libc.prctl(47, 4, 0, 0, 0) != 0:
-        die("ambient set")
-    hdr = (ctypes.c_uint32 * 2)(0x20080522, 0)
-    data = (ctypes.c_uint32 * 6)()
-    if libc.capget(hdr, data) != 0:
-        die("capget")
-    data[2] = data[5] = 0
-    if libc.capset(hdr, data) != 0:
-        die("inheritable set")
-    os.setgroups([g])
-    os.setresgid(g, g, g)
-    os.setresuid(u, u, u)
-    st = dict(l.split(":\t", 1) for l in open("/proc/self/status").read().splitlines() if ":\t" in l)
-    if os.getresuid() != (u, u, u) or os.getresgid() != (g, g, g) or os.getgroups() != [g] or any(
-            int(st.get(k, "1"), 16) for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")):
-        die("identity")
-    # Python ignores SIGPIPE and SIGXFSZ; an exec keeps ignored signals,
-    # and a shell cannot undo that: the run gets the defaults, as the
-    # shell step's does.
-    for n in ("SIGPIPE", "SIGXFSZ"):
-        signal.signal(getattr(signal, n), signal.SIG_DFL)
+    try:
+        drop(libc, ctypes, u, g)
+    except OSError as e:
+        die(str(e))
+    defaults(libc, ctypes, signal)
     os.execv("/bin/sh", ["/bin/sh", "-c", script, name, m, x])
 try:
     try:

@@ -1,15 +1,16 @@
 package docker
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
+	"sync"
 
+	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 )
@@ -61,27 +62,7 @@ const procServerPython = `import ctypes, json, os, signal, socket, struct, sys, 
 import warnings  # os.execvpe imports it: a child no longer root may not read the library
 libc = ctypes.CDLL(None, use_errno=True)
 ENV = dict(os.environ)
-def drop(u, g):
-    cap = 0
-    while libc.prctl(24, cap, 0, 0, 0) == 0:
-        cap += 1
-    if libc.prctl(47, 4, 0, 0, 0) != 0:
-        raise OSError("ambient set")
-    hdr = (ctypes.c_uint32 * 2)(0x20080522, 0)
-    data = (ctypes.c_uint32 * 6)()
-    if libc.capget(hdr, data) != 0:
-        raise OSError("capget")
-    data[2] = data[5] = 0
-    if libc.capset(hdr, data) != 0:
-        raise OSError("inheritable set")
-    os.setgroups([g])
-    os.setresgid(g, g, g)
-    os.setresuid(u, u, u)
-    st = dict(l.split(":\t", 1) for l in open("/proc/self/status").read().splitlines() if ":\t" in l)
-    if os.getresuid() != (u, u, u) or os.getresgid() != (g, g, g) or os.getgroups() != [g] or any(
-            int(st.get(k, "1"), 16) for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")):
-        raise OSError("identity")
-def child(req, fds, w):
+` + pyIdentity + `def child(req, fds, w):
     try:
         for i, fd in enumerate(fds):
             os.dup2(fd, i)
@@ -89,9 +70,8 @@ def child(req, fds, w):
             if fd > 2:
                 os.close(fd)
         os.setsid()
-        drop(req["uid"], req["gid"])
-        defaults()
-        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        drop(libc, ctypes, req["uid"], req["gid"])
+        defaults(libc, ctypes, signal)
         env = dict(ENV)
         env.update(kv.split("=", 1) for kv in req["env"])
         os.chdir(req["cwd"])
@@ -101,23 +81,6 @@ def child(req, fds, w):
             os.write(w, (type(e).__name__ + ": " + str(e))[:200].encode("utf-8", "replace"))
         finally:
             os._exit(127)
-# Every signal at its default, as a fresh process has it: Python ignores
-# SIGPIPE and SIGXFSZ, and the server may have been started with others
-# ignored (nohup's SIGHUP), which an exec would keep. rt_sigaction with a
-# zeroed action (SIG_DFL) reaches the signals glibc keeps to itself too.
-SIGACTION = {"x86_64": 13, "aarch64": 134}.get(os.uname().machine)
-def defaults():
-    if SIGACTION is None:
-        for n in range(1, signal.NSIG):
-            try:
-                signal.signal(n, signal.SIG_DFL)
-            except (OSError, ValueError):
-                pass
-        return
-    act = (ctypes.c_ulong * 4)()
-    for n in range(1, 65):
-        if n not in (signal.SIGKILL, signal.SIGSTOP):
-            libc.syscall(SIGACTION, n, act, None, 8)
 def valid(req):
     ok = lambda v: isinstance(v, str) and "\0" not in v
     return (isinstance(req, dict) and all(type(req.get(k)) is int and 0 < req[k] < 2**31 for k in ("uid", "gid"))
@@ -236,40 +199,53 @@ func (e *Executor) awaitProcServer(ctx context.Context, b *box) error {
 	conn := b.conn
 	b.conn = client.HijackedResponse{}
 	defer conn.Close()
+	w := &readyWriter{ready: make(chan struct{})}
 	done := make(chan error, 1)
 	go func() {
-		// The stream is multiplexed (no TTY): 8-byte frame headers.
-		var seen strings.Builder
-		r := bufio.NewReader(conn.Reader)
-		for {
-			var hdr [8]byte
-			if _, err := io.ReadFull(r, hdr[:]); err != nil {
-				done <- fmt.Errorf("process server did not start: %.200q", seen.String())
-				return
-			}
-			n := int(hdr[4])<<24 | int(hdr[5])<<16 | int(hdr[6])<<8 | int(hdr[7])
-			frame := make([]byte, n)
-			if _, err := io.ReadFull(r, frame); err != nil {
-				done <- fmt.Errorf("process server did not start: %.200q", seen.String())
-				return
-			}
-			seen.Write(frame)
-			if strings.Contains(seen.String(), procServerReady+"\n") {
-				done <- nil
-				return
-			}
-		}
+		// The stream is multiplexed (no TTY); it ends when the server
+		// exits or the streams are closed below.
+		_, err := stdcopy.StdCopy(w, w, conn.Reader)
+		done <- fmt.Errorf("process server did not start: %.200q: %w", w.seen(), errors.Join(err, io.EOF))
 	}()
 	select {
-	case err := <-done:
-		if err != nil {
-			return e.unavailable("session sandbox", err)
-		}
+	case <-w.ready:
 		b.procSock = procServerSocket(b.slot)
 		return nil
+	case err := <-done:
+		return e.unavailable("session sandbox", err)
 	case <-ctx.Done():
 		return e.unavailable("session sandbox: the process server did not start", context.Cause(ctx))
 	}
+}
+
+// readyWriter collects what the process server writes before it
+// listens and closes ready at its ready line.
+type readyWriter struct {
+	mu    sync.Mutex
+	buf   []byte
+	ready chan struct{}
+}
+
+func (w *readyWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.buf) < 4096 {
+		w.buf = append(w.buf, p...)
+	}
+	if bytes.Contains(w.buf, []byte(procServerReady+"\n")) {
+		select {
+		case <-w.ready:
+		default:
+			close(w.ready)
+		}
+	}
+	return len(p), nil
+}
+
+func (w *readyWriter) seen() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return string(w.buf)
 }
 
 // procServers reports whether session sandboxes run a process server:

@@ -82,11 +82,19 @@ func checkSessionSandbox(t *testing.T, e *Executor) {
 		s.RequestID, s.Code, s.Timeout = "req-"+executortest.Nonce(), code, timeout
 		return execute(t, e, s)
 	}
+	// Under runc with slots (a root gateway) the sandbox's process
+	// server starts each command; otherwise the engine does (an exec,
+	// whose parent is outside the sandbox: ppid 0).
+	starter := "engine"
+	if e.procServers() {
+		starter = procServerDir
+	}
 	steps := []struct {
 		name, code string
 		want       string
 	}{
 		{"pid 1 reaps orphans", "ps -o comm= -p 1", "docker-init"},
+		{"who started the command", `p=$(ps -o ppid= -p $PPID | tr -d ' '); if [ "$p" = 0 ]; then echo engine; else tr '\0' '\n' </proc/$p/cmdline | tail -n 1; fi`, starter},
 		// The sandbox's own processes (pid 1 and the process server or the
 		// placeholder) are not the session's uid: no command can kill them.
 		{"the sandbox's processes are not the session's", `ps -eo uid= | tr -d ' ' | grep -vcx "$(id -u)"`, "2"},
