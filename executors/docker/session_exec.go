@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"log/slog"
 	"strconv"
 	"time"
@@ -255,7 +256,14 @@ func (e *Executor) killInSandbox(sb *sessionBox, run string) {
 		err = cmd.copyOut(io.Discard, io.Discard) // ends when the sweep has
 		cmd.close()
 	}
-	if err != nil {
+	switch {
+	case err == nil:
+	case sb.b.exit.exited() || errors.Is(err, fs.ErrNotExist):
+		// The sandbox was released (its slot and socket removed) or died
+		// while the command ran, which a session's delete right after its
+		// command does: the command's processes went with it.
+		e.log.Debug("kill a command in its session sandbox: the sandbox is gone", "request_id", run, "err", err.Error())
+	default:
 		e.log.Warn("kill a command in its session sandbox", "request_id", run, "err", err.Error())
 	}
 }
