@@ -56,18 +56,36 @@ func complete(ctx context.Context, db Database, rec *Record) error {
 		return err
 	}
 	fin := rowOf(rec, cols, "", "")
+	st, err := prepareComplete(ctx, db)
+	if err != nil {
+		return err
+	}
 	return db.WriteTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		return completeRow(ctx, db, tx, rec.ID, &fin)
+		return completeRow(ctx, tx, st, rec.ID, &fin)
 	})
 }
 
-// completeRow moves row id from started to fin's outcome fields.
-func completeRow(ctx context.Context, db Database, tx *sql.Tx, id int64, fin *chainRow) error {
+// completeStmts are completeRow's statements, prepared (Database.Prepare).
+type completeStmts struct{ read, update *sql.Stmt }
+
+func prepareComplete(ctx context.Context, db Database) (completeStmts, error) {
 	q := `SELECT ` + chainColumns + ` FROM records WHERE id = ?`
 	if db.Driver() == DriverPostgres {
 		q += ` FOR UPDATE`
 	}
-	row, err := scanChainRow(tx.QueryRowContext(ctx, db.Rebind(q), id))
+	read, err := db.Prepare(ctx, db.Rebind(q))
+	if err != nil {
+		return completeStmts{}, err
+	}
+	update, err := db.Prepare(ctx, db.Rebind(`UPDATE records SET outcome = ?, error_code = ?, exit_code = ?, duration_ms = ?,
+	http_status = ?, executor = ?, reasons = ?, bytes = ?, detail = ?, completion_hash = ?
+	WHERE id = ? AND outcome = 'started'`))
+	return completeStmts{read: read, update: update}, err
+}
+
+// completeRow moves row id from started to fin's outcome fields.
+func completeRow(ctx context.Context, tx *sql.Tx, st completeStmts, id int64, fin *chainRow) error {
+	row, err := scanChainRow(tx.StmtContext(ctx, st.read).QueryRowContext(ctx, id))
 	if errors.Is(err, sql.ErrNoRows) || (err == nil && row.Outcome != OutcomeStarted) {
 		return fmt.Errorf("%w: record %d", ErrNotStarted, id)
 	}
@@ -79,9 +97,7 @@ func completeRow(ctx context.Context, db Database, tx *sql.Tx, id int64, fin *ch
 	row.Reasons, row.Bytes, row.Detail = fin.Reasons, fin.Bytes, fin.Detail
 	row.CompletionHash = row.completionHash(row.Hash)
 	args := rowArgs(&row)
-	_, err = tx.ExecContext(ctx, db.Rebind(`UPDATE records SET outcome = ?, error_code = ?, exit_code = ?, duration_ms = ?,
-	http_status = ?, executor = ?, reasons = ?, bytes = ?, detail = ?, completion_hash = ?
-	WHERE id = ? AND outcome = 'started'`),
+	_, err = tx.StmtContext(ctx, st.update).ExecContext(ctx,
 		row.Outcome, row.ErrorCode, args[18], row.DurationMS, row.HTTPStatus, row.Executor, args[13], row.Bytes, args[23],
 		row.CompletionHash, id)
 	if err != nil {
@@ -113,9 +129,16 @@ func resolveStarted(ctx context.Context, db Database, replica string) (int, erro
 	}
 	fin := chainRow{Outcome: OutcomeInterrupted, ErrorCode: OutcomeInterrupted,
 		Detail: sql.NullString{String: `{"interrupted":"the gateway stopped while this ran; it may have run in part or in full"}`, Valid: true}}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	st, err := prepareComplete(ctx, db)
+	if err != nil {
+		return 0, err
+	}
 	n := 0
 	for _, id := range ids {
-		err := db.WriteTx(ctx, func(ctx context.Context, tx *sql.Tx) error { return completeRow(ctx, db, tx, id, &fin) })
+		err := db.WriteTx(ctx, func(ctx context.Context, tx *sql.Tx) error { return completeRow(ctx, tx, st, id, &fin) })
 		if errors.Is(err, ErrNotStarted) {
 			continue
 		}

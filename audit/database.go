@@ -39,6 +39,13 @@ type Database interface {
 	DB() *sql.DB
 	// WriteTx runs fn in one transaction and commits it if fn returns nil.
 	WriteTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error
+	// Prepare returns query's statement, compiled on its first use and
+	// kept until Close, for WriteTx's transactions to run with
+	// tx.StmtContext: a fixed query that every run writes is then not
+	// compiled again for each. query must be a constant text (the store
+	// keeps every one it is given). Call it before WriteTx, never inside
+	// fn: SQLite's writer is one connection.
+	Prepare(ctx context.Context, query string) (*sql.Stmt, error)
 	// Rebind rewrites a query's '?' placeholders for this driver. Queries
 	// passed to it must not hold '?' anywhere else (in a string literal,
 	// say).

@@ -268,3 +268,57 @@ func TestDatabase_ReopenKeepsRecords(t *testing.T) {
 		})
 	}
 }
+
+// TestDatabase_Prepare: a prepared statement is compiled once and kept
+// (the same one for the same text), runs inside WriteTx's transactions,
+// survives a transaction that rolled back, and fails after Close; on
+// either driver.
+func TestDatabase_Prepare(t *testing.T) {
+	for name, open := range databases(t) {
+		t.Run(name, func(t *testing.T) {
+			db := open(t)
+			if err := db.Migrate(t.Context(), "prepare-test", []audit.Migration{{Version: 1, Name: "kv",
+				SQL: `CREATE TABLE prepare_kv (k TEXT PRIMARY KEY, v TEXT NOT NULL)`, Postgres: `CREATE TABLE prepare_kv (k TEXT PRIMARY KEY, v TEXT NOT NULL)`}}); err != nil {
+				t.Fatal(err)
+			}
+			q := db.Rebind(`INSERT INTO prepare_kv (k, v) VALUES (?, ?)`)
+			st, err := db.Prepare(t.Context(), q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if again, err := db.Prepare(t.Context(), q); err != nil || again != st {
+				t.Fatalf("a second Prepare of the same text: %p %v, want the kept %p", again, err, st)
+			}
+			insert := func(k string, fail bool) error {
+				return db.WriteTx(t.Context(), func(ctx context.Context, tx *sql.Tx) error {
+					if _, err := tx.StmtContext(ctx, st).ExecContext(ctx, k, "v-"+k); err != nil {
+						return err
+					}
+					if fail {
+						return errors.New("roll back")
+					}
+					return nil
+				})
+			}
+			for _, step := range []struct {
+				k       string
+				fail    bool
+				wantErr bool
+			}{{"a", false, false}, {"b", true, true}, {"a", false, true}, {"c", false, false}} {
+				if err := insert(step.k, step.fail); (err != nil) != step.wantErr {
+					t.Fatalf("insert %q (fail %v): %v, want error %v", step.k, step.fail, err, step.wantErr)
+				}
+			}
+			var n int
+			if err := db.DB().QueryRowContext(t.Context(), `SELECT COUNT(*) FROM prepare_kv`).Scan(&n); err != nil || n != 2 {
+				t.Fatalf("%d rows (%v), want a and c", n, err)
+			}
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := db.Prepare(t.Context(), db.Rebind(`SELECT k FROM prepare_kv WHERE k = ?`)); err == nil {
+				t.Error("Prepare after Close succeeded")
+			}
+		})
+	}
+}

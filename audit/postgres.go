@@ -37,6 +37,7 @@ type Postgres struct {
 	writeTimeout time.Duration
 	maxLimit     int
 	insert       string
+	stmts        stmtCache
 	closed       atomic.Bool
 	replica      string
 

@@ -120,6 +120,7 @@ type SQLite struct {
 	r      *sql.DB       // read-only pool
 	wtoken chan struct{} // holds one token; taking it is the write lock
 	insert *sql.Stmt     // prepared on w
+	stmts  stmtCache     // Prepare's, on w
 
 	// Appends queue here for the group-commit writer (writeLoop). queueMu
 	// makes closing the queue safe against concurrent sends: senders hold

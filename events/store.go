@@ -118,12 +118,20 @@ func (s *store) q(query string) string {
 // appendEvent stores ev (normalized) and returns its id. The counter
 // row's lock, held to commit, serialises appends across replicas.
 func (s *store) appendEvent(ctx context.Context, ev Event) (int64, error) {
+	next, err := s.db.Prepare(ctx, `UPDATE events_counter SET last = last + 1 WHERE one = 1 RETURNING last`)
+	if err != nil {
+		return 0, err
+	}
+	insert, err := s.db.Prepare(ctx, s.q(`INSERT INTO events (id, type, tenant, session_id, time, data) VALUES (?, ?, ?, ?, ?, ?)`))
+	if err != nil {
+		return 0, err
+	}
 	var id int64
-	err := s.db.WriteTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		if err := tx.QueryRowContext(ctx, `UPDATE events_counter SET last = last + 1 WHERE one = 1 RETURNING last`).Scan(&id); err != nil {
+	err = s.db.WriteTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		if err := tx.StmtContext(ctx, next).QueryRowContext(ctx).Scan(&id); err != nil {
 			return fmt.Errorf("next id: %w", err)
 		}
-		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO events (id, type, tenant, session_id, time, data) VALUES (?, ?, ?, ?, ?, ?)`),
+		if _, err := tx.StmtContext(ctx, insert).ExecContext(ctx,
 			id, ev.Type, ev.Tenant, ev.SessionID, fmtTime(ev.Time), string(ev.Data)); err != nil {
 			return fmt.Errorf("insert: %w", err)
 		}
