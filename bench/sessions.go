@@ -316,12 +316,16 @@ func (benchDecider) Decide(context.Context, policy.Input) policy.Decision { retu
 // does (cmd/gateway/events.go).
 type eventsSink struct{ log *events.Log }
 
-func (s eventsSink) Publish(ctx context.Context, e manager.Event) error {
-	data, err := json.Marshal(e.Data)
-	if err != nil {
-		return err
+func (s eventsSink) Publish(ctx context.Context, es ...manager.Event) error {
+	evs := make([]events.Event, 0, len(es))
+	for _, e := range es {
+		data, err := json.Marshal(e.Data)
+		if err != nil {
+			return err
+		}
+		evs = append(evs, events.Event{Type: e.Type, Tenant: e.Tenant, SessionID: e.SessionID, Data: data})
 	}
-	return s.log.Publish(ctx, events.Event{Type: e.Type, Tenant: e.Tenant, SessionID: e.SessionID, Data: data})
+	return s.log.Publish(ctx, evs...)
 }
 
 // openSync is the gateway's default audit.synchronous: each commit is

@@ -143,36 +143,49 @@ func (l *Log) Close() error {
 	return l.closeErr
 }
 
-// Publish appends ev durably and returns once it is committed, having
-// woken this process's SSE streams and webhook deliverers (other
-// replicas hear of it through NOTIFY). The log assigns ev's ID; Time
-// defaults to now. Publish ignores ctx's cancellation (the event of
+// Publish appends evs durably, in order and in one commit, and returns
+// once they are committed, having woken this process's SSE streams and
+// webhook deliverers (other replicas hear of them through NOTIFY). The
+// log assigns their IDs; Time defaults to now. Several events at once
+// share one transaction and its fsync: the manager hands over what queued
+// while the last commit ran, which at a few hundred runs a second halves
+// the log's commits. Publish ignores ctx's cancellation (the event of
 // something that happened is not dropped because the request that caused
 // it ended) but keeps its values; Config.WriteTimeout bounds it.
 //
-// An event it refuses wraps ErrInvalidEvent. Every failure is also
-// logged (the event is lost), so a caller may ignore the error.
-func (l *Log) Publish(ctx context.Context, ev Event) error {
+// An event it refuses wraps ErrInvalidEvent; the others are kept. Every
+// failure is also logged (the event is lost), so a caller may ignore the
+// error.
+func (l *Log) Publish(ctx context.Context, evs ...Event) error {
 	if l.closed.Load() {
-		l.log.WarnContext(ctx, "event not recorded: the log is closed", "type", ev.Type, "tenant", ev.Tenant)
+		l.log.WarnContext(ctx, "events not recorded: the log is closed", "events", len(evs))
 		return ErrClosed
 	}
-	norm, err := normalize(ev, time.Now())
-	if err != nil {
-		l.log.WarnContext(ctx, "event not recorded", "type", truncate(ev.Type, 64), "tenant", truncate(ev.Tenant, 64), "err", err)
-		return err
+	var refused []error
+	kept := make([]Event, 0, len(evs))
+	now := time.Now()
+	for _, ev := range evs {
+		norm, err := normalize(ev, now)
+		if err != nil {
+			l.log.WarnContext(ctx, "event not recorded", "type", truncate(ev.Type, 64), "tenant", truncate(ev.Tenant, 64), "err", err)
+			refused = append(refused, err)
+			continue
+		}
+		kept = append(kept, norm)
 	}
-	ev = norm
+	if len(kept) == 0 {
+		return errors.Join(refused...)
+	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.WriteTimeout)
 	defer cancel()
-	id, err := l.store.appendEvent(wctx, ev)
+	last, err := l.store.appendEvents(wctx, kept)
 	if err != nil {
-		err = fmt.Errorf("events: publish %s: %w", ev.Type, err)
-		l.log.WarnContext(ctx, "event not recorded", "type", ev.Type, "tenant", ev.Tenant, "err", err)
-		return err
+		err = fmt.Errorf("events: publish %s: %w", kept[0].Type, err)
+		l.log.WarnContext(ctx, "events not recorded", "type", kept[0].Type, "tenant", kept[0].Tenant, "events", len(kept), "err", err)
+		return errors.Join(append(refused, err)...)
 	}
-	l.advance(id)
-	return nil
+	l.advance(last)
+	return errors.Join(refused...)
 }
 
 // Since returns up to limit events with an id above afterID, in id

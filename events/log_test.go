@@ -121,6 +121,46 @@ func TestPublishRefuses(t *testing.T) {
 	}
 }
 
+// TestPublishMany: events published together are kept in one commit, in
+// order, with consecutive ids after what was there; a refused one among
+// them is left out (its error returned) and the others are kept; the
+// next single event follows them.
+func TestPublishMany(t *testing.T) {
+	eachDriver(t, func(t *testing.T, open opener) {
+		ctx := context.Background()
+		l := openLog(t, open(t, "r1"), events.Config{}, nil)
+		if err := l.Publish(ctx, events.Event{Type: events.SessionCreated, SessionID: "s0"}); err != nil {
+			t.Fatal(err)
+		}
+		err := l.Publish(ctx,
+			events.Event{Type: events.RunStarted, SessionID: "s1"},
+			events.Event{Type: "not valid"},
+			events.Event{Type: events.RunFinished, SessionID: "s1"},
+			events.Event{Type: events.SessionDeleted, SessionID: "s1"})
+		if !errors.Is(err, events.ErrInvalidEvent) {
+			t.Fatalf("Publish with a refused event: %v, want ErrInvalidEvent", err)
+		}
+		if err := l.Publish(ctx, events.Event{Type: events.SessionCreated, SessionID: "s2"}); err != nil {
+			t.Fatal(err)
+		}
+		all, err := l.Since(ctx, "", 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for i, ev := range all {
+			got = append(got, fmt.Sprintf("%d %s %s", ev.ID, ev.Type, ev.SessionID))
+			if i > 0 && ev.ID != all[i-1].ID+1 {
+				t.Errorf("ids not consecutive: %d after %d", ev.ID, all[i-1].ID)
+			}
+		}
+		want := []string{"1 session.created s0", "2 run.started s1", "3 run.finished s1", "4 session.deleted s1", "5 session.created s2"}
+		if strings.Join(got, "; ") != strings.Join(want, "; ") {
+			t.Errorf("log holds %q, want %q", got, want)
+		}
+	})
+}
+
 // TestPublishOutlivesRequest: the event of something that happened is
 // stored even when the request that caused it has ended.
 func TestPublishOutlivesRequest(t *testing.T) {

@@ -115,10 +115,11 @@ func (s *store) q(query string) string {
 	return s.db.Rebind(strings.ReplaceAll(query, "{now}", s.nowMS))
 }
 
-// appendEvent stores ev (normalized) and returns its id. The counter
-// row's lock, held to commit, serialises appends across replicas.
-func (s *store) appendEvent(ctx context.Context, ev Event) (int64, error) {
-	next, err := s.db.Prepare(ctx, `UPDATE events_counter SET last = last + 1 WHERE one = 1 RETURNING last`)
+// appendEvents stores evs (normalized), in order, in one transaction,
+// and returns the last one's id. The counter row's lock, held to commit,
+// serialises appends across replicas.
+func (s *store) appendEvents(ctx context.Context, evs []Event) (int64, error) {
+	next, err := s.db.Prepare(ctx, s.q(`UPDATE events_counter SET last = last + ? WHERE one = 1 RETURNING last`))
 	if err != nil {
 		return 0, err
 	}
@@ -126,23 +127,26 @@ func (s *store) appendEvent(ctx context.Context, ev Event) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	var id int64
+	var last int64
 	err = s.db.WriteTx(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		if err := tx.StmtContext(ctx, next).QueryRowContext(ctx).Scan(&id); err != nil {
+		if err := tx.StmtContext(ctx, next).QueryRowContext(ctx, len(evs)).Scan(&last); err != nil {
 			return fmt.Errorf("next id: %w", err)
 		}
-		if _, err := tx.StmtContext(ctx, insert).ExecContext(ctx,
-			id, ev.Type, ev.Tenant, ev.SessionID, fmtTime(ev.Time), string(ev.Data)); err != nil {
-			return fmt.Errorf("insert: %w", err)
+		ins := tx.StmtContext(ctx, insert)
+		first := last - int64(len(evs)) + 1
+		for i, ev := range evs {
+			if _, err := ins.ExecContext(ctx, first+int64(i), ev.Type, ev.Tenant, ev.SessionID, fmtTime(ev.Time), string(ev.Data)); err != nil {
+				return fmt.Errorf("insert: %w", err)
+			}
 		}
 		if s.pg {
-			if _, err := tx.ExecContext(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, fmt.Sprint(id)); err != nil {
+			if _, err := tx.ExecContext(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, fmt.Sprint(last)); err != nil {
 				return fmt.Errorf("notify: %w", err)
 			}
 		}
 		return nil
 	})
-	return id, err
+	return last, err
 }
 
 // head is the highest committed id.

@@ -21,9 +21,10 @@ type Event struct {
 }
 
 // EventSink keeps and delivers lifecycle events (package events, wired in
-// main); nil drops them.
+// main); nil drops them. Publish keeps several events in order and, where
+// it can, in one commit.
 type EventSink interface {
-	Publish(ctx context.Context, e Event) error
+	Publish(ctx context.Context, es ...Event) error
 }
 
 // eventQueue bounds the events waiting for the sink. Events are handed
@@ -33,6 +34,9 @@ type EventSink interface {
 const (
 	eventQueue = 4096
 	eventWait  = time.Second
+	// eventBatch bounds the events handed to the sink at once: what
+	// queued while the sink's last commit ran.
+	eventBatch = 64
 )
 
 // emit hands an event to the sink.
@@ -60,15 +64,16 @@ func (m *Manager) emit(ctx context.Context, typ string, ref SessionRef, data map
 // dropped, logged.
 func (m *Manager) publish() {
 	defer close(m.eventsDone)
+	batch := make([]Event, 0, eventBatch)
 	for {
 		select {
 		case e := <-m.events:
-			m.publishOne(e)
+			batch = m.publishQueued(append(batch[:0], e))
 		case <-m.stopEvents:
 			for {
 				select {
 				case e := <-m.events:
-					m.publishOne(e)
+					batch = m.publishQueued(append(batch[:0], e))
 				default:
 					return
 				}
@@ -77,12 +82,24 @@ func (m *Manager) publish() {
 	}
 }
 
-func (m *Manager) publishOne(e Event) {
+// publishQueued adds to batch what is queued, up to eventBatch, and
+// hands it to the sink.
+func (m *Manager) publishQueued(batch []Event) []Event {
+queued:
+	for len(batch) < eventBatch {
+		select {
+		case e := <-m.events:
+			batch = append(batch, e)
+		default:
+			break queued
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), auditWriteTimeout)
 	defer cancel()
-	if err := m.deps.Events.Publish(ctx, e); err != nil {
-		m.log.Error("lifecycle event not kept", "type", e.Type, "session_id", e.SessionID, "err", err)
+	if err := m.deps.Events.Publish(ctx, batch...); err != nil {
+		m.log.Error("lifecycle events not kept", "type", batch[0].Type, "session_id", batch[0].SessionID, "events", len(batch), "err", err)
 	}
+	return batch
 }
 
 // runEventData is what run.* events say of a run: its request, digest,

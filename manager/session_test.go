@@ -73,9 +73,9 @@ type eventSink struct {
 	ev []manager.Event
 }
 
-func (s *eventSink) Publish(_ context.Context, e manager.Event) error {
+func (s *eventSink) Publish(_ context.Context, es ...manager.Event) error {
 	s.mu.Lock()
-	s.ev = append(s.ev, e)
+	s.ev = append(s.ev, es...)
 	s.mu.Unlock()
 	return nil
 }
