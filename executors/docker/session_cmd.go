@@ -9,6 +9,8 @@ import (
 
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
+
+	"github.com/sandgate/sandgate/executors/output"
 )
 
 // sandboxCmd is one command started in a session sandbox, whichever way
@@ -57,10 +59,10 @@ func (e *Executor) spawnCommand(ctx context.Context, sb *sessionBox, env, argv [
 		copyOut: func(stdout, stderr io.Writer) error {
 			errc := make(chan error, 1)
 			go func() {
-				_, err := io.Copy(stderr, p.stderr)
+				_, err := output.Copy(stderr, p.stderr)
 				errc <- err
 			}()
-			_, err := io.Copy(stdout, p.stdout)
+			_, err := output.Copy(stdout, p.stdout)
 			return errors.Join(err, <-errc)
 		},
 		stdin:   p.stdin,

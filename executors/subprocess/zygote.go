@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandgate/sandgate/executors"
+	runout "github.com/sandgate/sandgate/executors/output"
 	"github.com/sandgate/sandgate/executors/process"
 )
 
@@ -297,7 +298,7 @@ func (r *zygoteRun) copyOutput(out *output) {
 		r.copies.Add(1)
 		go func() {
 			defer r.copies.Done()
-			_, _ = io.Copy(w, r.pipes[i])
+			_, _ = runout.Copy(w, r.pipes[i])
 		}()
 	}
 }
