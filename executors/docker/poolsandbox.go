@@ -2,6 +2,8 @@ package docker
 
 import (
 	"context"
+	"sync"
+	"time"
 
 	"github.com/moby/moby/client"
 )
@@ -61,7 +63,16 @@ func (p *sandboxPool) claimSandbox(ctx context.Context, sh shape) *box {
 	}
 	// A run's container is released at the run's end, when the pool
 	// refills behind it; a sandbox is released with its session, hours
-	// later: refill now.
-	p.kick()
+	// later. So the refill follows the sandbox's first command instead
+	// (execInSandbox calls refill when it ends), or sandboxRefillBound
+	// after the claim if that command runs on: a container start beside
+	// the first command, on a small machine, delays its first output by
+	// several milliseconds (issue 34).
+	b.refill = sync.OnceFunc(p.kick)
+	time.AfterFunc(sandboxRefillBound, b.refill)
 	return b
 }
+
+// sandboxRefillBound is how long a claimed sandbox's refill waits at
+// most for the sandbox's first command to end.
+const sandboxRefillBound = 2 * time.Second

@@ -37,6 +37,9 @@ type box struct {
 	// procSock is the host path of a session sandbox's process server's
 	// socket (procserver.go), "" when its commands are execs.
 	procSock string
+	// refill, set on a sandbox claimed from the pool, asks the pool for
+	// its replacement (once; poolsandbox.go).
+	refill func()
 }
 
 // exitWatch holds the outcome of the engine's wait on one container. The

@@ -180,6 +180,9 @@ func (e *Executor) execInSandbox(ctx context.Context, sb *sessionBox, in session
 	go feedExec(cmd, in.runInput, in.log)
 
 	killedFor, copyErr := e.awaitExec(ctx, sb, in.requestID, in.timeout, copied, out.ended, cmd.stop)
+	if sb.b.refill != nil {
+		sb.b.refill()
+	}
 	res, settled, err := runEnd(out, began, killedFor, copyErr)
 	if settled {
 		return res, err
