@@ -238,15 +238,25 @@ func (m *Manager) close(ctx context.Context) error {
 		m.stopReap()
 		<-m.reapDone
 	}
-	errs := []error{m.shutdownSessions(ctx)}
-	for _, e := range m.deps.Executors {
-		if c, ok := e.(executors.Closer); ok {
-			errs = append(errs, c.Close(ctx))
-		}
-	}
+	errs := []error{m.shutdownSessions(ctx), closeAll(ctx, m.deps.Executors)}
 	if m.events != nil {
 		close(m.stopEvents)
 		<-m.eventsDone
 	}
+	return errors.Join(errs...)
+}
+
+// closeAll closes the executors that hold resources side by side: each
+// waits on its own containers or pods, and none should be left only what
+// the ones before it did not use of ctx's deadline.
+func closeAll(ctx context.Context, execs []executors.Executor) error {
+	errs := make([]error, len(execs))
+	var wg sync.WaitGroup
+	for i, e := range execs {
+		if c, ok := e.(executors.Closer); ok {
+			wg.Go(func() { errs[i] = c.Close(ctx) })
+		}
+	}
+	wg.Wait()
 	return errors.Join(errs...)
 }

@@ -3,8 +3,11 @@ package manager_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -172,5 +175,70 @@ func TestMetrics(t *testing.T) {
 	// The refused write-ahead record, then the final record of the refusal.
 	if got := counter(t, reg, "sandgate_audit_write_errors_total", nil); got != 2 {
 		t.Errorf("sandgate_audit_write_errors_total = %v, want 2", got)
+	}
+}
+
+// barrier is passed once n callers have reached it; a caller whose context
+// ends first gets its error.
+type barrier struct {
+	arrived chan struct{}
+	n       int
+	once    sync.Once
+	all     chan struct{}
+}
+
+func newBarrier(n int) *barrier {
+	return &barrier{arrived: make(chan struct{}, n), n: n, all: make(chan struct{})}
+}
+
+func (b *barrier) wait(ctx context.Context) error {
+	b.arrived <- struct{}{}
+	if len(b.arrived) == b.n {
+		b.once.Do(func() { close(b.all) })
+	}
+	select {
+	case <-b.all:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// barrierFake is an executor whose Close and ReleaseSession wait at a
+// barrier: each waits on the engine, as a real one does.
+type barrierFake struct {
+	*executortest.Fake
+	close, release *barrier
+}
+
+func (f *barrierFake) Close(ctx context.Context) error { return f.close.wait(ctx) }
+
+func (f *barrierFake) ReleaseSession(ctx context.Context, _ string) error {
+	return f.release.wait(ctx)
+}
+
+// TestCloseSideBySide: a shutdown releases its sessions, and then closes its
+// executors, side by side. One after the other, each would wait for the
+// ones still to come (here: forever), as a few dozen container removals on
+// a busy engine once used the whole shutdown deadline, and the aio pool,
+// closed last, was left no time to remove its instances and mounts.
+func TestCloseSideBySide(t *testing.T) {
+	const sessions = 4
+	closing := newBarrier(2)
+	a := &barrierFake{Fake: &executortest.Fake{KindValue: executors.KindDocker}, close: closing, release: newBarrier(sessions)}
+	b := &barrierFake{Fake: &executortest.Fake{KindValue: executors.KindAIO}, close: closing, release: newBarrier(sessions)}
+	plain := &executortest.Fake{KindValue: executors.KindSubprocess}
+	h := newHarness(t, hopts{execs: []executors.Executor{plain, a, b}})
+	for i := range sessions {
+		req := request("python", safePython)
+		req.SessionID = fmt.Sprintf("s%d", i)
+		if _, err := h.m.Run(t.Context(), req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := h.m.Close(ctx); err != nil {
+		t.Fatalf("Close: %v, want every release and close done side by side", err)
 	}
 }

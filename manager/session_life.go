@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/sandgate/sandgate/audit"
@@ -343,12 +344,28 @@ func WithSessionPeek(ctx context.Context) context.Context {
 	return context.WithValue(ctx, peekKey{}, true)
 }
 
-// Shutdown releases the state every session served here holds (the
+// shutdownSessions releases the state every session served here holds (the
 // gateway is stopping), leaving their records to say what they held.
+//
+// The sessions are released shutdownParallel at a time: each release waits
+// on the engine (a session sandbox or pool instance removed), and one after
+// the other, a gateway holding a few dozen sessions on a busy engine spent
+// the whole shutdown deadline here, leaving none for the executors' Close.
 func (m *Manager) shutdownSessions(ctx context.Context) error {
-	var errs []error
-	for _, s := range m.table.all() {
-		errs = append(errs, m.release(ctx, s.Ref(), releaseShutdown, false))
+	all := m.table.all()
+	errs := make([]error, len(all))
+	sem := make(chan struct{}, shutdownParallel)
+	var wg sync.WaitGroup
+	for i, s := range all {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			errs[i] = m.release(ctx, s.Ref(), releaseShutdown, false)
+		})
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
+
+// shutdownParallel is how many sessions a shutdown releases at once.
+const shutdownParallel = 8

@@ -856,6 +856,13 @@ func (gw *gateway) serve(ctx context.Context) error {
 	return serveErr
 }
 
+// releaseTimeout bounds a shutdown's release of what the sessions and
+// executors hold (containers, pods, aio instances and their mounts), after
+// the requests have ended. What is not removed by then stays for the next
+// start to adopt or reap; 20 s leaves a busy engine time to remove a few
+// dozen containers, within the minute a service manager usually grants.
+const releaseTimeout = 20 * time.Second
+
 func (gw *gateway) shutdown() {
 	gw.log.Info("shutting down", "timeout", gw.cfg.Server.ShutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), gw.cfg.Server.ShutdownTimeout)
@@ -899,7 +906,7 @@ func (gw *gateway) shutdown() {
 	if err := gw.server.Shutdown(dctx); err != nil {
 		_ = gw.server.Close()
 	}
-	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+	cctx, ccancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer ccancel()
 	if gw.browser != nil {
 		if err := gw.browser.Close(cctx); err != nil {
