@@ -209,6 +209,46 @@ func TestClientDeadline(t *testing.T) {
 	}
 }
 
+// TestClientSessionCreateStalls: a sandbox that takes the bash session's
+// create and never answers (its transport stalled) is unavailable at the
+// create's bound, not at the run's deadline, and the run was not
+// delivered; no deadline of the caller's is in the error.
+func TestClientSessionCreateStalls(t *testing.T) {
+	defer func(d time.Duration) { sessionCreateTimeout = d }(sessionCreateTimeout)
+	sessionCreateTimeout = 200 * time.Millisecond
+	var execs atomic.Int32
+	block := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/bash/sessions/create" {
+			select {
+			case <-block:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		if r.URL.Path == "/v1/bash/exec" {
+			execs.Add(1)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"success":true,"message":"ok","data":null,"hint":null}`))
+	}))
+	defer srv.Close()
+	defer close(block)
+	c := NewHTTPClient(srv.URL, "k")
+	start := time.Now()
+	_, err := run(t.Context(), c, localRun(executors.LangBash, "true", time.Minute))
+	if took := time.Since(start); took > 30*time.Second {
+		t.Errorf("the run failed after %v, want it at the create's bound, not the run's deadline", took)
+	}
+	if !errors.Is(err, executors.ErrUnavailable) || !errors.Is(err, errNotDelivered) || !errors.Is(err, errUnknownOutcome) ||
+		errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("err %v, want unavailable, not delivered, the instance recycled, and no deadline", err)
+	}
+	if n := execs.Load(); n != 0 {
+		t.Errorf("the run was sent %d times after its session's create failed", n)
+	}
+}
+
 // TestClientUnreachable: a dead socket is unavailable, not a crash.
 func TestClientUnreachable(t *testing.T) {
 	c := NewUnixClient(filepath.Join(t.TempDir(), "none.sock"), "k")

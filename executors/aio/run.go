@@ -150,7 +150,7 @@ func run(ctx context.Context, c *Client, r runRequest) (executors.Result, error)
 // cancelled run can be killed by session id on any server, and closes it.
 func runBash(cctx, parent context.Context, c *Client, r runRequest, ext *RunExtension, onChunk func(StreamEvent)) (BashExecResult, error) {
 	sid := "sg-" + r.id
-	if err := c.BashSessionCreate(cctx, sid, r.workdir()); err != nil {
+	if err := createBashSession(cctx, c, sid, r.workdir()); err != nil {
 		return BashExecResult{}, err
 	}
 	defer func() {
@@ -166,6 +166,29 @@ func runBash(cctx, parent context.Context, c *Client, r runRequest, ext *RunExte
 	limit := r.limits.MaxOutputBytes
 	return c.BashExecStream(cctx, BashExecRequest{Command: r.code, SessionID: sid, ExecDir: r.workdir(),
 		HardTimeout: &hard, MaxOutputLength: &limit, XSandgate: ext}, onChunk)
+}
+
+// sessionCreateTimeout bounds the bash session's create, a control call
+// that runs none of the agent's code and that a sandbox answers at once.
+// A sandbox whose transport stalled (a Kubernetes node's kubelet stopped
+// under a port-forward) would otherwise hold the run to its whole timeout
+// before it failed.
+var sessionCreateTimeout = 10 * time.Second // a var for its test
+
+// createBashSession creates the run's bash session. No answer within
+// sessionCreateTimeout is the sandbox unavailable, and the run was not
+// delivered: its code had not been sent.
+func createBashSession(cctx context.Context, c *Client, sid, dir string) error {
+	ctx, cancel := context.WithTimeout(cctx, sessionCreateTimeout)
+	defer cancel()
+	err := c.BashSessionCreate(ctx, sid, dir)
+	if err != nil && cctx.Err() == nil && ctx.Err() != nil {
+		// %v: the sandbox did not answer; this is no deadline of the run's.
+		return &executors.UnavailableError{Kind: executors.KindAIO, Reason: "sandbox did not answer",
+			Err: fmt.Errorf("%w: %w: no answer to the bash session's create in %v: %v",
+				errUnknownOutcome, errNotDelivered, sessionCreateTimeout, err)}
+	}
+	return err
 }
 
 // relay turns sandboxd's streamed chunks into calls of out (Spec.Output),
@@ -213,6 +236,8 @@ func classify(parent, cctx context.Context, err error) error {
 			Reason: "the sandbox image lacks an endpoint this executor needs (agent-infra ≥ 1.9.3 or sandboxd)", Err: err}
 	case errors.Is(err, ErrUnauthorized):
 		return &executors.UnavailableError{Kind: executors.KindAIO, Reason: "the sandbox refused the API key", Err: err}
+	case errors.Is(err, executors.ErrUnavailable):
+		return err
 	case isDialError(err):
 		return &executors.UnavailableError{Kind: executors.KindAIO, Reason: "sandbox unreachable", Err: fmt.Errorf("%w: %w: %w", errUnknownOutcome, errNotDelivered, err)}
 	case cctx.Err() != nil:
