@@ -312,22 +312,6 @@ type benchDecider struct{}
 
 func (benchDecider) Decide(context.Context, policy.Input) policy.Decision { return policy.Decision{} }
 
-// eventsSink hands the manager's events to the log, as the gateway's main
-// does (cmd/gateway/events.go).
-type eventsSink struct{ log *events.Log }
-
-func (s eventsSink) Publish(ctx context.Context, es ...manager.Event) error {
-	evs := make([]events.Event, 0, len(es))
-	for _, e := range es {
-		data, err := json.Marshal(e.Data)
-		if err != nil {
-			return err
-		}
-		evs = append(evs, events.Event{Type: e.Type, Tenant: e.Tenant, SessionID: e.SessionID, Data: data})
-	}
-	return s.log.Publish(ctx, evs...)
-}
-
 // openSync is the gateway's default audit.synchronous: each commit is
 // fsynced, the first open's record included.
 const openSync = "full"
@@ -360,7 +344,7 @@ func scenarioOpen(ctx context.Context, o opts) (abResult, string, error) {
 	newManager := func() (*manager.Manager, error) {
 		m, err := manager.New(manager.Config{Mode: "STRICT", Replica: audit.DefaultReplica},
 			manager.Deps{Assessor: risk.NewAssessor(nil, nil), Policy: benchDecider{}, Workspaces: ws, Audit: db,
-				Sessions: db, Events: eventsSink{evlog}})
+				Sessions: db, Events: manager.LogSink{Log: evlog}})
 		if err != nil {
 			return nil, err
 		}

@@ -3,12 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/sandgate/sandgate/audit"
 	"github.com/sandgate/sandgate/events"
-	"github.com/sandgate/sandgate/manager"
 )
 
 // openEvents opens the lifecycle event log on the gateway's database: one
@@ -23,30 +21,6 @@ func (gw *gateway) openEvents(ctx context.Context) error {
 	}
 	gw.events = l
 	return nil
-}
-
-// eventSink hands the manager's lifecycle events to the log.
-type eventSink struct{ log *events.Log }
-
-func (s eventSink) Publish(ctx context.Context, es ...manager.Event) error {
-	evs, err := encodeEvents(es)
-	return errors.Join(err, s.log.Publish(ctx, evs...))
-}
-
-// encodeEvents is es as the log's events; one whose data does not encode
-// is left out, with an error naming it.
-func encodeEvents(es []manager.Event) ([]events.Event, error) {
-	out := make([]events.Event, 0, len(es))
-	var errs []error
-	for _, e := range es {
-		data, err := json.Marshal(e.Data)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("events: encode %s: %w", e.Type, err))
-			continue
-		}
-		out = append(out, events.Event{Type: e.Type, Tenant: e.Tenant, SessionID: e.SessionID, Data: data})
-	}
-	return out, errors.Join(errs...)
 }
 
 // egressEvents is the egress proxy's audit store: every record goes to

@@ -190,7 +190,7 @@ func build(ctx context.Context, cfg Config, getenv func(string) string, stdout, 
 	deps := manager.Deps{
 		Assessor: assessor, Policy: gw.policy, Confirm: confirmer, Executors: execs, Workspaces: workspaces,
 		Audit: runAudit, Metrics: metrics, Logger: gw.log, Resources: gw.resources(),
-		Sessions: gw.audit, Placement: gw.placement(), Events: eventSink{gw.events},
+		Sessions: gw.audit, Placement: gw.placement(), Events: manager.LogSink{Log: gw.events},
 		// Each front end's paths inside the sandbox (REST, MCP: /workspace).
 		Layouts: map[string]manager.Layout{deerflow.FrontEnd: deerflow.Layout, e2b.FrontEnd: e2b.Layout, daytona.FrontEnd: daytona.Layout},
 	}
