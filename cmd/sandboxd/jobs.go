@@ -5,8 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/sandgate/sandgate/executors"
-	"github.com/sandgate/sandgate/executors/process"
 	"io"
 	"os"
 	"os/exec"
@@ -18,8 +16,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/executors/aio/aiowire"
 	"github.com/sandgate/sandgate/executors/output"
+	"github.com/sandgate/sandgate/executors/process"
 )
 
 // Command statuses of /v1/bash (aio-api.md §2.3).
@@ -90,10 +90,13 @@ type jobTable struct {
 	// trees are long-lived process trees that are not jobs (the
 	// browser): no job's sweep may kill them.
 	trees map[int]treeRoot
+	trap  execTrap
 }
 
 func newJobTable(cfg config) *jobTable {
-	return &jobTable{cfg: cfg, live: make(map[string]*job), trees: make(map[int]treeRoot)}
+	t := &jobTable{cfg: cfg, live: make(map[string]*job), trees: make(map[int]treeRoot)}
+	go t.trap.probe()
+	return t
 }
 
 // startTree starts cmd, a long-lived tree (the browser, a kernel) whose
@@ -176,10 +179,12 @@ func (t *jobTable) start(spec jobSpec) (*job, error) {
 	}
 	// Per-run rlimits. A program read from stdin (python, node) cannot run
 	// before its text arrives: its limits are set with prlimit(2) between
-	// the start and the first byte, at no cost. A command line (bash -c)
-	// runs at once, so it goes through a shell that sets them first.
+	// the start and the first byte, at no cost. Any other is stopped at its
+	// exec and given them there (exectrap.go), or, where ptrace is refused,
+	// goes through a shell that sets them first.
 	gate := spec.limits != nil && spec.stdin != ""
-	if spec.limits != nil && !gate {
+	trapped := spec.limits != nil && !gate && t.trap.works()
+	if spec.limits != nil && !gate && !trapped {
 		argv = append([]string{"/bin/sh", "-c", ulimitScript(lim), "sh"}, argv...)
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
@@ -217,7 +222,12 @@ func (t *jobTable) start(spec jobSpec) (*job, error) {
 
 	j := &job{id: id, label: spec.label, started: time.Now(), out: out, done: make(chan struct{}), status: statusRunning}
 	t.mu.Lock()
-	err := cmd.Start()
+	var err error
+	if trapped {
+		err = startTrapped(cmd, func(pid int) error { return setLimits(pid, lim) })
+	} else {
+		err = cmd.Start()
+	}
 	if err == nil {
 		j.root = rootOf(cmd.Process.Pid, id)
 		t.live[id] = j
