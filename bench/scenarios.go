@@ -166,15 +166,11 @@ func scenarioAIO(ctx context.Context, g *gatewayProc, o opts) (abResult, error) 
 	if err != nil {
 		return abResult{}, err
 	}
-	socks, _ := filepath.Glob(filepath.Join(g.aioState, "*", "run", "sandboxd.sock"))
-	if len(socks) != 1 {
-		return abResult{}, fmt.Errorf("want one sandboxd socket under %s, found %d", g.aioState, len(socks))
-	}
-	key, err := os.ReadFile(filepath.Join(filepath.Dir(filepath.Dir(socks[0])), "key"))
+	sock, key, err := boundSandboxd(g.aioState, session)
 	if err != nil {
 		return abResult{}, err
 	}
-	c := aio.NewUnixClient(socks[0], strings.TrimSpace(string(key)))
+	c := aio.NewUnixClient(sock, key)
 	defer c.Close()
 	timeout := 30
 	direct := timed(func(ctx context.Context) error {
@@ -202,6 +198,27 @@ func scenarioAIO(ctx context.Context, g *gatewayProc, o opts) (abResult, error) 
 		r.print(os.Stdout)
 	}
 	return r, err
+}
+
+// boundSandboxd finds the socket and key of session's aio instance in the
+// pool's state directory: the slot whose session record names it. Other
+// slots hold instances started ahead (the pool's ahead_on_demand), bound
+// to no session.
+func boundSandboxd(state, session string) (sock, key string, err error) {
+	recs, _ := filepath.Glob(filepath.Join(state, "*", "session"))
+	for _, rec := range recs {
+		b, err := os.ReadFile(rec)
+		if err != nil || !bytes.Contains(b, []byte(session)) {
+			continue
+		}
+		slot := filepath.Dir(rec)
+		k, err := os.ReadFile(filepath.Join(slot, "key"))
+		if err != nil {
+			return "", "", err
+		}
+		return filepath.Join(slot, "run", "sandboxd.sock"), strings.TrimSpace(string(k)), nil
+	}
+	return "", "", fmt.Errorf("no slot under %s is bound to session %s (%d bound)", state, session, len(recs))
 }
 
 // opaServer serves OPA's trivial-allow policy over net/http: the same HTTP

@@ -116,7 +116,7 @@ func startDeerFlowGateway(t *testing.T, executor, root string, nonRoot bool, req
 		t.Fatal(err)
 	}
 	args := []string{"--config", conf, "--listen", "127.0.0.1:0", "--mode", "STRICT", "--data-dir", data}
-	cmd := exec.CommandContext(t.Context(), gatewayBinary(t), args...)
+	cmd := exec.Command(gatewayBinary(t), args...)
 	if nonRoot {
 		ensureUser(t, rootlessUser)
 		if out, err := exec.Command("chown", rootlessUser+":"+rootlessUser, data, state).CombinedOutput(); err != nil {
@@ -129,7 +129,7 @@ func startDeerFlowGateway(t *testing.T, executor, root string, nonRoot bool, req
 		if executor != "subprocess" {
 			groups = []string{"--groups", engineSocketGroup(t)}
 		}
-		cmd = exec.CommandContext(t.Context(), "setpriv", append(append([]string{"--reuid", rootlessUser, "--regid", rootlessUser},
+		cmd = exec.Command("setpriv", append(append([]string{"--reuid", rootlessUser, "--regid", rootlessUser},
 			groups...), append([]string{"--", gatewayBinary(t)}, args...)...)...)
 	}
 	cmd.Dir = dir

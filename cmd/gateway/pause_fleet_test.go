@@ -48,6 +48,10 @@ func pauseGateway(t *testing.T, dir, data, replica, inst, storage string, env ..
 		"--data-dir", data, "--policy-dir", pol)
 	cmd.Env = append([]string{"PATH=/usr/local/bin:/usr/bin:/bin", "SANDGATE_REPLICA=" + replica,
 		"SANDGATE_AGENT_TOKEN=" + pauseAgent, "SANDGATE_ADMIN_TOKEN=" + pauseAdmin}, env...)
+	// Registered first, so run last: once the gateway has stopped, what a
+	// replica killed with SIGKILL left (TestPausedKernelResumesOnAnotherReplica's
+	// a, which no start reaps) goes too.
+	t.Cleanup(func() { removeInstances(t, inst, inst+"-d") })
 	base, logs := startAndWait(t, cmd)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -55,6 +59,20 @@ func pauseGateway(t *testing.T, dir, data, replica, inst, storage string, env ..
 		}
 	})
 	return cmd, base
+}
+
+// removeInstances removes every container labelled with one of the
+// executor instances.
+func removeInstances(t *testing.T, instances ...string) {
+	for _, inst := range instances {
+		out, err := exec.Command("docker", "ps", "-aq", "--filter", "label=sandgate.instance="+inst).Output()
+		if err != nil || len(strings.TrimSpace(string(out))) == 0 {
+			continue
+		}
+		if out, err := exec.Command("docker", append([]string{"rm", "-f"}, strings.Fields(string(out))...)...).CombinedOutput(); err != nil {
+			t.Logf("remove %s's containers: %v: %s", inst, err, out)
+		}
+	}
 }
 
 // pauseCall makes one request as tok and returns its status and body.

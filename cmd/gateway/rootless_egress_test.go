@@ -110,7 +110,7 @@ func testRootlessEgress(t *testing.T, executor, require string) {
 	if executor == "docker" {
 		groups = []string{"--groups", engineSocketGroup(t)}
 	}
-	run := exec.CommandContext(t.Context(), "setpriv", append(append([]string{"--reuid", rootlessUser, "--regid", rootlessUser},
+	run := exec.Command("setpriv", append(append([]string{"--reuid", rootlessUser, "--regid", rootlessUser},
 		groups...), "--", gatewayBinary(t), "--config", cfg, "--listen", "127.0.0.1:0", "--mode", "STRICT", "--data-dir", data)...)
 	run.Dir = dir
 	// SSL_CERT_FILE: the gateway verifies the loopback upstream with the

@@ -46,7 +46,7 @@ func TestGatewayAsNonRootUser(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	run := exec.CommandContext(t.Context(), "setpriv", "--reuid", rootlessUser, "--regid", rootlessUser,
+	run := exec.Command("setpriv", "--reuid", rootlessUser, "--regid", rootlessUser,
 		"--clear-groups", "--", bin, "--config", cfg, "--listen", "127.0.0.1:0", "--mode", "PERMISSIVE", "--data-dir", data)
 	run.Dir = dir
 	if err := os.Mkdir(data, 0o700); err != nil {
@@ -103,7 +103,10 @@ func ensureUser(t *testing.T, name string) {
 }
 
 // startAndWait starts the gateway and returns its base URL from the
-// banner.
+// banner. The test's cleanup stops it with SIGINT, so that it shuts down as
+// under a service manager and removes its containers: cmd must not be an
+// exec.CommandContext of t.Context(), which is cancelled (SIGKILL) before
+// the cleanups run. Such a gateway left its aio instance running in CI.
 func startAndWait(t *testing.T, cmd *exec.Cmd) (string, *syncBuf) {
 	t.Helper()
 	stdout, err := cmd.StdoutPipe()
