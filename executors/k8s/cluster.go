@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -43,6 +44,9 @@ func ensureNamespace(ctx context.Context, cs kubernetes.Interface, e *Executor) 
 	ns, err := cs.CoreV1().Namespaces().Get(ctx, e.cfg.Namespace, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		ns, err = cs.CoreV1().Namespaces().Create(ctx, e.namespace(), metav1.CreateOptions{})
+		if err == nil {
+			awaitDefaultServiceAccount(ctx, cs, e.cfg.Namespace)
+		}
 		if apierrors.IsAlreadyExists(err) {
 			ns, err = cs.CoreV1().Namespaces().Get(ctx, e.cfg.Namespace, metav1.GetOptions{})
 		}
@@ -65,6 +69,32 @@ func ensureNamespace(ctx context.Context, cs kubernetes.Interface, e *Executor) 
 		return fmt.Errorf("k8s: sandbox /etc files: %w", err)
 	}
 	return nil
+}
+
+// serviceAccountWait bounds awaitDefaultServiceAccount.
+const serviceAccountWait = 30 * time.Second
+
+// awaitDefaultServiceAccount waits until a namespace this executor has just
+// created has its "default" ServiceAccount, which the controller manager
+// adds shortly after. Until then the ServiceAccount admission plugin refuses
+// every pod in it, though sandbox pods mount no token: CI's loaded cluster
+// once refused the first sandbox of a new namespace that way. After
+// serviceAccountWait, or on any other answer, it returns, and a pod that is
+// still refused reports why.
+func awaitDefaultServiceAccount(ctx context.Context, cs kubernetes.Interface, namespace string) {
+	ctx, cancel := context.WithTimeout(ctx, serviceAccountWait)
+	defer cancel()
+	for {
+		_, err := cs.CoreV1().ServiceAccounts(namespace).Get(ctx, "default", metav1.GetOptions{})
+		if !apierrors.IsNotFound(err) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // podState classifies a pod for the tier: ready (sandboxd's container
