@@ -245,6 +245,9 @@ func (b *localBackend) create(ctx context.Context, slot, session string) (*handl
 			res, err = b.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: hc, Name: name})
 		}
 		if err != nil {
+			if ctx.Err() != nil {
+				b.removeCancelled(ctx, name)
+			}
 			b.cleanState(h)
 			return nil, engineError("create container", err)
 		}
@@ -279,6 +282,30 @@ func (b *localBackend) undoCreate(ctx context.Context, h *handle, err error) (*h
 	}
 	return nil, err
 }
+
+// removeCancelled removes the container named name that a create whose
+// context ended may still have made: the engine goes on with a create the
+// client gave up on (a pool closing under an acquisition), and nothing else
+// would learn the container's id. It looks for a while, since the engine
+// may register the name only after the client has gone.
+func (b *localBackend) removeCancelled(ctx context.Context, name string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelledCreateWait)
+	defer cancel()
+	for {
+		if _, err := b.cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{}); err == nil {
+			b.removeByName(ctx, name)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// cancelledCreateWait bounds removeCancelled's search.
+const cancelledCreateWait = 3 * time.Second
 
 func (b *localBackend) removeByName(ctx context.Context, name string) {
 	res, err := b.cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
