@@ -291,16 +291,12 @@ func (b *localBackend) undoCreate(ctx context.Context, h *handle, err error) (*h
 func (b *localBackend) removeCancelled(ctx context.Context, name string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelledCreateWait)
 	defer cancel()
-	for {
-		if _, err := b.cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{}); err == nil {
-			b.removeByName(ctx, name)
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(100 * time.Millisecond):
-		}
+	err := poll(ctx, 10*time.Millisecond, func() (bool, error) {
+		_, err := b.cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
+		return true, err
+	})
+	if err == nil {
+		b.removeByName(ctx, name)
 	}
 }
 
