@@ -312,13 +312,16 @@ func TestEngineBindTakesTheClaim(t *testing.T) {
 		t.Skip("the identity claim needs a root gateway")
 	}
 	e := newTestExecutor(t, func(c *PoolConfig) { c.MinInstances = 1 })
-	waitFor(t, time.Minute, "one instance started ahead", func() bool { return e.pool.stats()["unbound"] == 1 })
+	waitFor(t, time.Minute, "one instance started ahead", func() bool { s := e.pool.stats(); return s["unbound"] == 1 && s["acquiring"] == 0 })
 	for _, session := range []string{"first", "second"} {
 		res, err := e.Execute(context.Background(), bashSpec(session, newWorkspace(t), "id -u"))
 		if want := fmt.Sprintf("%d\n", DefaultSandboxID); err != nil || res.Stdout != want {
 			t.Fatalf("%s: run %+v %v, want stdout %q", session, res, err, want)
 		}
 	}
+	// The engine lists a container while its create is still under way,
+	// before inspect can find it: let the pool's refill finish first.
+	waitFor(t, time.Minute, "the pool to settle", func() bool { s := e.pool.stats(); return s["acquiring"] == 0 && s["destroying"] == 0 })
 	cli, err := client.New(client.WithHostFromEnv())
 	if err != nil {
 		t.Fatal(err)
