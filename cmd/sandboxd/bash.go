@@ -140,7 +140,8 @@ const largeCommand = 64 << 10
 
 func (s *server) handleBashExec(w http.ResponseWriter, r *http.Request) {
 	var req bashExecReq
-	if !decodeBody(w, r, &req, "command") {
+	hold, ok := decodeHeld(w, r, &req, "command")
+	if !ok {
 		return
 	}
 	if req.AsyncMode || (req.Timeout != nil && *req.Timeout > 0) {
@@ -207,11 +208,11 @@ func (s *server) handleBashExec(w http.ResponseWriter, r *http.Request) {
 	}
 	applyExtension(&spec, req.XSandgate)
 	rl := newRelay(req.XSandgate)
-	spec.tap = rl.tap()
+	spec.tap, spec.hold = rl.tap(), hold
 	j, err := s.jobs.start(spec)
 	if err != nil {
 		cleanup()
-		writeFail(w, http.StatusInternalServerError, "Failed to start the command: "+err.Error(), nil)
+		startFailed(w, "Failed to start the command", err)
 		return
 	}
 	go func() { <-j.done; cleanup() }()

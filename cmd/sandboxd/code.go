@@ -49,7 +49,8 @@ type codeResult struct {
 
 func (s *server) handleCodeExecute(w http.ResponseWriter, r *http.Request) {
 	var req codeExecReq
-	if !decodeBody(w, r, &req, "language", "code") {
+	hold, ok := decodeHeld(w, r, &req, "language", "code")
+	if !ok {
 		return
 	}
 	verr := &validationError{}
@@ -66,6 +67,9 @@ func (s *server) handleCodeExecute(w http.ResponseWriter, r *http.Request) {
 		timeout = *req.Timeout
 	}
 	if req.Stateful {
+		if hold != nil && !released(w, hold) { // a cell is not staged: it waits here
+			return
+		}
 		s.handleStateful(w, r, req, time.Duration(timeout)*time.Second)
 		return
 	}
@@ -102,10 +106,10 @@ func (s *server) handleCodeExecute(w http.ResponseWriter, r *http.Request) {
 		spec.argv, spec.headroomMB = withHeapCap(spec.argv, spec.limits), nodeHeadroomMB
 	}
 	rl := newRelay(req.XSandgate)
-	spec.tap = rl.tap()
+	spec.tap, spec.hold = rl.tap(), hold
 	j, err := s.jobs.start(spec)
 	if err != nil {
-		writeFail(w, http.StatusInternalServerError, "Failed to start "+*req.Language+": "+err.Error(), nil)
+		startFailed(w, "Failed to start "+*req.Language, err)
 		return
 	}
 	finished := false

@@ -60,28 +60,57 @@ func (x *execTrap) probe() {
 // lets it run. When set or the stop fails, the process is killed and
 // reaped, and the error returned.
 func startTrapped(cmd *exec.Cmd, set func(pid int) error) error {
-	// ptrace's requests are answered only from the thread that started
-	// the child: the tracer.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	if err := startStopped(cmd, set); err != nil {
+		return err
+	}
+	return resumeStopped(cmd, nil)
+}
+
+// startStopped starts cmd, waits for its stop at the exec and calls set
+// with its pid; the child stays stopped, traced by this thread, until
+// resumeStopped. ptrace's requests are answered only from the thread that
+// started the child (the tracer), so the caller locks its OS thread across
+// both. When set or the stop fails, the process is killed and reaped, and
+// the error returned.
+func startStopped(cmd *exec.Cmd, set func(pid int) error) error {
 	cmd.SysProcAttr.Ptrace = true
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	pid := cmd.Process.Pid
-	err := awaitExecStop(pid)
+	err := awaitExecStop(cmd.Process.Pid)
 	if err == nil {
-		err = set(pid)
-	}
-	if err == nil {
-		err = unix.PtraceDetach(pid)
+		err = set(cmd.Process.Pid)
 	}
 	if err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		abandon(cmd)
 		return fmt.Errorf("start %s at its exec: %w", cmd.Path, err)
 	}
 	return nil
+}
+
+// resumeStopped lets a child of startStopped run, once hold (when not nil)
+// returns nil: it detaches, delivering no signal. When hold fails the child
+// is killed and reaped before it has run anything, and the error returned.
+func resumeStopped(cmd *exec.Cmd, hold func() error) error {
+	if hold != nil {
+		if err := hold(); err != nil {
+			abandon(cmd)
+			return err
+		}
+	}
+	if err := unix.PtraceDetach(cmd.Process.Pid); err != nil {
+		abandon(cmd)
+		return fmt.Errorf("start %s at its exec: %w", cmd.Path, err)
+	}
+	return nil
+}
+
+// abandon kills and reaps a child that never ran.
+func abandon(cmd *exec.Cmd) {
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
 }
 
 var errNoExecStop = errors.New("no stop at the exec")

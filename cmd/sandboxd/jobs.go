@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -51,6 +52,10 @@ type jobSpec struct {
 	// tap receives the output as it is kept (a streamed answer's queue);
 	// nil: nobody streams.
 	tap func(output.Chunk)
+	// hold, when set, is a held run's wait for its release (hold.go): a
+	// run stopped at its exec waits there, any other before its start.
+	// The run starts only when hold returns nil.
+	hold func() error
 }
 
 // runLimits are the rlimits of one run, applied with ulimit before the
@@ -187,6 +192,17 @@ func (t *jobTable) start(spec jobSpec) (*job, error) {
 	if spec.limits != nil && !gate && !trapped {
 		argv = append([]string{"/bin/sh", "-c", ulimitScript(lim), "sh"}, argv...)
 	}
+	if spec.hold != nil && !trapped {
+		if err := spec.hold(); err != nil {
+			return nil, err
+		}
+	}
+	if trapped {
+		// ptrace answers only the thread that started the child, and a
+		// held run is let go after t.mu is released.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = spec.dir
 	cmd.Env = t.env(spec.env, spec.dir, id)
@@ -224,7 +240,7 @@ func (t *jobTable) start(spec jobSpec) (*job, error) {
 	t.mu.Lock()
 	var err error
 	if trapped {
-		err = startTrapped(cmd, func(pid int) error { return setLimits(pid, lim) })
+		err = startStopped(cmd, func(pid int) error { return setLimits(pid, lim) })
 	} else {
 		err = cmd.Start()
 	}
@@ -235,6 +251,13 @@ func (t *jobTable) start(spec jobSpec) (*job, error) {
 	t.mu.Unlock()
 	for _, w := range writers {
 		_ = w.Close()
+	}
+	if err == nil && trapped {
+		if err = resumeStopped(cmd, spec.hold); err != nil {
+			t.mu.Lock()
+			delete(t.live, id)
+			t.mu.Unlock()
+		}
 	}
 	if err == nil && gate {
 		if err = setLimits(cmd.Process.Pid, lim); err != nil {

@@ -50,6 +50,23 @@ type RunEgress struct {
 	CA bool `json:"ca,omitempty"`
 }
 
+// HoldHeader, sent with value "1" on /v1/bash/exec or /v1/code/execute,
+// asks for a held run: the request body is the JSON object followed, once
+// the caller lets the run go, by Release and the body's end. sandboxd reads
+// the object, stages the run as far as it can without running any of it
+// (its program file written, the interpreter loaded and stopped at its exec
+// with its limits set), and starts it only when Release arrives. A body
+// that ends or fails before Release discards the run, which never started.
+//
+// A server that does not know the header reads the whole body before it
+// parses it, so it too starts nothing before Release, and takes the
+// trailing newline for the whitespace JSON allows: a held call is safe with
+// any server.
+const HoldHeader = "X-Sandgate-Hold"
+
+// Release is the byte that lets a held run go (HoldHeader).
+const Release = '\n'
+
 // StreamMediaType is the Content-Type of a streamed answer.
 const StreamMediaType = "application/x-ndjson"
 

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+
+	"github.com/sandgate/sandgate/executors/aio/aiowire"
+)
+
+// A held run (aiowire.HoldHeader) lets the gateway commit the run's
+// write-ahead audit record while sandboxd stages it: the request's body is
+// the JSON object, then, once the record is durable, aiowire.Release. The
+// two overlap instead of adding up, and nothing of the run executes before
+// the record exists (DESIGN.md §5: no run without its record).
+
+// errNotReleased is a held run whose body ended or failed before its
+// release: the caller gave the run up (its record could not be written, or
+// it went away).
+var errNotReleased = errors.New("the held run was not released")
+
+// decodeHeld is decodeBody for a request that may ask for a held run. For
+// one that does, it reads only the body's first JSON value and returns the
+// hold that waits for the release in the rest of the body; for any other
+// the hold is nil and the body is read whole, as decodeBody does.
+func decodeHeld(w http.ResponseWriter, r *http.Request, dst any, required ...string) (hold func() error, ok bool) {
+	if r.Header.Get(aiowire.HoldHeader) != "1" {
+		return nil, decodeBody(w, r, dst, required...)
+	}
+	body := http.MaxBytesReader(w, r.Body, maxBody)
+	dec := json.NewDecoder(body)
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"detail": "Request body too large"})
+			return nil, false
+		}
+		// Not one JSON value: decodeJSON says so as for any other body.
+		raw = json.RawMessage("{")
+	}
+	if verr := decodeJSON(raw, dst, required); verr != nil {
+		writeValidation(w, verr)
+		return nil, false
+	}
+	// The decoder reads ahead: what it buffered past the value comes
+	// first.
+	rest := io.MultiReader(dec.Buffered(), body)
+	return func() error { return awaitRelease(rest) }, true
+}
+
+// awaitRelease reads the rest of a held run's body, after its JSON value:
+// whitespace up to aiowire.Release lets the run go; the body's end, an
+// error or any other byte discard it.
+func awaitRelease(rest io.Reader) error {
+	var b [1]byte
+	for {
+		if _, err := io.ReadFull(rest, b[:]); err != nil {
+			return errNotReleased
+		}
+		switch b[0] {
+		case aiowire.Release:
+			return nil
+		case ' ', '\t', '\r':
+			continue
+		}
+		return errNotReleased
+	}
+}
+
+// released waits for a held run's release where the run cannot be staged
+// (a kernel's cell): false, with the answer written, when it never came.
+func released(w http.ResponseWriter, hold func() error) bool {
+	if err := hold(); err != nil {
+		startFailed(w, "", err)
+		return false
+	}
+	return true
+}
+
+// startFailed answers a run that did not start: 409 for a held run never
+// released (nothing of it ran), else 500 with what, and the error.
+func startFailed(w http.ResponseWriter, what string, err error) {
+	if errors.Is(err, errNotReleased) {
+		writeFail(w, http.StatusConflict, "The held run was not released: nothing of it ran", nil)
+		return
+	}
+	writeFail(w, http.StatusInternalServerError, what+": "+err.Error(), nil)
+}
