@@ -174,6 +174,23 @@ type Spec struct {
 	// the kernel; the memory and process limits bound the kernel over
 	// its whole life, not one cell.
 	Stateful bool
+	// Release is set only for a Stager's run (the manager's write-ahead
+	// audit record, still being committed): the backend prepares the run
+	// as far as it can without running any of it, then calls Release, and
+	// lets the run's code start only when it returns nil. On an error the
+	// run is discarded, never started, and Execute returns an error
+	// wrapping it. A nil Release lets the run start at once.
+	Release func(ctx context.Context) error
+}
+
+// Stager is implemented by a backend that can stage a run up to its first
+// instruction and hold it there until Spec.Release says go, so that the
+// manager may commit the run's write-ahead audit record while the sandbox
+// gets the run ready, instead of before. Stages reports whether spec's run
+// can be held so; for any other the manager commits first, as for a
+// backend that is no Stager.
+type Stager interface {
+	Stages(spec Spec) bool
 }
 
 // Result is what a finished run produced. A program that fails or times out

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/sandgate/sandgate/audit"
@@ -183,12 +184,17 @@ func (m *Manager) Run(ctx context.Context, req RunRequest) (res *RunResult, err 
 		recordDenial(rec, err)
 		return out, err
 	}
-	if err := m.auditAhead(ctx, rec, exec); err != nil { // 6 write ahead, so a crash cannot erase the run
+	announce := sync.OnceFunc(func() { m.emit(ctx, "run.started", req.ref, runEventData(rec, "")) })
+	committed, err := m.commitAhead(ctx, rec, exec, &spec, announce) // 6 write ahead, so a crash cannot erase the run
+	if err != nil {
 		return out, err
 	}
-	started, ranOn = true, string(exec.Kind())
-	m.emit(ctx, "run.started", req.ref, runEventData(rec, ""))
 	result, err := m.execute(ctx, sess, exec, spec, decision) // 6 execute
+	if cerr := committed(); cerr != nil {
+		return out, cerr // the executor never let the run start
+	}
+	started, ranOn = true, string(exec.Kind())
+	announce()
 	if err != nil {
 		recordDenial(rec, err)
 		return out, err

@@ -141,6 +141,42 @@ func (m *Manager) auditAhead(ctx context.Context, rec *audit.Record, exec execut
 	return m.writeAhead(ctx, rec, string(exec.Kind()))
 }
 
+// commitAhead is the run's write-ahead record (auditAhead). For a
+// Stager's run it is committed while the executor stages the run, not
+// before: spec.Release waits for it, and calls announce once it is
+// durable, so the run's code starts only after its record exists, and the
+// record's commit and the sandbox's preparation overlap instead of adding
+// up. For any other run it is committed here, and announce called, before
+// it starts. committed returns the commit's error once it has ended; the
+// caller calls it before it reads rec again.
+func (m *Manager) commitAhead(ctx context.Context, rec *audit.Record, exec executors.Executor, spec *executors.Spec, announce func()) (committed func() error, err error) {
+	if st, ok := exec.(executors.Stager); !ok || !st.Stages(*spec) {
+		if err := m.auditAhead(ctx, rec, exec); err != nil {
+			return nil, err
+		}
+		announce()
+		return func() error { return nil }, nil
+	}
+	done := make(chan struct{})
+	var werr error
+	go func() {
+		defer close(done)
+		werr = m.auditAhead(ctx, rec, exec)
+	}()
+	spec.Release = func(rctx context.Context) error {
+		select {
+		case <-done:
+		case <-rctx.Done():
+			return rctx.Err()
+		}
+		if werr == nil {
+			announce()
+		}
+		return werr
+	}
+	return func() error { <-done; return werr }, nil
+}
+
 // writeAhead is auditAhead for any request that changes something (a run
 // in executor, or a file operation with executor ""): the started record,
 // or the error that refuses the request.

@@ -102,7 +102,7 @@ const maxResponse = 128 << 20
 
 // call sends one JSON request and decodes the envelope's data into out.
 func (c *Client) call(ctx context.Context, method, path string, in, out any) error {
-	return c.callStream(ctx, method, path, in, out, nil)
+	return c.callStream(ctx, method, path, in, out, nil, nil)
 }
 
 // callStream is call for a request that may be answered as a stream
@@ -110,8 +110,9 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any) err
 // and the last line's envelope is decoded into out as call decodes a
 // whole answer. An answer that is not a stream (an error found before
 // the run started, or a server that ignores the extension) is decoded as
-// call does. With a nil onChunk only JSON is accepted.
-func (c *Client) callStream(ctx context.Context, method, path string, in, out any, onChunk func(aiowire.StreamEvent)) error {
+// call does. With a nil onChunk only JSON is accepted. A release holds
+// the run (heldBody).
+func (c *Client) callStream(ctx context.Context, method, path string, in, out any, onChunk func(aiowire.StreamEvent), release func(context.Context) error) (err error) {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
@@ -119,6 +120,16 @@ func (c *Client) callStream(ctx context.Context, method, path string, in, out an
 			return err
 		}
 		body = bytes.NewReader(b)
+		if release != nil {
+			held := newHeldBody(ctx, b, release)
+			defer held.Close()
+			defer func() {
+				if rerr := held.failed(); rerr != nil {
+					err = rerr
+				}
+			}()
+			body = held
+		}
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
 	if err != nil {
@@ -126,6 +137,9 @@ func (c *Client) callStream(ctx context.Context, method, path string, in, out an
 	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if release != nil {
+		req.Header.Set(aiowire.HoldHeader, "1")
 	}
 	req.Header.Set("Accept", "application/json")
 	if onChunk != nil {
@@ -273,6 +287,9 @@ type BashExecRequest struct {
 	HardTimeout     *float64          `json:"hard_timeout,omitempty"`
 	MaxOutputLength *int              `json:"max_output_length,omitempty"`
 	XSandgate       *RunExtension     `json:"x_sandgate,omitempty"`
+	// Release, when set, holds the run (aiowire.HoldHeader) until it
+	// returns nil; on an error the run is discarded, never started.
+	Release func(context.Context) error `json:"-"`
 }
 
 // BashExecResult is its data.
@@ -291,7 +308,7 @@ func (c *Client) BashExec(ctx context.Context, req BashExecRequest) (BashExecRes
 func (c *Client) BashExecStream(ctx context.Context, req BashExecRequest, onChunk func(aiowire.StreamEvent)) (BashExecResult, error) {
 	req.XSandgate = streamed(req.XSandgate, onChunk)
 	var res BashExecResult
-	err := c.callStream(ctx, http.MethodPost, "/v1/bash/exec", req, &res, onChunk)
+	err := c.callStream(ctx, http.MethodPost, "/v1/bash/exec", req, &res, onChunk, req.Release)
 	return res, err
 }
 
@@ -336,6 +353,8 @@ type CodeExecuteRequest struct {
 	Stateful  bool          `json:"stateful,omitempty"`
 	SessionID string        `json:"session_id,omitempty"`
 	XSandgate *RunExtension `json:"x_sandgate,omitempty"`
+	// Release holds the run, as BashExecRequest's.
+	Release func(context.Context) error `json:"-"`
 }
 
 // CodeOutput is one of a code run's Jupyter outputs.
@@ -366,7 +385,7 @@ func (c *Client) CodeExecute(ctx context.Context, req CodeExecuteRequest) (CodeE
 func (c *Client) CodeExecuteStream(ctx context.Context, req CodeExecuteRequest, onChunk func(aiowire.StreamEvent)) (CodeExecuteResult, error) {
 	req.XSandgate = streamed(req.XSandgate, onChunk)
 	var res CodeExecuteResult
-	err := c.callStream(ctx, http.MethodPost, "/v1/code/execute", req, &res, onChunk)
+	err := c.callStream(ctx, http.MethodPost, "/v1/code/execute", req, &res, onChunk, req.Release)
 	return res, err
 }
 

@@ -3,6 +3,7 @@ package aio
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -259,5 +260,57 @@ func TestClientUnreachable(t *testing.T) {
 	var op *net.OpError
 	if !errors.As(err, &op) {
 		t.Errorf("the dial error is lost: %v", err)
+	}
+}
+
+// TestClientHeldRun: a run with a release is held in sandboxd until the
+// release says go, and runs then; a release that fails discards it before
+// it ran anything, an error that is not an unknown outcome (the instance
+// is as it was, and serves the next run).
+func TestClientHeldRun(t *testing.T) {
+	ws := t.TempDir()
+	c := localSandboxd(t, ws)
+	localWS = ws
+	defer func() { localWS = "/workspace" }()
+	refused := errors.New("the record could not be written")
+	for i, tc := range []struct {
+		lang, code string
+		release    error
+	}{
+		{executors.LangPython, "open('ran-0', 'w').close(); print('hi')", nil},
+		{executors.LangBash, "touch ran-1; echo hi", nil},
+		{executors.LangPython, "open('ran-2', 'w').close(); print('hi')", refused},
+		{executors.LangBash, "touch ran-3; echo hi", refused},
+	} {
+		marker := filepath.Join(ws, fmt.Sprintf("ran-%d", i))
+		r := localRun(tc.lang, tc.code, 10*time.Second)
+		asked := make(chan struct{})
+		r.release = func(ctx context.Context) error {
+			close(asked)
+			time.Sleep(200 * time.Millisecond) // the run would have run by now
+			if _, err := os.Stat(marker); err == nil {
+				t.Errorf("%s: ran before its release", tc.lang)
+			}
+			return tc.release
+		}
+		res, err := run(context.Background(), c, r)
+		select {
+		case <-asked:
+		default:
+			t.Fatalf("%s: the release was never asked for", tc.lang)
+		}
+		_, statErr := os.Stat(marker)
+		if tc.release == nil {
+			if err != nil || res.Stdout != "hi\n" || statErr != nil {
+				t.Errorf("%s released: %+v %v (marker %v)", tc.lang, res, err, statErr)
+			}
+			continue
+		}
+		if !errors.Is(err, refused) || errors.Is(err, errUnknownOutcome) || statErr == nil {
+			t.Errorf("%s not released: %v (ran: %v), want the release's error, no unknown outcome, not run", tc.lang, err, statErr == nil)
+		}
+	}
+	if res, err := run(context.Background(), c, localRun(executors.LangBash, "echo next", 10*time.Second)); err != nil || res.Stdout != "next\n" {
+		t.Errorf("the run after: %+v %v", res, err)
 	}
 }

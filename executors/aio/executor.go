@@ -91,6 +91,12 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 	if spec.SessionID == "" {
 		return executors.Result{}, errors.New("aio: a run needs a session id: the instance belongs to the session")
 	}
+	if !e.Stages(spec) {
+		if err := releaseNow(ctx, spec.Release); err != nil {
+			return executors.Result{}, err
+		}
+		spec.Release = nil
+	}
 	ws := Workspace{Dir: spec.WorkspaceDir, UID: spec.UID, GID: spec.GID, Root: spec.Layout.Root, Home: homeOf(spec.Layout)}
 	for attempt := 1; ; attempt++ {
 		l, err := e.acquire(ctx, spec.SessionID, ws)
@@ -117,6 +123,14 @@ func (e *Executor) Execute(ctx context.Context, spec executors.Spec) (executors.
 	}
 }
 
+// Stages implements executors.Stager: sandboxd (none mode) holds a run
+// at its exec until the manager's write-ahead record is committed; a
+// kernel's cell, and the image's own server in bridge mode, wait for it
+// before they are sent.
+func (e *Executor) Stages(spec executors.Spec) bool {
+	return e.cfg.Network == NetworkNone && !spec.Stateful
+}
+
 // runOn runs spec on the leased instance and releases it, recycling it
 // when the run's outcome is unknown.
 func (e *Executor) runOn(ctx context.Context, l *lease, spec executors.Spec) (executors.Result, error) {
@@ -127,7 +141,7 @@ func (e *Executor) runOn(ctx context.Context, l *lease, spec executors.Spec) (ex
 	}
 	res, err := run(ctx, l.client(), runRequest{
 		dir: workspaceMount, cwd: spec.Layout.Dir(), id: spec.RequestID, lang: spec.Language, code: spec.Code, timeout: spec.Timeout, margin: DefaultClientMargin,
-		limits: spec.Limits, extended: e.cfg.Network == NetworkNone, output: spec.Output, egress: grant,
+		limits: spec.Limits, extended: e.cfg.Network == NetworkNone, output: spec.Output, egress: grant, release: spec.Release,
 	})
 	endEgress()
 	broken := errors.Is(err, errUnknownOutcome)

@@ -36,6 +36,8 @@ type runRequest struct {
 	output func(output.Chunk)
 	// egress is the run's network grant (nil: none), sent to sandboxd.
 	egress *RunEgress
+	// release is Spec.Release: sandboxd holds the run until it says go.
+	release func(context.Context) error
 }
 
 func (r runRequest) workdir() string {
@@ -74,6 +76,11 @@ func run(ctx context.Context, c *Client, r runRequest) (executors.Result, error)
 	onChunk := relay(r.output, r.limits.MaxOutputBytes)
 	if !r.extended {
 		ext, onChunk = nil, nil
+		// Another server holds nothing: the run waits here instead.
+		if err := releaseNow(ctx, r.release); err != nil {
+			return executors.Result{}, err
+		}
+		r.release = nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.timeout+r.margin)
 	defer cancel()
@@ -97,7 +104,7 @@ func run(ctx context.Context, c *Client, r runRequest) (executors.Result, error)
 		secs := int(math.Ceil(r.timeout.Seconds()))
 		var res CodeExecuteResult
 		res, err = c.CodeExecuteStream(cctx, CodeExecuteRequest{Language: r.lang, Code: r.code, Timeout: &secs,
-			Cwd: r.workdir(), XSandgate: ext}, onChunk)
+			Cwd: r.workdir(), XSandgate: ext, Release: r.release}, onChunk)
 		status, exitCode, stdout, stderr, out = res.Status, res.ExitCode, res.Stdout, res.Stderr, res.XSandgate
 		timedOut = status == "timeout"
 		finished = status == "ok" || status == "error" || timedOut
@@ -165,7 +172,19 @@ func runBash(cctx, parent context.Context, c *Client, r runRequest, ext *RunExte
 	hard := r.timeout.Seconds()
 	limit := r.limits.MaxOutputBytes
 	return c.BashExecStream(cctx, BashExecRequest{Command: r.code, SessionID: sid, ExecDir: r.workdir(),
-		HardTimeout: &hard, MaxOutputLength: &limit, XSandgate: ext}, onChunk)
+		HardTimeout: &hard, MaxOutputLength: &limit, XSandgate: ext, Release: r.release}, onChunk)
+}
+
+// releaseNow waits for a run's release where it cannot be held in the
+// sandbox (nil: none to wait for).
+func releaseNow(ctx context.Context, release func(context.Context) error) error {
+	if release == nil {
+		return nil
+	}
+	if err := release(ctx); err != nil {
+		return fmt.Errorf("aio: run not released: %w", err)
+	}
+	return nil
 }
 
 // sessionCreateTimeout bounds the bash session's create, a control call
@@ -236,7 +255,7 @@ func classify(parent, cctx context.Context, err error) error {
 			Reason: "the sandbox image lacks an endpoint this executor needs (agent-infra ≥ 1.9.3 or sandboxd)", Err: err}
 	case errors.Is(err, ErrUnauthorized):
 		return &executors.UnavailableError{Kind: executors.KindAIO, Reason: "the sandbox refused the API key", Err: err}
-	case errors.Is(err, executors.ErrUnavailable):
+	case errors.Is(err, executors.ErrUnavailable), errors.Is(err, errNotReleased):
 		return err
 	case isDialError(err):
 		return &executors.UnavailableError{Kind: executors.KindAIO, Reason: "sandbox unreachable", Err: fmt.Errorf("%w: %w: %w", errUnknownOutcome, errNotDelivered, err)}
