@@ -13,7 +13,7 @@ import (
 // write-ahead audit record while sandboxd stages it: the request's body is
 // the JSON object, then, once the record is durable, aiowire.Release. The
 // two overlap instead of adding up, and nothing of the run executes before
-// the record exists (DESIGN.md §5: no run without its record).
+// the record exists (manager.auditAhead: nothing runs unaudited).
 
 // errNotReleased is a held run whose body ended or failed before its
 // release: the caller gave the run up (its record could not be written, or
