@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/executors/executortest"
@@ -85,6 +86,10 @@ func (w warmSecondRun) Execute(ctx context.Context, spec executors.Spec) (execut
 	first := spec
 	first.RequestID += "-first"
 	first.Output = nil // the stream is the real run's
+	// The first run only warms: the case's own timeout (3 s for
+	// TimeoutKillsTree) is for the second, and a loaded CI machine once
+	// took longer than that to start the interpreter for it.
+	first.Timeout = max(spec.Timeout, time.Minute)
 	first.Code = map[string]string{executors.LangJavaScript: "", executors.LangBash: ":", executors.LangPython: "pass"}[spec.Language]
 	res, err := w.Executor.Execute(ctx, first)
 	if errors.Is(err, executors.ErrCapabilityMissing) {
