@@ -162,6 +162,42 @@ type abResult struct {
 	Key         string       `json:"key"`
 	Concurrency int          `json:"concurrency"`
 	Sides       []sideResult `json:"sides"`
+	// Block is the number of requests per alternating block: side i's
+	// k-th block of latencies was measured right after side i-1's.
+	Block int `json:"block,omitempty"`
+}
+
+// pairedP50Delta is the median, over the alternating blocks, of side a's
+// block p50 minus side b's block p50 (ms): the difference of requests
+// measured side by side in time. A machine whose speed drifts or jumps
+// between two modes (an aio instance's 1-CPU quota throttles a python
+// start now and then, so its latencies have two humps about 7 ms apart)
+// moves each side's overall p50 by which hump it lands on, a different
+// mix on each side; the blocks' differences see the same machine on both
+// sides. ok is false without the latencies or the block size (a result
+// from before they were kept).
+func (r abResult) pairedP50Delta(a, b string) (d float64, ok bool) {
+	sa, okA := r.side(a)
+	sb, okB := r.side(b)
+	la, lb := sa.Stats.LatMS, sb.Stats.LatMS
+	if !okA || !okB || r.Block <= 0 || len(la) < r.Block || len(lb) < r.Block {
+		return 0, false
+	}
+	var diffs []float64
+	for i := 0; i+r.Block <= min(len(la), len(lb)); i += r.Block {
+		diffs = append(diffs, medianOf(la[i:i+r.Block])-medianOf(lb[i:i+r.Block]))
+	}
+	return medianOf(diffs), true
+}
+
+// medianOf is the median of xs (xs is not changed).
+func medianOf(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if n := len(s); n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 func (r abResult) side(label string) (sideResult, bool) {
@@ -203,7 +239,7 @@ func ab(ctx context.Context, key, name string, sides []named, c, n, block int) (
 			break
 		}
 	}
-	r := abResult{Name: name, Key: key, Concurrency: c}
+	r := abResult{Name: name, Key: key, Concurrency: c, Block: block}
 	for i, sd := range sides {
 		r.Sides = append(r.Sides, sideResult{Label: sd.label, Stats: summarize(lat[i], wall[i])})
 	}

@@ -208,17 +208,22 @@ func headlines(rep *report, sk *soakResult) headline {
 	pauseHeadline(rep, add, &h.lines) // pause.go
 	e2bHeadline(rep, add, &h.lines)
 	// 3. aio (issue 34 tightened it from +3 ms)
-	const aioWarmTarget = "aio warm ≤ direct sandboxd + 2 ms (p50)"
+	const aioWarmTarget = "aio warm ≤ direct sandboxd + 2 ms (p50, side by side)"
 	if r := rep.AIO; r != nil {
 		gw, _ := r.side("gateway")
 		dr, _ := r.side("sandboxd direct")
-		d := gw.Stats.P50 - dr.Stats.P50
-		t := target{Name: aioWarmTarget, Measured: fmt.Sprintf("gateway %s, direct %s: %+.2f ms", ms(gw.Stats.P50), ms(dr.Stats.P50), d), Met: d <= 2}
+		overall := gw.Stats.P50 - dr.Stats.P50
+		d, paired := r.pairedP50Delta("gateway", "sandboxd direct")
+		how := fmt.Sprintf("%+.2f ms, the median of the alternating %d-request blocks' p50 differences (the overall p50s differ by %+.2f ms)", d, r.Block, overall)
+		if !paired {
+			d, how = overall, fmt.Sprintf("%+.2f ms between the overall p50s", overall)
+		}
+		t := target{Name: aioWarmTarget, Measured: fmt.Sprintf("gateway %s, direct %s: %s", ms(gw.Stats.P50), ms(dr.Stats.P50), how), Met: d <= 2}
 		if !t.Met {
 			t.Reason = fmt.Sprintf("the gateway adds %.2f ms at p50", d)
 		}
 		add(t)
-		h.lines = append(h.lines, fmt.Sprintf("aio `run_code` on a warm instance: %+.2f ms at p50 over calling its sandboxd directly (%s vs %s).", d, ms(gw.Stats.P50), ms(dr.Stats.P50)))
+		h.lines = append(h.lines, fmt.Sprintf("aio `run_code` on a warm instance: %s over calling its sandboxd directly (p50 %s vs %s).", how, ms(gw.Stats.P50), ms(dr.Stats.P50)))
 	} else {
 		add(target{Name: aioWarmTarget, Missing: true, Reason: unavailable(rep, "aio")})
 	}
