@@ -140,7 +140,7 @@ const largeCommand = 64 << 10
 
 func (s *server) handleBashExec(w http.ResponseWriter, r *http.Request) {
 	var req bashExecReq
-	hold, ok := decodeHeld(w, r, &req, "command")
+	hold, ok := s.decodeHeld(w, r, &req, "command")
 	if !ok {
 		return
 	}

@@ -49,7 +49,7 @@ type codeResult struct {
 
 func (s *server) handleCodeExecute(w http.ResponseWriter, r *http.Request) {
 	var req codeExecReq
-	hold, ok := decodeHeld(w, r, &req, "language", "code")
+	hold, ok := s.decodeHeld(w, r, &req, "language", "code")
 	if !ok {
 		return
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/sandgate/sandgate/executors/aio/aiowire"
 )
@@ -24,7 +25,7 @@ var errNotReleased = errors.New("the held run was not released")
 // one that does, it reads only the body's first JSON value and returns the
 // hold that waits for the release in the rest of the body; for any other
 // the hold is nil and the body is read whole, as decodeBody does.
-func decodeHeld(w http.ResponseWriter, r *http.Request, dst any, required ...string) (hold func() error, ok bool) {
+func (s *server) decodeHeld(w http.ResponseWriter, r *http.Request, dst any, required ...string) (hold func() error, ok bool) {
 	if r.Header.Get(aiowire.HoldHeader) != "1" {
 		return nil, decodeBody(w, r, dst, required...)
 	}
@@ -47,7 +48,12 @@ func decodeHeld(w http.ResponseWriter, r *http.Request, dst any, required ...str
 	// The decoder reads ahead: what it buffered past the value comes
 	// first.
 	rest := io.MultiReader(dec.Buffered(), body)
-	return func() error { return awaitRelease(rest) }, true
+	return func() error {
+		rc := http.NewResponseController(w)
+		_ = rc.SetReadDeadline(time.Now().Add(s.cfg.HoldTimeout))
+		defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
+		return awaitRelease(rest)
+	}, true
 }
 
 // awaitRelease reads the rest of a held run's body, after its JSON value:

@@ -57,9 +57,10 @@ func (ts *testServer) postHeld(path string, body map[string]any) heldCall {
 
 // TestHeldRun: a held run is staged and nothing of it runs until its
 // release; released, it runs as any run; a body that ends or breaks
-// before the release discards it, with no process left.
+// before the release, or a caller silent past HoldTimeout, discards it,
+// with no process left.
 func TestHeldRun(t *testing.T) {
-	ts := newTestServer(t, func(c *config) { c.CodeDir = t.TempDir() })
+	ts := newTestServer(t, func(c *config) { c.CodeDir = t.TempDir(); c.HoldTimeout = 2 * time.Second })
 	for deadline := time.Now().Add(10 * time.Second); ts.srv.jobs.trap.state.Load() == trapUnknown; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the probe did not finish in 10 s")
@@ -78,6 +79,8 @@ func TestHeldRun(t *testing.T) {
 		{"body ended", func(c heldCall) { _ = c.body.Close() }, http.StatusConflict},
 		{"another byte", func(c heldCall) { _, _ = c.body.Write([]byte("x")); _ = c.body.Close() }, http.StatusConflict},
 		{"connection broken", func(c heldCall) { _ = c.body.CloseWithError(errors.New("gone")) }, 0},
+		// A caller that hangs: the run is discarded at HoldTimeout.
+		{"never released", func(heldCall) {}, http.StatusConflict},
 	}
 	n := 0
 	for _, l := range langs {

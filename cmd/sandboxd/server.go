@@ -42,7 +42,12 @@ type config struct {
 	// WaitDelay bounds how long a finished command's output pipes may stay
 	// open (held by a detached child) before they are closed.
 	WaitDelay time.Duration
-	Log       *slog.Logger
+	// HoldTimeout bounds how long a held run waits for its release
+	// (hold.go): the gateway releases it within its write-ahead record's
+	// 5 s bound or breaks the body, so only a caller that hangs meets it,
+	// and its run is discarded rather than kept stopped for good.
+	HoldTimeout time.Duration
+	Log         *slog.Logger
 }
 
 func defaultConfig() config {
@@ -55,6 +60,7 @@ func defaultConfig() config {
 		MaxBashSessions: 64,
 		RetainBytes:     8 << 20,
 		WaitDelay:       500 * time.Millisecond,
+		HoldTimeout:     30 * time.Second,
 		Log:             slog.New(slog.DiscardHandler),
 	}
 }
