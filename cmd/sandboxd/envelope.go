@@ -89,18 +89,26 @@ const maxBody = 64 << 20
 func decodeBody(w http.ResponseWriter, r *http.Request, dst any, required ...string) bool {
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"detail": "Request body too large"})
-			return false
+		if !tooLarge(w, err) {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"detail": "Could not read the request body"})
 		}
-		writeJSON(w, http.StatusBadRequest, map[string]string{"detail": "Could not read the request body"})
 		return false
 	}
 	if verr := decodeJSON(raw, dst, required); verr != nil {
 		writeValidation(w, verr)
 		return false
 	}
+	return true
+}
+
+// tooLarge answers 413 when err is a body over maxBody, and reports
+// whether it did.
+func tooLarge(w http.ResponseWriter, err error) bool {
+	var mbe *http.MaxBytesError
+	if !errors.As(err, &mbe) {
+		return false
+	}
+	writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"detail": "Request body too large"})
 	return true
 }
 

@@ -33,9 +33,7 @@ func (s *server) decodeHeld(w http.ResponseWriter, r *http.Request, dst any, req
 	dec := json.NewDecoder(body)
 	var raw json.RawMessage
 	if err := dec.Decode(&raw); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"detail": "Request body too large"})
+		if tooLarge(w, err) {
 			return nil, false
 		}
 		// Not one JSON value: decodeJSON says so as for any other body.
