@@ -450,9 +450,10 @@ func (b *localBackend) publishedPort(ctx context.Context, id string) (int, error
 	return 0, unavailable("bridge mode: no published port for 8080", nil)
 }
 
-// bind mounts the session's workspace into the instance and, in none
-// mode, starts sandboxd as the session's uid with docker exec, then waits
-// until it answers.
+// bind mounts the session's workspace into the instance, renames the
+// container for the session while, in none mode, it claims sandboxd for
+// the session's uid (or starts it as that uid with docker exec), and
+// returns once sandboxd answers and the rename is done.
 func (b *localBackend) bind(ctx context.Context, h *handle, bd binding) (*Client, error) {
 	if err := prepareWorkspace(bd.ws.Dir, bd.ws.UID, bd.ws.GID); err != nil {
 		return nil, fmt.Errorf("aio: %w", err)
@@ -483,15 +484,49 @@ func (b *localBackend) bind(ctx context.Context, h *handle, bd binding) (*Client
 	if err := os.WriteFile(filepath.Join(h.dir, stateSession), rec, 0o600); err != nil {
 		return nil, fmt.Errorf("aio: state dir: %w", err)
 	}
-	if name := b.containerName(bd.session); h.name != name {
-		if _, err := b.cli.ContainerRename(ctx, h.containerID, client.ContainerRenameOptions{NewName: name}); err != nil {
-			if res, ierr := b.cli.ContainerInspect(ctx, h.containerID, client.ContainerInspectOptions{}); ierr != nil ||
-				strings.TrimPrefix(res.Container.Name, "/") != name {
-				return nil, engineError("rename container", err)
+	renamed := b.renameAsync(ctx, h, b.containerName(bd.session))
+	c, err := b.serve(ctx, h, bd)
+	if rerr := renamed(); rerr != nil && err == nil {
+		c.Close()
+		return nil, rerr
+	}
+	return c, err
+}
+
+// renameAsync renames h's container to name in the background and
+// returns the wait for it. The rename is an engine round trip (2–4 ms on
+// the development VM) that the session's sandboxd does not need, so it
+// overlaps the claim instead of adding to the session's first output;
+// bind still fails when it fails. h.name is set by the wait, on the
+// caller's goroutine.
+func (b *localBackend) renameAsync(ctx context.Context, h *handle, name string) func() error {
+	if h.name == name {
+		return func() error { return nil }
+	}
+	done := make(chan error, 1)
+	id := h.containerID
+	go func() {
+		_, err := b.cli.ContainerRename(ctx, id, client.ContainerRenameOptions{NewName: name})
+		if err != nil {
+			if res, ierr := b.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{}); ierr == nil &&
+				strings.TrimPrefix(res.Container.Name, "/") == name {
+				err = nil
 			}
 		}
+		done <- err
+	}()
+	return func() error {
+		if err := <-done; err != nil {
+			return engineError("rename container", err)
+		}
 		h.name = name
+		return nil
 	}
+}
+
+// serve starts or claims the bound instance's server and returns its
+// client once it answers.
+func (b *localBackend) serve(ctx context.Context, h *handle, bd binding) (*Client, error) {
 	if b.cfg.Network == NetworkBridge {
 		c := NewHTTPClient("http://127.0.0.1:"+strconv.Itoa(h.port), h.key)
 		return c, waitReady(ctx, c)

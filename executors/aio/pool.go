@@ -318,8 +318,12 @@ func (p *pool) startAcquireLocked(in *instance, b binding) {
 			p.destroyLocked(in)
 			return
 		}
+		// The instance started ahead that this replaces is not started
+		// here but when the session's first run ends (release), or at the
+		// loop's next tick if that run is long: a container start takes
+		// the CPU of a 2-core machine for a few hundred ms, and overlapping
+		// it with the run the claim was for would slow that run.
 		p.broadcastLocked()
-		p.kick() // an unbound instance may have been used: start another
 	})
 }
 
@@ -421,6 +425,9 @@ func (p *pool) release(in *instance, broken bool) {
 		in.state = stateIdle
 	}
 	p.broadcastLocked()
+	if len(p.unbound) < p.wantUnboundLocked() && len(p.all) < p.cfg.MaxInstances {
+		p.kick() // a run ended: start the instances ahead that claims took
+	}
 }
 
 // destroyLocked takes in out of service and removes its container in the

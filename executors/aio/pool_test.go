@@ -510,3 +510,30 @@ func TestPoolAheadOnDemand(t *testing.T) {
 		return st["unbound"] == 0 && st["idle"] == 0 && st["acquiring"] == 0
 	})
 }
+
+// TestPoolRefillAfterTheClaimingRun: the instance started ahead that a
+// claim took is replaced once the claiming run ends, not while it runs,
+// so the container start does not compete with the session's first run
+// for the CPU.
+func TestPoolRefillAfterTheClaimingRun(t *testing.T) {
+	be := newFakeBackend()
+	p := newFakePool(t, be, func(c *PoolConfig) { c.MinInstances, c.IdleTimeout = 1, time.Hour })
+	waitFor(t, 2*time.Second, "one instance started ahead", func() bool {
+		st := p.stats()
+		return st["unbound"] == 1 && st["acquiring"] == 0
+	})
+	l, err := p.acquire(context.Background(), bindingFor("first"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the loop's tick is 5 s here
+	if creates, _, _, _, _ := be.counts(); creates != 1 {
+		t.Fatalf("creates %d while the claiming run was running, want 1", creates)
+	}
+	l.release(false)
+	waitFor(t, 2*time.Second, "a new instance started ahead after the run", func() bool {
+		st := p.stats()
+		creates, _, _, _, _ := be.counts()
+		return creates == 2 && st["unbound"] == 1 && st["acquiring"] == 0
+	})
+}
