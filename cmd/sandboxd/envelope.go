@@ -112,6 +112,14 @@ func tooLarge(w http.ResponseWriter, err error) bool {
 	return true
 }
 
+// jsonInvalid is the 422 of a body that is not JSON, pos bytes in.
+func jsonInvalid(pos int) *validationError {
+	return &validationError{items: []validationItem{{Type: "json_invalid", Loc: []any{"body", pos},
+		Msg: "JSON decode error", Input: map[string]any{}, Ctx: map[string]any{"error": "Expecting value"}}}}
+}
+
+// decodeJSON checks raw and decodes it into dst as decodeBody does, and
+// returns the 422's items, or nil.
 func decodeJSON(raw []byte, dst any, required []string) *validationError {
 	verr := &validationError{}
 	if len(bytes.TrimSpace(raw)) == 0 {
@@ -126,9 +134,7 @@ func decodeJSON(raw []byte, dst any, required []string) *validationError {
 			if se != nil {
 				pos = int(se.Offset)
 			}
-			verr.items = append(verr.items, validationItem{Type: "json_invalid", Loc: []any{"body", pos},
-				Msg: "JSON decode error", Input: map[string]any{}, Ctx: map[string]any{"error": "Expecting value"}})
-			return verr
+			return jsonInvalid(pos)
 		}
 		verr.items = append(verr.items, validationItem{Type: "model_attributes_type", Loc: []any{"body"},
 			Msg: "Input should be a valid dictionary or object to extract fields from", Input: rawValue(raw)})

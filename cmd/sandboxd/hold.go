@@ -33,11 +33,11 @@ func (s *server) decodeHeld(w http.ResponseWriter, r *http.Request, dst any, req
 	dec := json.NewDecoder(body)
 	var raw json.RawMessage
 	if err := dec.Decode(&raw); err != nil {
-		if tooLarge(w, err) {
-			return nil, false
+		if !tooLarge(w, err) {
+			unread, _ := io.Copy(io.Discard, dec.Buffered())
+			writeValidation(w, undecodable(err, dec.InputOffset()+unread))
 		}
-		// Not one JSON value: decodeJSON says so as for any other body.
-		raw = json.RawMessage("{")
+		return nil, false
 	}
 	if verr := decodeJSON(raw, dst, required); verr != nil {
 		writeValidation(w, verr)
@@ -52,6 +52,21 @@ func (s *server) decodeHeld(w http.ResponseWriter, r *http.Request, dst any, req
 		defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
 		return awaitRelease(rest)
 	}, true
+}
+
+// undecodable is the 422 of a held body that does not start with one JSON
+// value, as decodeJSON gives it for the same body unheld: a missing body,
+// or invalid JSON and where (read, the bytes read, when the value is cut
+// short).
+func undecodable(err error, read int64) *validationError {
+	var se *json.SyntaxError
+	switch {
+	case errors.Is(err, io.EOF):
+		return decodeJSON(nil, nil, nil)
+	case errors.As(err, &se):
+		return jsonInvalid(int(se.Offset))
+	}
+	return jsonInvalid(int(read))
 }
 
 // awaitRelease reads the rest of a held run's body, after its JSON value:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -157,4 +158,39 @@ func awaitDiscarded(t *testing.T, ts *testServer, pid int) {
 		}
 	}
 	t.Fatalf("the run's process %d or its job is still there after 10 s", pid)
+}
+
+// TestHeldBadBody: a held request whose body is not one JSON object gets
+// the 422 the same body gets unheld, offset included, and nothing starts.
+func TestHeldBadBody(t *testing.T) {
+	s := &server{cfg: defaultConfig()}
+	for _, body := range []string{``, `{"code": 1`, `{"code": }`, `nul`, `[1]`, `{"code": 7}`, `null`} {
+		t.Run(body, func(t *testing.T) {
+			answer := func(held bool) (int, string) {
+				r := httptestRequest(body)
+				w := httptest.NewRecorder()
+				var dst struct {
+					Code string `json:"code"`
+				}
+				if held {
+					r.Header.Set(aiowire.HoldHeader, "1")
+					if hold, ok := s.decodeHeld(w, r, &dst, "code"); ok || hold != nil {
+						t.Fatalf("held %q was accepted", body)
+					}
+				} else if decodeBody(w, r, &dst, "code") {
+					t.Fatalf("%q was accepted", body)
+				}
+				return w.Code, w.Body.String()
+			}
+			hc, hb := answer(true)
+			uc, ub := answer(false)
+			if hc != http.StatusUnprocessableEntity || hc != uc || hb != ub {
+				t.Errorf("held: %d %s\nunheld: %d %s", hc, hb, uc, ub)
+			}
+		})
+	}
+}
+
+func httptestRequest(body string) *http.Request {
+	return httptest.NewRequest(http.MethodPost, "/v1/code/execute", strings.NewReader(body))
 }

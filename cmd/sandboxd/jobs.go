@@ -170,40 +170,54 @@ func (t *jobTable) env(extra map[string]string, dir, marker string) []string {
 	return out
 }
 
+// launchPlan is how a run gets its per-run rlimits. A program read from
+// stdin (python, node) cannot run before its text arrives: its limits are
+// set with prlimit(2) between the start and the first byte, at no cost
+// (gate). Any other is stopped at its exec and given them there
+// (exectrap.go, trapped), or, where ptrace is refused, goes through a
+// shell that sets them first (argv).
+type launchPlan struct {
+	argv    []string
+	lim     appliedLimits
+	gate    bool
+	trapped bool
+}
+
+// plan resolves spec's limits and how they are applied.
+func (t *jobTable) plan(spec jobSpec) launchPlan {
+	lp := launchPlan{argv: spec.argv}
+	if spec.limits == nil {
+		return lp
+	}
+	lp.lim = resolveLimits(*spec.limits, spec.headroomMB, func() int {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		return t.baselineLocked()
+	})
+	lp.gate = spec.stdin != ""
+	lp.trapped = !lp.gate && t.trap.works()
+	if !lp.gate && !lp.trapped {
+		lp.argv = append([]string{"/bin/sh", "-c", ulimitScript(lp.lim), "sh"}, spec.argv...)
+	}
+	return lp
+}
+
 // start launches spec in its own process group.
 func (t *jobTable) start(spec jobSpec) (*job, error) {
-	id := newID()
-	argv := spec.argv
-	var lim appliedLimits
-	if spec.limits != nil {
-		lim = resolveLimits(*spec.limits, spec.headroomMB, func() int {
-			t.mu.Lock()
-			defer t.mu.Unlock()
-			return t.baselineLocked()
-		})
-	}
-	// Per-run rlimits. A program read from stdin (python, node) cannot run
-	// before its text arrives: its limits are set with prlimit(2) between
-	// the start and the first byte, at no cost. Any other is stopped at its
-	// exec and given them there (exectrap.go), or, where ptrace is refused,
-	// goes through a shell that sets them first.
-	gate := spec.limits != nil && spec.stdin != ""
-	trapped := spec.limits != nil && !gate && t.trap.works()
-	if spec.limits != nil && !gate && !trapped {
-		argv = append([]string{"/bin/sh", "-c", ulimitScript(lim), "sh"}, argv...)
-	}
-	if spec.hold != nil && !trapped {
+	lp := t.plan(spec)
+	if spec.hold != nil && !lp.trapped {
 		if err := spec.hold(); err != nil {
 			return nil, err
 		}
 	}
-	if trapped {
+	if lp.trapped {
 		// ptrace answers only the thread that started the child, and a
 		// held run is let go after t.mu is released.
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 	}
-	cmd := exec.Command(argv[0], argv[1:]...)
+	id := newID()
+	cmd := exec.Command(lp.argv[0], lp.argv[1:]...)
 	cmd.Dir = spec.dir
 	cmd.Env = t.env(spec.env, spec.dir, id)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -216,53 +230,22 @@ func (t *jobTable) start(spec jobSpec) (*job, error) {
 		defer r.Close() // the child has its copy once started
 		cmd.Stdin, stdinW = r, w
 	}
+	readers, writers, err := outputPipes()
+	if err != nil {
+		closeAll(nil, []*os.File{stdinW})
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = writers[stdout], writers[stderr]
 	retain := spec.retain
 	if retain <= 0 {
 		retain = t.cfg.RetainBytes
 	}
-	out := newOutput(retain, spec.spill, t.cfg.Workspace, spec.tap)
-	// The pipes are created here, not by os/exec, so that Wait returns as
-	// soon as the process exits; the readers are drained separately and
-	// cut off after WaitDelay if a detached child holds a pipe open.
-	var readers [2]*os.File
-	var writers [2]*os.File
-	for i := range readers {
-		r, w, err := os.Pipe()
-		if err != nil {
-			closeAll(readers[:], writers[:])
-			return nil, err
-		}
-		readers[i], writers[i] = r, w
-	}
-	cmd.Stdout, cmd.Stderr = writers[stdout], writers[stderr]
-
-	j := &job{id: id, label: spec.label, started: time.Now(), out: out, done: make(chan struct{}), status: statusRunning}
-	t.mu.Lock()
-	var err error
-	if trapped {
-		err = startStopped(cmd, func(pid int) error { return setLimits(pid, lim) })
-	} else {
-		err = cmd.Start()
-	}
+	j := &job{id: id, label: spec.label, started: time.Now(), out: newOutput(retain, spec.spill, t.cfg.Workspace, spec.tap),
+		done: make(chan struct{}), status: statusRunning}
+	err = t.launch(cmd, j, lp)
+	closeAll(nil, writers[:])
 	if err == nil {
-		j.root = rootOf(cmd.Process.Pid, id)
-		t.live[id] = j
-	}
-	t.mu.Unlock()
-	for _, w := range writers {
-		_ = w.Close()
-	}
-	if err == nil && trapped {
-		if err = resumeStopped(cmd, spec.hold); err != nil {
-			t.mu.Lock()
-			delete(t.live, id)
-			t.mu.Unlock()
-		}
-	}
-	if err == nil && gate {
-		if err = setLimits(cmd.Process.Pid, lim); err != nil {
-			_ = process.KillGroup(cmd.Process.Pid)
-		}
+		err = t.letGo(cmd, j, lp, spec.hold)
 	}
 	if err != nil {
 		closeAll(readers[:], []*os.File{stdinW})
@@ -275,52 +258,112 @@ func (t *jobTable) start(spec jobSpec) (*job, error) {
 			_ = stdinW.Close()
 		}()
 	}
+	go t.supervise(j, cmd, readers, spec.hardTimeout)
+	return j, nil
+}
+
+// outputPipes makes the stdout and stderr pipes. They are made here, not
+// by os/exec, so that Wait returns as soon as the process exits; the
+// readers are drained separately and cut off after WaitDelay if a
+// detached child holds a pipe open.
+func outputPipes() (readers, writers [2]*os.File, err error) {
+	for i := range readers {
+		r, w, err := os.Pipe()
+		if err != nil {
+			closeAll(readers[:], writers[:])
+			return readers, writers, err
+		}
+		readers[i], writers[i] = r, w
+	}
+	return readers, writers, nil
+}
+
+// launch starts cmd (stopped at its exec when trapped) and registers j
+// under t.mu, so that no sweep takes the new root for an orphan.
+func (t *jobTable) launch(cmd *exec.Cmd, j *job, lp launchPlan) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var err error
+	if lp.trapped {
+		err = startStopped(cmd, func(pid int) error { return setLimits(pid, lp.lim) })
+	} else {
+		err = cmd.Start()
+	}
+	if err != nil {
+		return err
+	}
+	j.root = rootOf(cmd.Process.Pid, j.id)
+	t.live[j.id] = j
+	return nil
+}
+
+// letGo lets a started run go: a trapped one once hold releases it, a
+// gated one once its limits are set. A run that is not let go is killed
+// and reaped before its first instruction and leaves the table.
+func (t *jobTable) letGo(cmd *exec.Cmd, j *job, lp launchPlan, hold func() error) error {
+	var err error
+	if lp.trapped {
+		err = resumeStopped(cmd, hold) // abandons the child itself
+	}
+	if err == nil && lp.gate {
+		if err = setLimits(cmd.Process.Pid, lp.lim); err != nil {
+			_ = process.KillGroup(cmd.Process.Pid)
+			_ = cmd.Wait()
+		}
+	}
+	if err != nil {
+		t.mu.Lock()
+		delete(t.live, j.id)
+		t.mu.Unlock()
+	}
+	return err
+}
+
+// supervise pumps j's output, enforces hardTimeout, and on the process's
+// exit settles j's status, ends what is left of its group and its pipes,
+// and takes j out of the table.
+func (t *jobTable) supervise(j *job, cmd *exec.Cmd, readers [2]*os.File, hardTimeout time.Duration) {
 	var pumps sync.WaitGroup
-	for i, w := range []io.Writer{out.Stdout(), out.Stderr()} {
+	for i, w := range []io.Writer{j.out.Stdout(), j.out.Stderr()} {
 		pumps.Go(func() { pump(readers[i], w) })
 	}
 	var timer *time.Timer
-	if spec.hardTimeout > 0 {
-		timer = time.AfterFunc(spec.hardTimeout, func() { t.kill(j, statusTimedOut) })
+	if hardTimeout > 0 {
+		timer = time.AfterFunc(hardTimeout, func() { t.kill(j, statusTimedOut) })
 	}
-	go func() {
-		werr := cmd.Wait()
-		if timer != nil {
-			timer.Stop()
-		}
-		j.mu.Lock()
-		if j.status == statusRunning {
-			j.status = statusCompleted
-			j.exitCode = ptr(exitCode(cmd.ProcessState, werr))
-		}
-		j.mu.Unlock()
-		// Children left in the group would hold the pipes: they end with
-		// the command. Detached ones are cut off after WaitDelay.
-		_ = process.KillGroup(j.root.pid)
-		drained := make(chan struct{})
-		go func() { pumps.Wait(); close(drained) }()
-		select {
-		case <-drained:
-		case <-time.After(t.cfg.WaitDelay):
-			for _, r := range readers {
-				_ = r.SetReadDeadline(time.Now())
-			}
-			<-drained
-		}
+	werr := cmd.Wait()
+	if timer != nil {
+		timer.Stop()
+	}
+	j.mu.Lock()
+	if j.status == statusRunning {
+		j.status = statusCompleted
+		j.exitCode = ptr(exitCode(cmd.ProcessState, werr))
+	}
+	j.mu.Unlock()
+	// Children left in the group would hold the pipes: they end with the
+	// command. Detached ones are cut off after WaitDelay.
+	_ = process.KillGroup(j.root.pid)
+	drained := make(chan struct{})
+	go func() { pumps.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(t.cfg.WaitDelay):
 		for _, r := range readers {
-			_ = r.Close()
+			_ = r.SetReadDeadline(time.Now())
 		}
-		spilled := out.Finish().SpillPath
-		j.mu.Lock()
-		j.finished = time.Now()
-		j.spilled = spilled
-		j.mu.Unlock()
-		t.mu.Lock()
-		delete(t.live, id)
-		t.mu.Unlock()
-		close(j.done)
-	}()
-	return j, nil
+		<-drained
+	}
+	closeAll(readers[:], nil)
+	spilled := j.out.Finish().SpillPath
+	j.mu.Lock()
+	j.finished = time.Now()
+	j.spilled = spilled
+	j.mu.Unlock()
+	t.mu.Lock()
+	delete(t.live, j.id)
+	t.mu.Unlock()
+	close(j.done)
 }
 
 // kill ends j's whole tree and sets its final status, unless it already
