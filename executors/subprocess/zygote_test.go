@@ -156,6 +156,28 @@ func TestZygoteTimeoutKillsTree(t *testing.T) {
 	}
 }
 
+// TestZygoteRunEndsWithItsTree: a zygote run that exits normally and
+// leaves a setsid'd process behind, holding none of the run's pipes, is
+// answered only once that process is gone: no grace, checked as Execute
+// returns (P1 kills and reaps the namespace before it reports the exit
+// status).
+func TestZygoteRunEndsWithItsTree(t *testing.T) {
+	e := newZygoteExecutor(t)
+	sess, ws := "sess-"+executortest.Nonce(), executortest.NewWorkspace(t)
+	mustExecute(t, e, warmRun(sess, ws, executors.LangPython, "pass"))
+	for range 5 {
+		mk := executortest.NewMarkers(1)[0]
+		prog := fmt.Sprintf("import subprocess, time\nsubprocess.Popen(['setsid', 'sleep', '%s'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\ntime.sleep(0.2)\nprint('left')\n", mk)
+		if res := mustExecute(t, e, warmRun(sess, ws, executors.LangPython, prog)); res.Stdout != "left\n" || res.ExitCode != 0 {
+			t.Fatalf("result %+v", res)
+		}
+		if left := executortest.ProcessesMatching(mk); len(left) > 0 {
+			t.Errorf("the run was answered while its process %v was alive", left)
+		}
+		checkTreeGone(t, []string{mk}, nil)
+	}
+}
+
 // TestZygoteCancelKillsTree: cancelling a zygote run's ctx kills its tree
 // and Execute returns promptly with the ctx's error.
 func TestZygoteCancelKillsTree(t *testing.T) {
