@@ -79,8 +79,10 @@ type PoolConfig struct {
 	// MinInstances are started ahead, unbound, so that a new session does
 	// not pay a container start: the first acquire of a session binds one
 	// (mounts the session's workspace into it and starts sandboxd as the
-	// session's uid). Replenished in the background as far as
-	// MaxInstances allows. Default 0.
+	// session's uid). Replenished in the background, as far as
+	// MaxInstances allows, once the claiming run has ended (or at the
+	// pool's next tick): a container start beside that run would slow it.
+	// Default 0.
 	MinInstances int `yaml:"min_instances"`
 	// AheadOnDemand keeps at least one instance started ahead while
 	// sessions arrive (one took an instance within IdleTimeout), on top
