@@ -112,6 +112,11 @@ func tooLarge(w http.ResponseWriter, err error) bool {
 	return true
 }
 
+// missingBody is the 422 of an empty body.
+func missingBody() *validationError {
+	return &validationError{items: []validationItem{{Type: "missing", Loc: []any{"body"}, Msg: "Field required"}}}
+}
+
 // jsonInvalid is the 422 of a body that is not JSON, pos bytes in.
 func jsonInvalid(pos int) *validationError {
 	return &validationError{items: []validationItem{{Type: "json_invalid", Loc: []any{"body", pos},
@@ -123,8 +128,7 @@ func jsonInvalid(pos int) *validationError {
 func decodeJSON(raw []byte, dst any, required []string) *validationError {
 	verr := &validationError{}
 	if len(bytes.TrimSpace(raw)) == 0 {
-		verr.items = append(verr.items, validationItem{Type: "missing", Loc: []any{"body"}, Msg: "Field required"})
-		return verr
+		return missingBody()
 	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &obj); err != nil {

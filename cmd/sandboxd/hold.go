@@ -62,7 +62,7 @@ func undecodable(err error, read int64) *validationError {
 	var se *json.SyntaxError
 	switch {
 	case errors.Is(err, io.EOF):
-		return decodeJSON(nil, nil, nil)
+		return missingBody()
 	case errors.As(err, &se):
 		return jsonInvalid(int(se.Offset))
 	}

@@ -318,12 +318,7 @@ func (p *pool) startAcquireLocked(in *instance, b binding) {
 			p.destroyLocked(in)
 			return
 		}
-		// The instance started ahead that this replaces is not started
-		// here but when the session's first run ends (release), or at the
-		// loop's next tick if that run is long: a container start takes
-		// the CPU of a 2-core machine for a few hundred ms, and overlapping
-		// it with the run the claim was for would slow that run.
-		p.broadcastLocked()
+		p.broadcastLocked() // its replacement starts after the run (release)
 	})
 }
 
@@ -425,8 +420,12 @@ func (p *pool) release(in *instance, broken bool) {
 		in.state = stateIdle
 	}
 	p.broadcastLocked()
-	if len(p.unbound) < p.wantUnboundLocked() && len(p.all) < p.cfg.MaxInstances {
-		p.kick() // a run ended: start the instances ahead that claims took
+	// The instances started ahead that claims took are replaced when a
+	// run ends, not at the claim (or at the loop's next tick if the run is
+	// long): a container start takes a 2-core machine's CPU for a few
+	// hundred ms, and overlapping it with the claiming run slows that run.
+	if p.shortLocked() {
+		p.kick()
 	}
 }
 
@@ -619,10 +618,16 @@ func (p *pool) wantUnboundLocked() int {
 	return p.cfg.MinInstances
 }
 
+// shortLocked reports whether the pool has fewer instances started ahead
+// than it wants and room for another.
+func (p *pool) shortLocked() bool {
+	return len(p.unbound) < p.wantUnboundLocked() && len(p.all) < p.cfg.MaxInstances
+}
+
 // replenishLocked starts unbound instances up to wantUnboundLocked, as
 // far as MaxInstances allows.
 func (p *pool) replenishLocked() {
-	for len(p.unbound) < p.wantUnboundLocked() && len(p.all) < p.cfg.MaxInstances {
+	for p.shortLocked() {
 		in := &instance{slot: newSlot(), state: stateAcquiring, created: p.now(), ready: make(chan struct{})}
 		p.all[in.slot] = in
 		p.unbound[in.slot] = in
