@@ -227,12 +227,16 @@ func testDecisionLogOutage(t *testing.T, outage time.Duration) {
 	srv.setDown(true)
 	end := time.Now().Add(outage)
 	var during []string
+	var most int64 // OPA's buffer is empty while an upload attempt holds it, so one sample can miss it
 	for time.Now().Before(end) {
 		during = append(during, decideAll(t, e, 5)...)
+		if st := e.Status().DecisionLogs; st != nil {
+			most = max(most, st.Buffered)
+		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	if st := e.Status().DecisionLogs; st == nil || st.Buffered == 0 {
-		t.Errorf("nothing buffered during the outage: %+v", st)
+	if most == 0 {
+		t.Errorf("nothing buffered during the outage: %+v", e.Status().DecisionLogs)
 	}
 	srv.setDown(false)
 	got := waitLogged(t, srv, during, uploadWindow)
