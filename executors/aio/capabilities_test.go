@@ -1,10 +1,12 @@
 package aio
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
 	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/executors/executortest"
 )
 
 // TestCapabilitiesByNetworkMode: sandboxd (none mode) enforces every
@@ -36,5 +38,32 @@ func TestCapabilitiesNameTheRoot(t *testing.T) {
 	}
 	if got := e.Capabilities().RootFS; !strings.HasPrefix(got, "rootfs:runtime-") {
 		t.Errorf("RootFS = %q, want rootfs:runtime-<hash>", got)
+	}
+}
+
+// TestProbeInspectsTheImageOnce: probes inspect the image only when its
+// last check has lapsed or the engine stopped answering (package recheck):
+// the manager probes each second while requests arrive, beside the runs.
+func TestProbeInspectsTheImageOnce(t *testing.T) {
+	eng := executortest.NewCountingEngine(t)
+	e := newTestExecutor(t, func(c *PoolConfig) { c.Host = eng.Host() })
+	inspects := func() int { return eng.Calls(executortest.EngineImageInspect) }
+	before := inspects()
+	for i := range 3 {
+		if err := e.Available(t.Context()); err != nil {
+			t.Fatalf("probe %d: %v", i, err)
+		}
+	}
+	if got := inspects() - before; got != 1 {
+		t.Errorf("three probes inspected the image %d times, want 1", got)
+	}
+	eng.Down.Store(true)
+	if err := e.Available(t.Context()); !errors.Is(err, executors.ErrUnavailable) {
+		t.Fatalf("probe while the engine answers 503: %v", err)
+	}
+	eng.Down.Store(false)
+	before = inspects()
+	if err := e.Available(t.Context()); err != nil || inspects() != before+1 {
+		t.Errorf("probe once the engine is back: %v, %d inspects, want 1", err, inspects()-before)
 	}
 }

@@ -88,14 +88,14 @@ func (b *localBackend) startDirect(ctx context.Context, h *handle, ws Workspace)
 	hc.Mounts = mounts
 	res, err := b.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: hc, Name: h.name})
 	if err != nil {
-		return engineError("create container", err)
+		return b.engineError("create container", err)
 	}
 	h.containerID = res.ID
 	if err := b.openEgress(h); err != nil {
 		return err
 	}
 	if _, err := b.cli.ContainerStart(ctx, h.containerID, client.ContainerStartOptions{}); err != nil {
-		return engineError("start container", err)
+		return b.engineError("start container", err)
 	}
 	return nil
 }

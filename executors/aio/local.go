@@ -25,6 +25,7 @@ import (
 
 	"github.com/sandgate/sandgate/executors"
 	"github.com/sandgate/sandgate/executors/internal/etcmount"
+	"github.com/sandgate/sandgate/executors/internal/recheck"
 	"github.com/sandgate/sandgate/executors/internal/wsmount"
 )
 
@@ -123,7 +124,10 @@ type localBackend struct {
 	// with the workspace mounted by the engine (direct.go).
 	direct bool
 	image  imageID // the id of cfg.Image, for Capabilities
-	egress egressHub
+	// checked: the image, as available last found it, stands (package
+	// recheck).
+	checked recheck.Passed
+	egress  egressHub
 }
 
 func newLocalBackend(cfg PoolConfig) (*localBackend, error) {
@@ -164,7 +168,11 @@ func (b *localBackend) close(keep bool) {
 
 func (b *localBackend) available(ctx context.Context) error {
 	if _, err := b.cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
+		b.checked.Forget()
 		return unavailable("docker engine unreachable", err)
+	}
+	if b.checked.Fresh(time.Now()) {
+		return nil
 	}
 	info, err := b.cli.ImageInspect(ctx, b.cfg.Image)
 	if err != nil {
@@ -178,6 +186,7 @@ func (b *localBackend) available(ctx context.Context) error {
 		seen.rootFS = info.Config.Labels[labelRootFS]
 	}
 	b.image.set(seen)
+	b.checked.Pass(time.Now())
 	return nil
 }
 
@@ -249,7 +258,7 @@ func (b *localBackend) create(ctx context.Context, slot, session string) (*handl
 				b.removeCancelled(ctx, name)
 			}
 			b.cleanState(h)
-			return nil, engineError("create container", err)
+			return nil, b.engineError("create container", err)
 		}
 	}
 	h.containerID, h.name = res.ID, name
@@ -259,7 +268,7 @@ func (b *localBackend) create(ctx context.Context, slot, session string) (*handl
 		}
 	}
 	if _, err := b.cli.ContainerStart(ctx, h.containerID, client.ContainerStartOptions{}); err != nil {
-		return b.undoCreate(ctx, h, engineError("start container", err))
+		return b.undoCreate(ctx, h, b.engineError("start container", err))
 	}
 	if b.cfg.Network == NetworkBridge {
 		port, err := b.publishedPort(ctx, h.containerID)
@@ -433,7 +442,7 @@ func (b *localBackend) containerConfig(h *handle, labels map[string]string) (*co
 func (b *localBackend) publishedPort(ctx context.Context, id string) (int, error) {
 	res, err := b.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
 	if err != nil {
-		return 0, engineError("inspect container", err)
+		return 0, b.engineError("inspect container", err)
 	}
 	if res.Container.NetworkSettings != nil {
 		for p, binds := range res.Container.NetworkSettings.Ports {
@@ -517,7 +526,7 @@ func (b *localBackend) renameAsync(ctx context.Context, h *handle, name string) 
 	}()
 	return func() error {
 		if err := <-done; err != nil {
-			return engineError("rename container", err)
+			return b.engineError("rename container", err)
 		}
 		h.name = name
 		return nil
@@ -548,10 +557,10 @@ func (b *localBackend) serve(ctx context.Context, h *handle, bd binding) (*Clien
 			"--egress", "unix:" + executors.EgressDir + "/" + executors.EgressSocketName}, homeArgs(bd.ws)...),
 	})
 	if err != nil {
-		return nil, engineError("exec sandboxd", err)
+		return nil, b.engineError("exec sandboxd", err)
 	}
 	if _, err := b.cli.ExecStart(ctx, ex.ID, client.ExecStartOptions{Detach: true}); err != nil {
-		return nil, engineError("start sandboxd", err)
+		return nil, b.engineError("start sandboxd", err)
 	}
 	c := NewUnixClient(filepath.Join(run, socketName), h.key)
 	if err := waitReady(ctx, c); err != nil {
@@ -625,7 +634,7 @@ func (b *localBackend) destroy(ctx context.Context, h *handle) error {
 	if h.containerID != "" {
 		_, err := b.cli.ContainerRemove(ctx, h.containerID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 		if err != nil && !cerrdefs.IsNotFound(err) {
-			errs = append(errs, engineError("remove container", err))
+			errs = append(errs, b.engineError("remove container", err))
 		}
 	}
 	b.closeEgress(h.slot)
@@ -701,7 +710,7 @@ func (b *localBackend) adopt(ctx context.Context) ([]adoptable, error) {
 		Add("label", labelInstance+"="+b.cfg.Instance)
 	list, err := b.cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
 	if err != nil {
-		return nil, engineError("list containers", err)
+		return nil, b.engineError("list containers", err)
 	}
 	var out []adoptable
 	used := map[string]bool{}
@@ -804,6 +813,15 @@ func (b *localBackend) adoptOne(ctx context.Context, c container.Summary, h *han
 // may retry, never internal (issue 21's soak saw "failed to update store
 // for object type *libnetwork.endpoint" from an engine shutting down). A
 // cancelled call stays a context error.
+func (b *localBackend) engineError(op string, err error) error {
+	err = engineError(op, err)
+	if errors.Is(err, executors.ErrUnavailable) {
+		b.checked.Forget() // the engine may have lost the image: the next probe looks
+	}
+	return err
+}
+
+// engineError is the classification of localBackend.engineError.
 func engineError(op string, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("aio: %s: %w", op, err)

@@ -18,6 +18,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/executors/internal/recheck"
 )
 
 // labelBoot marks the containers of one Executor value, so the orphan
@@ -68,6 +69,9 @@ type Executor struct {
 	netOff   atomic.Bool
 	netFiles netFiles
 	platform runtimePlatform // Config.Runtime's platform (platform.go)
+	// checked: the runtime's registration and the images, as Available
+	// last found them, stand (see package recheck).
+	checked recheck.Passed
 }
 
 // Interface guards.
@@ -134,18 +138,33 @@ func (e *Executor) Kind() executors.Kind { return e.cfg.Kind }
 
 // Available implements executors.Executor: the engine answers a ping,
 // lists Config.Runtime (when set) among its runtimes, and every configured
-// image exists. A success also finishes work the engine's
-// absence postponed (orphan reaping, failed removals).
+// image exists. The last two stand for a while once they pass (package
+// recheck). A success also finishes work the engine's absence postponed
+// (orphan reaping, failed removals).
 func (e *Executor) Available(ctx context.Context) error {
 	if e.closed.Load() {
 		return e.unavailable("executor closed", nil)
 	}
 	if err := e.ping(ctx); err != nil {
+		e.checked.Forget()
 		return e.unavailable("engine unreachable", err)
 	}
-	if err := e.checkRuntime(ctx); err != nil {
-		return err
+	if !e.checked.Fresh(time.Now()) {
+		if err := e.checkRuntime(ctx); err != nil {
+			return err
+		}
+		if err := e.checkImages(ctx); err != nil {
+			return err
+		}
+		e.checked.Pass(time.Now())
 	}
+	e.afterEngineOK()
+	return nil
+}
+
+// checkImages makes an engine without one of the configured images an
+// unavailable one, and records each image's id for Capabilities.
+func (e *Executor) checkImages(ctx context.Context) error {
 	seen := map[string]bool{}
 	for _, lang := range languages {
 		img := e.cfg.Images[lang]
@@ -166,7 +185,6 @@ func (e *Executor) Available(ctx context.Context) error {
 		}
 		e.imageIDs.set(img, seen)
 	}
-	e.afterEngineOK()
 	return nil
 }
 
@@ -240,6 +258,7 @@ func (e *Executor) engineError(ctx context.Context, op string, err error) error 
 	if ctx.Err() != nil {
 		return fmt.Errorf("docker: %s: %w", op, context.Cause(ctx))
 	}
+	e.checked.Forget() // the engine may have lost the runtime or an image: the next probe looks
 	reason := op + " failed"
 	if client.IsErrConnectionFailed(err) || e.ping(e.life) != nil {
 		reason = "engine unreachable during " + op

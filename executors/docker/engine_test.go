@@ -7,12 +7,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sandgate/sandgate/executors"
+	"github.com/sandgate/sandgate/executors/executortest"
 )
 
 // engineProxy stands between the executor and the real engine on a Unix
@@ -29,12 +29,7 @@ type engineProxy struct {
 }
 
 func newEngineProxy(t *testing.T) *engineProxy {
-	target := "/var/run/docker.sock"
-	if h := os.Getenv("DOCKER_HOST"); strings.HasPrefix(h, "unix://") {
-		target = strings.TrimPrefix(h, "unix://")
-	} else if h != "" {
-		t.Skipf("engine proxy needs a unix socket engine, DOCKER_HOST=%s", h)
-	}
+	target := executortest.EngineSocket(t)
 	p := &engineProxy{t: t, path: filepath.Join(t.TempDir(), "engine.sock"), target: target, conns: map[net.Conn]bool{}}
 	p.up()
 	t.Cleanup(p.down)
