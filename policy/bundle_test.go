@@ -12,6 +12,10 @@ import (
 // (a plain poll) waits max_delay_seconds (2 s) between requests.
 const pollWindow = 10 * time.Second
 
+// rolloutWindow bounds a new revision's arrival on three replicas at once
+// (TestBundleRolloutReachesThreeReplicas).
+const rolloutWindow = 30 * time.Second
+
 // ciRule denies bash in sessions starting with "ci-": revision 2 of the
 // administrator's bundle.
 var ciRule = map[string]string{"sandgate/exec/ci.rego": ciBashRule}
@@ -192,12 +196,15 @@ func TestBundleRolloutReachesThreeReplicas(t *testing.T) {
 		}
 	}
 	// The first activation is no rollout: a loaded CI machine once took
-	// over 10 s (a download retried after its backoff). The window is
-	// what rev-2 is held to.
+	// over 10 s (a download retried after its backoff). rev-2 is held to
+	// rolloutWindow: the long poll brings it at once (pollWindow), but
+	// three activations compiled under -race
+	// while `make test` runs other packages on 2 cores once took longer
+	// than 10 s (a .ci/run of 3386891); a replica that never takes rev-2 still fails.
 	waitUntil(t, time.Minute, "rev-1 on every replica", all("rev-1"))
 	start := time.Now()
 	srv.publish(buildBundle(t, "rev-2", key.private, ciRule))
-	waitUntil(t, pollWindow, "rev-2 on every replica", all("rev-2"))
+	waitUntil(t, rolloutWindow, "rev-2 on every replica", all("rev-2"))
 	t.Logf("rev-2 on all three after %v", time.Since(start))
 	want := replicas[0].Revision()
 	for i, e := range replicas {
