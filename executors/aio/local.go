@@ -174,6 +174,7 @@ func (b *localBackend) available(ctx context.Context) error {
 	if b.checked.Fresh(time.Now()) {
 		return nil
 	}
+	tok := b.checked.Begin()
 	info, err := b.cli.ImageInspect(ctx, b.cfg.Image)
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {
@@ -186,7 +187,7 @@ func (b *localBackend) available(ctx context.Context) error {
 		seen.rootFS = info.Config.Labels[labelRootFS]
 	}
 	b.image.set(seen)
-	b.checked.Pass(time.Now())
+	b.checked.Pass(tok, time.Now())
 	return nil
 }
 

@@ -150,13 +150,14 @@ func (e *Executor) Available(ctx context.Context) error {
 		return e.unavailable("engine unreachable", err)
 	}
 	if !e.checked.Fresh(time.Now()) {
+		tok := e.checked.Begin()
 		if err := e.checkRuntime(ctx); err != nil {
 			return err
 		}
 		if err := e.checkImages(ctx); err != nil {
 			return err
 		}
-		e.checked.Pass(time.Now())
+		e.checked.Pass(tok, time.Now())
 	}
 	e.afterEngineOK()
 	return nil

@@ -17,7 +17,7 @@
 package recheck
 
 import (
-	"sync/atomic"
+	"sync"
 	"time"
 )
 
@@ -26,16 +26,41 @@ const Within = 30 * time.Second
 
 // Passed is when a check last passed. The zero value asks for a check.
 // It is safe for concurrent use.
-type Passed struct{ at atomic.Int64 } // unix nanoseconds; 0: check again
+type Passed struct {
+	mu  sync.Mutex
+	at  time.Time // zero: check again
+	gen uint64    // bumped by Forget
+}
 
 // Fresh reports whether the check passed less than Within before now.
 func (p *Passed) Fresh(now time.Time) bool {
-	at := p.at.Load()
-	return at != 0 && now.Sub(time.Unix(0, at)) < Within
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.at.IsZero() && now.Sub(p.at) < Within
 }
 
-// Pass records a check that passed at now.
-func (p *Passed) Pass(now time.Time) { p.at.Store(now.UnixNano()) }
+// Begin is called before a check; its token goes to Pass.
+func (p *Passed) Begin() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.gen
+}
+
+// Pass records a check, begun with token, that passed at now. A Forget
+// since its Begin wins: that check may have read the engine before what
+// made a run fail.
+func (p *Passed) Pass(token uint64, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if token == p.gen {
+		p.at = now
+	}
+}
 
 // Forget makes the next probe check again.
-func (p *Passed) Forget() { p.at.Store(0) }
+func (p *Passed) Forget() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.gen++
+	p.at = time.Time{}
+}
